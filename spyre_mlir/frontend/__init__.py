@@ -1,0 +1,39 @@
+"""Frontend: load a PyTorch model safely, adapt it, import it to torch and linalg-on-tensors MLIR.
+
+``import spyre_mlir.frontend`` stays cheap: torch and torch_mlir are imported on first use of the
+API below, not at package import (tools such as ``spyre-opt`` must not pay for torch).
+
+Public API::
+
+    import_model(model_or_path, example_inputs=None, input_shapes=None, trust_pickle=False)
+        -> ImportedModel
+    load_program(model_or_path, example_inputs=None, input_shapes=None, trust_pickle=False)
+        -> torch.export.ExportedProgram
+    ImportedModel, TensorSpec, FrontendError, parse_input_shape, ADAPTERS
+"""
+
+from .errors import FrontendError
+
+_LAZY = {
+    "import_model": "importer",
+    "import_program": "importer",
+    "lower_to_linalg": "importer",
+    "ImportedModel": "importer",
+    "TensorSpec": "importer",
+    "load_program": "load",
+    "detect_format": "load",
+    "parse_input_shape": "load",
+    "ADAPTERS": "adapters",
+    "apply_adapters": "adapters",
+}
+
+__all__ = ["FrontendError", *_LAZY]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,323 @@
+"""Load a model from memory or from a file into a ``torch.export.ExportedProgram``.
+
+Everything downstream (adapters, import to MLIR) works on an ExportedProgram, so this module's only job
+is to get there safely from what users actually have:
+
+* an ``nn.Module`` plus example inputs (exported here with ``torch.export.export``);
+* an ``ExportedProgram`` (used as is);
+* a ``torch.export.save`` archive, whatever its extension (``.pt2``, or ``.pt``, which users also use);
+* a TorchScript file (``torch.jit.save``), converted with torch's ``TS2EPConverter``; input shapes come from
+  ``input_shapes`` (CLI ``--input-shape``), else from the inputs a traced module stored in the file;
+* a whole-module pickle (``torch.save(model)``), only with ``trust_pickle=True``: unpickling runs code from
+  the file, so it must be an explicit decision.
+
+Formats are detected by content, never by extension. Every failure a user can cause raises
+:class:`FrontendError` with a message naming the file and the accepted formats.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import zipfile
+from typing import Any, Sequence
+
+import torch
+
+from .errors import FrontendError
+
+ACCEPTED_FORMATS = (
+    "a torch.export.save archive (.pt2 or .pt), a TorchScript file from torch.jit.save "
+    "(with --input-shape when it carries no example inputs), or a whole-module torch.save pickle "
+    "(only with --trust-pickle)"
+)
+
+# Format names returned by detect_format.
+EXPORT, TORCHSCRIPT, PICKLE = "export", "torchscript", "pickle"
+
+_DTYPES = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "f64": torch.float64,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i16": torch.int16,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "i1": torch.bool,
+    "bool": torch.bool,
+}
+
+
+def parse_input_shape(text: str) -> tuple[tuple[int, ...], torch.dtype]:
+    """Parse ``1x3x224x224xf32`` into ``((1, 3, 224, 224), torch.float32)``.
+
+    The element type is the last ``x``-separated field (f32, f16, bf16, f64, i64, i32, i16, i8, u8, i1);
+    ``xf32`` may be left out. A scalar is just the element type (``f32``).
+    """
+    fields = text.strip().lower().split("x")
+    dtype = torch.float32
+    if fields and fields[-1] in _DTYPES:
+        dtype = _DTYPES[fields.pop()]
+    if fields == [""]:
+        fields = []
+    if not all(re.fullmatch(r"\d+", f) for f in fields):
+        raise FrontendError(
+            f"cannot parse input shape {text!r}: expected sizes and an element type separated by 'x', "
+            f"e.g. 1x3x224x224xf32 or 1x16xi64 (element types: {', '.join(_DTYPES)})"
+        )
+    return tuple(int(f) for f in fields), dtype
+
+
+def example_inputs_from_shapes(shapes: Sequence[str | tuple]) -> tuple[torch.Tensor, ...]:
+    """Deterministic example inputs for the given shapes: integer inputs are zeros (valid indices for
+    embeddings), floating-point ones are seeded normal samples. Only shapes and dtypes matter for export."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = []
+    for spec in shapes:
+        shape, dtype = parse_input_shape(spec) if isinstance(spec, str) else spec
+        if dtype.is_floating_point:
+            inputs.append(torch.randn(shape, generator=gen).to(dtype))
+        else:
+            inputs.append(torch.zeros(shape, dtype=dtype))
+    return tuple(inputs)
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """Return ``"export"``, ``"torchscript"`` or ``"pickle"`` from the file's content.
+
+    ``torch.export.save``, ``torch.jit.save`` and ``torch.save`` all write zip archives (the last one also a
+    legacy raw pickle); their members tell them apart: an export archive has ``archive_format`` and
+    ``models/``, a TorchScript archive has ``code/``, a pickle has only ``data.pkl`` and tensor data.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FrontendError(f"model file {path!r} does not exist. Expected {ACCEPTED_FORMATS}.")
+    if os.path.isdir(path):
+        raise FrontendError(f"model path {path!r} is a directory, not a file. Expected {ACCEPTED_FORMATS}.")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(b"PK"):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError) as e:
+            raise FrontendError(
+                f"model file {path!r} looks like a zip archive but cannot be read ({e}); it is corrupt or "
+                f"truncated. Expected {ACCEPTED_FORMATS}."
+            ) from None
+        # Members are "<archive name>/<member>"; compare the part after the first "/".
+        members = {n.split("/", 1)[1] if "/" in n else n for n in names}
+        if "archive_format" in members or "models/model.json" in members:
+            return EXPORT
+        if any(m.startswith("code/") for m in members) or "constants.pkl" in members:
+            return TORCHSCRIPT
+        if "data.pkl" in members:
+            return PICKLE
+        raise FrontendError(
+            f"model file {path!r} is a zip archive but not one PyTorch writes (no archive_format, code/ or "
+            f"data.pkl member). Expected {ACCEPTED_FORMATS}."
+        )
+    if head[:1] == b"\x80":  # pickle protocol >= 2 opcode: torch.save(..., _use_new_zipfile_serialization=False)
+        return PICKLE
+    raise FrontendError(
+        f"model file {path!r} is not a format the frontend reads (it is neither a zip archive nor a pickle). "
+        f"Expected {ACCEPTED_FORMATS}."
+    )
+
+
+def load_program(
+    model_or_path: Any,
+    example_inputs: Sequence[torch.Tensor] | None = None,
+    input_shapes: Sequence[str | tuple] | None = None,
+    trust_pickle: bool = False,
+) -> torch.export.ExportedProgram:
+    """Return an ExportedProgram for an nn.Module, an ExportedProgram, or a model file (see module doc).
+
+    ``example_inputs`` (tensors) or ``input_shapes`` (``"1x16xi64"`` strings or ``(shape, dtype)``) are
+    needed for an nn.Module, a TorchScript file without stored inputs, and a pickled module.
+    """
+    if isinstance(model_or_path, torch.export.ExportedProgram):
+        return model_or_path
+    if isinstance(model_or_path, torch.nn.Module):
+        inputs = _resolve_inputs(example_inputs, input_shapes, what="an nn.Module")
+        return _export(model_or_path, inputs, what=type(model_or_path).__name__)
+    if isinstance(model_or_path, (str, os.PathLike)):
+        return _load_file(os.fspath(model_or_path), example_inputs, input_shapes, trust_pickle)
+    raise FrontendError(
+        f"cannot load a model from a {type(model_or_path).__name__}: pass an nn.Module with example inputs, "
+        f"a torch.export.ExportedProgram, or the path of {ACCEPTED_FORMATS}."
+    )
+
+
+def _resolve_inputs(example_inputs, input_shapes, what: str, fallback=None) -> tuple:
+    if example_inputs is not None:
+        return tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if input_shapes:
+        return example_inputs_from_shapes(input_shapes)
+    if fallback is not None:
+        return fallback
+    raise FrontendError(
+        f"{what} carries no input shapes: give example inputs, or one --input-shape per input "
+        f"(e.g. --input-shape 1x3x224x224xf32 --input-shape 1x16xi64)."
+    )
+
+
+def _export(module: torch.nn.Module, inputs: tuple, what: str) -> torch.export.ExportedProgram:
+    module.eval()
+    try:
+        return torch.export.export(module, inputs, strict=False)
+    except Exception as e:  # torch.export raises many types; all mean "this model did not trace"
+        raise FrontendError(
+            f"torch.export could not trace {what} with inputs of shapes "
+            f"{[tuple(getattr(t, 'shape', ())) for t in inputs]}: {type(e).__name__}: {_first_line(e)}"
+        ) from e
+
+
+def _load_file(path, example_inputs, input_shapes, trust_pickle) -> torch.export.ExportedProgram:
+    fmt = detect_format(path)
+    if fmt == EXPORT:
+        try:
+            return torch.export.load(path)
+        except Exception as e:
+            raise FrontendError(
+                f"model file {path!r} is a torch.export archive but could not be loaded "
+                f"({type(e).__name__}: {_first_line(e)}); it may be corrupt or written by an incompatible "
+                f"torch version. Expected {ACCEPTED_FORMATS}."
+            ) from e
+    if fmt == TORCHSCRIPT:
+        return _load_torchscript(path, example_inputs, input_shapes)
+    return _load_pickle(path, example_inputs, input_shapes, trust_pickle)
+
+
+def _load_torchscript(path, example_inputs, input_shapes) -> torch.export.ExportedProgram:
+    """torch.export refuses ScriptModules; torch's TS2EPConverter rebuilds an ExportedProgram from the
+    TorchScript graph (parameters become buffers, which the importer treats alike)."""
+    try:
+        script = torch.jit.load(path, map_location="cpu")
+    except Exception as e:
+        raise FrontendError(
+            f"model file {path!r} looks like TorchScript but torch.jit.load failed "
+            f"({type(e).__name__}: {_first_line(e)}); it may be corrupt. Expected {ACCEPTED_FORMATS}."
+        ) from e
+    inputs = _resolve_inputs(
+        example_inputs, input_shapes, what=f"TorchScript file {path!r}", fallback=_traced_inputs(path)
+    )
+    from torch._export.converter import TS2EPConverter
+
+    try:
+        return TS2EPConverter(script, inputs).convert()
+    except Exception as e:
+        raise FrontendError(
+            f"TorchScript file {path!r} could not be converted to an ExportedProgram "
+            f"({type(e).__name__}: {_first_line(e)}). Export the original nn.Module with torch.export.save "
+            f"instead."
+        ) from e
+
+
+class _TracedInputsUnpickler(pickle.Unpickler):
+    """Reads ``traced_inputs.pkl`` of a traced TorchScript archive, allowing only tensor rebuilding.
+
+    ``torch.jit.trace`` stores the example inputs it traced with; using them spares users an
+    ``--input-shape``. torch offers no loader for this member, and a plain unpickler would run any code,
+    so this one resolves exactly the globals a tensor list needs and reads storages from the archive.
+    """
+
+    _ALLOWED = {
+        ("torch._utils", "_rebuild_tensor_v2"),
+        ("torch.jit._pickle", "restore_type_tag"),
+        ("collections", "OrderedDict"),
+    }
+
+    def __init__(self, file, zf: zipfile.ZipFile, prefix: str):
+        super().__init__(file)
+        self._zf, self._prefix = zf, prefix
+
+    def find_class(self, module, name):
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        if module == "torch" and name.endswith("Storage"):
+            return name
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in traced inputs")
+
+    def persistent_load(self, pid):
+        kind, storage_name, key, _location, numel = pid
+        if kind != "storage":
+            raise pickle.UnpicklingError(f"unexpected persistent id {kind!r}")
+        dtype = getattr(torch, storage_name).dtype
+        data = bytearray(self._zf.read(f"{self._prefix}traced_inputs/{key}"))
+        return torch.frombuffer(data, dtype=dtype, count=numel).untyped_storage() if numel else (
+            torch.empty(0, dtype=dtype).untyped_storage()
+        )
+
+
+def _traced_inputs(path: str) -> tuple | None:
+    """The example inputs stored by ``torch.jit.trace`` for ``forward``, or None (scripted modules)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = [n for n in zf.namelist() if n.endswith("/traced_inputs.pkl")]
+            if not names:
+                return None
+            prefix = names[0][: -len("traced_inputs.pkl")]
+            with zf.open(names[0]) as f:
+                stored = _TracedInputsUnpickler(f, zf, prefix).load()
+    except Exception:
+        return None  # an unreadable optional member: fall back to asking for --input-shape
+    inputs = stored.get("forward") if isinstance(stored, dict) else None
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(t, torch.Tensor) for t in inputs):
+        return tuple(inputs)
+    return None
+
+
+def _load_pickle(path, example_inputs, input_shapes, trust_pickle) -> torch.export.ExportedProgram:
+    """Whole-module pickles need the model's classes and run their code on load: opt-in only.
+
+    Without the opt-in the file is still probed with torch's weights-only unpickler (safe by design), so a
+    state dict gets a precise message instead of the generic pickle one.
+    """
+    if not trust_pickle:
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:
+            raise FrontendError(
+                f"model file {path!r} is a pickled Python object (torch.save of a whole module). Loading it "
+                f"runs arbitrary code from the file, so it is refused by default. If you trust the file, pass "
+                f"--trust-pickle (trust_pickle=True) with one --input-shape per input; better, save the model "
+                f"with torch.export.save(torch.export.export(model, example_inputs), 'model.pt2')."
+            ) from None
+        raise _not_a_module(path, obj)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=False)
+    except (ModuleNotFoundError, AttributeError) as e:
+        raise FrontendError(
+            f"model file {path!r} is a pickled module whose class cannot be imported here ({e}). Make the "
+            f"module defining the model importable (PYTHONPATH), or save it with torch.export.save instead."
+        ) from e
+    except Exception as e:
+        raise FrontendError(
+            f"model file {path!r} could not be unpickled ({type(e).__name__}: {_first_line(e)}); it may be "
+            f"corrupt. Expected {ACCEPTED_FORMATS}."
+        ) from e
+    if not isinstance(obj, torch.nn.Module):
+        raise _not_a_module(path, obj)
+    inputs = _resolve_inputs(example_inputs, input_shapes, what=f"pickled module {path!r}")
+    return _export(obj, inputs, what=f"the module in {path!r}")
+
+
+def _not_a_module(path, obj) -> FrontendError:
+    if isinstance(obj, dict):
+        return FrontendError(
+            f"model file {path!r} holds a state dict (weights only, no architecture), which cannot be "
+            f"compiled on its own. Build the model, load_state_dict, then torch.export.save it."
+        )
+    return FrontendError(
+        f"model file {path!r} holds a pickled {type(obj).__name__}, not an nn.Module. Expected "
+        f"{ACCEPTED_FORMATS}."
+    )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
