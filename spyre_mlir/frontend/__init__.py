@@ -24,7 +24,7 @@ _LAZY = {
     "detect_format": "load",
     "parse_input_shape": "load",
     "ADAPTERS": "adapters",
-    "apply_adapters": "adapters",
+    "adapt": "adapters",
 }
 
 __all__ = ["FrontendError", *_LAZY]

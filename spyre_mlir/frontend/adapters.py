@@ -1,0 +1,165 @@
+"""Model adapters: mathematically equivalent rewrites of ops the Torch-MLIR -> linalg path cannot handle.
+
+Each adapter is a decomposition (a Python function over torch ops) for one or more ATen overloads. Adapters
+are merged into Torch-MLIR's own decomposition table and applied by ``ep.run_decompositions(table)`` before
+import, so they see the exported graph at the ATen level and their output is traced like any other
+decomposition. The ops adapted here were found by importing models and small probes with this torch-mlir
+version (20261001):
+
+* ``aten.cumsum`` lowers to ``tm_tensor.scan``, a sequential scan outside linalg that later Spyre stages
+  cannot map; Hugging Face models use it to build position ids from the attention mask.
+* ``aten.cummax`` and ``aten.median.dim`` fail in the torch backend pipeline ("failed to legalize
+  operation 'torch.operator'").
+
+To add an adapter: write the decomposition, add an :class:`Adapter` to ``ADAPTERS`` with its reason, and a
+test in ``test/unit/test_adapters.py`` comparing the adapted program with eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+aten = torch.ops.aten
+
+# A scan over more elements than this would build an n x n triangular matrix too large to be worth it.
+MAX_TRIANGULAR_SCAN = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapter:
+    """A named rewrite: ``decompositions`` maps ATen overloads to equivalent torch code.
+
+    ``applies(node)`` may veto the rewrite for one occurrence (e.g. a scan too long for the triangular
+    form); the adapter is used only when every occurrence in the program accepts it.
+    """
+
+    name: str
+    why: str
+    decompositions: dict
+    applies: Callable[[torch.fx.Node], bool] = lambda node: True
+
+
+def _scan_length(node: torch.fx.Node) -> int:
+    x = node.args[0].meta["val"]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs["dim"]
+    return int(x.shape[dim]) if x.dim() else 1
+
+
+def cumsum_as_triangular_matmul(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``cumsum(x, dim)`` as ``x @ U`` along ``dim``, with ``U`` the upper-triangular ones matrix
+    (``U[j, i] = 1`` for ``j <= i``, so ``out[i] = sum_{j<=i} x[j]``). Exact for integers; for floats the
+    summation order differs from a sequential scan only by rounding. A matmul maps onto the PT array."""
+    if dtype is None:
+        # cumsum promotes integer and bool inputs to int64.
+        dtype = x.dtype if x.dtype.is_floating_point or x.dtype.is_complex else torch.int64
+    x = x.to(dtype)
+    if x.dim() == 0:
+        return x.clone()
+    n = x.shape[dim]
+    upper = torch.ones(n, n, dtype=dtype, device=x.device).triu()
+    return torch.matmul(x.movedim(dim, -1), upper).movedim(-1, dim)
+
+
+def cummax_as_masked_max(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cummax(x, dim)`` as a max over a lower-triangular mask: ``values[i] = max_{j<=i} x[j]`` and
+    ``indices[i]`` = the last ``j <= i`` holding that value (PyTorch's tie and NaN rule: a NaN, once seen,
+    is the running maximum and its index is the last NaN so far)."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    xt = x.movedim(dim, -1)
+    n = xt.shape[-1]
+    seen = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()  # seen[i, j] = j <= i
+    grid = xt.unsqueeze(-2).expand(*xt.shape[:-1], n, n)  # grid[..., i, j] = x[..., j]
+    # torch.full, not torch.tensor: a tensor literal in a decomposition is an unfunctional lift_fresh_copy.
+    if x.dtype.is_floating_point:
+        lowest = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
+    elif x.dtype == torch.bool:
+        lowest = torch.full((), False, device=x.device)
+    else:
+        lowest = torch.full((), torch.iinfo(x.dtype).min, dtype=x.dtype, device=x.device)
+    values = torch.where(seen, grid, lowest).amax(-1)  # amax propagates NaN like cummax
+    hit = grid == values.unsqueeze(-1)
+    if x.dtype.is_floating_point:
+        hit = hit | (grid.isnan() & values.isnan().unsqueeze(-1))
+    positions = torch.arange(n, device=x.device)
+    indices = torch.where(seen & hit, positions, -1).amax(-1)
+    return values.movedim(-1, dim), indices.movedim(-1, dim)
+
+
+def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``median(x, dim)``: the lower median, element ``(n - 1) // 2`` of the sorted slice, with its index.
+    A slice holding a NaN has median NaN (PyTorch's rule), reported at the first NaN's index. Among equal
+    values the index may differ from eager's (PyTorch does not specify it); ``x[index] == value`` holds."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    n = x.shape[dim]
+    ordered, order = torch.sort(x, dim=dim)  # aten.sort.stable does not lower in this torch-mlir
+    values = ordered.narrow(dim, (n - 1) // 2, 1)
+    indices = order.narrow(dim, (n - 1) // 2, 1)
+    if x.dtype.is_floating_point:
+        nan = x.isnan()
+        has_nan = nan.any(dim, keepdim=True)
+        values = torch.where(has_nan, torch.full_like(values, float("nan")), values)
+        indices = torch.where(has_nan, nan.to(torch.int64).argmax(dim, keepdim=True), indices)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return values, indices
+
+
+ADAPTERS: list[Adapter] = [
+    Adapter(
+        name="cumsum-as-triangular-matmul",
+        why="aten.cumsum lowers to tm_tensor.scan (a sequential scan outside linalg); Hugging Face models "
+        "use it for position ids from the attention mask",
+        decompositions={aten.cumsum.default: cumsum_as_triangular_matmul},
+        applies=lambda node: _scan_length(node) <= MAX_TRIANGULAR_SCAN,
+    ),
+    Adapter(
+        name="cummax-as-masked-max",
+        why="aten.cummax fails to legalize in the torch backend pipeline",
+        decompositions={aten.cummax.default: cummax_as_masked_max},
+        applies=lambda node: _scan_length(node) <= MAX_TRIANGULAR_SCAN,
+    ),
+    Adapter(
+        name="median-by-sort",
+        why="aten.median.dim fails to legalize in the torch backend pipeline",
+        decompositions={aten.median.dim: median_by_sort},
+    ),
+]
+
+
+def decomposition_table() -> dict:
+    """Torch-MLIR's decomposition table (what ``torch_mlir.fx.export_and_import`` uses)."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    return dict(get_decomposition_table())
+
+
+def select_adapters(ep: torch.export.ExportedProgram, adapters: list[Adapter] | None = None) -> list[Adapter]:
+    """The adapters whose ops occur in ``ep``'s graph (or its subgraphs) and accept every occurrence."""
+    adapters = ADAPTERS if adapters is None else adapters
+    nodes = [n for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes]
+    chosen = []
+    for adapter in adapters:
+        hits = [n for n in nodes if n.op == "call_function" and n.target in adapter.decompositions]
+        if hits and all(adapter.applies(n) for n in hits):
+            chosen.append(adapter)
+    return chosen
+
+
+def adapt(
+    ep: torch.export.ExportedProgram, adapters: list[Adapter] | None = None
+) -> tuple[torch.export.ExportedProgram, list[str]]:
+    """Run Torch-MLIR's decompositions plus the applicable adapters on ``ep``.
+
+    Returns the decomposed program and the names of the adapters applied. Adapters win over Torch-MLIR's
+    table for the ops they cover.
+    """
+    chosen = select_adapters(ep, adapters)
+    table = decomposition_table()
+    for adapter in chosen:
+        table.update(adapter.decompositions)
+    return ep.run_decompositions(table), [a.name for a in chosen]

@@ -1,0 +1,283 @@
+"""Import an ExportedProgram to MLIR: torch dialect (backend form), then linalg-on-tensors.
+
+Parameters as arguments
+-----------------------
+Torch-MLIR's ``import_frozen_program`` inlines every parameter and buffer as a ``dense_resource`` literal
+(slow to build, memory-hungry, and its bytes cannot be read back from Python), and it fails on buffers that
+are not in the state dict (non-persistent buffers such as rotary ``inv_freq``). So this importer rebuilds
+the program's graph with every parameter, buffer (persistent or not) and large lifted constant as a
+*trailing argument* of ``@main``, each marked ``{spyre.param = "<fully qualified name>"}``, and hands the
+tensors over separately as zero-copy numpy views in :attr:`ImportedModel.params`. The IR stays small and
+readable, weights never get copied through MLIR attributes, and later stages (placement, precision,
+emission) find each weight by name. Small lifted constants (at most ``INLINE_CONSTANT_MAX_ELEMENTS``
+elements) stay in the IR as plain dense literals.
+
+Pipelines are those of ``torch_mlir.fx.export_and_import`` with ``output_type="linalg-on-tensors"``:
+``torchdynamo-export-to-torch-backend-pipeline`` (torch stage), then
+``torch-backend-to-linalg-on-tensors-backend-pipeline`` (linalg stage).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch.export.graph_signature import (
+    ConstantArgument,
+    InputKind,
+    OutputKind,
+    TensorArgument,
+)
+
+from torch_mlir import ir
+from torch_mlir.dialects import torch as torch_d
+from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_MLIR_TYPE, FxImporter, FxImporterHooks
+from torch_mlir.passmanager import PassManager
+
+from .errors import FrontendError
+
+# Lifted tensor constants with at most this many elements stay in the IR as dense literals; larger ones
+# become parameters like weights.
+INLINE_CONSTANT_MAX_ELEMENTS = 64
+
+PARAM_ATTR = "spyre.param"
+
+TORCH_PIPELINE = (
+    "builtin.module(func.func(torch-match-quantized-custom-ops), "
+    "torchdynamo-export-to-torch-backend-pipeline{ extra-library=})"
+)
+LINALG_PIPELINE = (
+    "builtin.module(torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true})"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """Name, static shape and torch dtype name (``"float32"``, ``"int64"``...) of an input or output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclasses.dataclass
+class ImportedModel:
+    """A model imported to MLIR, with its weights kept outside the IR.
+
+    ``@main``'s arguments are ``inputs`` in order, then one argument per entry of ``params`` (same order),
+    carrying ``{spyre.param = "<name>"}``. ``linalg_ir`` is None when import stopped at the torch stage.
+    """
+
+    torch_ir: str
+    linalg_ir: str | None
+    params: dict[str, np.ndarray]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    adapters: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def param_names(self) -> list[str]:
+        return list(self.params)
+
+
+class StageError(FrontendError):
+    """A pipeline failed. Carries what a reproducer needs: the input IR and the pass pipeline."""
+
+    def __init__(self, message: str, input_ir: str | None = None, pipeline: str | None = None):
+        super().__init__(message)
+        self.input_ir = input_ir
+        self.pipeline = pipeline
+
+
+def import_model(
+    model_or_path: Any,
+    example_inputs: Sequence[torch.Tensor] | None = None,
+    input_shapes: Sequence[str | tuple] | None = None,
+    trust_pickle: bool = False,
+    *,
+    stage: str = "linalg",
+) -> ImportedModel:
+    """Load (see :func:`load_program`), adapt, and import a model to torch and linalg IR.
+
+    ``stage="torch"`` stops after the torch backend pipeline (``linalg_ir`` is then None).
+    """
+    from .load import load_program
+
+    ep = load_program(model_or_path, example_inputs, input_shapes, trust_pickle)
+    imported = import_program(ep)
+    if stage == "linalg":
+        imported.linalg_ir = lower_to_linalg(imported.torch_ir)
+    elif stage != "torch":
+        raise ValueError(f"stage must be 'torch' or 'linalg', not {stage!r}")
+    return imported
+
+
+def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
+    """Adapt and decompose ``ep``, import it with parameters as arguments, run the torch backend pipeline."""
+    from .adapters import adapt
+
+    ep, applied = adapt(ep)
+    graph, params, inputs, outputs = _parameters_as_arguments(ep)
+
+    context = ir.Context()
+    torch_d.register_dialect(context)
+    importer = FxImporter(context=context, hooks=_DenseLiteralHooks())
+    try:
+        func_op = importer.import_stateless_graph(graph, func_name="main")
+    except Exception as e:
+        raise FrontendError(
+            f"Torch-MLIR's FX importer failed: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
+        ) from e
+    _mark_params(func_op, len(inputs), list(params), context)
+    module = importer.module
+    run_pipeline(module, TORCH_PIPELINE, "torch")
+    return ImportedModel(
+        torch_ir=_asm(module), linalg_ir=None, params=params, inputs=inputs, outputs=outputs, adapters=applied
+    )
+
+
+def lower_to_linalg(torch_ir: str) -> str:
+    """Run the upstream torch -> linalg-on-tensors pipeline on torch backend IR text."""
+    context = ir.Context()
+    torch_d.register_dialect(context)
+    module = ir.Module.parse(torch_ir, context)
+    run_pipeline(module, LINALG_PIPELINE, "linalg")
+    return _asm(module)
+
+
+def run_pipeline(module, pipeline: str, stage: str) -> None:
+    """Run a textual pass pipeline in place; on failure raise StageError with the diagnostics and input IR."""
+    input_ir = _asm(module)
+    errors: list[str] = []
+
+    def collect(diagnostic) -> bool:
+        # Keep errors for the message instead of letting MLIR print them to stderr.
+        if diagnostic.severity == ir.DiagnosticSeverity.ERROR:
+            errors.append(f"{diagnostic.location}: {diagnostic.message}")
+        return True
+
+    context = module.context
+    handler = context.attach_diagnostic_handler(collect)
+    try:
+        with context:
+            PassManager.parse(pipeline).run(module.operation)
+    except ir.MLIRError as e:
+        # The pass manager puts its diagnostics in the exception; `errors` catches any emitted outside it.
+        detail = str(e) if not errors else "\n".join(errors[:5])
+        raise StageError(f"the {stage} stage failed: {detail}", input_ir=input_ir, pipeline=pipeline) from None
+    finally:
+        handler.detach()
+
+
+def _asm(module) -> str:
+    return module.operation.get_asm(large_elements_limit=None, enable_debug_info=False)
+
+
+def _parameters_as_arguments(ep: torch.export.ExportedProgram):
+    """Copy ``ep``'s graph with user inputs first and parameters/buffers/large constants as trailing
+    placeholders. Returns (graph, params as numpy views, input specs, output specs)."""
+    sig = ep.graph_signature
+    old_placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for spec in sig.output_specs:
+        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+            raise FrontendError(
+                f"the model updates {spec.target or spec.arg.name!r} in place during forward (for example "
+                f"batch-norm statistics in training mode, or a KV cache); only inference graphs without state "
+                f"updates can be compiled. Call model.eval() and remove in-place state updates before export."
+            )
+
+    graph = torch.fx.Graph()
+    val_map: dict[torch.fx.Node, Any] = {}
+    inputs: list[TensorSpec] = []
+    trailing: list[tuple[torch.fx.Node, str, torch.Tensor]] = []
+    for spec in sig.input_specs:
+        node = old_placeholders.get(spec.arg.name) if hasattr(spec.arg, "name") else None
+        if spec.kind == InputKind.USER_INPUT:
+            if isinstance(spec.arg, ConstantArgument):
+                if node is not None:
+                    val_map[node] = spec.arg.value
+                continue
+            if not isinstance(spec.arg, TensorArgument):
+                raise FrontendError(
+                    f"input {spec.arg.name!r} is a symbolic size ({type(spec.arg).__name__}); the Spyre "
+                    f"compiler needs static shapes: export without dynamic_shapes."
+                )
+            new = graph.placeholder(node.name)
+            new.meta = dict(node.meta)
+            val_map[node] = new
+            val = node.meta["val"]
+            inputs.append(TensorSpec(node.name, tuple(int(d) for d in val.shape), _dtype_name(val.dtype)))
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            if spec.target in ep.state_dict:
+                value = ep.state_dict[spec.target]
+            else:  # non-persistent buffers live in ep.constants, not in the state dict
+                value = ep.constants[spec.target]
+            trailing.append((node, spec.target, value))
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            value = ep.constants[spec.target]
+            if value.numel() <= INLINE_CONSTANT_MAX_ELEMENTS:
+                val_map[node] = value.detach()
+            else:
+                trailing.append((node, spec.target, value))
+        else:
+            raise FrontendError(f"unsupported program input {spec.kind.name} {spec.target!r}")
+
+    params: dict[str, np.ndarray] = {}
+    for node, name, value in trailing:
+        new = graph.placeholder(node.name)
+        new.meta = dict(node.meta)
+        val_map[node] = new
+        params[name] = _numpy_view(value)
+
+    # graph_copy skips nodes already in val_map; the remaining placeholders are all mapped above.
+    out = graph.graph_copy(ep.graph, val_map, return_output_node=True)
+    graph.output(out[0] if isinstance(out, tuple) else out)
+
+    outputs = []
+    user_outputs = [s for s in sig.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    for i, (spec, arg) in enumerate(zip(user_outputs, out_node.args[0])):
+        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            outputs.append(TensorSpec(f"output_{i}", tuple(int(d) for d in val.shape), _dtype_name(val.dtype)))
+    return graph, params, inputs, outputs
+
+
+def _numpy_view(t: torch.Tensor) -> np.ndarray:
+    """A numpy array sharing ``t``'s memory (bfloat16 via ml_dtypes, which numpy lacks)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _mark_params(func_op, num_inputs: int, names: list[str], context) -> None:
+    """Attach ``spyre.param = "<name>"`` to the trailing arguments of ``@main``."""
+    with context:
+        attrs = [ir.DictAttr.get({}) for _ in range(num_inputs)]
+        attrs += [ir.DictAttr.get({PARAM_ATTR: ir.StringAttr.get(name)}) for name in names]
+        func_op.arg_attrs = ir.ArrayAttr.get(attrs)
+
+
+class _DenseLiteralHooks(FxImporterHooks):
+    """FX importer hooks: tensor literals become plain ``DenseElementsAttr`` (readable from Python), never
+    ``dense_resource``. Only small constants reach this hook: weights are arguments."""
+
+    def resolve_literal(self, gni, literal, info):
+        if not isinstance(literal, torch.Tensor):
+            return None
+        array = np.require(_numpy_view(literal), requirements="C")  # keeps 0-d arrays 0-d
+        element_type = TORCH_DTYPE_TO_MLIR_TYPE[literal.dtype]()
+        attr = ir.DenseElementsAttr.get(array, type=element_type, shape=list(array.shape))
+        vtensor_type = gni._cc.tensor_to_vtensor_type(literal)
+        return ir.Operation.create("torch.vtensor.literal", results=[vtensor_type], attributes={"value": attr}).result
