@@ -12,7 +12,7 @@ Public API::
     ImportedModel, TensorSpec, FrontendError, parse_input_shape, ADAPTERS
 """
 
-from .errors import FrontendError
+from .errors import FrontendError, StageError
 
 _LAZY = {
     "import_model": "importer",
@@ -27,7 +27,7 @@ _LAZY = {
     "adapt": "adapters",
 }
 
-__all__ = ["FrontendError", *_LAZY]
+__all__ = ["FrontendError", "StageError", *_LAZY]
 
 
 def __getattr__(name):

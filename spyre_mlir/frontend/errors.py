@@ -10,3 +10,16 @@ class FrontendError(Exception):
     The message is a single paragraph meant to be printed as is (the CLI prints it and exits 2,
     without a traceback): it names the file or the op involved and says what to do.
     """
+
+
+class StageError(FrontendError):
+    """A compiler stage failed on a model that loaded fine (the compiler's failure, not the input's).
+
+    Carries what a reproducer needs: ``input_ir``, the IR the failing pass pipeline ran on, and
+    ``pipeline``, that textual pipeline (both None when the failure is in Python, e.g. the FX importer).
+    """
+
+    def __init__(self, message: str, input_ir: str | None = None, pipeline: str | None = None):
+        super().__init__(message)
+        self.input_ir = input_ir
+        self.pipeline = pipeline

@@ -36,7 +36,7 @@ from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_MLIR_TYPE, FxImporter, FxImporterHooks
 from torch_mlir.passmanager import PassManager
 
-from .errors import FrontendError
+from .errors import FrontendError, StageError
 
 # Lifted tensor constants with at most this many elements stay in the IR as dense literals; larger ones
 # become parameters like weights.
@@ -82,15 +82,6 @@ class ImportedModel:
         return list(self.params)
 
 
-class StageError(FrontendError):
-    """A pipeline failed. Carries what a reproducer needs: the input IR and the pass pipeline."""
-
-    def __init__(self, message: str, input_ir: str | None = None, pipeline: str | None = None):
-        super().__init__(message)
-        self.input_ir = input_ir
-        self.pipeline = pipeline
-
-
 def import_model(
     model_or_path: Any,
     example_inputs: Sequence[torch.Tensor] | None = None,
@@ -118,7 +109,10 @@ def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
     """Adapt and decompose ``ep``, import it with parameters as arguments, run the torch backend pipeline."""
     from .adapters import adapt
 
-    ep, applied = adapt(ep)
+    try:
+        ep, applied = adapt(ep)
+    except Exception as e:
+        raise StageError(f"decomposing the exported program failed: {type(e).__name__}: {_first_line(e)}") from e
     graph, params, inputs, outputs = _parameters_as_arguments(ep)
 
     context = ir.Context()
@@ -127,9 +121,7 @@ def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
     try:
         func_op = importer.import_stateless_graph(graph, func_name="main")
     except Exception as e:
-        raise FrontendError(
-            f"Torch-MLIR's FX importer failed: {type(e).__name__}: {str(e).strip().splitlines()[0]}"
-        ) from e
+        raise StageError(f"Torch-MLIR's FX importer failed: {type(e).__name__}: {_first_line(e)}") from e
     _mark_params(func_op, len(inputs), list(params), context)
     module = importer.module
     run_pipeline(module, TORCH_PIPELINE, "torch")
@@ -169,6 +161,11 @@ def run_pipeline(module, pipeline: str, stage: str) -> None:
         raise StageError(f"the {stage} stage failed: {detail}", input_ir=input_ir, pipeline=pipeline) from None
     finally:
         handler.detach()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def _asm(module) -> str:

@@ -180,7 +180,9 @@ def _load_file(path, example_inputs, input_shapes, trust_pickle) -> torch.export
     fmt = detect_format(path)
     if fmt == EXPORT:
         try:
-            return torch.export.load(path)
+            # An open file, not the path: torch.export.load warns about (and retries) paths not ending in .pt2.
+            with open(path, "rb") as f:
+                return torch.export.load(f)
         except Exception as e:
             raise FrontendError(
                 f"model file {path!r} is a torch.export archive but could not be loaded "
@@ -194,7 +196,8 @@ def _load_file(path, example_inputs, input_shapes, trust_pickle) -> torch.export
 
 def _load_torchscript(path, example_inputs, input_shapes) -> torch.export.ExportedProgram:
     """torch.export refuses ScriptModules; torch's TS2EPConverter rebuilds an ExportedProgram from the
-    TorchScript graph (parameters become buffers, which the importer treats alike)."""
+    TorchScript graph (parameters become buffers, which the importer treats alike). Inputs: explicit ones,
+    else the shapes a traced module recorded."""
     try:
         script = torch.jit.load(path, map_location="cpu")
     except Exception as e:
@@ -202,13 +205,20 @@ def _load_torchscript(path, example_inputs, input_shapes) -> torch.export.Export
             f"model file {path!r} looks like TorchScript but torch.jit.load failed "
             f"({type(e).__name__}: {_first_line(e)}); it may be corrupt. Expected {ACCEPTED_FORMATS}."
         ) from e
+    traced = _traced_input_shapes(path)
     inputs = _resolve_inputs(
-        example_inputs, input_shapes, what=f"TorchScript file {path!r}", fallback=_traced_inputs(path)
+        example_inputs,
+        input_shapes,
+        what=f"TorchScript file {path!r}",
+        fallback=example_inputs_from_shapes(traced) if traced else None,
     )
     from torch._export.converter import TS2EPConverter
 
     try:
-        return TS2EPConverter(script, inputs).convert()
+        converted = TS2EPConverter(script, inputs).convert()
+        # The converter marks every input dimension dynamic; Spyre compiles static shapes, so export its
+        # graph again with the concrete example inputs.
+        return torch.export.export(converted.module(), inputs, strict=False)
     except Exception as e:
         raise FrontendError(
             f"TorchScript file {path!r} could not be converted to an ExportedProgram "
@@ -218,11 +228,12 @@ def _load_torchscript(path, example_inputs, input_shapes) -> torch.export.Export
 
 
 class _TracedInputsUnpickler(pickle.Unpickler):
-    """Reads ``traced_inputs.pkl`` of a traced TorchScript archive, allowing only tensor rebuilding.
+    """Reads the input *shapes* from ``traced_inputs.pkl`` of a traced TorchScript archive.
 
-    ``torch.jit.trace`` stores the example inputs it traced with; using them spares users an
-    ``--input-shape``. torch offers no loader for this member, and a plain unpickler would run any code,
-    so this one resolves exactly the globals a tensor list needs and reads storages from the archive.
+    ``torch.jit.trace`` records the inputs it traced with (as tensor metadata; torch writes their data as
+    empty records), which spares users an ``--input-shape``. torch offers no loader for this member and a
+    plain unpickler would run any code, so this one resolves only the globals a tensor list needs and
+    yields zero tensors of the recorded shapes and dtypes.
     """
 
     _ALLOWED = {
@@ -230,44 +241,48 @@ class _TracedInputsUnpickler(pickle.Unpickler):
         ("torch.jit._pickle", "restore_type_tag"),
         ("collections", "OrderedDict"),
     }
-
-    def __init__(self, file, zf: zipfile.ZipFile, prefix: str):
-        super().__init__(file)
-        self._zf, self._prefix = zf, prefix
+    _STORAGE_DTYPES = {
+        "FloatStorage": torch.float32,
+        "DoubleStorage": torch.float64,
+        "HalfStorage": torch.float16,
+        "BFloat16Storage": torch.bfloat16,
+        "LongStorage": torch.int64,
+        "IntStorage": torch.int32,
+        "ShortStorage": torch.int16,
+        "CharStorage": torch.int8,
+        "ByteStorage": torch.uint8,
+        "BoolStorage": torch.bool,
+    }
 
     def find_class(self, module, name):
         if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
-        if module == "torch" and name.endswith("Storage"):
-            return name
+        if module == "torch" and name in self._STORAGE_DTYPES:
+            return self._STORAGE_DTYPES[name]
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in traced inputs")
 
     def persistent_load(self, pid):
-        kind, storage_name, key, _location, numel = pid
-        if kind != "storage":
-            raise pickle.UnpicklingError(f"unexpected persistent id {kind!r}")
-        dtype = getattr(torch, storage_name).dtype
-        data = bytearray(self._zf.read(f"{self._prefix}traced_inputs/{key}"))
-        return torch.frombuffer(data, dtype=dtype, count=numel).untyped_storage() if numel else (
-            torch.empty(0, dtype=dtype).untyped_storage()
-        )
+        kind, dtype, _key, _location, numel = pid
+        if kind != "storage" or not isinstance(dtype, torch.dtype):
+            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
+        return torch.storage.TypedStorage(numel, dtype=dtype, _internal=True)
 
 
-def _traced_inputs(path: str) -> tuple | None:
-    """The example inputs stored by ``torch.jit.trace`` for ``forward``, or None (scripted modules)."""
+def _traced_input_shapes(path: str) -> list[tuple[tuple[int, ...], torch.dtype]] | None:
+    """The (shape, dtype) of each input ``torch.jit.trace`` stored for ``forward``, or None (scripted
+    modules, or an unreadable member: then the user is asked for --input-shape)."""
     try:
         with zipfile.ZipFile(path) as zf:
             names = [n for n in zf.namelist() if n.endswith("/traced_inputs.pkl")]
             if not names:
                 return None
-            prefix = names[0][: -len("traced_inputs.pkl")]
             with zf.open(names[0]) as f:
-                stored = _TracedInputsUnpickler(f, zf, prefix).load()
+                stored = _TracedInputsUnpickler(f).load()
     except Exception:
-        return None  # an unreadable optional member: fall back to asking for --input-shape
+        return None
     inputs = stored.get("forward") if isinstance(stored, dict) else None
     if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(t, torch.Tensor) for t in inputs):
-        return tuple(inputs)
+        return [(tuple(t.shape), t.dtype) for t in inputs]
     return None
 
 

@@ -1,0 +1,206 @@
+"""spyre-compile: compile a PyTorch model file, stopping at a named stage.
+
+    spyre-compile MODEL --emit=torch|linalg [-o OUT] [--input-shape 1x3x224x224xf32 ...]
+                  [--trust-pickle] [--dump-dir DIR]
+
+The compiler is a list of named stages (``STAGES``); ``--emit=NAME`` runs the stages up to NAME and prints
+(or writes, with ``-o``) that stage's IR. Later stages (spyre, kernel, program, binary) are accepted by the
+option parser but exit 1 until they are built: a stage is added by writing ``def _stage_x(job, ir) -> str``
+and appending ``("x", _stage_x)`` to ``STAGES`` (and removing it from ``PLANNED_STAGES``).
+
+``--dump-dir DIR`` keeps every stage's output (``01-torch.mlir``, ``02-linalg.mlir``, ...). When a stage
+fails it also writes the stage's input IR (``NN-<stage>.input.mlir``) and the exact command that reproduces
+the failure (``NN-<stage>.repro.sh``).
+
+Exit status: 0 success; 1 a stage failed or is not built yet; 2 bad usage or a model file that cannot be
+loaded (the message names the file and the accepted formats; no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+import tempfile
+import time
+import warnings
+from typing import Callable, Sequence
+
+# torch and the frontend are imported inside the stages: `spyre-compile --help` stays instant.
+
+
+@dataclasses.dataclass
+class Job:
+    """What the stages share: the parsed command line and the imported model once the torch stage ran."""
+
+    args: argparse.Namespace
+    imported: object = None  # spyre_mlir.frontend.ImportedModel
+
+
+def _stage_torch(job: Job, _ir: str | None) -> str:
+    """Load the model file, apply adapters, import with Torch-MLIR's FX importer, run the torch backend
+    pipeline."""
+    from spyre_mlir.frontend import import_model
+
+    job.imported = import_model(
+        job.args.model, input_shapes=job.args.input_shape, trust_pickle=job.args.trust_pickle, stage="torch"
+    )
+    return job.imported.torch_ir
+
+
+def _stage_linalg(job: Job, torch_ir: str) -> str:
+    """Torch backend IR -> linalg-on-tensors (upstream pipeline)."""
+    from spyre_mlir.frontend.importer import lower_to_linalg
+
+    return lower_to_linalg(torch_ir)
+
+
+# The compiler, in order. Each stage takes the previous stage's IR text and returns its own.
+STAGES: list[tuple[str, Callable[[Job, str | None], str]]] = [
+    ("torch", _stage_torch),
+    ("linalg", _stage_linalg),
+]
+# Accepted by --emit so scripts can be written against the final interface; not built yet.
+PLANNED_STAGES = ["spyre", "kernel", "program", "binary"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="spyre-compile",
+        description="Compile a PyTorch model for Spyre, stopping at the stage named by --emit.",
+    )
+    p.add_argument("model", help="torch.export archive (.pt2/.pt), TorchScript file, or pickle (--trust-pickle)")
+    p.add_argument(
+        "--emit",
+        choices=[name for name, _ in STAGES] + PLANNED_STAGES,
+        default=STAGES[-1][0],
+        help="stage whose output to print or write (default: %(default)s)",
+    )
+    p.add_argument("-o", "--output", help="write the output here (atomically) instead of stdout")
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        metavar="SHAPE",
+        help="shape and element type of one input, e.g. 1x3x224x224xf32 or 1x16xi64; repeat once per input "
+        "(needed by TorchScript files without stored inputs and by pickles)",
+    )
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow loading a whole-module torch.save pickle (unpickling runs code from the file)",
+    )
+    p.add_argument("--dump-dir", help="keep every stage's IR here, and a reproducer when a stage fails")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.emit in PLANNED_STAGES:
+        built = ", ".join(name for name, _ in STAGES)
+        print(f"spyre-compile: stage {args.emit!r} is not built yet (built stages: {built})", file=sys.stderr)
+        return 1
+    # torch and torch.export warn about their own internals (deprecations); users cannot act on those.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
+
+    from spyre_mlir.frontend.errors import FrontendError, StageError
+
+    stages = STAGES[: [name for name, _ in STAGES].index(args.emit) + 1]
+    job = Job(args)
+    progress = _Progress(len(stages))
+    ir_text: str | None = None
+    for index, (name, stage) in enumerate(stages, start=1):
+        progress.start(index, name)
+        try:
+            ir_text = stage(job, ir_text)
+        except FrontendError as e:
+            progress.fail(index, name)
+            input_ir = getattr(e, "input_ir", None)
+            if args.dump_dir:
+                _write_reproducer(args, index, name, input_ir if input_ir is not None else ir_text, e)
+            print(f"spyre-compile: error: {e}", file=sys.stderr)
+            # A stage failure is the compiler's; any other FrontendError is about the input (file, shapes).
+            return 1 if isinstance(e, StageError) else 2
+        progress.done(index, name)
+        if args.dump_dir:
+            _write_atomic(os.path.join(args.dump_dir, f"{index:02d}-{name}.mlir"), ir_text)
+
+    if args.output:
+        _write_atomic(args.output, ir_text)
+    else:
+        sys.stdout.write(ir_text)
+    return 0
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write via a temporary file in the same directory and os.replace, so readers never see half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _write_reproducer(args, index: int, name: str, input_ir: str | None, error: Exception) -> None:
+    """Write the failing stage's input IR and a shell script with the exact command that fails again."""
+    stem = os.path.join(args.dump_dir, f"{index:02d}-{name}")
+    pipeline = getattr(error, "pipeline", None)
+    if pipeline and input_ir is not None:
+        input_path = os.path.abspath(stem + ".input.mlir")
+        _write_atomic(input_path, input_ir)
+        command = shlex.join(["torch-mlir-opt", f"--pass-pipeline={pipeline}", input_path])
+    else:
+        # The failure is in Python (loading, export, FX import): rerun the compiler itself on the model.
+        command = [
+            "spyre-compile", os.path.abspath(args.model), f"--emit={name}",
+            *(f"--input-shape={s}" for s in args.input_shape or []),
+            *(["--trust-pickle"] if args.trust_pickle else []),
+        ]
+        command = shlex.join(command)
+    script = f"#!/bin/sh\n# spyre-compile stage {name!r} failed:\n" + "".join(
+        f"#   {line}\n" for line in str(error).splitlines()[:20]
+    ) + command + "\n"
+    _write_atomic(stem + ".repro.sh", script)
+    os.chmod(stem + ".repro.sh", 0o755)
+
+
+class _Progress:
+    """One line per stage on stderr (rich spinner while it runs); silent when stderr is not a terminal, so
+    pipes, logs and tests see only real output and errors."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.console = None
+        self.status = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self.console = Console(stderr=True)
+
+    def start(self, index: int, name: str) -> None:
+        self.t0 = time.perf_counter()
+        if self.console:
+            self.status = self.console.status(f"[{index}/{self.total}] {name}")
+            self.status.start()
+
+    def _end(self, index: int, name: str, mark: str) -> None:
+        if self.console:
+            self.status.stop()
+            self.console.print(f"{mark} [{index}/{self.total}] {name} ({time.perf_counter() - self.t0:.2f}s)")
+
+    def done(self, index: int, name: str) -> None:
+        self._end(index, name, "[green]ok[/green]")
+
+    def fail(self, index: int, name: str) -> None:
+        self._end(index, name, "[red]failed[/red]")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
