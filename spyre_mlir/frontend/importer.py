@@ -174,7 +174,7 @@ def _asm(module) -> str:
 
 def _parameters_as_arguments(ep: torch.export.ExportedProgram):
     """Copy ``ep``'s graph with user inputs first and parameters/buffers/large constants as trailing
-    placeholders. Returns (graph, params as numpy views, input specs, output specs)."""
+    placeholders (unused ones dropped). Returns (graph, params as numpy views, input specs, output specs)."""
     sig = ep.graph_signature
     old_placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     for spec in sig.output_specs:
@@ -223,6 +223,9 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
 
     params: dict[str, np.ndarray] = {}
     for node, name, value in trailing:
+        if not node.users:  # e.g. batch norm's num_batches_tracked in eval mode: nothing to ship
+            val_map[node] = None  # mapped, so graph_copy skips it
+            continue
         new = graph.placeholder(node.name)
         new.meta = dict(node.meta)
         val_map[node] = new
