@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # Keep lit's per-test timeout generous: CI machines are shared and noisy.
-LIT_OPTS ?= -sv --timeout=300
+LIT_OPTS ?= -sv
 
 .PHONY: setup demo check check-lit check-pytest bench clean
 
