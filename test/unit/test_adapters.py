@@ -1,0 +1,108 @@
+"""Each model adapter computes what eager PyTorch computes, removes its op, and lets the model import."""
+
+import re
+
+import pytest
+import torch
+
+from spyre_mlir.frontend import import_model
+from spyre_mlir.frontend.adapters import ADAPTERS, MAX_TRIANGULAR_SCAN, adapt, select_adapters
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+
+aten = torch.ops.aten
+BY_NAME = {a.name: a for a in ADAPTERS}
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def position_ids(mask):
+    """Hugging Face's position ids from a (left-padded) attention mask."""
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
+def median(dim, keepdim=False):
+    fn = lambda x: torch.median(x, dim, keepdim=keepdim)  # noqa: E731
+    fn.dim = dim
+    return fn
+
+
+torch.manual_seed(0)  # the random inputs below are fixed
+CASES = {
+    # adapter name: (function, example inputs for export, further inputs to compare on)
+    "cumsum-as-triangular-matmul": [
+        (position_ids, (torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]),),
+         [(torch.tensor([[0, 1, 1, 1, 1], [0, 0, 0, 0, 1]]),)]),
+        (lambda x: x.cumsum(1), (torch.randn(2, 7, 3),), [(torch.randn(2, 7, 3) * 100,)]),
+        (lambda x: x.cumsum(0, dtype=torch.float64), (torch.randn(5),), []),
+        (lambda b: b.cumsum(-1), (torch.rand(3, 6) > 0.5,), [(torch.rand(3, 6) > 0.2,)]),
+    ],
+    "cummax-as-masked-max": [
+        (lambda x: torch.cummax(x, -1), (torch.randn(3, 9),),
+         [(torch.tensor([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 0.0, 5.0, -1.0]] * 3),),  # ties: last index
+          (torch.tensor([[1.0, float("nan"), 2.0, float("nan"), 9.0, 0.0, 1.0, 2.0, 3.0]] * 3),)]),
+        (lambda x: torch.cummax(x, 0), (torch.randint(-5, 5, (6, 2)),), [(torch.randint(-5, 5, (6, 2)),)]),
+    ],
+    "median-by-sort": [
+        (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
+        (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),
+        (median(1), (torch.randn(2, 5),),
+         [(torch.tensor([[1.0, float("nan"), 2.0, 3.0, 4.0], [5.0, 1.0, 1.0, 1.0, 2.0]]),)]),
+    ],
+}
+
+
+def test_every_adapter_is_documented_and_tested():
+    assert len(BY_NAME) == len(ADAPTERS)
+    for adapter in ADAPTERS:
+        assert adapter.name and len(adapter.why) > 20 and adapter.decompositions
+    assert set(CASES) == set(BY_NAME)
+
+
+def _check_median(expected, actual, x, dim):
+    """Values must match; among equal values the index is unspecified, so check it points at the value."""
+    (ev, _), (av, ai) = expected, actual
+    torch.testing.assert_close(av, ev, equal_nan=True)
+    picked = x.gather(dim % x.dim(), ai if ai.dim() == x.dim() else ai.unsqueeze(dim))
+    torch.testing.assert_close(picked.reshape(av.shape), av, equal_nan=True)
+
+
+@pytest.mark.parametrize("name, case", [(n, c) for n, cs in CASES.items() for c in cs],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_adapter_matches_eager(name, case):
+    fn, example, more = case
+    adapter = BY_NAME[name]
+    ep = torch.export.export(Fn(fn), example)
+    assert select_adapters(ep) == [adapter]
+    adapted, applied = adapt(ep, [adapter])
+    assert applied == [name]
+    targets = set(adapter.decompositions)
+    assert not [n for n in adapted.graph.nodes if n.target in targets], "op still in the adapted graph"
+    run = adapted.module()
+    for args in [example, *more]:
+        expected, actual = fn(*args), run(*args)
+        if name == "median-by-sort":
+            _check_median(expected, actual, args[0], fn.dim)
+        else:
+            torch.testing.assert_close(actual, expected, equal_nan=True, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_adapted_model_imports_to_linalg(name):
+    fn, example, _ = CASES[name][0]
+    result = import_model(Fn(fn), example)
+    assert result.adapters == [name]
+    assert "tm_tensor.scan" not in result.linalg_ir
+    assert re.search(r"linalg\.(generic|matmul|batch_matmul)", result.linalg_ir)
+
+
+def test_long_scans_are_left_alone():
+    ep = torch.export.export(Fn(lambda x: x.cumsum(-1)), (torch.randn(1, MAX_TRIANGULAR_SCAN + 1),))
+    assert select_adapters(ep) == []
