@@ -1,0 +1,350 @@
+"""ProgramBuilder: the Python API that assembles .spyre programs (used by tests and by ``spyre-emit``).
+
+It owns the bookkeeping a hand-written program gets wrong: device addresses (4 KiB aligned, in declaration
+order), the canonical stick layout of every buffer, scratchpad tiles (a bump allocator per core), record
+encoding, and debug info (op name + source location, by default the caller's ``file:line``). Semantic
+checks (bounds, formats, initialized reads) are the loader's job; ``ProgramBuilder.load()`` runs them.
+
+Example::
+
+    b = ProgramBuilder(load_target(cores=1))
+    x = b.input("x", (64, 64), "dlf16"); y = b.output("y", (64, 64), "dlf16")
+    t = b.alloc(0, 64, 64, "dlf16")
+    b.load_tile(0, t, x)
+    b.sfu(0, "exp", t, t)
+    b.store_tile(0, t, y)
+    exe = b.load()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import numpy as np
+
+from .binary import BUFFER_ALIGN, Buffer, Program, buffer_layout, program_to_bytes, write_program
+from .formats import STICK_BYTES, Format, encode
+from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, tile_bytes,
+                  tile_pitch)
+
+__all__ = ["ProgramBuilder", "Tile"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """A dense [rows, cols] tile in one core's scratchpad (row pitch padded to sticks)."""
+
+    addr: int
+    rows: int
+    cols: int
+    fmt: Format
+
+    @property
+    def pitch(self) -> int:
+        return tile_pitch(self.cols, self.fmt)
+
+    @property
+    def nbytes(self) -> int:
+        return tile_bytes(self.rows, self.cols, self.fmt)
+
+    def row_slice(self, r0: int, r1: int) -> "Tile":
+        """Rows [r0, r1) of this tile as a tile of its own (same pitch, so still dense)."""
+        if not 0 <= r0 < r1 <= self.rows:
+            raise ValueError(f"row slice [{r0}, {r1}) outside a {self.rows}-row tile")
+        return Tile(self.addr + r0 * self.pitch, r1 - r0, self.cols, self.fmt)
+
+
+def _fmt(f) -> Format:
+    return Format.parse(f)
+
+
+def _caller_loc() -> str:
+    """file:line of the first frame outside this module, as the default debug location."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}" if f is not None else ""
+
+
+class ProgramBuilder:
+    """Assemble a program for ``target`` (its ``num_cores`` is the program's core count)."""
+
+    def __init__(self, target, producer: str = "spyre_mlir.runtime.assembler"):
+        self.target = target
+        self.producer = producer
+        self.buffers: list[Buffer] = []
+        self.constants: dict[str, bytes] = {}
+        self.host_ops: list[dict] = []
+        self._records: list[list[dict]] = [[] for _ in range(target.num_cores)]
+        self._debug: list[list[tuple[str, str]]] = [[] for _ in range(target.num_cores)]
+        self._next_addr = 0
+        self._sp_top = [0] * target.num_cores
+
+    # ---- device buffers ---------------------------------------------------------------------------------
+
+    def _buffer(self, name: str, kind: str, shape, fmt) -> Buffer:
+        if any(b.name == name for b in self.buffers):
+            raise ValueError(f"buffer {name!r} already declared")
+        fmt = _fmt(fmt)
+        shape = tuple(int(d) for d in shape)
+        strides, nbytes = buffer_layout(shape, fmt)
+        buf = Buffer(name, kind, fmt, shape, self._next_addr, nbytes, strides)
+        self._next_addr += -(-nbytes // BUFFER_ALIGN) * BUFFER_ALIGN
+        self.buffers.append(buf)
+        return buf
+
+    def input(self, name: str, shape, fmt="dlf16") -> Buffer:
+        """Declare an input tensor; callers pass values, the runtime encodes them into ``fmt``."""
+        return self._buffer(name, "input", shape, fmt)
+
+    def output(self, name: str, shape, fmt="dlf16") -> Buffer:
+        """Declare an output tensor; the program must write all of it."""
+        return self._buffer(name, "output", shape, fmt)
+
+    def scratch(self, name: str, shape, fmt="dlf16") -> Buffer:
+        """Declare device memory for intermediates (readable only after the program wrote it)."""
+        return self._buffer(name, "scratch", shape, fmt)
+
+    def constant(self, name: str, values, fmt="dlf16", encoded: bool = False) -> Buffer:
+        """Declare a constant (weights). ``values`` are real values (encoded here, rounding to ``fmt``) or,
+        with ``encoded=True``, already the format's storage array (e.g. int8 codes, packed int4)."""
+        fmt = _fmt(fmt)
+        arr = np.asarray(values)
+        shape = arr.shape if not (encoded and fmt is Format.INT4) else arr.shape[:-1] + (arr.shape[-1] * 2,)
+        buf = self._buffer(name, "constant", shape or (1,), fmt)
+        bits = arr if encoded else encode(fmt, arr)
+        self.constants[name] = _to_device_image(buf, np.asarray(bits))
+        return buf
+
+    # ---- scratchpad -------------------------------------------------------------------------------------
+
+    def alloc(self, core: int, rows: int, cols: int, fmt="dlf16") -> Tile:
+        """Reserve a [rows, cols] tile on ``core`` (bump allocation; see :meth:`reset_scratchpad`)."""
+        fmt = _fmt(fmt)
+        t = Tile(self._sp_top[core], int(rows), int(cols), fmt)
+        self._sp_top[core] += t.nbytes
+        return t
+
+    def reset_scratchpad(self, core: int, top: int = 0) -> None:
+        """Let later :meth:`alloc` calls on ``core`` reuse the scratchpad from byte ``top`` on."""
+        self._sp_top[core] = top
+
+    def scratchpad_top(self, core: int) -> int:
+        return self._sp_top[core]
+
+    # ---- raw emission -----------------------------------------------------------------------------------
+
+    def emit(self, core: int, op: Op, loc: str | None = None, **fields) -> int:
+        """Append one raw record to ``core``'s stream; returns its index. Fields are INSTR_DTYPE names."""
+        unknown = set(fields) - set(INSTR_DTYPE.names)
+        if unknown:
+            raise ValueError(f"unknown instruction field(s) {sorted(unknown)}")
+        self._records[core].append({"op": int(op), **{k: v for k, v in fields.items()}})
+        self._debug[core].append((Op(op).name.lower(), loc if loc is not None else _caller_loc()))
+        return len(self._records[core]) - 1
+
+    # ---- DMA --------------------------------------------------------------------------------------------
+
+    def dma_load(self, core: int, dev: int, sp: int, shape, dev_strides=(0, 0), sp_strides=(0, 0),
+                 loc=None) -> int:
+        """Device -> scratchpad. ``shape`` = (outer, rows, row_bytes) or (rows, row_bytes); strides in
+        bytes for (outer, row)."""
+        return self._dma(Op.DMA_LOAD, core, dev, sp, shape, dev_strides, sp_strides, loc)
+
+    def dma_store(self, core: int, dev: int, sp: int, shape, dev_strides=(0, 0), sp_strides=(0, 0),
+                  loc=None) -> int:
+        """Scratchpad -> device; fields as :meth:`dma_load`."""
+        return self._dma(Op.DMA_STORE, core, dev, sp, shape, dev_strides, sp_strides, loc)
+
+    def _dma(self, op, core, dev, sp, shape, dev_strides, sp_strides, loc):
+        shape = tuple(shape)
+        if len(shape) == 2:
+            shape = (1,) + shape
+            dev_strides = (0, dev_strides[-1])
+            sp_strides = (0, sp_strides[-1])
+        m, n, k = shape
+        return self.emit(core, op, loc or _caller_loc(), dev=dev, a0=sp, m=m, n=n, k=k,
+                         a1=dev_strides[0], a2=dev_strides[1], a3=sp_strides[0], a4=sp_strides[1])
+
+    def _tile_dma(self, op, core, tile: Tile, buf: Buffer, row0: int, col0: int, index, loc):
+        if tile.fmt is not buf.fmt:
+            raise ValueError(f"tile format {tile.fmt.key} != buffer '{buf.name}' format {buf.fmt.key}")
+        if len(buf.shape) < 2 and (row0 or tile.rows != 1):
+            raise ValueError(f"buffer '{buf.name}' has one row")
+        if (col0 * buf.fmt.bits) % (STICK_BYTES * 8):
+            raise ValueError(f"column offset {col0} is not on a stick boundary")
+        col_bytes = buf.fmt.nbytes(col0)
+        if col_bytes + tile.pitch > buf.pitch:
+            raise ValueError(f"tile columns [{col0}, {col0}+{tile.cols}) run past the row of '{buf.name}'")
+        index = tuple(index)
+        outer = buf.strides[:-1] if len(buf.shape) >= 2 else ()
+        if len(index) != len(outer):
+            raise ValueError(f"buffer '{buf.name}' needs {len(outer)} leading indices, got {len(index)}")
+        dev = buf.addr + sum(i * s for i, s in zip(index, outer)) + col_bytes
+        dev += row0 * (buf.strides[-1] if len(buf.shape) >= 2 else 0)
+        return self._dma(op, core, dev, tile.addr, (tile.rows, tile.pitch), (0, buf.pitch),
+                         (0, tile.pitch), loc or _caller_loc())
+
+    def load_tile(self, core: int, tile: Tile, buf: Buffer, row0: int = 0, col0: int = 0, index=(),
+                  loc=None) -> int:
+        """Load ``buf[*index, row0:row0+tile.rows, col0:col0+tile.cols]`` (whole sticks) into ``tile``."""
+        return self._tile_dma(Op.DMA_LOAD, core, tile, buf, row0, col0, index, loc)
+
+    def store_tile(self, core: int, tile: Tile, buf: Buffer, row0: int = 0, col0: int = 0, index=(),
+                   loc=None) -> int:
+        """Store ``tile`` to ``buf[*index, row0:..., col0:...]`` (whole sticks, padding included)."""
+        return self._tile_dma(Op.DMA_STORE, core, tile, buf, row0, col0, index, loc)
+
+    # ---- compute ----------------------------------------------------------------------------------------
+
+    def matmul(self, core: int, a: Tile, b: Tile, c: Tile, accumulate: bool = False, out: Tile | None = None,
+               bias: Tile | None = None, scale: float | None = None, col_scale: Tile | None = None,
+               loc=None) -> int:
+        """PT matmul: ``c (+)= a @ b``; with ``out``, also ``out = fmt(c * scale * col_scale + bias)``."""
+        flags = MatmulFlag(0)
+        f = dict(m=a.rows, n=b.cols, k=a.cols, a0=a.addr, f0=int(a.fmt), a1=b.addr, f1=int(b.fmt),
+                 a2=c.addr, f2=int(c.fmt))
+        if accumulate:
+            flags |= MatmulFlag.ACC
+        if out is not None:
+            flags |= MatmulFlag.OUT
+            f.update(a3=out.addr, f3=int(out.fmt))
+        if bias is not None:
+            flags |= MatmulFlag.BIAS
+            f.update(a4=bias.addr, f4=int(bias.fmt))
+        if scale is not None:
+            flags |= MatmulFlag.SCALE
+            f.update(imm=float(scale))
+        if col_scale is not None:
+            flags |= MatmulFlag.COLSCALE
+            f.update(a5=col_scale.addr, f5=int(col_scale.fmt))
+        return self.emit(core, Op.MATMUL, loc or _caller_loc(), flags=int(flags), **f)
+
+    def sfu(self, core: int, fn, dst: Tile, src0: Tile | None = None, src1: Tile | float | None = None,
+            imm: float | None = None, swap: bool = False, loc=None) -> int:
+        """SFU op ``dst = fn(src0[, src1])``. ``src1`` may be a tile shaped [m,n], [m,1] (per row), [1,n]
+        (per column), [1,1], or a Python number (the immediate). ``imm`` is the scalar of CAST (scale),
+        POWS (exponent), FILL (value) and SELECT (else-value)."""
+        fn = SfuFn[fn.upper()] if isinstance(fn, str) else SfuFn(fn)
+        f = dict(fn=int(fn), m=dst.rows, n=dst.cols, a0=dst.addr, f0=int(dst.fmt))
+        if src0 is not None:
+            f.update(a1=src0.addr, f1=int(src0.fmt))
+        flags = 0
+        if isinstance(src1, Tile):
+            shape = (src1.rows, src1.cols)
+            if shape == (dst.rows, dst.cols):
+                mode = Bcast.FULL
+            elif shape == (dst.rows, 1):
+                mode = Bcast.ROW
+            elif shape == (1, dst.cols):
+                mode = Bcast.COL
+            elif shape == (1, 1):
+                mode = Bcast.SCALAR
+            else:
+                raise ValueError(f"src1 shape {shape} does not broadcast to {(dst.rows, dst.cols)}")
+            flags = int(mode)
+            f.update(a2=src1.addr, f2=int(src1.fmt))
+        elif src1 is not None:
+            flags = int(Bcast.IMM)
+            imm = float(src1)
+        if swap:
+            flags |= SFU_SWAP
+        if fn is SfuFn.CAST and imm is None:
+            imm = 1.0
+        if imm is not None:
+            f["imm"] = float(imm)
+        return self.emit(core, Op.SFU, loc or _caller_loc(), flags=flags, **f)
+
+    def reduce(self, core: int, fn, dst: Tile, src: Tile, loc=None) -> int:
+        """Row reduction ``dst[m,1] = fn(src[m,n], axis=1)`` (sum, max, min, mean), accumulating in fp32."""
+        fn = ReduceFn[fn.upper()] if isinstance(fn, str) else ReduceFn(fn)
+        return self.emit(core, Op.REDUCE, loc or _caller_loc(), fn=int(fn), m=src.rows, n=src.cols,
+                         a0=dst.addr, f0=int(dst.fmt), a1=src.addr, f1=int(src.fmt))
+
+    # ---- synchronization and the ring -------------------------------------------------------------------
+
+    def barrier(self, cores=None, loc=None) -> None:
+        """Every core in ``cores`` (default: all) meets here: one BARRIER appended to each of their streams."""
+        cores = range(self.target.num_cores) if cores is None else list(cores)
+        mask = sum(1 << c for c in cores)
+        loc = loc or _caller_loc()
+        for c in cores:
+            self.emit(c, Op.BARRIER, loc, mask=mask)
+
+    def ring_send(self, core: int, to: int, dst_addr: int, src: Tile | int, nbytes: int | None = None,
+                  loc=None) -> int:
+        """Copy ``nbytes`` (default: the whole tile) from ``core``'s scratchpad to ``to``'s at ``dst_addr``.
+        Delivered at the sender's next barrier, which must include ``to``."""
+        addr = src.addr if isinstance(src, Tile) else int(src)
+        nbytes = src.nbytes if nbytes is None else nbytes
+        return self.emit(core, Op.RING_SEND, loc or _caller_loc(), core=to, a0=dst_addr, a1=addr, k=nbytes)
+
+    def ring_reduce(self, cores, dst: Tile, src: Tile, root: int | None = None, loc=None) -> None:
+        """Reduce-sum ``src`` over ``cores`` into ``dst`` on ``root`` (or on every member if None).
+        Emitted on every member (same addresses on each core); completes at their next common barrier."""
+        cores = list(cores)
+        mask = sum(1 << c for c in cores)
+        loc = loc or _caller_loc()
+        for c in cores:
+            self.emit(c, Op.RING_REDUCE, loc, mask=mask, core=ROOT_ALL if root is None else root,
+                      m=src.rows, n=src.cols, a0=dst.addr, f0=int(dst.fmt), a1=src.addr, f1=int(src.fmt))
+
+    # ---- host -------------------------------------------------------------------------------------------
+
+    def host(self, core: int, op: str, inputs, outputs, loc=None, **attrs) -> int:
+        """Run a host op (``gather``, ``copy``, ``call``) on device buffers, in ``core``'s stream order.
+        Surround it with barriers if other cores produce its inputs or consume its outputs."""
+        self.host_ops.append({"op": op, "inputs": [b.name for b in inputs],
+                              "outputs": [b.name for b in outputs], "attrs": attrs})
+        return self.emit(core, Op.HOST, loc or _caller_loc(), k=len(self.host_ops) - 1)
+
+    # ---- output -----------------------------------------------------------------------------------------
+
+    def program(self) -> Program:
+        """The assembled program (END appended to every stream that lacks one)."""
+        code, debug = [], []
+        for c, recs in enumerate(self._records):
+            recs = list(recs)
+            dbg = list(self._debug[c])
+            if not recs or recs[-1]["op"] != Op.END:
+                recs.append({"op": int(Op.END)})
+                dbg.append(("end", ""))
+            arr = np.zeros(len(recs), dtype=INSTR_DTYPE)
+            for i, r in enumerate(recs):
+                for key, val in r.items():
+                    arr[i][key] = val
+            code.append(arr)
+            debug.append(dbg)
+        return Program(
+            num_cores=self.target.num_cores, fingerprint=self.target.fingerprint(),
+            device_bytes=max(self._next_addr, BUFFER_ALIGN), buffers=list(self.buffers),
+            inputs=[b.name for b in self.buffers if b.kind == "input"],
+            outputs=[b.name for b in self.buffers if b.kind == "output"], constants=dict(self.constants),
+            host_ops=list(self.host_ops), code=code, debug=debug, producer=self.producer)
+
+    def to_bytes(self) -> bytes:
+        """The .spyre image."""
+        return program_to_bytes(self.program())
+
+    def write(self, path) -> None:
+        """Write the .spyre file atomically."""
+        write_program(self.program(), path)
+
+    def load(self, numerics: str = "faithful"):
+        """Serialize, then load through the full validating loader (what a real run does)."""
+        from .loader import load_bytes
+        return load_bytes(self.to_bytes(), target=self.target, numerics=numerics)
+
+
+def _to_device_image(buf: Buffer, bits: np.ndarray) -> bytes:
+    """Lay a storage array out in the buffer's stick layout (innermost rows padded with zeros)."""
+    raw = np.ascontiguousarray(bits).view(np.uint8)
+    rows = buf.rows
+    raw = raw.reshape(rows, -1)
+    if raw.shape[1] != buf.row_bytes:
+        raise ValueError(f"constant '{buf.name}': {raw.shape[1]} bytes per row, expected {buf.row_bytes}")
+    img = np.zeros((rows, buf.pitch), dtype=np.uint8)
+    img[:, :buf.row_bytes] = raw
+    return img.tobytes()

@@ -1,0 +1,414 @@
+"""The ``.spyre`` file: a versioned, checksummed container, the only contract between compiler and runtime.
+
+Layout (all integers little-endian; ``docs/binary-format.md`` is the full description)::
+
+    header        80 B   magic, version, section count, core count, target fingerprint, file size, table crc
+    section table 32 B x num_sections   kind, index, offset, length, crc32
+    sections      metadata (JSON), constants (4096-aligned blobs), one code section per core, debug (JSON)
+
+This module reads and writes the container and checks everything that can be checked without a target:
+magic, version, file size, table and section checksums, section bounds and overlaps, the metadata schema and
+the device-memory plan (buffers aligned, in bounds, not overlapping, canonical stick layout). Instruction
+semantics are checked by the loader. Every problem raises :class:`BinaryFormatError` naming where it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import struct
+import tempfile
+import zlib
+from typing import Any
+
+import numpy as np
+
+from .formats import STICK_BYTES, Format
+from .isa import INSTR_BYTES, INSTR_DTYPE
+
+__all__ = [
+    "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "BUFFER_KINDS",
+    "CONST_ALIGN", "BUFFER_ALIGN", "buffer_layout", "program_to_bytes", "program_from_bytes",
+    "write_program", "read_container", "write_container",
+]
+
+MAGIC = b"SPYREBIN"
+VERSION = (1, 0)
+_HEADER = struct.Struct("<8sHHIII32sQII8x")      # 80 bytes
+_CRC_OFFSET = 64                                 # where the header checksum sits
+_ENTRY = struct.Struct("<IIQQII")                # 32 bytes
+HEADER_BYTES = _HEADER.size
+CONST_ALIGN = 4096     # constants are page aligned in the file so they can be memory mapped
+BUFFER_ALIGN = 4096    # device buffers start on 4 KiB boundaries
+SECTION_ALIGN = 64
+MAX_CORES = 32         # the core mask is 32 bits wide
+MAX_JSON_BYTES = 64 << 20
+BUFFER_KINDS = ("input", "output", "constant", "scratch")
+
+
+class BinaryFormatError(ValueError):
+    """A .spyre file (or a program about to be written) is malformed; the message says where and why."""
+
+
+class Section(enum.IntEnum):
+    METADATA = 1
+    CONSTANTS = 2
+    CODE = 3       # index = core
+    DEBUG = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """A tensor in device memory. ``strides`` are the byte strides of every dim but the innermost, which is
+    packed and padded to whole sticks (the canonical Spyre layout, see :func:`buffer_layout`)."""
+
+    name: str
+    kind: str            # input | output | constant | scratch
+    fmt: Format
+    shape: tuple[int, ...]
+    addr: int
+    nbytes: int
+    strides: tuple[int, ...]
+
+    @property
+    def row_bytes(self) -> int:
+        """Meaningful bytes of one innermost row (without the stick padding)."""
+        return self.fmt.nbytes(self.shape[-1] if self.shape else 1)
+
+    @property
+    def pitch(self) -> int:
+        """Bytes from one innermost row to the next (row bytes padded to sticks)."""
+        return -(-self.row_bytes // STICK_BYTES) * STICK_BYTES
+
+    @property
+    def rows(self) -> int:
+        """Number of innermost rows (product of all outer dims)."""
+        return int(np.prod(self.shape[:-1], dtype=np.int64)) if len(self.shape) > 1 else 1
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "format": self.fmt.key, "shape": list(self.shape),
+                "addr": self.addr, "nbytes": self.nbytes, "strides": list(self.strides)}
+
+
+def buffer_layout(shape: tuple[int, ...], fmt: Format) -> tuple[tuple[int, ...], int]:
+    """(outer byte strides, total bytes) of the canonical layout: row-major, innermost dim padded to sticks."""
+    fmt = Format.parse(fmt)
+    inner = shape[-1] if shape else 1
+    pitch = -(-fmt.nbytes(inner) // STICK_BYTES) * STICK_BYTES
+    strides = []
+    acc = pitch
+    for d in reversed(shape[:-1]):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides)), acc
+
+
+@dataclasses.dataclass
+class Program:
+    """A whole program as the file holds it. ``code[c]`` is core c's instruction array (INSTR_DTYPE);
+    ``constants`` maps buffer name to its device image (exactly ``nbytes`` bytes); ``debug[c][i]`` is
+    (op name, source location) of core c's instruction i."""
+
+    num_cores: int
+    fingerprint: str
+    device_bytes: int
+    buffers: list[Buffer]
+    inputs: list[str]
+    outputs: list[str]
+    constants: dict[str, bytes | memoryview]
+    host_ops: list[dict]
+    code: list[np.ndarray]
+    debug: list[list[tuple[str, str]]] | None = None
+    producer: str = ""
+
+    def buffer(self, name: str) -> Buffer:
+        return self._by_name()[name]
+
+    def _by_name(self) -> dict[str, Buffer]:
+        cache = self.__dict__.get("_names")
+        if cache is None or len(cache) != len(self.buffers):
+            cache = {b.name: b for b in self.buffers}
+            self.__dict__["_names"] = cache
+        return cache
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Container
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _align(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, int, bytes]]) -> bytes:
+    """Lay out (kind, index, payload) sections after the header and table, with alignment and checksums."""
+    table_end = HEADER_BYTES + _ENTRY.size * len(sections)
+    pos = table_end
+    entries, chunks = [], []
+    for kind, index, payload in sections:
+        pos = _align(pos, CONST_ALIGN if kind == Section.CONSTANTS else SECTION_ALIGN)
+        entries.append((kind, index, pos, len(payload), zlib.crc32(payload), 0))
+        chunks.append((pos, payload))
+        pos += len(payload)
+    out = bytearray(pos)
+    fp = bytes.fromhex(fingerprint)
+    if len(fp) != 32:
+        raise BinaryFormatError("header: target fingerprint must be 32 bytes (sha256)")
+    table = b"".join(_ENTRY.pack(*e) for e in entries)
+    head0 = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, 0, fp, pos, 0, 0)
+    crc = zlib.crc32(head0 + table)
+    out[:HEADER_BYTES] = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, 0, fp, pos, crc, 0)
+    out[HEADER_BYTES:table_end] = table
+    for off, payload in chunks:
+        out[off:off + len(payload)] = payload
+    return bytes(out)
+
+
+def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, int, memoryview]]]:
+    """Check the header, the section table and every section checksum. Returns (num_cores, fingerprint hex,
+    [(kind, index, payload view)])."""
+    data = memoryview(data)
+    size = len(data)
+    if size < HEADER_BYTES:
+        raise BinaryFormatError(f"header: file is {size} bytes, shorter than the {HEADER_BYTES}-byte header")
+    magic, vmaj, vmin, nsec, ncores, flags, fp, fsize, crc, _ = _HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise BinaryFormatError(f"header: bad magic {bytes(magic)!r} (not a .spyre file)")
+    if vmaj != VERSION[0] or vmin > VERSION[1]:
+        raise BinaryFormatError(f"header: unsupported format version {vmaj}.{vmin} "
+                                f"(this runtime reads {VERSION[0]}.0-{VERSION[0]}.{VERSION[1]})")
+    if fsize != size:
+        raise BinaryFormatError(f"header: file is {size} bytes but the header says {fsize} "
+                                f"({'truncated' if size < fsize else 'extended'})")
+    if not 1 <= ncores <= MAX_CORES:
+        raise BinaryFormatError(f"header: core count {ncores} out of range 1..{MAX_CORES}")
+    if flags != 0:
+        raise BinaryFormatError(f"header: unknown flags 0x{flags:x}")
+    if not 2 + ncores <= nsec <= 3 + ncores:
+        raise BinaryFormatError(f"header: {nsec} sections for {ncores} cores (expected {2 + ncores} or "
+                                f"{3 + ncores})")
+    table_end = HEADER_BYTES + nsec * _ENTRY.size
+    if table_end > size:
+        raise BinaryFormatError("section table: runs past the end of the file")
+    blank = bytearray(data[:HEADER_BYTES])
+    blank[_CRC_OFFSET:_CRC_OFFSET + 4] = bytes(4)
+    if zlib.crc32(bytes(blank) + bytes(data[HEADER_BYTES:table_end])) != crc:
+        raise BinaryFormatError("header: checksum mismatch over header and section table")
+    sections, seen, spans = [], set(), []
+    for i in range(nsec):
+        kind, index, off, length, scrc, reserved = _ENTRY.unpack_from(data, HEADER_BYTES + i * _ENTRY.size)
+        where = f"section {i}"
+        try:
+            kind = Section(kind)
+        except ValueError:
+            raise BinaryFormatError(f"{where}: unknown section kind {kind}") from None
+        where = f"section {i} ({kind.name.lower()}{f' core {index}' if kind == Section.CODE else ''})"
+        if reserved:
+            raise BinaryFormatError(f"{where}: reserved field is not zero")
+        if (kind == Section.CODE and index >= ncores) or (kind != Section.CODE and index != 0):
+            raise BinaryFormatError(f"{where}: bad index {index}")
+        if (kind, index) in seen:
+            raise BinaryFormatError(f"{where}: duplicate section")
+        seen.add((kind, index))
+        if off < table_end or off + length > size:
+            raise BinaryFormatError(f"{where}: range [{off}, {off + length}) outside the file "
+                                    f"(data area is [{table_end}, {size}))")
+        if off % (CONST_ALIGN if kind == Section.CONSTANTS else SECTION_ALIGN):
+            raise BinaryFormatError(f"{where}: offset {off} is not aligned")
+        payload = data[off:off + length]
+        if zlib.crc32(payload) != scrc:
+            raise BinaryFormatError(f"{where}: checksum mismatch")
+        spans.append((off, off + length, where))
+        sections.append((int(kind), index, payload))
+    spans.sort()
+    for (a0, a1, w0), (b0, b1, w1) in zip(spans, spans[1:]):
+        if b0 < a1:
+            raise BinaryFormatError(f"{w1}: overlaps {w0}")
+    for need in [(Section.METADATA, 0), (Section.CONSTANTS, 0)] + [(Section.CODE, c) for c in range(ncores)]:
+        if need not in seen:
+            raise BinaryFormatError(f"section table: missing {need[0].name.lower()} section"
+                                    + (f" for core {need[1]}" if need[0] == Section.CODE else ""))
+    return ncores, bytes(fp).hex(), sections
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Program <-> bytes
+# ---------------------------------------------------------------------------------------------------------
+
+
+def program_to_bytes(prog: Program) -> bytes:
+    """Serialize a program. Constants are placed 4096-aligned inside the constants section."""
+    const_table, blobs, pos = [], [], 0
+    for name in sorted(prog.constants):
+        buf = prog.buffer(name)
+        data = bytes(prog.constants[name])
+        pos = _align(pos, CONST_ALIGN)
+        const_table.append({"buffer": name, "offset": pos, "length": len(data), "addr": buf.addr,
+                            "format": buf.fmt.key})
+        blobs.append((pos, data))
+        pos += len(data)
+    const_blob = bytearray(pos)
+    for off, data in blobs:
+        const_blob[off:off + len(data)] = data
+    meta = {
+        "producer": prog.producer, "num_cores": prog.num_cores, "device_bytes": prog.device_bytes,
+        "buffers": [b.to_json() for b in prog.buffers], "inputs": list(prog.inputs),
+        "outputs": list(prog.outputs), "constants": const_table, "host_ops": prog.host_ops,
+    }
+    sections = [(Section.METADATA, 0, json.dumps(meta, separators=(",", ":")).encode()),
+                (Section.CONSTANTS, 0, bytes(const_blob))]
+    for c, code in enumerate(prog.code):
+        sections.append((Section.CODE, c, np.ascontiguousarray(code, dtype=INSTR_DTYPE).tobytes()))
+    if prog.debug is not None:
+        sections.append((Section.DEBUG, 0, json.dumps([[list(d) for d in core] for core in prog.debug],
+                                                      separators=(",", ":")).encode()))
+    return write_container(prog.num_cores, prog.fingerprint, sections)
+
+
+def write_program(prog: Program, path: str | os.PathLike) -> None:
+    """Write atomically: a temp file in the same directory, fsync, then os.replace. A failed write leaves
+    the old file (or nothing), never half a file."""
+    data = program_to_bytes(prog)
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".spyre", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _json(payload: memoryview, where: str) -> Any:
+    if len(payload) > MAX_JSON_BYTES:
+        raise BinaryFormatError(f"{where}: {len(payload)} bytes, larger than the {MAX_JSON_BYTES} limit")
+    try:
+        return json.loads(bytes(payload).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise BinaryFormatError(f"{where}: not valid JSON ({e.__class__.__name__}: {e})") from None
+
+
+def _get(obj: dict, key: str, typ, where: str):
+    if not isinstance(obj, dict):
+        raise BinaryFormatError(f"{where}: expected an object")
+    if key not in obj:
+        raise BinaryFormatError(f"{where}: missing '{key}'")
+    v = obj[key]
+    ok = (isinstance(v, int) and not isinstance(v, bool) and v >= 0) if typ is int else isinstance(v, typ)
+    if not ok:
+        raise BinaryFormatError(f"{where}.{key}: expected {'a non-negative integer' if typ is int else typ.__name__}"
+                                f", got {v!r:.60}")
+    return v
+
+
+def _parse_buffers(meta: dict, device_bytes: int) -> list[Buffer]:
+    bufs, names = [], set()
+    for i, b in enumerate(_get(meta, "buffers", list, "metadata")):
+        w = f"metadata.buffers[{i}]"
+        name = _get(b, "name", str, w)
+        if not name or name in names:
+            raise BinaryFormatError(f"{w}.name: empty or duplicate buffer name {name!r}")
+        names.add(name)
+        w = f"metadata.buffers[{i}] ('{name}')"
+        kind = _get(b, "kind", str, w)
+        if kind not in BUFFER_KINDS:
+            raise BinaryFormatError(f"{w}.kind: {kind!r} is not one of {', '.join(BUFFER_KINDS)}")
+        try:
+            fmt = Format.parse(_get(b, "format", str, w))
+        except ValueError as e:
+            raise BinaryFormatError(f"{w}.format: {e}") from None
+        shape = _get(b, "shape", list, w)
+        if len(shape) > 8 or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 1 << 40
+                                     for d in shape):
+            raise BinaryFormatError(f"{w}.shape: expected up to 8 positive dims, got {shape!r:.80}")
+        shape = tuple(shape)
+        strides, nbytes = buffer_layout(shape, fmt)
+        addr = _get(b, "addr", int, w)
+        if _get(b, "nbytes", int, w) != nbytes or tuple(_get(b, "strides", list, w)) != strides:
+            raise BinaryFormatError(f"{w}: layout is not the canonical stick layout "
+                                    f"(expected nbytes {nbytes}, strides {list(strides)})")
+        if addr % BUFFER_ALIGN:
+            raise BinaryFormatError(f"{w}.addr: {addr} is not {BUFFER_ALIGN}-byte aligned")
+        if addr + nbytes > device_bytes:
+            raise BinaryFormatError(f"{w}: [{addr}, {addr + nbytes}) exceeds device_bytes {device_bytes}")
+        bufs.append(Buffer(name, kind, fmt, shape, addr, nbytes, strides))
+    spans = sorted((b.addr, b.addr + b.nbytes, b.name) for b in bufs)
+    for (a0, a1, n0), (b0, b1, n1) in zip(spans, spans[1:]):
+        if b0 < a1:
+            raise BinaryFormatError(f"metadata.buffers: '{n1}' overlaps '{n0}' in device memory")
+    return bufs
+
+
+def program_from_bytes(data: bytes | memoryview) -> Program:
+    """Parse and structurally validate a .spyre image (no target needed). Raises BinaryFormatError."""
+    ncores, fp, sections = read_container(data)
+    by_kind = {(k, i): p for k, i, p in sections}
+    meta = _json(by_kind[(Section.METADATA, 0)], "metadata")
+    if not isinstance(meta, dict):
+        raise BinaryFormatError("metadata: expected a JSON object")
+    if _get(meta, "num_cores", int, "metadata") != ncores:
+        raise BinaryFormatError(f"metadata.num_cores: {meta['num_cores']} but the header says {ncores}")
+    device_bytes = _get(meta, "device_bytes", int, "metadata")
+    buffers = _parse_buffers(meta, device_bytes)
+    by_name = {b.name: b for b in buffers}
+    io = {}
+    for key, kind in (("inputs", "input"), ("outputs", "output")):
+        names = _get(meta, key, list, "metadata")
+        for j, n in enumerate(names):
+            if not isinstance(n, str) or n not in by_name or by_name[n].kind != kind:
+                raise BinaryFormatError(f"metadata.{key}[{j}]: {n!r:.60} is not a buffer of kind '{kind}'")
+        if len(set(names)) != len(names) or len(names) != sum(b.kind == kind for b in buffers):
+            raise BinaryFormatError(f"metadata.{key}: must list every '{kind}' buffer exactly once")
+        io[key] = list(names)
+    blob = by_kind[(Section.CONSTANTS, 0)]
+    constants = {}
+    for j, c in enumerate(_get(meta, "constants", list, "metadata")):
+        w = f"metadata.constants[{j}]"
+        name = _get(c, "buffer", str, w)
+        buf = by_name.get(name)
+        if buf is None or buf.kind != "constant" or name in constants:
+            raise BinaryFormatError(f"{w}.buffer: {name!r:.60} is not a constant buffer (or listed twice)")
+        off, length = _get(c, "offset", int, w), _get(c, "length", int, w)
+        if off % CONST_ALIGN:
+            raise BinaryFormatError(f"{w}.offset: {off} is not {CONST_ALIGN}-byte aligned")
+        if length != buf.nbytes or _get(c, "addr", int, w) != buf.addr or _get(c, "format", str, w) != buf.fmt.key:
+            raise BinaryFormatError(f"{w}: length/addr/format do not match buffer '{name}'")
+        if off + length > len(blob):
+            raise BinaryFormatError(f"{w}: [{off}, {off + length}) outside the constants section "
+                                    f"({len(blob)} bytes)")
+        constants[name] = blob[off:off + length]
+    missing = [b.name for b in buffers if b.kind == "constant" and b.name not in constants]
+    if missing:
+        raise BinaryFormatError(f"metadata.constants: no data for constant buffer(s) {', '.join(missing)}")
+    host_ops = _get(meta, "host_ops", list, "metadata")
+    code = []
+    for c in range(ncores):
+        payload = by_kind[(Section.CODE, c)]
+        if len(payload) == 0 or len(payload) % INSTR_BYTES:
+            raise BinaryFormatError(f"code core {c}: {len(payload)} bytes is not a positive multiple of "
+                                    f"{INSTR_BYTES}")
+        code.append(np.frombuffer(payload, dtype=INSTR_DTYPE))
+    debug = None
+    if (Section.DEBUG, 0) in by_kind:
+        dbg = _json(by_kind[(Section.DEBUG, 0)], "debug")
+        if not isinstance(dbg, list) or len(dbg) != ncores:
+            raise BinaryFormatError(f"debug: expected a list of {ncores} per-core lists")
+        debug = []
+        for c, core in enumerate(dbg):
+            if (not isinstance(core, list) or len(core) != len(code[c])
+                    or not all(isinstance(d, list) and len(d) == 2 and all(isinstance(s, str) for s in d)
+                               for d in core)):
+                raise BinaryFormatError(f"debug core {c}: expected {len(code[c])} [op, location] string pairs")
+            debug.append([(d[0], d[1]) for d in core])
+    producer = meta.get("producer", "")
+    return Program(ncores, fp, device_bytes, buffers, io["inputs"], io["outputs"], constants, host_ops,
+                   code, debug, producer if isinstance(producer, str) else "")

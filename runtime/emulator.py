@@ -1,0 +1,209 @@
+"""The emulator's machine: device memory, per-core scratchpads, and the units that act on them.
+
+Memories are plain byte arrays (numpy uint8) sized to what the program declares and uses; the loader has
+already proved every access in bounds and every read initialized, so this module only moves bytes and
+computes. Operands are precomputed numpy views (:class:`TileView`, :class:`DmaCopy`) built once at load;
+a call walks the plan and each step is a handful of vectorized numpy operations per tile.
+
+Numerics:
+
+* ``faithful``: values live only as encoded bytes. PT and SFU decode their operands (DLFloat16 bit-exact via
+  ``formats``), compute in fp32 (int32 for int x int matmuls) and round on write to the destination format.
+* ``fp32-reference``: the same program with rounding removed. Every memory carries a float32 *shadow*, one
+  slot per byte address; an element's exact value sits in the slot of its first byte. Every write stores
+  the unrounded fp32 value there (bytes are still written, rounded, so byte-level code stays identical),
+  DMA and ring copies move the shadow along with the bytes, and every read takes the shadow. Constants
+  are what the file holds (already rounded by the compiler); int4 tiles have no shadow (two values per
+  byte) and always read their codes. Comparing both modes separates compile bugs from rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .formats import Format, decode, encode
+from .isa import ReduceFn, SfuFn, tile_pitch
+
+__all__ = ["Memory", "TileView", "DmaCopy", "to_storage", "sfu_eval", "reduce_eval", "NUMERICS",
+           "SpyreRuntimeError"]
+
+NUMERICS = ("faithful", "fp32-reference")
+
+
+class SpyreRuntimeError(RuntimeError):
+    """A run failed on data the loader could not see (e.g. a gather index out of range)."""
+
+
+class Memory:
+    """A byte-addressed memory with an optional float32 shadow (fp32-reference mode)."""
+
+    def __init__(self, nbytes: int, shadow: bool):
+        self.bytes = np.zeros(nbytes, dtype=np.uint8)
+        self.shadow = np.zeros(nbytes, dtype=np.float32) if shadow else None
+
+
+_INT_RANGE = {Format.INT8: (-128, 127), Format.INT4: (-8, 7), Format.INT32: (-(2**31), 2**31 - 1),
+              Format.INT64: (-(2**63), 2**63 - 1)}
+
+
+def to_storage(fmt: Format, x) -> np.ndarray:
+    """Values -> the format's storage array, the way a unit writes them: floats round (DLFloat16 bit-exact,
+    saturating), integers round half to even and saturate (NaN -> 0), bool is ``x != 0``."""
+    if fmt.is_float:
+        return encode(fmt, x)
+    x = np.asarray(x)
+    if fmt is Format.BOOL:
+        return x != 0
+    lo, hi = _INT_RANGE[fmt]
+    if x.dtype.kind == "f":
+        x = np.clip(np.nan_to_num(np.rint(x.astype(np.float64)), nan=0.0), lo, hi)
+    elif x.dtype.kind in "iu" and x.size and (x.min() < lo or x.max() > hi):
+        x = np.clip(x, lo, hi)
+    return encode(fmt, x.astype(np.int64))
+
+
+class TileView:
+    """A dense [rows, cols] region of ``fmt`` at ``addr`` (row pitch padded to sticks), as numpy views.
+
+    Used for scratchpad tiles and for whole device buffers (same layout). Writes zero the row padding so
+    the bytes of a region never depend on what was there before.
+    """
+
+    def __init__(self, mem: Memory, addr: int, rows: int, cols: int, fmt: Format):
+        self.fmt, self.rows, self.cols = fmt, rows, cols
+        pitch = tile_pitch(cols, fmt)
+        rb = fmt.nbytes(cols)
+        region = mem.bytes[addr:addr + rows * pitch].reshape(rows, pitch)
+        self.raw = region[:, :rb]
+        self.pad = region[:, rb:]
+        self.store = self.raw if fmt in (Format.INT4, Format.BOOL) else self.raw.view(fmt.storage_dtype)
+        self.shadow = self.shadow_pad = None
+        if mem.shadow is not None and fmt is not Format.INT4:
+            sreg = mem.shadow[addr:addr + rows * pitch].reshape(rows, pitch)
+            self.shadow = sreg[:, 0:rb:fmt.bits // 8]
+            self.shadow_pad = sreg[:, rb:]
+
+    def read_bytes(self) -> np.ndarray:
+        """Decode the stored bytes: float32 for float formats, integers for integer formats."""
+        if self.fmt is Format.BOOL:
+            return self.raw != 0
+        return decode(self.fmt, self.store, self.cols)
+
+    def read(self) -> np.ndarray:
+        """The values a unit sees: the shadow in fp32-reference mode, else the decoded bytes."""
+        return self.shadow if self.shadow is not None else self.read_bytes()
+
+    def write(self, values) -> None:
+        """Round ``values`` (broadcastable to [rows, cols]) into the format; keep the exact value in the
+        shadow when there is one."""
+        values = np.broadcast_to(values, (self.rows, self.cols))
+        bits = to_storage(self.fmt, values)
+        if self.fmt is Format.BOOL:
+            self.raw[...] = bits
+        else:
+            self.store[...] = bits
+        self.pad[...] = 0
+        if self.shadow is not None:
+            self.shadow[...] = values
+            self.shadow_pad[...] = 0
+
+
+class DmaCopy:
+    """A strided byte copy (outer, rows, row_bytes) between two memories, shadow included."""
+
+    def __init__(self, src: Memory, src_addr: int, src_strides, dst: Memory, dst_addr: int, dst_strides,
+                 shape):
+        m, n, k = shape
+        self.src = as_strided(src.bytes[src_addr:], (m, n, k), (src_strides[0], src_strides[1], 1))
+        self.dst = as_strided(dst.bytes[dst_addr:], (m, n, k), (dst_strides[0], dst_strides[1], 1))
+        self.ssrc = self.sdst = None
+        if src.shadow is not None:
+            f = src.shadow.itemsize
+            self.ssrc = as_strided(src.shadow[src_addr:], (m, n, k), (src_strides[0] * f, src_strides[1] * f, f))
+            self.sdst = as_strided(dst.shadow[dst_addr:], (m, n, k), (dst_strides[0] * f, dst_strides[1] * f, f))
+
+    def __call__(self) -> None:
+        np.copyto(self.dst, self.src)
+        if self.ssrc is not None:
+            np.copyto(self.sdst, self.ssrc)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SFU arithmetic (fp32)
+# ---------------------------------------------------------------------------------------------------------
+
+_F32 = np.float32
+_SQRT2 = np.sqrt(2.0)
+_GELU_C = _F32(np.sqrt(2.0 / np.pi))
+
+
+def _erfc(x: np.ndarray) -> np.ndarray:
+    """Complementary error function, float64, fractional error < 1.2e-7 everywhere (Numerical Recipes'
+    Chebyshev fit). numpy has no erf and the runtime must not depend on scipy or torch."""
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
+        0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
+    r = t * np.exp(-z * z + poly)
+    return np.where(x >= 0, r, 2.0 - r)
+
+
+def _sigmoid(x):
+    return _F32(1) / (_F32(1) + np.exp(-x))
+
+
+_UNARY = {
+    SfuFn.CAST: lambda x, imm: x * _F32(imm),
+    SfuFn.NEG: lambda x, imm: -x,
+    SfuFn.ABS: lambda x, imm: np.abs(x),
+    SfuFn.EXP: lambda x, imm: np.exp(x),
+    SfuFn.LOG: lambda x, imm: np.log(x),
+    SfuFn.SQRT: lambda x, imm: np.sqrt(x),
+    SfuFn.RSQRT: lambda x, imm: _F32(1) / np.sqrt(x),
+    SfuFn.RECIP: lambda x, imm: _F32(1) / x,
+    SfuFn.TANH: lambda x, imm: np.tanh(x),
+    SfuFn.SIGMOID: lambda x, imm: _sigmoid(x),
+    SfuFn.GELU_ERF: lambda x, imm: (0.5 * x * _erfc(-x / _SQRT2)).astype(_F32),
+    SfuFn.GELU_TANH: lambda x, imm: _F32(0.5) * x * (_F32(1) + np.tanh(_GELU_C * (x + _F32(0.044715) * x * x * x))),
+    SfuFn.SILU: lambda x, imm: x * _sigmoid(x),
+    SfuFn.RELU: lambda x, imm: np.maximum(x, _F32(0)),
+    SfuFn.POWS: lambda x, imm: np.power(x, _F32(imm)),
+}
+
+_BINARY = {
+    SfuFn.ADD: np.add, SfuFn.SUB: np.subtract, SfuFn.MUL: np.multiply, SfuFn.DIV: np.divide,
+    SfuFn.MAX: np.maximum, SfuFn.MIN: np.minimum, SfuFn.POW: np.power,
+    SfuFn.EQ: np.equal, SfuFn.NE: np.not_equal, SfuFn.LT: np.less, SfuFn.LE: np.less_equal,
+    SfuFn.GT: np.greater, SfuFn.GE: np.greater_equal,
+}
+
+
+def sfu_eval(fn: SfuFn, shape, x, y, imm: float, swap: bool) -> np.ndarray:
+    """One SFU op in fp32: ``x`` is src0 (None for FILL), ``y`` src1 already shaped to broadcast (or the
+    immediate), result broadcast to ``shape``."""
+    if fn is SfuFn.FILL:
+        return np.full(shape, imm, dtype=_F32)
+    x = np.asarray(x, dtype=_F32)
+    if fn in _UNARY:
+        return np.asarray(_UNARY[fn](x, imm), dtype=_F32)
+    y = np.asarray(y, dtype=_F32)
+    if fn is SfuFn.SELECT:
+        return np.where(x != 0, y, _F32(imm)).astype(_F32)
+    if swap:
+        x, y = y, x
+    return np.broadcast_to(_BINARY[fn](x, y), shape).astype(_F32)
+
+
+def reduce_eval(fn: ReduceFn, x) -> np.ndarray:
+    """Row reduction [m,n] -> [m,1], accumulating in fp32."""
+    x = np.asarray(x, dtype=_F32)
+    if fn is ReduceFn.SUM:
+        r = np.sum(x, axis=1, dtype=_F32)
+    elif fn is ReduceFn.MEAN:
+        r = np.sum(x, axis=1, dtype=_F32) / _F32(x.shape[1])
+    elif fn is ReduceFn.MAX:
+        r = np.max(x, axis=1)
+    else:
+        r = np.min(x, axis=1)
+    return r.reshape(-1, 1)

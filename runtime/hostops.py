@@ -1,0 +1,119 @@
+"""Host ops: work a program places on the CPU, run with numpy on whole device-memory tensors.
+
+A HOST instruction names an entry of the metadata ``host_ops`` table: ``{"op", "inputs", "outputs",
+"attrs"}`` with buffer names. Three ops exist:
+
+* ``gather``: ``out = table[indices]`` along axis 0 (embedding lookup); indices must be in range.
+* ``copy``: ``dst = src.reshape(attrs.shape).transpose(attrs.perm)`` (both optional), converting format.
+* ``call``: ``outputs = REGISTRY[attrs.fn](*inputs, **attrs.kwargs)``, the escape hatch for ops the device
+  cannot run yet. Register functions with :func:`register_host_function` before loading.
+
+Each entry is checked at load time (:func:`check_host_op`), so a bad table is a load error, not a failure
+halfway through a run.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["register_host_function", "HOST_FUNCTIONS", "check_host_op", "run_host_op", "HostOpError"]
+
+HOST_FUNCTIONS: dict[str, Callable] = {}
+
+
+class HostOpError(ValueError):
+    """A host-op table entry is malformed (raised at load time, turned into BinaryFormatError)."""
+
+
+def register_host_function(name: str, fn: Callable | None = None):
+    """Register ``fn(*arrays, **kwargs) -> array | tuple of arrays`` under ``name`` (usable as decorator)."""
+    def deco(f):
+        HOST_FUNCTIONS[name] = f
+        return f
+    return deco(fn) if fn is not None else deco
+
+
+@register_host_function("argmax")
+def _argmax(x, axis=-1):
+    """Index of the largest value along ``axis`` (ties: first), e.g. greedy decoding."""
+    return np.argmax(x, axis=axis).astype(np.int32)
+
+
+@register_host_function("cumsum")
+def _cumsum(x, axis=-1):
+    """Running sum along ``axis``, in fp32."""
+    return np.cumsum(np.asarray(x, np.float32), axis=axis, dtype=np.float32)
+
+
+def check_host_op(entry, buffers: dict) -> tuple[str, list, list, dict]:
+    """Validate one table entry against the declared buffers; returns (op, inputs, outputs, attrs)."""
+    if not isinstance(entry, dict):
+        raise HostOpError("expected an object")
+    op, ins, outs, attrs = entry.get("op"), entry.get("inputs"), entry.get("outputs"), entry.get("attrs", {})
+    if not isinstance(ins, list) or not isinstance(outs, list) or not isinstance(attrs, dict):
+        raise HostOpError("inputs/outputs must be lists and attrs an object")
+    for n in ins + outs:
+        if not isinstance(n, str) or n not in buffers:
+            raise HostOpError(f"unknown buffer {n!r:.60}")
+    ins = [buffers[n] for n in ins]
+    outs = [buffers[n] for n in outs]
+    for b in outs:
+        if b.kind not in ("output", "scratch"):
+            raise HostOpError(f"writes '{b.name}', a {b.kind} buffer")
+    if op == "gather":
+        if len(ins) != 2 or len(outs) != 1 or set(attrs) - {"axis"} or attrs.get("axis", 0) != 0:
+            raise HostOpError("gather takes inputs [table, indices], one output, axis 0")
+        table, idx = ins
+        if idx.fmt.is_float:
+            raise HostOpError("gather indices must have an integer format")
+        if outs[0].shape != idx.shape + table.shape[1:]:
+            raise HostOpError(f"gather output shape {outs[0].shape} != {idx.shape + table.shape[1:]}")
+    elif op == "copy":
+        if len(ins) != 1 or len(outs) != 1 or set(attrs) - {"shape", "perm"}:
+            raise HostOpError("copy takes one input, one output, attrs shape/perm")
+        src, dst = ins[0], outs[0]
+        shape = attrs.get("shape") or list(src.shape)
+        if (not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape)
+                or int(np.prod(shape)) != int(np.prod(src.shape))):
+            raise HostOpError(f"copy shape {shape!r:.60} does not hold {src.shape}")
+        perm = attrs.get("perm") or list(range(len(shape)))
+        if not isinstance(perm, list) or sorted(perm) != list(range(len(shape))):
+            raise HostOpError(f"copy perm {perm!r:.60} is not a permutation of {len(shape)} dims")
+        if tuple(shape[p] for p in perm) != dst.shape:
+            raise HostOpError(f"copy result shape {tuple(shape[p] for p in perm)} != output {dst.shape}")
+    elif op == "call":
+        fn = attrs.get("fn")
+        if fn not in HOST_FUNCTIONS:
+            raise HostOpError(f"host function {fn!r:.60} is not registered")
+        if not isinstance(attrs.get("kwargs", {}), dict) or set(attrs) - {"fn", "kwargs"}:
+            raise HostOpError("call attrs are fn and kwargs (an object)")
+    else:
+        raise HostOpError(f"unknown host op {op!r:.60} (known: gather, copy, call)")
+    return op, ins, outs, attrs
+
+
+def run_host_op(op: str, attrs: dict, args: list[np.ndarray], out_shapes: list[tuple]) -> list[np.ndarray]:
+    """Compute a host op's outputs from its decoded inputs (shapes were checked at load, data now)."""
+    if op == "gather":
+        table, idx = args
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= table.shape[0]):
+            raise IndexError(f"gather index out of range 0..{table.shape[0] - 1}")
+        return [table[idx]]
+    if op == "copy":
+        (src,) = args
+        shape = attrs.get("shape") or list(src.shape)
+        return [np.transpose(src.reshape(shape), attrs.get("perm") or None)]
+    res = HOST_FUNCTIONS[attrs["fn"]](*args, **attrs.get("kwargs", {}))
+    res = list(res) if isinstance(res, (tuple, list)) else [res]
+    if len(res) != len(out_shapes):
+        raise ValueError(f"host function {attrs['fn']!r} returned {len(res)} arrays, expected {len(out_shapes)}")
+    out = []
+    for r, shape in zip(res, out_shapes):
+        r = np.asarray(r)
+        if r.shape != tuple(shape):
+            raise ValueError(f"host function {attrs['fn']!r} returned shape {r.shape}, expected {tuple(shape)}")
+        out.append(r)
+    return out

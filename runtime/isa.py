@@ -1,0 +1,184 @@
+"""The Spyre program instruction set: one fixed 64-byte record per instruction.
+
+Every instruction of every core is the same little-endian record (:data:`INSTR_DTYPE`), so a whole stream
+decodes with one ``np.frombuffer`` and validation can look at any field without parsing. Fields are generic
+(``m``, ``n``, ``k`` sizes; ``a0``..``a5`` scratchpad addresses or strides; ``f0``..``f5`` format codes);
+what each one means for each opcode is the table :data:`FIELDS` below, which the assembler, the loader and
+``docs/binary-format.md`` all follow. A field an opcode does not use must be zero: that keeps the encoding
+canonical and turns most corruption into a clear load error.
+
+Scratchpad tiles are always dense and row-major with the row pitch rounded up to whole 128-byte sticks
+(:func:`tile_pitch`), so a tile is fully described by (address, rows, cols, format).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from .formats import STICK_BYTES, Format
+
+__all__ = [
+    "INSTR_DTYPE", "INSTR_BYTES", "Op", "SfuFn", "ReduceFn", "Bcast", "MatmulFlag", "SFU_BCAST_MASK",
+    "SFU_SWAP", "FIELDS", "ALL_FIELDS", "ROOT_ALL", "SFU_UNARY", "SFU_BINARY", "SFU_CLASS", "PT_FORMATS",
+    "tile_pitch", "tile_bytes",
+]
+
+INSTR_DTYPE = np.dtype([
+    ("op", "u1"), ("fn", "u1"), ("flags", "<u2"),
+    ("f0", "u1"), ("f1", "u1"), ("f2", "u1"), ("f3", "u1"), ("f4", "u1"), ("f5", "u1"),
+    ("core", "<u2"), ("mask", "<u4"),
+    ("m", "<u4"), ("n", "<u4"), ("k", "<u4"),
+    ("a0", "<u4"), ("a1", "<u4"), ("a2", "<u4"), ("a3", "<u4"), ("a4", "<u4"), ("a5", "<u4"),
+    ("dev", "<u8"), ("imm", "<f4"),
+])
+INSTR_BYTES = 64
+assert INSTR_DTYPE.itemsize == INSTR_BYTES
+
+ALL_FIELDS = tuple(n for n in INSTR_DTYPE.names if n != "op")
+ROOT_ALL = 0xFFFF          # ring_reduce root meaning "every member receives the sum"
+
+
+class Op(enum.IntEnum):
+    """Opcodes. 0 is invalid so that a zeroed record never runs."""
+
+    END = 1          # last instruction of every stream, and only there
+    BARRIER = 2      # mask: cores that meet here (must include the issuing core)
+    DMA_LOAD = 3     # device memory -> scratchpad, up to 3-D strided, whole sticks
+    DMA_STORE = 4    # scratchpad -> device memory, same fields
+    MATMUL = 5       # PT array: C[m,n] (+)= A[m,k] @ B[k,n], optional write-back with scale/bias
+    SFU = 6          # elementwise unary/binary op on a [m,n] tile, fn = SfuFn
+    REDUCE = 7       # row reduction [m,n] -> [m,1] on the SFU, fn = ReduceFn
+    RING_SEND = 8    # copy scratchpad bytes into another core's scratchpad over the ring
+    RING_REDUCE = 9  # reduce-sum of a tile across a group of cores (split-K)
+    HOST = 10        # run entry k of the metadata host_ops table on the host (numpy)
+
+
+class SfuFn(enum.IntEnum):
+    """SFU functions. Unary ones read src0 only (and imm where noted); binary ones combine src0 with src1,
+    which is broadcast per :class:`Bcast` (or is the immediate)."""
+
+    CAST = 1        # dst = src0 * imm (imm is the scale; 1.0 for a plain format conversion)
+    NEG = 2
+    ABS = 3
+    EXP = 4
+    LOG = 5
+    SQRT = 6
+    RSQRT = 7
+    RECIP = 8
+    TANH = 9
+    SIGMOID = 10
+    GELU_ERF = 11
+    GELU_TANH = 12
+    SILU = 13
+    RELU = 14
+    POWS = 15       # dst = src0 ** imm
+    FILL = 16       # dst = imm (no source)
+    ADD = 32
+    SUB = 33
+    MUL = 34
+    DIV = 35
+    MAX = 36
+    MIN = 37
+    POW = 38
+    EQ = 40         # comparisons give 1.0 / 0.0
+    NE = 41
+    LT = 42
+    LE = 43
+    GT = 44
+    GE = 45
+    SELECT = 48     # dst = src1 (broadcast) where src0 != 0 else imm
+
+
+SFU_UNARY = frozenset(f for f in SfuFn if f < 32)
+SFU_BINARY = frozenset(f for f in SfuFn if f >= 32)
+
+# Cost class of each SFU function for the cycle model (target.sfu_cycles(class)).
+SFU_CLASS = {f: "simple" for f in SfuFn}
+SFU_CLASS.update({f: "reciprocal" for f in (SfuFn.SQRT, SfuFn.RSQRT, SfuFn.RECIP, SfuFn.DIV)})
+SFU_CLASS.update({f: "transcendental" for f in (SfuFn.EXP, SfuFn.LOG, SfuFn.TANH, SfuFn.SIGMOID,
+                                                SfuFn.GELU_ERF, SfuFn.GELU_TANH, SfuFn.SILU,
+                                                SfuFn.POWS, SfuFn.POW)})
+
+
+class ReduceFn(enum.IntEnum):
+    SUM = 1
+    MAX = 2
+    MIN = 3
+    MEAN = 4
+
+
+class Bcast(enum.IntEnum):
+    """How SFU src1 is shaped relative to the [m,n] destination (flags bits 0-2)."""
+
+    FULL = 0     # src1 is [m,n]
+    ROW = 1      # src1 is [m,1]: one value per row (e.g. a row reduction's result)
+    COL = 2      # src1 is [1,n]: one value per column (e.g. layernorm gamma)
+    IMM = 3      # src1 is the immediate scalar
+    SCALAR = 4   # src1 is a [1,1] tile
+
+
+SFU_BCAST_MASK = 0x7
+SFU_SWAP = 0x8   # binary ops compute f(src1, src0) instead of f(src0, src1)
+
+
+class MatmulFlag(enum.IntFlag):
+    ACC = 1        # C += A @ B (else C = A @ B)
+    OUT = 2        # write back out = fmt3(C * scale * colscale + bias) at a3
+    BIAS = 4       # bias [1,n] at a4, format f4 (needs OUT)
+    SCALE = 8      # multiply by imm on write-back (needs OUT)
+    COLSCALE = 16  # per-column scale [1,n] at a5, format f5 (needs OUT)
+
+
+# Formats the PT array multiplies; bf16/fp16 data is converted to DLFloat16 before it gets here.
+PT_FORMATS = frozenset({Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2, Format.INT8, Format.INT4})
+
+# Field meanings per opcode: the single table the assembler, loader and docs follow. Unlisted fields must
+# be zero (MATMUL and SFU list their optional fields; the loader also checks the flags that enable them).
+FIELDS: dict[Op, dict[str, str]] = {
+    Op.END: {},
+    Op.BARRIER: {"mask": "bitmask of cores that meet (bit i = core i); includes the issuing core"},
+    Op.DMA_LOAD: {
+        "dev": "device byte address of the first row", "a0": "scratchpad byte address of the first row",
+        "m": "outer count (3rd dim, >= 1)", "n": "rows per outer step (>= 1)",
+        "k": "bytes per row (whole sticks)", "a1": "device outer stride (bytes)",
+        "a2": "device row stride (bytes)", "a3": "scratchpad outer stride (bytes)",
+        "a4": "scratchpad row stride (bytes)",
+    },
+    Op.MATMUL: {
+        "flags": "MatmulFlag bits", "m": "M", "n": "N", "k": "K",
+        "a0": "A tile [M,K]", "f0": "A format", "a1": "B tile [K,N]", "f1": "B format",
+        "a2": "accumulator C [M,N]", "f2": "accumulator format (fp32, or int32 for int x int)",
+        "a3": "write-back tile [M,N] (OUT)", "f3": "write-back format (OUT)",
+        "a4": "bias [1,N] (BIAS)", "f4": "bias format (BIAS)",
+        "a5": "per-column scale [1,N] (COLSCALE)", "f5": "column scale format (COLSCALE)",
+        "imm": "scale (SCALE)",
+    },
+    Op.SFU: {
+        "fn": "SfuFn", "flags": "bits 0-2 Bcast of src1, bit 3 SWAP", "m": "rows", "n": "cols",
+        "a0": "dst [m,n]", "f0": "dst format", "a1": "src0 [m,n] (not FILL)", "f1": "src0 format",
+        "a2": "src1 (binary ops and SELECT, shaped by Bcast)", "f2": "src1 format",
+        "imm": "scalar operand: CAST scale, POWS exponent, FILL value, IMM src1, SELECT else-value",
+    },
+    Op.REDUCE: {"fn": "ReduceFn", "m": "rows", "n": "cols", "a0": "dst [m,1]", "f0": "dst format",
+                "a1": "src [m,n]", "f1": "src format"},
+    Op.RING_SEND: {"core": "destination core", "a0": "destination scratchpad address (on that core)",
+                   "a1": "source scratchpad address", "k": "bytes (whole sticks)"},
+    Op.RING_REDUCE: {"mask": "cores taking part (includes the issuing core)",
+                     "core": "root core receiving the sum, or 0xFFFF for every member", "m": "rows",
+                     "n": "cols", "a0": "dst [m,n] (on the receivers)", "f0": "dst format",
+                     "a1": "src [m,n]", "f1": "src format"},
+    Op.HOST: {"k": "index into the metadata host_ops table"},
+}
+FIELDS[Op.DMA_STORE] = FIELDS[Op.DMA_LOAD]
+
+
+def tile_pitch(cols: int, fmt: Format) -> int:
+    """Row pitch in bytes of a scratchpad tile: the row's bytes rounded up to whole sticks."""
+    return -(-Format.parse(fmt).nbytes(cols) // STICK_BYTES) * STICK_BYTES
+
+
+def tile_bytes(rows: int, cols: int, fmt: Format) -> int:
+    """Bytes a [rows, cols] tile of ``fmt`` occupies in the scratchpad."""
+    return rows * tile_pitch(cols, fmt)

@@ -1,0 +1,784 @@
+"""Load a .spyre file: validate everything, prepare once, then run with only data movement and compute.
+
+``load(path)`` does all the work that does not depend on input data, once:
+
+1. container and metadata checks (:mod:`.binary`), target fingerprint, memory sizes;
+2. every instruction's opcode and fields (unused fields zero, formats known, tiles inside the usable
+   scratchpad, DMA ranges inside one allocated device buffer, ...), with errors naming core, instruction
+   index, op, source location and field;
+3. a static schedule: cores advance in lock-step segments between barriers; ring transfers and reduce-sums
+   complete at the next common barrier. Deadlocks and mismatched collectives are load errors;
+4. initialization tracking over that schedule (one bit per 128-byte stick of every scratchpad and of device
+   memory): a read of bytes never written, and an output the program does not fully write, are load
+   errors. Programs are straight-line, so this static proof covers every run;
+5. the execution plan (numpy views and closures, see :mod:`.emulator`) and the cycle model (:mod:`.cycles`).
+
+Calling the :class:`Executable` then writes the inputs, walks the plan and decodes the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import warnings
+
+import numpy as np
+
+from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
+from .cycles import Profile, model_program
+from .emulator import NUMERICS, DmaCopy, Memory, SpyreRuntimeError, TileView, reduce_eval, sfu_eval
+from .formats import STICK_BYTES, Format
+from .hostops import HostOpError, check_host_op, run_host_op
+from .isa import (ALL_FIELDS, FIELDS, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS, SFU_SWAP,
+                  Bcast, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch)
+
+__all__ = ["load", "load_bytes", "Executable", "Ins", "InputError", "DEFAULT_MAX_DEVICE_BYTES"]
+
+# The emulator allocates device memory for real; refuse programs that would need more than this on the host
+# (override with SPYRE_EMU_MAX_DEVICE_BYTES). The target's own DRAM size is checked as well.
+DEFAULT_MAX_DEVICE_BYTES = 4 << 30
+MAX_TILE_DIM = 1 << 20
+MAX_FILE_BYTES = 16 << 30
+
+
+class InputError(ValueError):
+    """Inputs given to an Executable do not match the program (missing, unknown, wrong shape or type)."""
+
+
+@dataclasses.dataclass(eq=False)
+class Ins:
+    """One validated instruction with everything later stages need: the raw record, the stick indices it
+    reads and writes (own scratchpad and device memory), and cost facts for the cycle model."""
+
+    core: int
+    idx: int
+    op: Op
+    rec: np.void
+    name: str
+    loc: str
+    sp_reads: np.ndarray
+    sp_writes: np.ndarray
+    dev_reads: np.ndarray
+    dev_writes: np.ndarray
+    nbytes: int = 0            # DMA / ring / host bytes moved
+    macs: int = 0              # PT multiply-accumulates (padded to the PT array)
+    useful_macs: int = 0       # M*N*K as written
+    pt_fmt: str = ""
+    elems: int = 0             # SFU elements
+    sfu_class: str = "simple"
+    peer_sticks: np.ndarray | None = None   # RING_SEND: sticks written on the destination core
+    sp_end: int = 0            # highest scratchpad byte touched on this core (+1)
+
+    @property
+    def label(self) -> str:
+        return f"core {self.core} instruction {self.idx} ({self.name}{' at ' + self.loc if self.loc else ''})"
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _sticks(lo: int, hi: int) -> np.ndarray:
+    return np.arange(lo // STICK_BYTES, -(-hi // STICK_BYTES), dtype=np.int64)
+
+
+def _bits(mask: int) -> list[int]:
+    return [i for i in range(32) if mask >> i & 1]
+
+
+class _Decoder:
+    """Validates records of one program against a target and turns them into :class:`Ins`."""
+
+    def __init__(self, prog: Program, target):
+        self.prog, self.target = prog, target
+        self.usable = target.scratchpad_usable_bytes
+        self.spans = sorted((b.addr, b.addr + b.nbytes, b) for b in prog.buffers)
+        self.starts = [s[0] for s in self.spans]
+
+    def fail(self, ins_where: str, field: str | None, msg: str):
+        raise BinaryFormatError(f"{ins_where}: {'field ' + repr(field) + ': ' if field else ''}{msg}")
+
+    def decode(self, c: int, i: int, rec: np.void) -> Ins:
+        dbg = self.prog.debug[c][i] if self.prog.debug else ("", "")
+        try:
+            op = Op(int(rec["op"]))
+        except ValueError:
+            raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': unknown opcode "
+                                    f"{int(rec['op'])}") from None
+        ins = Ins(c, i, op, rec, op.name.lower(), dbg[1], _EMPTY, _EMPTY, _EMPTY, _EMPTY)
+        self.w = f"code core {c} instruction {i} ({ins.name}{' at ' + dbg[1] if dbg[1] else ''})"
+        self.rec = rec
+        used = FIELDS[op]
+        for f in ALL_FIELDS:
+            if f not in used and rec[f] != 0:
+                self.fail(self.w, f, f"must be zero for {ins.name} (is {rec[f]})")
+        getattr(self, "_" + ins.name)(ins)
+        return ins
+
+    # ---- field helpers ----------------------------------------------------------------------------------
+
+    def u(self, f: str) -> int:
+        return int(self.rec[f])
+
+    def fmt(self, f: str, allowed=None) -> Format:
+        code = self.u(f)
+        try:
+            fmt = Format(code)
+        except ValueError:
+            self.fail(self.w, f, f"unknown format code {code}")
+        if not fmt.on_device or (allowed is not None and fmt not in allowed):
+            self.fail(self.w, f, f"format {fmt.key} is not allowed here")
+        return fmt
+
+    def tile(self, ins: Ins, fa: str, rows: int, cols: int, ff: str, allowed=None) -> tuple:
+        fmt = self.fmt(ff, allowed)
+        addr = self.u(fa)
+        if not (1 <= rows <= MAX_TILE_DIM and 1 <= cols <= MAX_TILE_DIM):
+            self.fail(self.w, fa, f"tile shape [{rows}, {cols}] out of range 1..{MAX_TILE_DIM}")
+        if addr % STICK_BYTES:
+            self.fail(self.w, fa, f"scratchpad address {addr} is not stick ({STICK_BYTES} B) aligned")
+        end = addr + rows * tile_pitch(cols, fmt)
+        if end > self.usable:
+            self.fail(self.w, fa, f"tile [{addr}, {end}) exceeds the usable scratchpad ({self.usable} B)")
+        ins.sp_end = max(ins.sp_end, end)
+        return addr, rows, cols, fmt
+
+    def sticks_of(self, t: tuple) -> np.ndarray:
+        addr, rows, cols, fmt = t
+        return _sticks(addr, addr + rows * tile_pitch(cols, fmt))
+
+    def cores_mask(self, f: str, core: int) -> int:
+        mask = self.u(f)
+        n = self.prog.num_cores
+        if mask >> n or not mask >> core & 1:
+            self.fail(self.w, f, f"core mask 0x{mask:x} must include core {core} and only cores < {n}")
+        return mask
+
+    # ---- opcodes ----------------------------------------------------------------------------------------
+
+    def _end(self, ins):
+        pass
+
+    def _barrier(self, ins):
+        self.cores_mask("mask", ins.core)
+
+    def _dma(self, ins, store: bool):
+        m, n, k = self.u("m"), self.u("n"), self.u("k")
+        dev, sp = self.u("dev"), self.u("a0")
+        ds2, ds1, ss2, ss1 = self.u("a1"), self.u("a2"), self.u("a3"), self.u("a4")
+        for f, v in (("m", m), ("n", n)):
+            if v < 1:
+                self.fail(self.w, f, "count must be >= 1")
+        if k < STICK_BYTES or k % STICK_BYTES:
+            self.fail(self.w, "k", f"row bytes {k} must be a positive multiple of {STICK_BYTES}")
+        for f, v in (("dev", dev), ("a0", sp), ("a1", ds2), ("a2", ds1), ("a3", ss2), ("a4", ss1)):
+            if v % STICK_BYTES:
+                self.fail(self.w, f, f"{v} is not a multiple of the {STICK_BYTES}-byte stick")
+        # The scratchpad side (and the device side of a store) must not overlap itself: this bounds the
+        # transfer by the scratchpad size and makes every write well defined.
+        sides = [("a3", "a4", ss2, ss1)] + ([("a1", "a2", ds2, ds1)] if store else [])
+        for f2, f1, s2, s1 in sides:
+            if n > 1 and s1 < k:
+                self.fail(self.w, f1, f"row stride {s1} < row bytes {k}: rows overlap")
+            if m > 1 and s2 < (n - 1) * s1 + k:
+                self.fail(self.w, f2, f"outer stride {s2} overlaps the previous block")
+        sp_end = sp + (m - 1) * ss2 + (n - 1) * ss1 + k
+        if sp_end > self.usable:
+            self.fail(self.w, "a0", f"scratchpad range [{sp}, {sp_end}) exceeds the usable scratchpad "
+                                    f"({self.usable} B)")
+        dev_end = dev + (m - 1) * ds2 + (n - 1) * ds1 + k
+        j = int(np.searchsorted(self.starts, dev, side="right")) - 1
+        buf = self.spans[j][2] if j >= 0 else None
+        if buf is None or dev_end > buf.addr + buf.nbytes:
+            self.fail(self.w, "dev", f"device range [{dev}, {dev_end}) is not inside one allocated buffer")
+        if dev_end - dev > self.target.core_span_bytes:
+            self.fail(self.w, "dev", f"device range spans {dev_end - dev} B, more than a core addresses "
+                                     f"({self.target.core_span_bytes} B)")
+        if store and buf.kind not in ("output", "scratch"):
+            self.fail(self.w, "dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
+        ks = k // STICK_BYTES
+        rel = (np.arange(m, dtype=np.int64)[:, None, None] * ss2 // STICK_BYTES
+               + np.arange(n, dtype=np.int64)[None, :, None] * ss1 // STICK_BYTES
+               + np.arange(ks, dtype=np.int64)[None, None, :]).ravel() + sp // STICK_BYTES
+        drel = (np.arange(m, dtype=np.int64)[:, None, None] * ds2 // STICK_BYTES
+                + np.arange(n, dtype=np.int64)[None, :, None] * ds1 // STICK_BYTES
+                + np.arange(ks, dtype=np.int64)[None, None, :]).ravel() + dev // STICK_BYTES
+        if store:
+            ins.sp_reads, ins.dev_writes = rel, drel
+        else:
+            ins.sp_writes, ins.dev_reads = rel, np.unique(drel)
+        ins.nbytes = m * n * k
+        ins.sp_end = sp_end
+        ins.dma = (dev, (ds2, ds1), sp, (ss2, ss1), (m, n, k))
+
+    def _dma_load(self, ins):
+        self._dma(ins, store=False)
+
+    def _dma_store(self, ins):
+        self._dma(ins, store=True)
+
+    def _matmul(self, ins):
+        flags = self.u("flags")
+        if flags & ~int(MatmulFlag(31)):
+            self.fail(self.w, "flags", f"unknown bits 0x{flags:x}")
+        fl = MatmulFlag(flags)
+        m, n, k = self.u("m"), self.u("n"), self.u("k")
+        a = self.tile(ins, "a0", m, k, "f0", PT_FORMATS)
+        b = self.tile(ins, "a1", k, n, "f1", PT_FORMATS)
+        ints = not a[3].is_float and not b[3].is_float
+        acc_fmt = Format.INT32 if ints else Format.FP32
+        c = self.tile(ins, "a2", m, n, "f2", {acc_fmt})
+        opt = {}
+        for flag, fa, ff, shape in ((MatmulFlag.OUT, "a3", "f3", (m, n)), (MatmulFlag.BIAS, "a4", "f4", (1, n)),
+                                    (MatmulFlag.COLSCALE, "a5", "f5", (1, n))):
+            if fl & flag:
+                opt[flag] = self.tile(ins, fa, *shape, ff)
+            elif self.u(fa) or self.u(ff):
+                self.fail(self.w, fa, f"set but flag {flag.name} is not")
+        if (fl & (MatmulFlag.BIAS | MatmulFlag.SCALE | MatmulFlag.COLSCALE)) and not fl & MatmulFlag.OUT:
+            self.fail(self.w, "flags", "BIAS/SCALE/COLSCALE need OUT")
+        imm = float(self.rec["imm"])
+        if fl & MatmulFlag.SCALE and not np.isfinite(imm):
+            self.fail(self.w, "imm", f"scale {imm} is not finite")
+        if not fl & MatmulFlag.SCALE and imm != 0:
+            self.fail(self.w, "imm", "set but flag SCALE is not")
+        reads = [self.sticks_of(a), self.sticks_of(b)] + [self.sticks_of(t) for f, t in opt.items()
+                                                          if f != MatmulFlag.OUT]
+        if fl & MatmulFlag.ACC:
+            reads.append(self.sticks_of(c))
+        writes = [self.sticks_of(c)] + ([self.sticks_of(opt[MatmulFlag.OUT])] if MatmulFlag.OUT in opt else [])
+        ins.sp_reads, ins.sp_writes = np.concatenate(reads), np.concatenate(writes)
+        pr, pc = self.target.pt_rows, self.target.pt_cols
+        ins.macs = (-(-m // pr) * pr) * (-(-n // pc) * pc) * k
+        ins.useful_macs = m * n * k
+        slow = max((a[3], b[3]), key=lambda f: -self.target.macs_per_cycle(f.key))
+        ins.pt_fmt = slow.key
+        ins.mm = (fl, a, b, c, opt.get(MatmulFlag.OUT), opt.get(MatmulFlag.BIAS),
+                  opt.get(MatmulFlag.COLSCALE), imm, ints)
+
+    def _sfu(self, ins):
+        try:
+            fn = SfuFn(self.u("fn"))
+        except ValueError:
+            self.fail(self.w, "fn", f"unknown SFU function {self.u('fn')}")
+        flags = self.u("flags")
+        if flags & ~(SFU_BCAST_MASK | SFU_SWAP):
+            self.fail(self.w, "flags", f"unknown bits 0x{flags:x}")
+        try:
+            mode = Bcast(flags & SFU_BCAST_MASK)
+        except ValueError:
+            self.fail(self.w, "flags", f"unknown broadcast mode {flags & SFU_BCAST_MASK}")
+        binary = fn in SFU_BINARY
+        if not binary and flags:
+            self.fail(self.w, "flags", f"{fn.name} takes no broadcast or swap flags")
+        if fn is SfuFn.SELECT and (mode is Bcast.IMM or flags & SFU_SWAP):
+            self.fail(self.w, "flags", "SELECT takes its true-value from a tile and cannot swap")
+        m, n = self.u("m"), self.u("n")
+        dst = self.tile(ins, "a0", m, n, "f0")
+        reads = []
+        src0 = None
+        if fn is SfuFn.FILL:
+            if self.u("a1") or self.u("f1"):
+                self.fail(self.w, "a1", "FILL has no source")
+        else:
+            src0 = self.tile(ins, "a1", m, n, "f1")
+            reads.append(self.sticks_of(src0))
+        src1 = None
+        if binary and mode is not Bcast.IMM:
+            shape = {Bcast.FULL: (m, n), Bcast.ROW: (m, 1), Bcast.COL: (1, n), Bcast.SCALAR: (1, 1)}[mode]
+            src1 = self.tile(ins, "a2", *shape, "f2")
+            reads.append(self.sticks_of(src1))
+        elif self.u("a2") or self.u("f2"):
+            self.fail(self.w, "a2", "src1 given but the op takes no src1 tile")
+        imm = float(self.rec["imm"])
+        uses_imm = fn in (SfuFn.CAST, SfuFn.POWS, SfuFn.FILL, SfuFn.SELECT) or (binary and mode is Bcast.IMM)
+        if np.isnan(imm) or (not uses_imm and imm != 0):
+            self.fail(self.w, "imm", f"{imm} is not a valid immediate for {fn.name}")
+        ins.sp_reads = np.concatenate(reads) if reads else _EMPTY
+        ins.sp_writes = self.sticks_of(dst)
+        ins.elems = m * n
+        ins.sfu_class = SFU_CLASS[fn]
+        ins.name = f"sfu.{fn.name.lower()}"
+        ins.sfu = (fn, mode, bool(flags & SFU_SWAP), dst, src0, src1, imm)
+
+    def _reduce(self, ins):
+        try:
+            fn = ReduceFn(self.u("fn"))
+        except ValueError:
+            self.fail(self.w, "fn", f"unknown reduction {self.u('fn')}")
+        m, n = self.u("m"), self.u("n")
+        dst = self.tile(ins, "a0", m, 1, "f0")
+        src = self.tile(ins, "a1", m, n, "f1")
+        ins.sp_reads, ins.sp_writes = self.sticks_of(src), self.sticks_of(dst)
+        ins.elems = m * n
+        ins.name = f"reduce.{fn.name.lower()}"
+        ins.red = (fn, dst, src)
+
+    def _ring_send(self, ins):
+        peer, dst, src, k = self.u("core"), self.u("a0"), self.u("a1"), self.u("k")
+        if peer >= self.prog.num_cores or peer == ins.core:
+            self.fail(self.w, "core", f"destination core {peer} must be another core < {self.prog.num_cores}")
+        if k < STICK_BYTES or k % STICK_BYTES:
+            self.fail(self.w, "k", f"byte count {k} must be a positive multiple of {STICK_BYTES}")
+        for f, a in (("a0", dst), ("a1", src)):
+            if a % STICK_BYTES or a + k > self.usable:
+                self.fail(self.w, f, f"range [{a}, {a + k}) is unaligned or exceeds the usable scratchpad")
+        ins.sp_reads = _sticks(src, src + k)
+        ins.peer_sticks = _sticks(dst, dst + k)
+        ins.sp_end = src + k
+        ins.nbytes = k
+        ins.send = (peer, dst, src, k)
+
+    def _ring_reduce(self, ins):
+        mask = self.cores_mask("mask", ins.core)
+        root = self.u("core")
+        if root != ROOT_ALL and not mask >> root & 1:
+            self.fail(self.w, "core", f"root {root} is not in the group 0x{mask:x}")
+        floats = {f for f in Format if f.is_float}
+        m, n = self.u("m"), self.u("n")
+        dst = self.tile(ins, "a0", m, n, "f0", floats)
+        src = self.tile(ins, "a1", m, n, "f1", floats)
+        ins.sp_reads = self.sticks_of(src)
+        ins.nbytes = m * tile_pitch(n, src[3])
+        ins.reduce = (mask, root, dst, src)
+
+    def _host(self, ins):
+        k = self.u("k")
+        if k >= len(self.host_ops):
+            self.fail(self.w, "k", f"host op {k} not in the table ({len(self.host_ops)} entries)")
+        op, ins_bufs, out_bufs, attrs = self.host_ops[k]
+        ins.dev_reads = np.concatenate([_sticks(b.addr, b.addr + b.nbytes) for b in ins_bufs] or [_EMPTY])
+        ins.dev_writes = np.concatenate([_sticks(b.addr, b.addr + b.nbytes) for b in out_bufs] or [_EMPTY])
+        ins.nbytes = sum(b.nbytes for b in ins_bufs + out_bufs)
+        ins.name = f"host.{op}"
+        ins.host = self.host_ops[k]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Static schedule and initialization check
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Sync:
+    """A barrier release: ``members`` meet; ring sends and reduce groups pending among them complete."""
+
+    members: tuple[int, ...]
+    barriers: list[Ins]
+    sends: list[Ins]
+    reduces: list[list[Ins]]     # each: the matched RING_REDUCE of every group member, in core order
+
+
+def _uninit(mask: np.ndarray, idx: np.ndarray) -> int | None:
+    if idx.size == 0:
+        return None
+    bad = ~mask[idx]
+    return int(idx[np.argmax(bad)]) if bad.any() else None
+
+
+def _schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks: int) -> list:
+    """Order all instructions as the emulator runs them and prove every read initialized."""
+    C = prog.num_cores
+    sp_init = [np.zeros(sp_sticks, dtype=bool) for _ in range(C)]
+    dev_init = np.zeros(dev_sticks, dtype=bool)
+    for b in prog.buffers:
+        if b.kind in ("input", "constant"):
+            dev_init[b.addr // STICK_BYTES:(b.addr + b.nbytes) // STICK_BYTES] = True
+    pos, ended, waiting = [0] * C, [False] * C, {}
+    sends = [[] for _ in range(C)]
+    reds = [[] for _ in range(C)]
+    steps: list = []
+
+    def check(ins: Ins):
+        s = _uninit(sp_init[ins.core], ins.sp_reads)
+        if s is not None:
+            raise BinaryFormatError(f"code {ins.label}: reads scratchpad bytes [{s * STICK_BYTES}, "
+                                    f"{(s + 1) * STICK_BYTES}) that were never written")
+        s = _uninit(dev_init, ins.dev_reads)
+        if s is not None:
+            raise BinaryFormatError(f"code {ins.label}: reads device bytes [{s * STICK_BYTES}, "
+                                    f"{(s + 1) * STICK_BYTES}) that were never written")
+        sp_init[ins.core][ins.sp_writes] = True
+        dev_init[ins.dev_writes] = True
+
+    while not all(ended):
+        for c in range(C):
+            while not ended[c] and c not in waiting:
+                ins = streams[c][pos[c]]
+                if ins.op is Op.END:
+                    ended[c] = True
+                    if sends[c] or reds[c]:
+                        p = (sends[c] + reds[c])[0]
+                        raise BinaryFormatError(f"code {p.label}: ring transfer not followed by a barrier")
+                elif ins.op is Op.BARRIER:
+                    waiting[c] = ins
+                else:
+                    check(ins)
+                    steps.append(ins)
+                    if ins.op is Op.RING_SEND:
+                        sends[c].append(ins)
+                    elif ins.op is Op.RING_REDUCE:
+                        reds[c].append(ins)
+                    pos[c] += 1
+        released = False
+        for c in sorted(waiting):
+            if c not in waiting:
+                continue
+            mask = int(waiting[c].rec["mask"])
+            members = _bits(mask)
+            if not all(m in waiting and int(waiting[m].rec["mask"]) == mask for m in members):
+                continue
+            steps.append(_release(members, waiting, sends, reds, sp_init))
+            for m in members:
+                pos[m] += 1
+                del waiting[m]
+            released = True
+        if not released and not all(ended):
+            c = min(waiting)
+            ins = waiting[c]
+            others = [m for m in _bits(int(ins.rec["mask"])) if m not in waiting or
+                      int(waiting[m].rec["mask"]) != int(ins.rec["mask"])]
+            state = ", ".join(f"core {m} " + ("has ended" if ended[m] else
+                                              f"waits at instruction {waiting[m].idx} with another mask"
+                                              if m in waiting else "is running") for m in others)
+            raise BinaryFormatError(f"code {ins.label}: deadlock: barrier mask 0x{int(ins.rec['mask']):x} "
+                                    f"can never be met ({state})")
+    for b in prog.buffers:
+        if b.kind == "output":
+            s = _uninit(dev_init, _sticks(b.addr, b.addr + b.nbytes))
+            if s is not None:
+                raise BinaryFormatError(f"program: output '{b.name}' is not fully written (device bytes "
+                                        f"[{s * STICK_BYTES}, {(s + 1) * STICK_BYTES}) never stored)")
+    return steps
+
+
+def _release(members, waiting, sends, reds, sp_init) -> Sync:
+    """Complete the ring transfers pending among ``members`` as their barrier releases."""
+    group = set(members)
+    done_sends = []
+    for m in members:
+        for s in sends[m]:
+            peer = s.send[0]
+            if peer not in group:
+                raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
+                                        f"barrier of core {m}")
+            sp_init[peer][s.peer_sticks] = True
+            done_sends.append(s)
+        sends[m] = []
+    done_reds = []
+    while any(reds[m] for m in members):
+        first = next(reds[m][0] for m in members if reds[m])
+        mask, root, dst, src = first.reduce
+        grp = _bits(mask)
+        if not set(grp) <= group:
+            raise BinaryFormatError(f"code {first.label}: group 0x{mask:x} is not inside the barrier it "
+                                    f"completes at (cores {sorted(group)})")
+        matched = []
+        for g in grp:
+            cand = next((r for r in reds[g] if r.reduce[0] == mask), None)
+            if cand is None:
+                raise BinaryFormatError(f"code {first.label}: core {g} of group 0x{mask:x} issued no matching "
+                                        f"ring_reduce before this barrier")
+            if (cand.reduce[1], cand.reduce[2], cand.reduce[3]) != (root, dst, src):
+                raise BinaryFormatError(f"code {cand.label}: ring_reduce fields differ from {first.label}")
+            reds[g].remove(cand)
+            matched.append(cand)
+        receivers = grp if root == ROOT_ALL else [root]
+        st = _sticks(dst[0], dst[0] + dst[1] * tile_pitch(dst[2], dst[3]))
+        for r in receivers:
+            sp_init[r][st] = True
+        done_reds.append(matched)
+    return Sync(tuple(members), [waiting[m] for m in members], done_sends, done_reds)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Executable
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _to_numpy(x) -> np.ndarray:
+    """numpy arrays pass through; torch tensors convert without importing torch here."""
+    mod = type(x).__module__ or ""
+    if mod.startswith("torch"):
+        t = x.detach().cpu()
+        if str(t.dtype) in ("torch.bfloat16", "torch.float16"):
+            t = t.float()
+        return t.numpy()
+    return np.asarray(x)
+
+
+class Executable:
+    """A loaded, validated, prepared program. Call it with inputs (positional in declaration order, or by
+    name); it returns a tuple of numpy outputs and sets :attr:`profile`. Not thread-safe: one machine."""
+
+    def __init__(self, prog: Program, target, numerics: str, streams, steps):
+        self.program, self.target, self.numerics = prog, target, numerics
+        self.input_buffers = [prog.buffer(n) for n in prog.inputs]
+        self.output_buffers = [prog.buffer(n) for n in prog.outputs]
+        self.steps = steps
+        shadow = numerics == "fp32-reference"
+        self.device = Memory(prog.device_bytes, shadow)
+        sp_size = [STICK_BYTES] * prog.num_cores
+        for ins in (i for s in streams for i in s):
+            sp_size[ins.core] = max(sp_size[ins.core], ins.sp_end)
+            if ins.op is Op.RING_SEND:
+                peer, dst, _, k = ins.send
+                sp_size[peer] = max(sp_size[peer], dst + k)
+            if ins.op is Op.RING_REDUCE:
+                for r in _bits(ins.reduce[0]):
+                    d = ins.reduce[2]
+                    sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
+        self.sp = [Memory(n, shadow) for n in sp_size]
+        for name, blob in prog.constants.items():
+            b = prog.buffer(name)
+            self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
+            v = self._buffer_view(b)
+            if v.shadow is not None:
+                v.shadow[...] = v.read_bytes()
+        self._in_views = [self._buffer_view(b) for b in self.input_buffers]
+        self._out_views = [self._buffer_view(b) for b in self.output_buffers]
+        self._plan = [(self._prepare(s), s) for s in steps]
+        self.static_profile: Profile = model_program(prog, target, steps)
+        self.profile: Profile | None = None
+
+    # ---- preparation ------------------------------------------------------------------------------------
+
+    def _buffer_view(self, b: Buffer) -> TileView:
+        return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
+
+    def _tile(self, core: int, t) -> TileView | None:
+        return None if t is None else TileView(self.sp[core], *t)
+
+    def _prepare(self, s):
+        if isinstance(s, Sync):
+            return self._prepare_sync(s)
+        c, sp, dev = s.core, self.sp[s.core], self.device
+        if s.op in (Op.DMA_LOAD, Op.DMA_STORE):
+            daddr, dstr, saddr, sstr, shape = s.dma
+            if s.op is Op.DMA_LOAD:
+                return DmaCopy(dev, daddr, dstr, sp, saddr, sstr, shape)
+            return DmaCopy(sp, saddr, sstr, dev, daddr, dstr, shape)
+        if s.op is Op.MATMUL:
+            fl, a, b, acc, out, bias, cs, imm, ints = s.mm
+            A, B, C = self._tile(c, a), self._tile(c, b), self._tile(c, acc)
+            O, BI, CS = self._tile(c, out), self._tile(c, bias), self._tile(c, cs)
+            ints = ints and self.numerics == "faithful"
+            accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)
+
+            def matmul():
+                if ints:
+                    r = (A.read().astype(np.float64) @ B.read().astype(np.float64)).astype(np.int64)
+                    if accumulate:
+                        r += C.read().astype(np.int64)
+                    r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
+                else:
+                    r = A.read().astype(np.float32) @ B.read().astype(np.float32)
+                    if accumulate:
+                        r = C.read().astype(np.float32) + r
+                C.write(r)
+                if O is not None:
+                    v = r.astype(np.float32)
+                    if scale is not None:
+                        v = v * np.float32(scale)
+                    if CS is not None:
+                        v = v * CS.read().astype(np.float32)
+                    if BI is not None:
+                        v = v + BI.read().astype(np.float32)
+                    O.write(v)
+            return matmul
+        if s.op is Op.SFU:
+            fn, mode, swap, dst, src0, src1, imm = s.sfu
+            D, S0, S1 = self._tile(c, dst), self._tile(c, src0), self._tile(c, src1)
+            shape = (dst[1], dst[2])
+
+            def sfu():
+                D.write(sfu_eval(fn, shape, S0.read() if S0 is not None else None,
+                                 S1.read() if S1 is not None else imm, imm, swap))
+            return sfu
+        if s.op is Op.REDUCE:
+            fn, dst, src = s.red
+            D, S = self._tile(c, dst), self._tile(c, src)
+            return lambda: D.write(reduce_eval(fn, S.read()))
+        if s.op is Op.RING_SEND:
+            peer, dst, src, k = s.send
+            s.stage = np.zeros(k, dtype=np.uint8)
+            s.stage_shadow = np.zeros(k, dtype=np.float32) if sp.shadow is not None else None
+
+            def send():
+                s.stage[...] = sp.bytes[src:src + k]
+                if s.stage_shadow is not None:
+                    s.stage_shadow[...] = sp.shadow[src:src + k]
+            return send
+        if s.op is Op.RING_REDUCE:
+            S = self._tile(c, s.reduce[3])
+            s.slot = [None]
+
+            def contribute():
+                s.slot[0] = np.array(S.read(), dtype=np.float32)
+            return contribute
+        if s.op is Op.HOST:
+            op, ins_bufs, out_bufs, attrs = s.host
+            views = [self._buffer_view(b) for b in ins_bufs]
+            outs = [self._buffer_view(b) for b in out_bufs]
+
+            def host():
+                args = [v.read().reshape(b.shape) for v, b in zip(views, ins_bufs)]
+                try:
+                    res = run_host_op(op, attrs, args, [b.shape for b in out_bufs])
+                except Exception as e:   # user functions may raise anything: report where it happened
+                    raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
+                for v, r, b in zip(outs, res, out_bufs):
+                    v.write(np.asarray(r).reshape(v.rows, v.cols))
+            return host
+        raise AssertionError(s.op)
+
+    def _prepare_sync(self, s: Sync):
+        deliveries = []
+        for snd in s.sends:
+            peer, dst, _, k = snd.send
+            mem = self.sp[peer]
+
+            def deliver(snd=snd, mem=mem, dst=dst, k=k):
+                mem.bytes[dst:dst + k] = snd.stage
+                if snd.stage_shadow is not None:
+                    mem.shadow[dst:dst + k] = snd.stage_shadow
+            deliveries.append(deliver)
+        for group in s.reduces:
+            mask, root, dst, _ = group[0].reduce
+            receivers = _bits(mask) if root == ROOT_ALL else [root]
+            views = [TileView(self.sp[r], *dst) for r in receivers]
+
+            def reduce_sum(group=group, views=views):
+                total = group[0].slot[0]
+                for g in group[1:]:            # in core order, like the ring
+                    total = total + g.slot[0]
+                for v in views:
+                    v.write(total)
+            deliveries.append(reduce_sum)
+        if not deliveries:
+            return None
+        return lambda: [d() for d in deliveries]
+
+    # ---- running ----------------------------------------------------------------------------------------
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.program.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.program.outputs)
+
+    def _bind(self, args, named) -> list[np.ndarray]:
+        bufs = self.input_buffers
+        if len(args) > len(bufs):
+            raise InputError(f"{len(args)} inputs given, the program takes {len(bufs)}")
+        vals: dict[str, object] = {b.name: a for b, a in zip(bufs, args)}
+        for k, v in named.items():
+            if k not in self.program.inputs:
+                raise InputError(f"unknown input '{k}' (inputs: {', '.join(self.program.inputs)})")
+            if k in vals:
+                raise InputError(f"input '{k}' given twice")
+            vals[k] = v
+        out = []
+        for b in bufs:
+            if b.name not in vals:
+                raise InputError(f"missing input '{b.name}'")
+            a = _to_numpy(vals[b.name])
+            shape = b.shape if b.shape else (1,)
+            if a.shape != shape and not (a.size == 1 and np.prod(shape) == 1):
+                raise InputError(f"input '{b.name}': shape {a.shape} does not match {shape}")
+            if a.dtype.kind not in "biuf":
+                raise InputError(f"input '{b.name}': dtype {a.dtype} is not numeric")
+            if not b.fmt.is_float and b.fmt is not Format.BOOL:
+                if a.dtype.kind == "f":
+                    if not np.all(np.isfinite(a)) or not np.all(a == np.rint(a)):
+                        raise InputError(f"input '{b.name}': format {b.fmt.key} needs integer values")
+                lo, hi = {Format.INT8: (-128, 127), Format.INT4: (-8, 7)}.get(b.fmt, (-(2**31), 2**31 - 1))
+                if a.size and (a.min() < lo or a.max() > hi):
+                    raise InputError(f"input '{b.name}': values outside the {b.fmt.key} range {lo}..{hi}")
+                a = a.astype(np.int64)
+            elif b.fmt.is_float:
+                a = a.astype(np.float32)
+            out.append(a)
+        return out
+
+    def __call__(self, *args, **named) -> tuple[np.ndarray, ...]:
+        """Run once. Inputs are numpy arrays (or torch tensors); returns the outputs in declaration order."""
+        values = self._bind(args, named)
+        t0 = time.perf_counter()
+        for v, a in zip(self._in_views, values):
+            v.write(a.reshape(v.rows, v.cols))
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for fn, _ in self._plan:
+                if fn is not None:
+                    fn()
+        outs = []
+        for v, b in zip(self._out_views, self.output_buffers):
+            r = v.read() if b.fmt.is_float else v.read_bytes()
+            outs.append(np.array(r).reshape(b.shape))
+        self.profile = dataclasses.replace(self.static_profile, wall_seconds=time.perf_counter() - t0)
+        return tuple(outs)
+
+    def run(self, *args, **named) -> dict[str, np.ndarray]:
+        """Like calling, but returns {output name: array}."""
+        return dict(zip(self.program.outputs, self(*args, **named)))
+
+
+def load_bytes(data: bytes | memoryview, target=None, numerics: str = "faithful") -> Executable:
+    """Validate and prepare a .spyre image held in memory. See :func:`load`."""
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
+    prog = program_from_bytes(data)
+    from spyre_mlir.target import TargetError, load_target
+    if target is None:
+        try:
+            target = load_target(cores=prog.num_cores)
+        except TargetError as e:
+            raise BinaryFormatError(f"header: {e}") from None
+    if prog.num_cores != target.num_cores or prog.fingerprint != target.fingerprint():
+        raise BinaryFormatError(f"header: target fingerprint {prog.fingerprint[:12]}... ({prog.num_cores} cores) "
+                                f"does not match the runtime target {target.fingerprint()[:12]}... "
+                                f"({target.num_cores} cores); compile for this target or pass --target")
+    limit = int(os.environ.get("SPYRE_EMU_MAX_DEVICE_BYTES", DEFAULT_MAX_DEVICE_BYTES))
+    if prog.device_bytes > min(target.dram_bytes, limit) or prog.device_bytes % STICK_BYTES:
+        raise BinaryFormatError(f"metadata.device_bytes: {prog.device_bytes} is not a stick multiple or "
+                                f"exceeds the limit {min(target.dram_bytes, limit)} (target DRAM or "
+                                f"SPYRE_EMU_MAX_DEVICE_BYTES)")
+    dec = _Decoder(prog, target)
+    bufs = {b.name: b for b in prog.buffers}
+    dec.host_ops = []
+    for j, entry in enumerate(prog.host_ops):
+        try:
+            dec.host_ops.append(check_host_op(entry, bufs))
+        except HostOpError as e:
+            raise BinaryFormatError(f"metadata.host_ops[{j}]: {e}") from None
+    streams = []
+    for c, code in enumerate(prog.code):
+        ops = code["op"]
+        ends = np.flatnonzero(ops == Op.END)
+        if ends.size != 1 or ends[0] != len(code) - 1:
+            i = int(ends[0]) if ends.size else len(code) - 1
+            raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': the stream must end with "
+                                    f"exactly one END, as its last instruction")
+        streams.append([dec.decode(c, i, code[i]) for i in range(len(code))])
+    steps = _schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
+                      prog.device_bytes // STICK_BYTES)
+    return Executable(prog, target, numerics, streams, steps)
+
+
+def load(path, target=None, numerics: str = "faithful") -> Executable:
+    """Load a .spyre file for ``target`` (default: the packaged Spyre target narrowed to the file's core
+    count). Raises BinaryFormatError (a ValueError) naming the problem if anything is wrong with the file.
+    ``numerics``: "faithful" (device rounding) or "fp32-reference" (same program, no rounding)."""
+    path = os.fspath(path)
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            raise BinaryFormatError(f"header: file is {size} bytes, more than the {MAX_FILE_BYTES} limit")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise BinaryFormatError(f"cannot read {path}: {e.strerror or e}") from None
+    return load_bytes(data, target=target, numerics=numerics)
