@@ -1,0 +1,108 @@
+"""spyre-compile: stages, output, --dump-dir and reproducers, and errors without tracebacks.
+
+Subprocess runs cost a torch import each (~3 s), so only the end-to-end paths use them; the other cases call
+``main(argv)`` in process.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from spyre_mlir.tools.compile import PLANNED_STAGES, main
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def spyre_compile(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "spyre_mlir.tools.compile", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+class Erfinv(torch.nn.Module):
+    """aten.erfinv imports to torch IR but fails the linalg pipeline: a stage failure to reproduce."""
+
+    def forward(self, x):
+        return torch.erfinv(torch.tanh(x))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    # The example script itself writes the archive, as a user would run it.
+    subprocess.run([sys.executable, os.path.join(EXAMPLES, "transformer.py"), "tf.pt"], cwd=d, check=True,
+                   capture_output=True)
+    torch.export.save(torch.export.export(Erfinv(), (torch.randn(2, 3),)), str(d / "erfinv.pt2"))
+    torch.save(torch.nn.Sequential(torch.nn.Linear(4, 4)), str(d / "pickled.pt"))
+    (d / "garbage.pt").write_bytes(b"\x00garbage")
+    return d
+
+
+def test_emit_linalg_with_dump_dir(models, tmp_path):
+    out, dump = tmp_path / "out" / "tf.mlir", tmp_path / "dump"
+    r = spyre_compile(str(models / "tf.pt"), "--emit=linalg", "-o", str(out), "--dump-dir", str(dump))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr == ""  # no progress display when stderr is not a terminal
+    assert sorted(os.listdir(dump)) == ["01-torch.mlir", "02-linalg.mlir"]
+    text = out.read_text()
+    assert text == (dump / "02-linalg.mlir").read_text()
+    assert "linalg.batch_matmul" in text and 'spyre.param = "rotary.inv_freq"' in text
+    assert "torch.aten" in (dump / "01-torch.mlir").read_text()
+    assert [p for p in os.listdir(out.parent) if p != "tf.mlir"] == []  # no temporary file left behind
+
+
+def test_emit_torch_to_stdout(models, capsys):
+    assert main([str(models / "erfinv.pt2"), "--emit=torch"]) == 0
+    out = capsys.readouterr().out
+    assert "func.func @main" in out and "torch.aten.erfinv" in out
+
+
+def test_failing_stage_writes_reproducer(models, tmp_path, capsys):
+    dump = tmp_path / "dump"
+    assert main([str(models / "erfinv.pt2"), "--emit=linalg", "--dump-dir", str(dump)]) == 1
+    assert "the linalg stage failed" in capsys.readouterr().err
+    assert sorted(os.listdir(dump)) == ["01-torch.mlir", "02-linalg.input.mlir", "02-linalg.repro.sh"]
+    assert (dump / "02-linalg.input.mlir").read_text() == (dump / "01-torch.mlir").read_text()
+    command = (dump / "02-linalg.repro.sh").read_text().strip().splitlines()[-1]
+    assert command.startswith("torch-mlir-opt ")
+    opt_dir = os.path.dirname(shutil.which("torch-mlir-opt") or os.path.join(os.path.dirname(sys.executable), "x"))
+    env = dict(os.environ, PATH=opt_dir + os.pathsep + os.environ.get("PATH", ""))
+    r = subprocess.run(["sh", str(dump / "02-linalg.repro.sh")], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "erfinv" in r.stderr  # the reproducer fails the same way
+
+
+def test_pickle_without_opt_in_exits_2_without_traceback(models):
+    r = spyre_compile(str(models / "pickled.pt"), "--emit=torch")
+    assert r.returncode == 2
+    assert "pickled.pt" in r.stderr and "--trust-pickle" in r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("name, reason", [("missing.pt2", "does not exist"), ("garbage.pt", "not a format")])
+def test_bad_file_exits_2(models, capsys, name, reason):
+    assert main([str(models / name)]) == 2
+    err = capsys.readouterr().err
+    assert name in err and reason in err and "Traceback" not in err
+
+
+def test_pickle_with_opt_in(models, capsys):
+    assert main([str(models / "pickled.pt"), "--trust-pickle", "--input-shape", "2x4xf32", "--emit=linalg"]) == 0
+    assert "linalg.matmul" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", PLANNED_STAGES)
+def test_planned_stages_are_not_built_yet(capsys, stage):
+    assert main(["model.pt2", f"--emit={stage}"]) == 1
+    assert f"stage {stage!r} is not built yet" in capsys.readouterr().err
+
+
+def test_unknown_stage_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["model.pt2", "--emit=nonsense"])
+    assert e.value.code == 2
