@@ -136,7 +136,7 @@ class ProgramBuilder:
 
     # ---- raw emission -----------------------------------------------------------------------------------
 
-    def emit(self, core: int, op: Op, loc: str | None = None, **fields) -> int:
+    def emit(self, core: int, op: Op, loc: str | None = None, /, **fields) -> int:
         """Append one raw record to ``core``'s stream; returns its index. Fields are INSTR_DTYPE names."""
         unknown = set(fields) - set(INSTR_DTYPE.names)
         if unknown:

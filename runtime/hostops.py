@@ -14,6 +14,7 @@ halfway through a run.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -75,11 +76,12 @@ def check_host_op(entry, buffers: dict) -> tuple[str, list, list, dict]:
             raise HostOpError("copy takes one input, one output, attrs shape/perm")
         src, dst = ins[0], outs[0]
         shape = attrs.get("shape") or list(src.shape)
-        if (not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape)
-                or int(np.prod(shape)) != int(np.prod(src.shape))):
+        if (not isinstance(shape, list) or not all(type(d) is int and d > 0 for d in shape)
+                or math.prod(shape) != math.prod(src.shape)):
             raise HostOpError(f"copy shape {shape!r:.60} does not hold {src.shape}")
         perm = attrs.get("perm") or list(range(len(shape)))
-        if not isinstance(perm, list) or sorted(perm) != list(range(len(shape))):
+        if (not isinstance(perm, list) or not all(type(p) is int for p in perm)
+                or sorted(perm) != list(range(len(shape)))):
             raise HostOpError(f"copy perm {perm!r:.60} is not a permutation of {len(shape)} dims")
         if tuple(shape[p] for p in perm) != dst.shape:
             raise HostOpError(f"copy result shape {tuple(shape[p] for p in perm)} != output {dst.shape}")

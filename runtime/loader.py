@@ -186,6 +186,8 @@ class _Decoder:
         if sp_end > self.usable:
             self.fail(self.w, "a0", f"scratchpad range [{sp}, {sp_end}) exceeds the usable scratchpad "
                                     f"({self.usable} B)")
+        if dev >= self.prog.device_bytes:
+            self.fail(self.w, "dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
         dev_end = dev + (m - 1) * ds2 + (n - 1) * ds1 + k
         j = int(np.searchsorted(self.starts, dev, side="right")) - 1
         buf = self.spans[j][2] if j >= 0 else None
