@@ -52,10 +52,11 @@ class Rotary(nn.Module):
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, positions: torch.Tensor):
-        freqs = positions[:, None].to(torch.float32) * self.inv_freq[None, :]
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype):
+        # Angles in float32 whatever the model's dtype (as Hugging Face does), tables in the model's dtype.
+        freqs = positions[:, None].to(torch.float32) * self.inv_freq[None, :].to(torch.float32)
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos(), emb.sin()
+        return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -123,7 +124,7 @@ class Decoder(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        cos, sin = self.rotary(positions)
+        cos, sin = self.rotary(positions, x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
         return self.lm_head(self.norm(x))

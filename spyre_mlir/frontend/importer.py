@@ -201,10 +201,15 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
                     f"input {spec.arg.name!r} is a symbolic size ({type(spec.arg).__name__}); the Spyre "
                     f"compiler needs static shapes: export without dynamic_shapes."
                 )
+            val = node.meta["val"]
+            if not all(isinstance(d, int) for d in val.shape):
+                raise FrontendError(
+                    f"input {node.name!r} has dynamic shape {tuple(val.shape)}; the Spyre compiler needs static "
+                    f"shapes: export without dynamic_shapes (or give concrete --input-shape values)."
+                )
             new = graph.placeholder(node.name)
             new.meta = dict(node.meta)
             val_map[node] = new
-            val = node.meta["val"]
             inputs.append(TensorSpec(node.name, tuple(int(d) for d in val.shape), _dtype_name(val.dtype)))
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             if spec.target in ep.state_dict:

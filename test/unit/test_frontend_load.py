@@ -13,6 +13,9 @@ from spyre_mlir.frontend.load import detect_format, load_program, parse_input_sh
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import mlp  # noqa: E402
 
+# torch deprecates torch.jit and warns about its own internals; the files here are written on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+
 
 def _tiny():
     """An nn.Sequential: its classes are importable anywhere, so a pickle of it loads in any process."""
