@@ -144,3 +144,37 @@ class Counter(torch.nn.Module):
 def test_state_updates_are_refused():
     with pytest.raises(FrontendError, match="in place"):
         import_model(Counter(), (torch.randn(2),), stage="torch")
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_rebuilt_graph_computes_the_model(name):
+    """The graph handed to the FX importer, called with (inputs..., params...) in @main's order, computes
+    what the model computes: the argument order and the parameter values are right."""
+    from spyre_mlir.frontend.adapters import adapt
+    from spyre_mlir.frontend.importer import _parameters_as_arguments
+
+    model, inputs = EXAMPLES[name].build()
+    ep, _ = adapt(torch.export.export(model, inputs))
+    graph, params, _, _ = _parameters_as_arguments(ep)
+    (out,) = torch.fx.GraphModule(torch.nn.Module(), graph)(*inputs, *map(torch.from_numpy, params.values()))
+    torch.testing.assert_close(out, model(*inputs))
+
+
+def test_bfloat16_and_tied_weights():
+    model, inputs = transformer.build()
+    model.lm_head.weight = model.embed_tokens.weight
+    model = model.to(torch.bfloat16)
+    result = import_model(model, inputs, stage="torch")
+    tied = [n for n in result.params if n in ("lm_head.weight", "embed_tokens.weight")]
+    assert len(tied) == 1  # one argument for the shared tensor
+    array = result.params[tied[0]]
+    assert array.dtype.name == "bfloat16"
+    assert np.shares_memory(array, model.embed_tokens.weight.detach().view(torch.int16).numpy())
+    assert result.outputs[0].dtype == "bfloat16"
+
+
+def test_dynamic_shapes_are_refused():
+    ep = torch.export.export(torch.nn.Linear(4, 4), (torch.randn(3, 4),),
+                             dynamic_shapes=({0: torch.export.Dim("batch")},))
+    with pytest.raises(FrontendError, match="static shapes"):
+        import_model(ep, stage="torch")
