@@ -734,7 +734,9 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str = "faithful"
         raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     prog = program_from_bytes(data)
     from spyre_mlir.target import TargetError, load_target
-    if target is None:
+    if isinstance(target, (str, os.PathLike)):
+        target = load_target(target, cores=prog.num_cores)      # a bad target file is a TargetError
+    elif target is None:
         try:
             target = load_target(cores=prog.num_cores)
         except TargetError as e:
@@ -771,8 +773,9 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str = "faithful"
 
 
 def load(path, target=None, numerics: str = "faithful") -> Executable:
-    """Load a .spyre file for ``target`` (default: the packaged Spyre target narrowed to the file's core
-    count). Raises BinaryFormatError (a ValueError) naming the problem if anything is wrong with the file.
+    """Load a .spyre file for ``target``: a Target, a target file path (narrowed to the file's core count),
+    or None for the packaged Spyre target. Raises BinaryFormatError (a ValueError) naming the problem if
+    anything is wrong with the file.
     ``numerics``: "faithful" (device rounding) or "fp32-reference" (same program, no rounding)."""
     path = os.fspath(path)
     try:

@@ -1,0 +1,150 @@
+"""spyre-run: load a .spyre binary, run it on the emulator, save outputs, report the modeled profile.
+
+    spyre-run model.spyre --inputs in.npz -o out.npz [--profile] [--json] [--trace t.json]
+              [--numerics faithful|fp32-reference] [--target FILE]
+
+Inputs are matched by name (npz keys equal to the program's input names), else by order. Outputs are saved
+as output_0, output_1, ... Errors print one line ``spyre-run: error: ...`` and exit 1 (2 for usage errors).
+Only numpy, the runtime and (for --profile) rich are imported: no torch, so start-up stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import zipfile
+
+import numpy as np
+
+PROG = "spyre-run"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):     # usage errors: one line after the usage, exit 2
+        self.print_usage(sys.stderr)
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Run a .spyre binary on the Spyre emulator.")
+    p.add_argument("model", help="the .spyre file")
+    p.add_argument("-i", "--inputs", help=".npz with the inputs (by name, else in order)")
+    p.add_argument("-o", "--output", help="write outputs to this .npz (output_0, output_1, ...)")
+    p.add_argument("--profile", action="store_true", help="print the modeled profile as a table")
+    p.add_argument("--json", action="store_true", help="print outputs summary and profile as JSON")
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
+    p.add_argument("--numerics", choices=("faithful", "fp32-reference"), default="faithful")
+    p.add_argument("--target", help="target TOML file (default: the packaged Spyre target)")
+    return p
+
+
+def _inputs(exe, path: str | None) -> list[np.ndarray]:
+    """Arrays for the program's inputs from an npz: by name if every name is there, else by order."""
+    names = exe.input_names
+    if path is None:
+        if names:
+            raise ValueError(f"missing input '{names[0]}' (the program takes {', '.join(names)}; use --inputs)")
+        return []
+    with np.load(path, allow_pickle=False) as npz:
+        data = {k: npz[k] for k in npz.files}
+    if all(n in data for n in names):
+        return [data[n] for n in names]
+    if len(data) == len(names):
+        return list(data.values())
+    missing = next(n for n in names if n not in data)
+    raise ValueError(f"missing input '{missing}' ({path} has {', '.join(data) or 'no arrays'}; "
+                     f"the program takes {', '.join(names)})")
+
+
+def _save(path: str, outs) -> None:
+    tmp = f"{path}.tmp{os.getpid()}.npz"
+    try:
+        np.savez(tmp, **{f"output_{i}": o for i, o in enumerate(outs)})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _si(x: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {prefix}{unit}"
+    return f"{x:.2f} {unit}"
+
+
+def print_profile(profile, file=None) -> None:
+    """The profile as rich tables: summary, then busy cycles per core and unit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from spyre_mlir.runtime.cycles import UNITS
+
+    con = Console(file=file or sys.stdout, width=110)
+    t = Table(title=f"Modeled run on '{profile.target}' ({profile.num_cores} cores, {profile.clock_ghz} GHz)")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [
+        ("modeled latency", f"{profile.cycles:,.0f} cycles = {profile.seconds * 1e6:,.2f} us"),
+        ("emulator wall time", f"{profile.wall_seconds * 1e3:,.2f} ms" if profile.wall_seconds else "-"),
+        *[(f"utilization {u}", f"{v:6.1%}") for u, v in profile.utilization.items()],
+        ("limiting unit", profile.limiter),
+        ("DRAM read / write", f"{_si(profile.dram_read_bytes, 'B')} / {_si(profile.dram_write_bytes, 'B')}"),
+        ("ring / host bytes", f"{_si(profile.ring_bytes, 'B')} / {_si(profile.host_bytes, 'B')}"),
+        ("PT MACs (padded)", f"{profile.pt_macs:,} ({profile.pt_padded_macs:,})"),
+        ("achieved / peak", f"{_si(profile.achieved_flops, 'FLOP/s')} / {_si(profile.peak_flops, 'FLOP/s')}"),
+        ("intensity / ridge", f"{profile.intensity:,.1f} / {profile.ridge:,.1f} FLOP/B"),
+        ("roofline bound", profile.bound),
+    ]
+    for r in rows:
+        t.add_row(*r)
+    con.print(t)
+    per = Table(title="Busy cycles per core and unit")
+    per.add_column("core", justify="right")
+    for u in UNITS:
+        per.add_column(u, justify="right")
+    for c, row in enumerate(profile.busy):
+        per.add_row(str(c), *[f"{v:,.0f}" for v in row])
+    con.print(per)
+
+
+def main(argv=None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    from spyre_mlir.runtime import SpyreRuntimeError, load, write_trace
+
+    try:
+        exe = load(args.model, target=args.target, numerics=args.numerics)
+        outs = exe(*_inputs(exe, args.inputs))
+        if args.output:
+            _save(args.output, outs)
+        if args.trace:
+            write_trace(exe.profile, args.trace)
+    except (ValueError, OSError, SpyreRuntimeError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        msg = str(e) if not isinstance(e, OSError) or not e.strerror else f"{e.filename}: {e.strerror}"
+        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        return 1
+    except Exception as e:   # a bug in the runtime: still one line, but say so
+        print(f"{PROG}: error: internal error: {e.__class__.__name__}: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        doc = {"outputs": [{"name": n, "shape": list(o.shape), "dtype": str(o.dtype)}
+                           for n, o in zip(exe.output_names, outs)],
+               "numerics": args.numerics, "profile": exe.profile.to_dict()}
+        print(json.dumps(doc, indent=2))
+    else:
+        for i, (n, o) in enumerate(zip(exe.output_names, outs)):
+            print(f"output_{i} ({n}): shape {tuple(o.shape)} {o.dtype}")
+        if args.profile:
+            print_profile(exe.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
