@@ -182,16 +182,40 @@ def _load_file(path, example_inputs, input_shapes, trust_pickle) -> torch.export
         try:
             # An open file, not the path: torch.export.load warns about (and retries) paths not ending in .pt2.
             with open(path, "rb") as f:
-                return torch.export.load(f)
+                ep = torch.export.load(f)
         except Exception as e:
             raise FrontendError(
                 f"model file {path!r} is a torch.export archive but could not be loaded "
                 f"({type(e).__name__}: {_first_line(e)}); it may be corrupt or written by an incompatible "
                 f"torch version. Expected {ACCEPTED_FORMATS}."
             ) from e
+        if input_shapes:
+            _check_archive_shapes(ep, input_shapes, path)
+        return ep
     if fmt == TORCHSCRIPT:
         return _load_torchscript(path, example_inputs, input_shapes)
     return _load_pickle(path, example_inputs, input_shapes, trust_pickle)
+
+
+def _check_archive_shapes(ep, input_shapes, path) -> None:
+    """An export archive fixes its input shapes; silently ignoring different --input-shape values would
+    compile something other than what the user asked for."""
+    wanted = [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes]
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    actual = []
+    for name in ep.graph_signature.user_inputs:
+        val = placeholders[name].meta.get("val") if name in placeholders else None
+        if isinstance(val, torch.Tensor):
+            actual.append((tuple(val.shape), val.dtype))
+    if [(tuple(s), d) for s, d in wanted] != actual:
+        def show(shapes):
+            return ", ".join("x".join(map(str, s)) + f"x{str(d).removeprefix('torch.')}" for s, d in shapes)
+
+        raise FrontendError(
+            f"model file {path!r} was exported for inputs {show(actual)}, not the --input-shape given "
+            f"({show(wanted)}); an export archive fixes its shapes: export again with the shapes you want, "
+            f"or drop --input-shape."
+        )
 
 
 def _load_torchscript(path, example_inputs, input_shapes) -> torch.export.ExportedProgram:

@@ -31,7 +31,7 @@ def files(tmp_path_factory):
     ep = torch.export.export(model, (x,))
     paths = {name: str(d / name) for name in
              ["m.pt2", "m_export.pt", "traced.pt", "scripted.pt", "pickle.pt", "legacy.pt", "sd.pt",
-              "truncated.pt2", "notes.txt", "odd.zip", "empty.pt"]}
+              "truncated.pt2", "notes.txt", "odd.zip", "empty.pt", "fake_export.pt2"]}
     torch.export.save(ep, paths["m.pt2"])
     torch.export.save(ep, paths["m_export.pt"])  # same archive, the extension users often pick
     torch.jit.save(torch.jit.trace(model, (x,)), paths["traced.pt"])
@@ -48,6 +48,8 @@ def files(tmp_path_factory):
     with zipfile.ZipFile(paths["odd.zip"], "w") as zf:
         zf.writestr("odd/readme.txt", "hello")
     open(paths["empty.pt"], "wb").close()
+    with zipfile.ZipFile(paths["fake_export.pt2"], "w") as zf:  # looks like an export archive, is not one
+        zf.writestr("fake_export/archive_format", "pt2")
     return model, x, paths
 
 
@@ -78,6 +80,13 @@ def test_export_archive_detected_by_content(files, name):
     model, x, paths = files
     assert detect_format(paths[name]) == "export"
     _same(load_program(paths[name]), model, x)
+
+
+def test_export_archive_with_matching_input_shape(files):
+    _, _, paths = files
+    assert load_program(paths["m.pt2"], input_shapes=["4x64xf32"]) is not None
+    with pytest.raises(FrontendError, match="exported for inputs 4x64xfloat32"):
+        load_program(paths["m.pt2"], input_shapes=["8x64xf32"])
 
 
 def test_torchscript_traced_uses_recorded_shapes(files):
@@ -134,6 +143,7 @@ def test_state_dict_explained(files):
         ("notes.txt", "not a format"),
         ("odd.zip", "not one PyTorch writes"),
         ("empty.pt", "not a format"),
+        ("fake_export.pt2", "could not be loaded"),
     ],
 )
 def test_bad_files(files, name, reason):
