@@ -8,7 +8,7 @@ version (20261001):
 
 * ``aten.cumsum`` lowers to ``tm_tensor.scan``, a sequential scan outside linalg that later Spyre stages
   cannot map; Hugging Face models use it to build position ids from the attention mask.
-* ``aten.cummax`` and ``aten.median.dim`` fail in the torch backend pipeline ("failed to legalize
+* ``aten.cummax``, ``aten.cummin`` and ``aten.median.dim`` fail in the torch backend pipeline ("failed to legalize
   operation 'torch.operator'").
 
 To add an adapter: write the decomposition, add an :class:`Adapter` to ``ADAPTERS`` with its reason, and a
@@ -63,30 +63,43 @@ def cumsum_as_triangular_matmul(x: torch.Tensor, dim: int, dtype: torch.dtype | 
     return torch.matmul(x.movedim(dim, -1), upper).movedim(-1, dim)
 
 
-def cummax_as_masked_max(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cummax(x, dim)`` as a max over a lower-triangular mask: ``values[i] = max_{j<=i} x[j]`` and
-    ``indices[i]`` = the last ``j <= i`` holding that value (PyTorch's tie and NaN rule: a NaN, once seen,
-    is the running maximum and its index is the last NaN so far)."""
+def _cumulative_extreme(x: torch.Tensor, dim: int, largest: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Running max (or min) over a lower-triangular mask: ``values[i] = max_{j<=i} x[j]`` and ``indices[i]``
+    = the last ``j <= i`` holding that value (PyTorch's tie rule). A NaN, once seen, is the running value
+    and its index is the last NaN so far, as in eager."""
     if x.dim() == 0:
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     xt = x.movedim(dim, -1)
     n = xt.shape[-1]
     seen = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()  # seen[i, j] = j <= i
     grid = xt.unsqueeze(-2).expand(*xt.shape[:-1], n, n)  # grid[..., i, j] = x[..., j]
-    # torch.full, not torch.tensor: a tensor literal in a decomposition is an unfunctional lift_fresh_copy.
+    # The identity of the reduction fills the unseen positions. torch.full, not torch.tensor: a tensor
+    # literal in a decomposition is an unfunctional lift_fresh_copy.
     if x.dtype.is_floating_point:
-        lowest = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
+        identity = float("-inf") if largest else float("inf")
     elif x.dtype == torch.bool:
-        lowest = torch.full((), False, device=x.device)
+        identity = not largest
     else:
-        lowest = torch.full((), torch.iinfo(x.dtype).min, dtype=x.dtype, device=x.device)
-    values = torch.where(seen, grid, lowest).amax(-1)  # amax propagates NaN like cummax
+        identity = torch.iinfo(x.dtype).min if largest else torch.iinfo(x.dtype).max
+    fill = torch.full((), identity, dtype=x.dtype, device=x.device)
+    masked = torch.where(seen, grid, fill)
+    values = masked.amax(-1) if largest else masked.amin(-1)  # both propagate NaN, like eager
     hit = grid == values.unsqueeze(-1)
     if x.dtype.is_floating_point:
         hit = hit | (grid.isnan() & values.isnan().unsqueeze(-1))
     positions = torch.arange(n, device=x.device)
     indices = torch.where(seen & hit, positions, -1).amax(-1)
     return values.movedim(-1, dim), indices.movedim(-1, dim)
+
+
+def cummax_as_masked_max(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cummax(x, dim)`` as a max over a lower-triangular mask (see ``_cumulative_extreme``)."""
+    return _cumulative_extreme(x, dim, largest=True)
+
+
+def cummin_as_masked_min(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cummin(x, dim)`` as a min over a lower-triangular mask (see ``_cumulative_extreme``)."""
+    return _cumulative_extreme(x, dim, largest=False)
 
 
 def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,6 +134,12 @@ ADAPTERS: list[Adapter] = [
         name="cummax-as-masked-max",
         why="aten.cummax fails to legalize in the torch backend pipeline",
         decompositions={aten.cummax.default: cummax_as_masked_max},
+        applies=lambda node: _scan_length(node) <= MAX_TRIANGULAR_SCAN,
+    ),
+    Adapter(
+        name="cummin-as-masked-min",
+        why="aten.cummin fails to legalize in the torch backend pipeline",
+        decompositions={aten.cummin.default: cummin_as_masked_min},
         applies=lambda node: _scan_length(node) <= MAX_TRIANGULAR_SCAN,
     ),
     Adapter(

@@ -117,12 +117,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             ir_text = stage(job, ir_text)
         except FrontendError as e:
             progress.fail(index, name)
-            input_ir = getattr(e, "input_ir", None)
-            if args.dump_dir:
-                _write_reproducer(args, index, name, input_ir if input_ir is not None else ir_text, e)
+            # A StageError is the compiler's failure: keep a reproducer. Any other FrontendError is about the
+            # input (unreadable file, missing shapes): the message says what to do, exit 2.
+            if isinstance(e, StageError) and args.dump_dir:
+                _write_reproducer(args, index, name, e.input_ir if e.input_ir is not None else ir_text, e)
             print(f"spyre-compile: error: {e}", file=sys.stderr)
-            # A stage failure is the compiler's; any other FrontendError is about the input (file, shapes).
             return 1 if isinstance(e, StageError) else 2
+        except BaseException as e:
+            # A bug: keep the reproducer, then let the traceback through.
+            progress.fail(index, name)
+            if args.dump_dir and not isinstance(e, KeyboardInterrupt):
+                _write_reproducer(args, index, name, ir_text, e)
+            raise
         progress.done(index, name)
         if args.dump_dir:
             _write_atomic(os.path.join(args.dump_dir, f"{index:02d}-{name}.mlir"), ir_text)

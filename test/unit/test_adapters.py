@@ -50,6 +50,13 @@ CASES = {
           (torch.tensor([[1.0, float("nan"), 2.0, float("nan"), 9.0, 0.0, 1.0, 2.0, 3.0]] * 3),)]),
         (lambda x: torch.cummax(x, 0), (torch.randint(-5, 5, (6, 2)),), [(torch.randint(-5, 5, (6, 2)),)]),
     ],
+    "cummin-as-masked-min": [
+        (lambda x: torch.cummin(x, 1), (torch.randn(2, 8),),
+         [(torch.tensor([[4.0, 2.0, 2.0, 3.0, 1.0, 1.0, 5.0, 1.0]] * 2),),  # ties: last index
+          (torch.tensor([[3.0, 2.0, float("nan"), 1.0, float("nan"), 0.0, 1.0, 2.0]] * 2),)]),
+        (lambda x: torch.cummin(x, -1), (torch.randint(-9, 9, (3, 5), dtype=torch.int32),),
+         [(torch.full((3, 5), 7, dtype=torch.int32),)]),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),
