@@ -182,7 +182,8 @@ _UNARY = {
     SfuFn.TANH: lambda x, imm: np.tanh(x),
     SfuFn.SIGMOID: lambda x, imm: _sigmoid(x),
     SfuFn.GELU_ERF: lambda x, imm: (0.5 * x * _erfc(-x / _SQRT2)).astype(_F32),
-    SfuFn.GELU_TANH: lambda x, imm: _F32(0.5) * x * (_F32(1) + np.tanh(_GELU_C * (x + _F32(0.044715) * x * x * x))),
+    # 0.5 x (1 + tanh(u)) == x * sigmoid(2u), without the cancellation of 1 + tanh(u) for negative x.
+    SfuFn.GELU_TANH: lambda x, imm: x * _sigmoid(_F32(2) * _GELU_C * (x + _F32(0.044715) * x * x * x)),
     SfuFn.SILU: lambda x, imm: x * _sigmoid(x),
     SfuFn.RELU: lambda x, imm: np.maximum(x, _F32(0)),
     SfuFn.POWS: lambda x, imm: np.power(x, _F32(imm)),

@@ -1,0 +1,476 @@
+"""Emulator tests: programs assembled with ProgramBuilder, run, and checked against numpy.
+
+Tolerances come from the format, not from trial and error. DLFloat16 keeps 9 fraction bits and rounds to
+nearest, so one rounding has relative error at most U = 2^-10. A DLFloat16 matmul rounds each input once and
+the result once, and accumulates exactly enough in fp32 (K * 2^-24 is far below U for these K), so against
+numpy fp32 on the unrounded inputs
+
+    |y - x@w| <= 2U (1 + U) |x|@|w| + U |x@w|       (first-order bound, the (1 + U) covers the product)
+
+fp32-reference mode runs the same program without rounding: it must match numpy fp32 to 1e-5 relative to
+the same scale |x|@|w| (summation order is the only difference).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from spyre_mlir.runtime import InputError, ProgramBuilder, load, load_bytes, register_host_function
+from spyre_mlir.runtime.formats import Format, dlf16_encode, dlf16_round, encode
+from spyre_mlir.runtime.kernels import build_layernorm, build_matmul, build_rmsnorm, build_softmax
+from spyre_mlir.target import load_target
+from spyre_mlir.tools.run import main as spyre_run
+
+U = 2.0**-10            # DLFloat16 unit roundoff (round to nearest, 9 fraction bits)
+REF_RTOL = 1e-5         # fp32-reference vs numpy fp32
+
+
+@pytest.fixture(scope="module")
+def targets():
+    base = load_target()
+    return {n: base.with_cores(n) for n in (1, 2, 4, 32)}
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _matmul_bound(x, w):
+    ref = x.astype(np.float64) @ w.astype(np.float64)
+    return ref, 2 * U * (1 + U) * (np.abs(x) @ np.abs(w)) + U * np.abs(ref)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# matmul on 1, 2 and 32 cores
+# ---------------------------------------------------------------------------------------------------------
+
+MATMULS = [
+    # cores, M, N, K, kwargs
+    (1, 128, 192, 256, dict(tile_m=64, tile_n=64, tile_k=64)),                 # K accumulation, 3x2 tiles
+    (1, 40, 100, 70, dict()),                                                   # ragged: padded sticks
+    (2, 128, 128, 256, dict(grid=(1, 2), tile_k=128)),                          # N split over 2 cores
+    (2, 64, 64, 256, dict(grid=(1, 1), split_k=2)),                             # split-K over the ring
+    (32, 256, 256, 512, dict(grid=(2, 2), split_k=8)),                          # 32 cores, split-K by 8
+    (32, 256, 512, 128, dict(grid=(4, 8), tile_k=64, double_buffer=False)),     # 32 cores, grid only
+]
+
+
+@pytest.mark.parametrize("cores,M,N,K,kw", MATMULS)
+def test_matmul_matches_numpy_within_dlf16_bound(targets, cores, M, N, K, kw):
+    exe = build_matmul(targets[cores], M, N, K, **kw).load()
+    rng = _rng(cores)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    (y,) = exe(x, w)
+    ref, bound = _matmul_bound(x, w)
+    assert y.shape == (M, N) and y.dtype == np.float32
+    assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
+    # Results are DLFloat16 values: encoding them again changes nothing.
+    assert np.array_equal(dlf16_round(y), y)
+
+    ref_exe = build_matmul(targets[cores], M, N, K, **kw).load(numerics="fp32-reference")
+    (yr,) = ref_exe(x, w)
+    scale = np.abs(x) @ np.abs(w)
+    assert np.all(np.abs(yr - ref) <= REF_RTOL * scale)
+    assert not np.array_equal(yr, y)        # the reference really skipped the rounding
+
+
+def test_matmul_constant_weights_and_bias(targets):
+    rng = _rng(1)
+    w = rng.standard_normal((128, 64)).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    exe = build_matmul(targets[1], 32, 64, 128, weights=w, bias=bias, out_fmt="fp32").load()
+    assert exe.input_names == ["x"]
+    x = rng.standard_normal((32, 128)).astype(np.float32)
+    (y,) = exe(x)
+    wr = dlf16_round(w)                      # the constant holds rounded weights; bias is fp32
+    ref = x.astype(np.float64) @ wr + bias
+    bound = U * (1 + U) * (np.abs(x) @ np.abs(wr)) + 1e-5 * (np.abs(ref) + 1)
+    assert np.all(np.abs(y - ref) <= bound)
+
+
+def test_split_k_bias_on_32_cores(targets):
+    rng = _rng(2)
+    bias = rng.standard_normal(128).astype(np.float32)
+    exe = build_matmul(targets[32], 128, 128, 1024, grid=(2, 2), split_k=8, bias=bias).load()
+    x = rng.standard_normal((128, 1024)).astype(np.float32)
+    w = rng.standard_normal((1024, 128)).astype(np.float32)
+    (y,) = exe(x=x, w=w)
+    ref, bound = _matmul_bound(x, w)
+    assert np.all(np.abs(y - (ref + bias)) <= bound + U * np.abs(bias) + 1e-5 * np.abs(ref))
+    assert exe.profile.ring_bytes > 0
+
+
+def test_int8_matmul_scales_are_exact(targets):
+    """int8 x int8 accumulates exactly in int32; write-back applies per-tensor and per-column scales."""
+    rng = _rng(3)
+    M, N, K = 16, 64, 256
+    qa = rng.integers(-127, 128, (M, K)).astype(np.int8)
+    qb = rng.integers(-127, 128, (K, N)).astype(np.int8)
+    cs = rng.uniform(0.5, 2, N).astype(np.float32)
+    b = ProgramBuilder(targets[1])
+    a_buf, b_buf = b.input("a", (M, K), "int8"), b.constant("b", qb, "int8", encoded=True)
+    cs_buf = b.constant("cs", cs.reshape(1, N), "fp32")
+    acc_out, y_out = b.output("acc", (M, N), "int32"), b.output("y", (M, N), "fp32")
+    A, B = b.alloc(0, M, K, "int8"), b.alloc(0, K, N, "int8")
+    C, Y, CS = b.alloc(0, M, N, "int32"), b.alloc(0, M, N, "fp32"), b.alloc(0, 1, N, "fp32")
+    for t, buf in ((A, a_buf), (B, b_buf), (CS, cs_buf)):
+        b.load_tile(0, t, buf)
+    b.matmul(0, A, B, C, out=Y, scale=0.25, col_scale=CS)
+    b.store_tile(0, C, acc_out)
+    b.store_tile(0, Y, y_out)
+    acc, y = b.load()(qa)
+    exact = qa.astype(np.int64) @ qb.astype(np.int64)
+    assert acc.dtype == np.int32 and np.array_equal(acc, exact)
+    assert np.allclose(y, (exact * 0.25 * cs).astype(np.float32), rtol=2**-23, atol=0)
+
+
+def test_fp8_matmul(targets):
+    rng = _rng(4)
+    M, N, K = 32, 128, 128
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    exe = build_matmul(targets[1], M, N, K, fmt="fp8_e4m3", out_fmt="fp32").load()
+    (y,) = exe(x, w)
+    from spyre_mlir.runtime.formats import decode
+    xr, wr = (decode("fp8_e4m3", encode("fp8_e4m3", v)) for v in (x, w))
+    ref = xr.astype(np.float64) @ wr
+    assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(xr) @ np.abs(wr)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SFU: elementwise chain, softmax, norms, every function
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _chain_program(target, R=64, C=200):
+    """y = exp(max(tanh(x * w + 0.5), x)) - 1, each step rounded to DLFloat16 in the scratchpad."""
+    b = ProgramBuilder(target)
+    x, w, y = b.input("x", (R, C)), b.input("w", (R, C)), b.output("y", (R, C))
+    rows = R // target.num_cores
+    for core in range(target.num_cores):
+        X, W, T = (b.alloc(core, rows, C) for _ in range(3))
+        b.load_tile(core, X, x, core * rows)
+        b.load_tile(core, W, w, core * rows)
+        b.sfu(core, "mul", T, X, W)
+        b.sfu(core, "add", T, T, 0.5)
+        b.sfu(core, "tanh", T, T)
+        b.sfu(core, "max", T, T, X)
+        b.sfu(core, "exp", T, T)
+        b.sfu(core, "sub", T, T, 1.0)
+        b.store_tile(core, T, y, core * rows)
+    return b
+
+
+def test_elementwise_chain_is_bit_exact(targets):
+    """Each SFU op computes in fp32 and rounds on write: a numpy model that rounds after every step with
+    formats.dlf16_round must agree bit for bit."""
+    rng = _rng(5)
+    x = rng.standard_normal((64, 200)).astype(np.float32)
+    w = rng.standard_normal((64, 200)).astype(np.float32)
+    (y,) = _chain_program(targets[2]).load()(x, w)
+    r = dlf16_round
+    xr, wr = r(x), r(w)
+    t = r(xr * wr)
+    t = r(t + np.float32(0.5))
+    t = r(np.tanh(t))
+    t = r(np.maximum(t, xr))
+    t = r(np.exp(t))
+    t = r(t - np.float32(1))
+    assert np.array_equal(dlf16_encode(y), dlf16_encode(t))
+    (yr,) = _chain_program(targets[2]).load(numerics="fp32-reference")(x, w)
+    exact = np.exp(np.maximum(np.tanh(x * w + np.float32(0.5)), x)) - np.float32(1)
+    assert np.allclose(yr, exact, rtol=REF_RTOL, atol=1e-6)
+
+
+def test_softmax(targets):
+    """fp32 inside, one rounding of the input and one of the output. With dx_i <= U |x_i|,
+    |d softmax_i| <= s_i (|dx_i| + sum_j s_j |dx_j|) <= 2 U max|x| s_i, plus U s_i for the output."""
+    rng = _rng(6)
+    x = (3 * rng.standard_normal((64, 300))).astype(np.float32)
+    (y,) = build_softmax(targets[4], 64, 300, tile_rows=8).load()(x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    ref = e / e.sum(axis=1, keepdims=True)
+    bound = ref * (2 * U * np.abs(x).max(axis=1, keepdims=True) + U) + 1e-6
+    assert np.all(np.abs(y - ref) <= bound)
+    assert np.allclose(y.sum(axis=1), 1, atol=64 * U)
+    (yr,) = build_softmax(targets[4], 64, 300, tile_rows=8).load(numerics="fp32-reference")(x)
+    assert np.allclose(yr, ref, rtol=REF_RTOL, atol=1e-7)
+
+
+def test_layernorm_and_rmsnorm(targets):
+    """z = (x - mu)/sigma in fp32 from inputs rounded once (|dx| <= U X, X = max|x| of the row):
+    |dmu| <= U X and |dsigma| <= 2 U X, so |dz| <= 2 U X (1 + |z|) / sigma; the output adds U |y|."""
+    rng = _rng(7)
+    R, C = 32, 256
+    x = (rng.standard_normal((R, C)) * 2 + 1).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, C).astype(np.float32)
+    beta = rng.standard_normal(C).astype(np.float32)
+    g, be = dlf16_round(gamma), dlf16_round(beta)            # the constants the program holds
+    X = np.abs(x).max(axis=1, keepdims=True)
+
+    (y,) = build_layernorm(targets[2], R, C, gamma, beta).load()(x)
+    mu, sd = x.mean(axis=1, keepdims=True), np.sqrt(x.var(axis=1, keepdims=True) + 1e-5)
+    z = (x - mu) / sd
+    ref = z * g + be
+    bound = np.abs(g) * 2 * U * X * (1 + np.abs(z)) / sd + U * np.abs(ref) + 1e-6
+    assert np.all(np.abs(y - ref) <= bound)
+    (yr,) = build_layernorm(targets[2], R, C, gamma, beta).load(numerics="fp32-reference")(x)
+    assert np.allclose(yr, ref, rtol=REF_RTOL, atol=1e-5)
+
+    (y,) = build_rmsnorm(targets[2], R, C, gamma).load()(x)
+    rms = np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-6)
+    ref = x / rms * g
+    # d(x/rms) <= U X / rms + |x/rms| * U (rms moves by at most U relative)
+    bound = np.abs(g) * (U * X / rms + U * np.abs(x) / rms) + U * np.abs(ref) + 1e-6
+    assert np.all(np.abs(y - ref) <= bound)
+
+
+_UNARY_REF = {
+    "neg": lambda x: -x, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "recip": lambda x: 1 / x, "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "gelu_erf": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+    "silu": lambda x: x / (1 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0),
+}
+_POSITIVE = {"log", "sqrt", "rsqrt", "recip"}
+
+
+def _sfu_case(target, build, inputs, shape, numerics="fp32-reference"):
+    b = ProgramBuilder(target)
+    bufs = {n: b.input(n, v.shape, "fp32") for n, v in inputs.items()}
+    y = b.output("y", shape, "fp32")
+    tiles = {n: b.alloc(0, *v.shape, "fp32") for n, v in inputs.items()}
+    for n in inputs:
+        b.load_tile(0, tiles[n], bufs[n])
+    D = b.alloc(0, *shape, "fp32")
+    build(b, D, tiles)
+    b.store_tile(0, D, y)
+    return b.load(numerics=numerics)(**inputs)[0]
+
+
+@pytest.mark.parametrize("fn", sorted(_UNARY_REF))
+def test_sfu_unary_functions(targets, fn):
+    rng = _rng(8)
+    x = rng.uniform(0.1, 4, (8, 64)) if fn in _POSITIVE else rng.uniform(-6, 6, (8, 64))
+    x = x.astype(np.float32)
+    y = _sfu_case(targets[1], lambda b, D, t: b.sfu(0, fn, D, t["x"]), {"x": x}, x.shape)
+    ref = _UNARY_REF[fn](x.astype(np.float64))
+    assert np.allclose(y, ref, rtol=REF_RTOL, atol=1e-7), np.max(np.abs(y - ref))
+
+
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
+          "min": np.minimum, "pow": np.power, "lt": np.less, "ge": np.greater_equal, "eq": np.equal}
+
+
+@pytest.mark.parametrize("fn", sorted(BINARY))
+@pytest.mark.parametrize("bshape", [(8, 64), (8, 1), (1, 64), (1, 1), "imm"])
+def test_sfu_binary_broadcasts(targets, fn, bshape):
+    rng = _rng(9)
+    x = rng.uniform(0.5, 2, (8, 64)).astype(np.float32)
+    ins = {"x": x}
+    if bshape == "imm":
+        other = np.float32(1.25)
+        build = lambda b, D, t: b.sfu(0, fn, D, t["x"], 1.25)       # noqa: E731
+    else:
+        other = np.round(rng.uniform(0.5, 2, bshape), 1).astype(np.float32)
+        ins["o"] = other
+        build = lambda b, D, t: b.sfu(0, fn, D, t["x"], t["o"])     # noqa: E731
+    y = _sfu_case(targets[1], build, ins, x.shape, numerics="faithful")
+    ref = BINARY[fn](x, other).astype(np.float32)
+    assert np.array_equal(y, ref)           # fp32 destination: exactly numpy's fp32 op
+    if bshape == "imm" and fn in ("sub", "div"):
+        ys = _sfu_case(targets[1], lambda b, D, t: b.sfu(0, fn, D, t["x"], 1.25, swap=True), ins, x.shape,
+                       numerics="faithful")
+        assert np.array_equal(ys, BINARY[fn](other, x).astype(np.float32))
+
+
+def test_sfu_cast_fill_pows_select_and_reductions(targets):
+    rng = _rng(10)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+
+    def build(b, D, t):
+        Q, M, K = b.alloc(0, 16, 64, "int8"), b.alloc(0, 16, 64, "fp32"), b.alloc(0, 16, 1, "fp32")
+        b.sfu(0, "cast", Q, t["x"], imm=20.0)              # quantize: int8 = rint(x * 20), saturating
+        b.sfu(0, "cast", D, Q, imm=0.05)                   # dequantize
+        b.sfu(0, "gt", M, t["x"], 0.0)
+        b.sfu(0, "select", M, M, D, imm=-1.0)              # where(x > 0, dequant, -1)
+        b.sfu(0, "pows", D, t["x"], imm=2.0)
+        b.reduce(0, "sum", K, D)
+        b.sfu(0, "fill", D, imm=3.0)
+        b.sfu(0, "add", D, D, K)                           # per-row broadcast
+        b.sfu(0, "mul", D, D, M)
+    y = _sfu_case(targets[1], build, {"x": x}, x.shape, numerics="faithful")
+    q = np.clip(np.rint(x * np.float32(20)), -128, 127) * np.float32(0.05)
+    sel = np.where(x > 0, q, -1).astype(np.float32)
+    ref = (3 + (x * x).sum(axis=1, keepdims=True, dtype=np.float32)) * sel
+    assert np.allclose(y, ref, rtol=1e-6)
+    for fn, npf in (("max", np.max), ("min", np.min), ("mean", np.mean)):
+        r = _sfu_case(targets[1], lambda b, D, t: b.reduce(0, fn, D, t["x"]), {"x": x}, (16, 1))
+        assert np.allclose(r, npf(x, axis=1, keepdims=True), rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ring, host ops, inputs, modes
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_ring_send_between_cores(targets):
+    b = ProgramBuilder(targets[2])
+    x, y = b.input("x", (8, 64)), b.output("y", (8, 64))
+    T0, T1 = b.alloc(0, 8, 64), b.alloc(1, 8, 64)
+    b.load_tile(0, T0, x)
+    b.sfu(0, "mul", T0, T0, 2.0)
+    b.ring_send(0, 1, T1.addr, T0)
+    b.barrier()
+    b.sfu(1, "add", T1, T1, 1.0)
+    b.store_tile(1, T1, y)
+    x_val = _rng(11).standard_normal((8, 64)).astype(np.float32)
+    (out,) = b.load()(x_val)
+    assert np.array_equal(out, dlf16_round(dlf16_round(2 * dlf16_round(x_val)) + 1))
+
+
+def test_host_ops_gather_copy_call(targets):
+    @register_host_function("test_scale_rows")
+    def _scale(a, factor=1.0):
+        return a * factor
+
+    rng = _rng(12)
+    table = rng.standard_normal((50, 64)).astype(np.float32)
+    b = ProgramBuilder(targets[2])
+    ids = b.input("ids", (2, 5), "int32")
+    emb = b.constant("emb", table, "fp32")
+    g = b.scratch("g", (2, 5, 64), "fp32")
+    t = b.scratch("t", (64, 10), "fp32")
+    y, z = b.output("y", (64, 10), "fp32"), b.output("z", (64, 10), "fp32")
+    b.host(0, "gather", [emb, ids], [g])
+    b.host(0, "copy", [g], [t], shape=[10, 64], perm=[1, 0])
+    b.host(0, "call", [t], [y], fn="test_scale_rows", kwargs={"factor": 2.0})
+    b.barrier()
+    T = b.alloc(1, 64, 10, "fp32")
+    b.load_tile(1, T, y)
+    b.sfu(1, "neg", T, T)
+    b.store_tile(1, T, z)
+    idx = rng.integers(0, 50, (2, 5)).astype(np.int32)
+    out_y, out_z = b.load()(idx)
+    ref = 2 * table[idx].reshape(10, 64).T
+    assert np.array_equal(out_y, ref) and np.array_equal(out_z, -ref)
+    with pytest.raises(Exception, match="gather index out of range"):
+        b.load()(np.full((2, 5), 50, np.int32))
+
+
+def test_inputs_by_name_torch_and_errors(targets):
+    exe = _chain_program(targets[1], R=8, C=64).load()
+    rng = _rng(13)
+    x, w = (rng.standard_normal((8, 64)).astype(np.float32) for _ in range(2))
+    (a,) = exe(x, w)
+    (b_,) = exe(w=w, x=x)
+    assert np.array_equal(a, b_)
+    (c,) = exe(x * 0, w)                  # a second call with new data: nothing stale
+    assert not np.array_equal(a, c)
+    torch = pytest.importorskip("torch")
+    (d,) = exe(torch.from_numpy(x), torch.from_numpy(w).to(torch.bfloat16))
+    (e,) = exe(x, torch.from_numpy(w).to(torch.bfloat16).float().numpy())
+    assert np.array_equal(d, e)
+    with pytest.raises(InputError, match="missing input 'w'"):
+        exe(x)
+    with pytest.raises(InputError, match="shape"):
+        exe(x[:4], w)
+    with pytest.raises(InputError, match="unknown input 'q'"):
+        exe(x, w, q=x)
+
+
+def test_runtime_does_not_import_torch(tmp_path, targets):
+    path = tmp_path / "chain.spyre"
+    _chain_program(targets[1], R=8, C=64).write(path)
+    code = ("import sys, numpy as np\nfrom spyre_mlir.runtime import load\n"
+            f"exe = load({str(path)!r})\nexe(np.ones((8, 64), np.float32), np.ones((8, 64), np.float32))\n"
+            "import spyre_mlir.tools.run\n"
+            "print('torch' in sys.modules, 'torch_mlir' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# cycle model, profile, trace
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_cycle_model_overlap_and_roofline(targets):
+    t = targets[1]
+    single = build_matmul(t, 128, 128, 1024, tile_k=128, double_buffer=False).load().static_profile
+    double = build_matmul(t, 128, 128, 1024, tile_k=128, double_buffer=True).load().static_profile
+    assert double.cycles < single.cycles              # the next tiles load while the PT array works
+    assert single.busy == double.busy                 # same work, only the overlap differs
+    p = double
+    assert p.dram_read_bytes == (128 * 1024 + 1024 * 128) * 2 and p.dram_write_bytes == 128 * 128 * 2
+    assert p.pt_macs == 128 * 128 * 1024
+    pt_cycles = p.busy[0][1]
+    assert pt_cycles >= p.pt_padded_macs / t.macs_per_cycle("dlf16")
+    assert all(0 <= u <= 1 for u in p.utilization.values())
+    assert p.bound in ("compute", "memory") and p.intensity == pytest.approx(p.flops / (p.dram_read_bytes +
+                                                                                          p.dram_write_bytes))
+    # Less DRAM bandwidth per core when 32 cores stream at once: 32x the work does not take 1x the time.
+    p32 = build_matmul(targets[32], 128 * 32, 128, 1024, tile_k=128).load().static_profile
+    assert p32.cycles > p.cycles * 4
+
+
+def test_cli_end_to_end(tmp_path, targets, capsys):
+    model = tmp_path / "mm.spyre"
+    build_matmul(targets[2], 64, 128, 128, grid=(1, 2)).write(model)
+    rng = _rng(14)
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    w = rng.standard_normal((128, 128)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", w=w, x=x)                       # by name, in another order
+    out, trace = tmp_path / "out.npz", tmp_path / "trace.json"
+    assert spyre_run([str(model), "--inputs", str(tmp_path / "in.npz"), "-o", str(out), "--profile",
+                      "--trace", str(trace)]) == 0
+    printed = capsys.readouterr().out
+    assert "modeled latency" in printed and "roofline bound" in printed
+    (ref,) = load(model)(x, w)
+    with np.load(out) as npz:
+        assert npz.files == ["output_0"] and np.array_equal(npz["output_0"], ref)
+    doc = json.loads(trace.read_text())
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert names == {"core 0", "core 1"}
+    threads = {(e["pid"], e["args"]["name"]) for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert (1, "PT") in threads and (0, "DMA") in threads
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == {0, 1} and all(e["dur"] > 0 for e in spans)
+
+    np.savez(tmp_path / "pos.npz", x, w)                          # arr_0, arr_1: by order
+    assert spyre_run([str(model), "-i", str(tmp_path / "pos.npz"), "--json",
+                      "--numerics", "fp32-reference"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["outputs"][0]["shape"] == [64, 128] and doc["profile"]["cycles"] > 0
+    assert doc["profile"]["bound"] in ("compute", "memory")
+
+
+@pytest.mark.parametrize("args,code,msg", [
+    (["{model}"], 1, "missing input 'x'"),
+    (["{model}", "-i", "{bad_shape}"], 1, "input 'x': shape (3, 3)"),
+    (["{garbage}", "-i", "{bad_shape}"], 1, "bad magic"),
+    (["{missing}"], 1, "No such file"),
+    (["{model}", "--numerics", "fast"], 2, "invalid choice"),
+    ([], 2, "required"),
+])
+def test_cli_errors_are_one_line(tmp_path, targets, capsys, args, code, msg):
+    model = tmp_path / "mm.spyre"
+    build_matmul(targets[1], 8, 64, 64).write(model)
+    np.savez(tmp_path / "bad.npz", x=np.zeros((3, 3)), w=np.zeros((64, 64)))
+    (tmp_path / "garbage.spyre").write_bytes(b"not a spyre file at all" * 10)
+    paths = dict(model=model, bad_shape=tmp_path / "bad.npz", garbage=tmp_path / "garbage.spyre",
+                 missing=tmp_path / "nope.spyre")
+    assert spyre_run([a.format(**paths) for a in args]) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("spyre-run: error: ") and msg in err[-1]
+    assert "Traceback" not in "\n".join(err)
+    if code == 1:
+        assert len(err) == 1
