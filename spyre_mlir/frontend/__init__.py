@@ -5,11 +5,16 @@ API below, not at package import (tools such as ``spyre-opt`` must not pay for t
 
 Public API::
 
-    import_model(model_or_path, example_inputs=None, input_shapes=None, trust_pickle=False)
-        -> ImportedModel
+    import_model(model_or_path, example_inputs=None, input_shapes=None, trust_pickle=False, *, stage="linalg")
+        -> ImportedModel                      # load + adapt + import; stage="torch" stops before linalg
     load_program(model_or_path, example_inputs=None, input_shapes=None, trust_pickle=False)
-        -> torch.export.ExportedProgram
-    ImportedModel, TensorSpec, FrontendError, parse_input_shape, ADAPTERS
+        -> torch.export.ExportedProgram       # the loading step alone
+    import_program(ep) -> ImportedModel       # adapt + import an ExportedProgram to torch IR
+    lower_to_linalg(torch_ir: str) -> str     # the torch -> linalg-on-tensors pipeline
+    adapt(ep) -> (ep, adapter names)          # Torch-MLIR's decompositions plus the model adapters
+    ImportedModel, TensorSpec, FrontendError, StageError, ADAPTERS, detect_format, parse_input_shape
+
+See docs/frontend.md.
 """
 
 from .errors import FrontendError, StageError
