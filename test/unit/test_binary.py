@@ -1,0 +1,331 @@
+"""The .spyre container and the loader's validation: round trips, atomic writes, and one test per kind of
+corruption, each checking that the message names the problem (section, core/instruction, field)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from spyre_mlir.runtime import BinaryFormatError, ProgramBuilder, load, load_bytes
+from spyre_mlir.runtime.binary import (CONST_ALIGN, HEADER_BYTES, Section, program_from_bytes, program_to_bytes,
+                                       read_container, write_container, write_program)
+from spyre_mlir.runtime.isa import INSTR_DTYPE, Op
+from spyre_mlir.runtime.kernels import build_matmul
+from spyre_mlir.target import load_target
+
+T2 = load_target(cores=2)
+
+
+def _base() -> ProgramBuilder:
+    """Two cores, split-K over the ring, constant weights: every section kind and most opcodes."""
+    w = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    return build_matmul(T2, 64, 64, 256, grid=(1, 1), split_k=2, weights=w)
+
+
+@pytest.fixture
+def prog():
+    return _base().program()
+
+
+def _find(prog, core, op, nth=0):
+    return [i for i, r in enumerate(prog.code[core]) if r["op"] == op][nth]
+
+
+def _reseal(prog) -> bytes:
+    prog.code = [np.array(c, copy=True) for c in prog.code]
+    return program_to_bytes(prog)
+
+
+def _sections(data):
+    ncores, fp, secs = read_container(data)
+    return ncores, fp, [[k, i, bytes(p)] for k, i, p in secs]
+
+
+def _with_meta(data, fn) -> bytes:
+    ncores, fp, secs = _sections(data)
+    for s in secs:
+        if s[0] == Section.METADATA:
+            meta = json.loads(s[2])
+            fn(meta)
+            s[2] = json.dumps(meta).encode()
+    return write_container(ncores, fp, secs)
+
+
+def _patch_entry(data: bytes, i: int, offset=None, length=None) -> bytes:
+    """Move section i's table entry (recomputing its checksum and the table checksum)."""
+    b = bytearray(data)
+    pos = HEADER_BYTES + 32 * i
+    kind, index, off, ln, crc, res = struct.unpack_from("<IIQQII", b, pos)
+    off = off if offset is None else offset
+    ln = ln if length is None else length
+    crc = zlib.crc32(bytes(b[off:off + ln])) if off + ln <= len(b) else crc
+    struct.pack_into("<IIQQII", b, pos, kind, index, off, ln, crc, res)
+    nsec = struct.unpack_from("<I", b, 12)[0]
+    b[64:68] = bytes(4)
+    struct.pack_into("<I", b, 64, zlib.crc32(bytes(b[:HEADER_BYTES + 32 * nsec])))
+    return bytes(b)
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_round_trip(prog):
+    data = program_to_bytes(prog)
+    back = program_from_bytes(data)
+    assert back.buffers == prog.buffers and back.inputs == prog.inputs and back.outputs == prog.outputs
+    assert back.fingerprint == T2.fingerprint() and back.num_cores == 2
+    for a, b in zip(back.code, prog.code):
+        assert a.dtype == INSTR_DTYPE and np.array_equal(a, b)
+    assert {k: bytes(v) for k, v in back.constants.items()} == {k: bytes(v) for k, v in prog.constants.items()}
+    assert [list(map(tuple, c)) for c in back.debug] == [list(map(tuple, c)) for c in prog.debug]
+    assert program_to_bytes(back) == data            # canonical: re-encoding gives the same bytes
+
+
+def test_constants_are_page_aligned_in_the_file(prog):
+    data = program_to_bytes(prog)
+    _, _, secs = read_container(data)
+    meta = json.loads(bytes(next(p for k, _, p in secs if k == Section.METADATA)))
+    const_off = struct.unpack_from("<Q", data, HEADER_BYTES + 32 * 1 + 8)[0]
+    assert const_off % CONST_ALIGN == 0
+    assert meta["constants"] and all(c["offset"] % CONST_ALIGN == 0 for c in meta["constants"])
+    w = prog.buffer("w")
+    entry = meta["constants"][0]
+    assert entry["buffer"] == "w" and entry["addr"] == w.addr and entry["format"] == "dlf16"
+
+
+def test_write_is_atomic(tmp_path, prog, monkeypatch):
+    path = tmp_path / "m.spyre"
+    write_program(prog, path)
+    good = path.read_bytes()
+    assert load(path)  # loads
+
+    def boom(fd):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_program(prog, path)
+    assert path.read_bytes() == good
+    assert os.listdir(tmp_path) == ["m.spyre"]     # no temp file left behind
+
+
+def _raw(fn):
+    return lambda prog: fn(bytearray(program_to_bytes(prog)))
+
+
+def _set(core, op, field, value, nth=0):
+    def mutate(prog):
+        prog.code = [np.array(c, copy=True) for c in prog.code]
+        prog.code[core][_find(prog, core, op, nth)][field] = value
+        return program_to_bytes(prog)
+    return mutate
+
+
+def _drop(core, op, nth=0):
+    def mutate(prog):
+        i = _find(prog, core, op, nth)
+        prog.code[core] = np.delete(prog.code[core], i)
+        del prog.debug[core][i]
+        return program_to_bytes(prog)
+    return mutate
+
+
+def _bytes_set(off, value: bytes):
+    def f(b):
+        b[off:off + len(value)] = value
+        return bytes(b)
+    return _raw(f)
+
+
+def _meta(fn):
+    return lambda prog: _with_meta(program_to_bytes(prog), fn)
+
+
+def _first_buffer(key, value):
+    def f(meta):
+        meta["buffers"][0][key] = value
+    return _meta(f)
+
+
+def _swap_second_buffer_addr(meta):
+    meta["buffers"][1]["addr"] = meta["buffers"][0]["addr"]
+
+
+def _missing_core_section(prog):
+    ncores, fp, secs = _sections(program_to_bytes(prog))
+    return write_container(ncores, fp, [s for s in secs if not (s[0] == Section.CODE and s[1] == 1)])
+
+
+def _bad_debug(prog):
+    prog.debug[0] = prog.debug[0][:-1]
+    return program_to_bytes(prog)
+
+
+def _section_out_of_file(prog):
+    data = program_to_bytes(prog)
+    return _patch_entry(data, 2, offset=len(data) - 64, length=4096)
+
+
+def _section_overlap(prog):
+    data = program_to_bytes(prog)
+    ncores, fp, secs = _sections(data)
+    off0, len0 = struct.unpack_from("<QQ", data, HEADER_BYTES + 8)
+    return _patch_entry(data, 3, offset=off0, length=min(len0, 64))
+
+
+CORRUPTIONS = {
+    # container
+    "bad magic": (_bytes_set(0, b"NOTSPYRE"), r"header: bad magic"),
+    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.0"),
+    "truncated": (_raw(lambda b: bytes(b[:-100])), r"header: file is .* \(truncated\)"),
+    "extended": (_raw(lambda b: bytes(b) + b"\0" * 7), r"header: file is .* \(extended\)"),
+    "header checksum": (_raw(lambda b: bytes(b[:30]) + bytes([b[30] ^ 1]) + bytes(b[31:])),
+                        r"header: checksum mismatch"),
+    "section checksum": (_raw(lambda b: bytes(b[:-1]) + bytes([b[-1] ^ 0x40])),
+                         r"section 4 \(debug\): checksum mismatch"),
+    "section outside file": (_section_out_of_file, r"section 2 \(code core 0\): range .* outside the file"),
+    "sections overlap": (_section_overlap, r"section 0 \(metadata\): overlaps section 3 \(code core 1\)"),
+    "missing code section": (_missing_core_section, r"header: 4 sections for 2 cores|missing code section"),
+    # metadata
+    "metadata not json": (lambda p: write_container(2, p.fingerprint, [
+        [Section.METADATA, 0, b"{not json"], [Section.CONSTANTS, 0, b""], [Section.CODE, 0, b""],
+        [Section.CODE, 1, b""]]), r"metadata: not valid JSON"),
+    "buffer layout": (_first_buffer("strides", [64]), r"metadata\.buffers\[0\] \('x'\): layout is not the canonical"),
+    "buffer misaligned": (_first_buffer("addr", 100), r"metadata\.buffers\[0\] \('x'\)\.addr: 100 is not 4096"),
+    "buffer format": (_first_buffer("format", "fp128"), r"metadata\.buffers\[0\] \('x'\)\.format: unknown format"),
+    "buffers overlap": (_meta(_swap_second_buffer_addr), r"metadata\.buffers: '.*' overlaps '.*'"),
+    "huge device memory": (_meta(lambda m: m.update(device_bytes=1 << 50)),
+                           r"metadata\.device_bytes: .* exceeds the limit"),
+    "buffer past device memory": (_meta(lambda m: m.update(device_bytes=4096)),
+                                  r"metadata\.buffers\[\d\] .*exceeds device_bytes 4096"),
+    "constant length": (_meta(lambda m: m["constants"][0].update(length=12)),
+                        r"metadata\.constants\[0\]: length/addr/format do not match buffer 'w'"),
+    "constant offset": (_meta(lambda m: m["constants"][0].update(offset=1 << 30)),
+                        r"metadata\.constants\[0\]: .* outside the constants section"),
+    "inputs list": (_meta(lambda m: m.update(inputs=["y"])), r"metadata\.inputs\[0\]: 'y' is not a buffer of kind"),
+    "host op": (_meta(lambda m: m.update(host_ops=[{"op": "call", "inputs": [], "outputs": [],
+                                                     "attrs": {"fn": "no_such_fn"}}])),
+                r"metadata\.host_ops\[0\]: host function 'no_such_fn' is not registered"),
+    "debug length": (_bad_debug, r"debug core 0: expected \d+ \[op, location\]"),
+    # instructions
+    "unknown opcode": (_set(0, Op.MATMUL, "op", 99), r"code core 0 instruction \d+: field 'op': unknown opcode 99"),
+    "unused field set": (_set(0, Op.BARRIER, "a0", 128), r"code core 0 instruction \d+ \(barrier at .*\): "
+                                                         r"field 'a0': must be zero"),
+    "unknown format": (_set(0, Op.MATMUL, "f0", 77), r"\(matmul at .*\): field 'f0': unknown format code 77"),
+    "format not for PT": (_set(0, Op.MATMUL, "f0", 2), r"field 'f0': format fp32 is not allowed here"),
+    "tile past scratchpad": (_set(0, Op.MATMUL, "a0", 1589376 - 128), r"field 'a0': tile .* exceeds the usable "
+                                                                      r"scratchpad \(1589376 B\)"),
+    "unaligned tile": (_set(1, Op.MATMUL, "a1", 64), r"code core 1 .*field 'a1': scratchpad address 64 is not stick"),
+    "dma outside buffer": (_set(0, Op.DMA_LOAD, "dev", 1 << 20), r"field 'dev': .*(outside device memory|not inside "
+                                                                 r"one allocated buffer)"),
+    "dma row overlap": (_set(0, Op.DMA_LOAD, "a4", 0), r"\(dma_load at .*\): field 'a4': row stride 0 < row bytes"),
+    "dma bad row bytes": (_set(0, Op.DMA_LOAD, "k", 100), r"field 'k': row bytes 100 must be a positive multiple"),
+    "store into constant": (_set(0, Op.DMA_STORE, "dev", 4096 * 0), r"field 'dev': stores into 'x', a read-only "
+                                                                    r"input buffer"),
+    "uninitialized read": (_drop(0, Op.DMA_LOAD), r"code core 0 instruction \d+ \(matmul at .*\): reads scratchpad "
+                                                  r"bytes .* never written"),
+    "missing END": (_set(1, Op.END, "op", int(Op.BARRIER)), r"code core 1 instruction \d+: field 'op': the stream "
+                                                            r"must end with exactly one END"),
+    "END in the middle": (_set(0, Op.DMA_LOAD, "op", int(Op.END)), r"must end with exactly one END"),
+    "bad core mask": (_set(0, Op.BARRIER, "mask", 0b10), r"field 'mask': core mask 0x2 must include core 0"),
+    "reduce group vs barrier": (_set(1, Op.BARRIER, "mask", 0b10), r"code core 1 instruction \d+ \(ring_reduce at "
+                                                                   r".*\): group 0x3 is not inside the barrier"),
+    "reduce mismatch": (_set(1, Op.RING_REDUCE, "a0", 0), r"\(ring_reduce at .*\): ring_reduce fields differ"),
+    "reduce root": (_set(1, Op.RING_REDUCE, "core", 5), r"field 'core': root 5 is not in the group"),
+    "store dropped": (_drop(0, Op.DMA_STORE), r"program: output 'y' is not fully written"),
+    "matmul flags": (_set(0, Op.MATMUL, "flags", 64), r"field 'flags': unknown bits 0x40"),
+    "matmul imm without flag": (_set(0, Op.MATMUL, "imm", 2.0), r"field 'imm': set but flag SCALE is not"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_loader_rejects(prog, name):
+    mutate, pattern = CORRUPTIONS[name]
+    data = mutate(prog)
+    with pytest.raises(BinaryFormatError, match=pattern):
+        load_bytes(data, target=T2)
+
+
+def test_fingerprint_mismatch(prog):
+    data = program_to_bytes(prog)
+    other = dataclasses.replace(T2, clock_ghz=2.0)
+    with pytest.raises(BinaryFormatError, match=r"header: target fingerprint .* does not match"):
+        load_bytes(data, target=other)
+    with pytest.raises(BinaryFormatError, match=r"\(2 cores\) does not match .* \(4 cores\)"):
+        load_bytes(data, target=T2.with_cores(4))
+    assert load_bytes(data).program.num_cores == 2       # default target narrowed to the file's cores
+
+
+def _sfu_program(mutate=None):
+    b = ProgramBuilder(load_target(cores=1))
+    x, y = b.input("x", (8, 64)), b.output("y", (8, 64))
+    T, V = b.alloc(0, 8, 64), b.alloc(0, 8, 1)
+    b.load_tile(0, T, x)
+    b.reduce(0, "max", V, T)
+    b.sfu(0, "select", T, T, V, imm=-1.0)
+    b.store_tile(0, T, y)
+    prog = b.program()
+    if mutate:
+        mutate(prog.code[0])
+    return program_to_bytes(prog)
+
+
+@pytest.mark.parametrize("field,value,pattern", [
+    ("fn", 99, r"field 'fn': unknown SFU function 99"),
+    ("flags", 3, r"field 'flags': SELECT takes its true-value from a tile"),
+    ("flags", 7, r"field 'flags': unknown broadcast mode 7"),
+    ("imm", np.nan, r"field 'imm': nan is not a valid immediate"),
+    ("m", 0, r"field 'a0': tile shape \[0, 64\] out of range"),
+])
+def test_sfu_field_checks(field, value, pattern):
+    def mutate(code):
+        code[2][field] = value
+    assert load_bytes(_sfu_program(), target=load_target(cores=1))
+    with pytest.raises(BinaryFormatError, match=pattern):
+        load_bytes(_sfu_program(mutate), target=load_target(cores=1))
+
+
+def test_ring_send_needs_barrier_with_destination():
+    t = load_target(cores=3)
+    b = ProgramBuilder(t)
+    x, y = b.input("x", (8, 64)), b.output("y", (8, 64))
+    T = b.alloc(0, 8, 64)
+    b.load_tile(0, T, x)
+    b.ring_send(0, 2, 0, T)
+    b.barrier([0, 1])
+    b.store_tile(0, T, y)
+    with pytest.raises(BinaryFormatError, match=r"ring_send at .*\): destination core 2 is not in the next barrier"):
+        b.load()
+    b2 = ProgramBuilder(t)
+    x, y = b2.input("x", (8, 64)), b2.output("y", (8, 64))
+    T = b2.alloc(0, 8, 64)
+    b2.load_tile(0, T, x)
+    b2.store_tile(0, T, y)
+    b2.ring_send(0, 1, 0, T)
+    with pytest.raises(BinaryFormatError, match=r"ring transfer not followed by a barrier"):
+        b2.load()
+
+
+def test_deadlock_names_the_waiting_core():
+    b = ProgramBuilder(T2)
+    x, y = b.input("x", (8, 64)), b.output("y", (8, 64))
+    T = b.alloc(0, 8, 64)
+    b.load_tile(0, T, x)
+    b.emit(0, Op.BARRIER, "model.py:7", mask=0b11)       # core 1 never comes
+    b.store_tile(0, T, y)
+    with pytest.raises(BinaryFormatError, match=r"code core 0 instruction 1 \(barrier at model.py:7\): deadlock: "
+                                                r"barrier mask 0x3 can never be met \(core 1 has ended\)"):
+        b.load()
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(BinaryFormatError, match="cannot read"):
+        load(tmp_path / "missing.spyre")
+    (tmp_path / "short.spyre").write_bytes(b"SPYRE")
+    with pytest.raises(BinaryFormatError, match="shorter than the 80-byte header"):
+        load(tmp_path / "short.spyre")
