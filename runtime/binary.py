@@ -124,14 +124,11 @@ class Program:
     producer: str = ""
 
     def buffer(self, name: str) -> Buffer:
-        return self._by_name()[name]
-
-    def _by_name(self) -> dict[str, Buffer]:
-        cache = self.__dict__.get("_names")
-        if cache is None or len(cache) != len(self.buffers):
-            cache = {b.name: b for b in self.buffers}
-            self.__dict__["_names"] = cache
-        return cache
+        """The buffer called ``name`` (KeyError if there is none)."""
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -322,8 +319,9 @@ def _parse_buffers(meta: dict, device_bytes: int) -> list[Buffer]:
         kind = _get(b, "kind", str, w)
         if kind not in BUFFER_KINDS:
             raise BinaryFormatError(f"{w}.kind: {kind!r} is not one of {', '.join(BUFFER_KINDS)}")
+        fmt_name = _get(b, "format", str, w)
         try:
-            fmt = Format.parse(_get(b, "format", str, w))
+            fmt = Format.parse(fmt_name)
         except ValueError as e:
             raise BinaryFormatError(f"{w}.format: {e}") from None
         shape = _get(b, "shape", list, w)
