@@ -42,10 +42,12 @@ func.func @broadcasts(%x: tensor<8x32xf32>, %bias: tensor<32xf32>, %scale: tenso
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #red = affine_map<(d0, d1) -> (d0)>
 
-// A body that reads its output is an accumulation, not a map: it stays for the reduction patterns.
+// A body that reads its output is an accumulation, not a map: it becomes a spyre.reduce (see reduce.mlir),
+// with the accumulator, which is not a zero fill, added after it.
 // CHECK-LABEL: func.func @reduction_stays
-// CHECK: linalg.generic
-// CHECK-NOT: spyre.map
+// CHECK: %[[R:.*]] = "spyre.reduce"(%arg0) {dims = array<i64: 1>, keepdim = false, kind = "sum"}
+// CHECK: "spyre.map"(%[[R]], %arg1)
+// CHECK-NOT: linalg.generic
 func.func @reduction_stays(%x: tensor<8x32xf32>, %init: tensor<8xf32>) -> tensor<8xf32> {
   %g = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
       ins(%x : tensor<8x32xf32>) outs(%init : tensor<8xf32>) {
