@@ -124,6 +124,9 @@ class ProgramBuilder:
         """Reserve a [rows, cols] tile on ``core`` (bump allocation; see :meth:`reset_scratchpad`)."""
         fmt = _fmt(fmt)
         t = Tile(self._sp_top[core], int(rows), int(cols), fmt)
+        if t.addr + t.nbytes > self.target.scratchpad_usable_bytes:
+            raise ValueError(f"core {core}: a [{rows}, {cols}] {fmt.key} tile at {t.addr} overflows the usable "
+                             f"scratchpad ({self.target.scratchpad_usable_bytes} B)")
         self._sp_top[core] += t.nbytes
         return t
 

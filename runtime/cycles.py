@@ -4,9 +4,10 @@ The model is static (programs are straight-line), so it runs once at load over t
 emulator executes. Each core has independent units — DMA, PT, SFU, RING, HOST — that each work through
 their instructions in program order; units of one core run concurrently, which is where DMA/compute
 overlap comes from. An instruction starts when its unit is free and when the scratchpad sticks it touches
-are ready (read-after-write, write-after-read and write-after-write, tracked per 128-byte stick), and, for
-device memory, per 4 KiB page. A barrier starts every unit of its members at the time the last member's
-units drain (plus a fixed latency); ring transfers land at that barrier.
+are ready (read-after-write, write-after-read and write-after-write, tracked per 128-byte stick). Device
+memory needs no tracking of its own: a core's DMA unit is in order, other cores are ordered only by
+barriers (a barrier starts every unit of its members when the last member's units drain, plus a fixed
+latency; ring transfers land at that barrier), and a HOST op fences its core's units.
 
 Durations (cycles), from the target file; fixed latencies are [assumed] model constants below:
 
@@ -42,7 +43,6 @@ SFU_LATENCY = 8
 HOP_LATENCY = 4
 BARRIER_LATENCY = 32
 HOST_LATENCY = 10_000
-_PAGE_STICKS = 4096 // STICK_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,13 +185,10 @@ def model_program(prog, target, steps) -> Profile:
         return ins.nbytes / (target.host_link_gbps * per_cycle) + HOST_LATENCY
 
     nst = -(-target.scratchpad_usable_bytes // STICK_BYTES)
-    npages = -(-prog.device_bytes // 4096)
     free = np.zeros((C, len(UNITS)))
     busy = np.zeros((C, len(UNITS)))
     spw = np.zeros((C, nst))
     spr = np.zeros((C, nst))
-    devw = np.zeros(npages)
-    devr = np.zeros(npages)
     events = []
     totals = dict(rd=0, wr=0, ring=0, host=0, macs=0, pmacs=0, sfu=0)
     seg = 0
@@ -209,22 +206,20 @@ def model_program(prog, target, steps) -> Profile:
             seg += 1
             continue
         c, u = s.core, _UNIT[s.op]
-        dp_r = np.unique(s.dev_reads // _PAGE_STICKS) if s.dev_reads.size else s.dev_reads
-        dp_w = np.unique(s.dev_writes // _PAGE_STICKS) if s.dev_writes.size else s.dev_writes
         start = max(free[c, u], _max_at(spw[c], s.sp_reads), _max_at(spw[c], s.sp_writes),
-                    _max_at(spr[c], s.sp_writes), _max_at(devw, dp_r), _max_at(devw, dp_w), _max_at(devr, dp_w))
+                    _max_at(spr[c], s.sp_writes))
+        if s.op is Op.HOST:                 # a fence: waits for the core's units, DMA waits for it
+            start = max(start, free[c].max())
         dur = duration(s, seg)
         end = start + dur
         free[c, u] = end
+        if s.op is Op.HOST:
+            free[c, 0] = max(free[c, 0], end)
         busy[c, u] += dur
         if s.sp_writes.size:
             spw[c, s.sp_writes] = end
         if s.sp_reads.size:
             spr[c, s.sp_reads] = np.maximum(spr[c, s.sp_reads], end)
-        if dp_w.size:
-            devw[dp_w] = end
-        if dp_r.size:
-            devr[dp_r] = np.maximum(devr[dp_r], end)
         events.append(Event(c, UNITS[u], s.name, start, end, s.idx, s.loc))
         if s.op is Op.DMA_LOAD:
             totals["rd"] += s.nbytes
