@@ -717,11 +717,15 @@ def _convert_reshape(op: ir.Operation) -> str | None:
     x, out = op.operands[0], op.results[0]
     if not _static_tensor(x) or not _static_tensor(out):
         return "dynamic shapes"
+    if _is_int64(_elt(x)):
+        return "int64 index math (a reshape of int64 index data stays with it on the host)"
     with ir.InsertionPoint(op), _origin(op):
         if _producer(x, "tensor.empty") is not None:
             r = ir.Operation.create("tensor.empty", results=[out.type]).result
         else:
-            r = spyre.ReshapeOp(x, out.type).result
+            inner = _producer(x, "spyre.reshape")  # a reshape of a reshape reads the first one's input
+            src = inner.operands[0] if inner is not None else x
+            r = src if _shape(src) == _shape(out) else spyre.ReshapeOp(src, out.type).result
     _replace(op, r)
     _erase_dead(x)
     return None
