@@ -63,6 +63,16 @@ def is_float_like(t: ir.Type) -> bool:
     return isinstance(t, ir.FloatType) or is_dlf16(t)
 
 
+def is_reduced_float(t: ir.Type) -> bool:
+    """Float formats narrower than f32: stored reduced, computed in f32 by the SFU."""
+    return is_dlf16(t) or (isinstance(t, ir.FloatType) and t.width < 32)
+
+
+def compute_type(t: ir.Type) -> ir.Type:
+    """The scalar type the SFU computes a tensor element of type `t` in."""
+    return ir.F32Type.get() if is_reduced_float(t) else t
+
+
 def is_integer(t: ir.Type) -> bool:
     return isinstance(t, ir.IntegerType) or isinstance(t, ir.IndexType)
 
@@ -392,7 +402,8 @@ class MapOp(SpyreOp, name="map", traits=[ir.IsIsolatedFromAboveTrait]):
 
     Up to four inputs (the SFU streams at most four operands; a longer chain becomes two maps), which broadcast
     to the result shape with NumPy rules. The block takes one scalar per input (its element type) and yields
-    one scalar of the result's element type. No inputs makes a fill. The inputs are optional operand slots
+    one scalar of the result's element type; for reduced-precision floats (dlf16, bf16, f16, fp8) the scalars
+    may be f32, because the SFU computes in fp32 and rounds on write. No inputs makes a fill. The inputs are optional operand slots
     rather than one variadic group because IRDL binds every value of a variadic group to one type.
     """
 
@@ -421,18 +432,20 @@ class MapOp(SpyreOp, name="map", traits=[ir.IsIsolatedFromAboveTrait]):
         if len(blocks) != 1:
             raise _Invalid(f"body must have exactly one block, got {len(blocks)}")
         args = list(blocks[0].arguments)
-        if [a.type for a in args] != [t.element_type for t in ins]:
+        if len(args) != len(ins) or any(a.type not in (t.element_type, compute_type(t.element_type))
+                                        for a, t in zip(args, ins)):
             got = ", ".join(str(a.type) for a in args)
             want = ", ".join(str(t.element_type) for t in ins)
-            raise _Invalid(f"body arguments ({got}) must be the input element types ({want})")
+            raise _Invalid(f"body arguments ({got}) must be the input element types ({want}), "
+                           f"or f32 for reduced-precision floats")
         ops = list(blocks[0].operations)
         for o in ops[:-1]:
             if not o.operation.name.startswith(_SCALAR_DIALECTS):
                 raise _Invalid(f"body may only hold arith and math ops, found '{o.operation.name}'")
         if not ops or ops[-1].operation.name != "spyre.yield":
             raise _Invalid("body must end with spyre.yield")
-        if ops[-1].operation.operands[0].type != r.element_type:
-            raise _Invalid(f"body must yield one {r.element_type} value")
+        if ops[-1].operation.operands[0].type not in (r.element_type, compute_type(r.element_type)):
+            raise _Invalid(f"body must yield one {compute_type(r.element_type)} value")
 
 
 REDUCE_KINDS = ("sum", "mean", "max", "min", "prod")
@@ -540,7 +553,8 @@ class RMSNormOp(SpyreOp, name="rmsnorm"):
 
 
 class TransposeOp(SpyreOp, name="transpose"):
-    """Permute dimensions: result.shape[i] = input.shape[permutation[i]].
+    """Permute dimensions: result.shape[i] = input.shape[permutation[i]]. `restickify = true` marks a
+    transpose inserted by spyre-layout to change which dimension is sticked.
 
         %r = "spyre.transpose"(%x) {permutation = array<i64: 1, 0>} : (tensor<8x64xf32>) -> tensor<64x8xf32>
     """
@@ -551,6 +565,7 @@ class TransposeOp(SpyreOp, name="transpose"):
     def _verify(self):
         x, r = _tensor(self.input, "input"), _result(self)
         perm = _ints_attr(self, "permutation", required=True)
+        _bool_attr(self, "restickify")
         if sorted(perm) != list(range(x.rank)):
             raise _Invalid(f"permutation {perm} is not a permutation of 0..{x.rank - 1}")
         _same_elt(x, r, "input and result")
@@ -666,8 +681,11 @@ class CastOp(SpyreOp, name="cast"):
 
         %q = "spyre.cast"(%x) : (tensor<8x64xf32>) -> tensor<8x64x!spyre.dlf16>
         %w8 = "spyre.cast"(%w, %s) {axis = 0 : i64} : (tensor<16x64xf32>, tensor<16xf32>) -> tensor<16x64xi8>
+        %wq = "spyre.cast"(%w) {scale_mode = "per-channel", axis = 0 : i64} : (tensor<16x64xf32>) -> tensor<16x64xi8>
 
-    Quantizing divides by the scale; dequantizing (integer or fp8 input) multiplies by it.
+    Quantizing divides by the scale; dequantizing (integer or fp8 input) multiplies by it. Without a scale
+    operand, `scale_mode` ("per-tensor" or "per-channel" along `axis`) asks the emitter to compute symmetric
+    scales from the values at compile time, which is how parameters are quantized.
     """
 
     input: Operand[Any]
@@ -686,8 +704,15 @@ class CastOp(SpyreOp, name="cast"):
             else:
                 axis = _norm_dim(axis, x.rank, "axis")
                 _expect_shape(s, [x.shape[axis]], "per-channel scale")
-        elif _attr(self, "axis") is not None:
-            raise _Invalid("attribute 'axis' needs a scale operand")
+        else:
+            mode = _str_attr(self, "scale_mode", choices=("per-tensor", "per-channel"))
+            axis = _int_attr(self, "axis")
+            if mode == "per-channel":
+                if axis is None:
+                    raise _Invalid("scale_mode 'per-channel' needs attribute 'axis'")
+                _norm_dim(axis, x.rank, "axis")
+            elif axis is not None:
+                raise _Invalid("attribute 'axis' needs a scale operand or scale_mode 'per-channel'")
 
 
 class WeightOp(SpyreOp, name="weight"):

@@ -206,7 +206,7 @@ func.func @case24(%x: tensor<8x64xf32>, %y: tensor<8xf32>) {
 // -----
 
 func.func @case25(%x: tensor<8x64xf32>) {
-  // expected-error @+1 {{body arguments (f16) must be the input element types (f32)}}
+  // expected-error @+1 {{body arguments (f16) must be the input element types (f32), or f32 for reduced-precision floats}}
   %r = "spyre.map"(%x) ({
   ^bb0(%p: f16):
     %s = arith.constant 1.0 : f32
@@ -230,11 +230,11 @@ func.func @case26(%x: tensor<8x64xf32>) {
 // -----
 
 func.func @case27(%x: tensor<8x64xf32>) {
-  // expected-error @+1 {{body must yield one f16 value}}
+  // expected-error @+1 {{body must yield one i32 value}}
   %r = "spyre.map"(%x) ({
   ^bb0(%p: f32):
     "spyre.yield"(%p) : (f32) -> ()
-  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64xf32>) -> tensor<8x64xf16>
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64xf32>) -> tensor<8x64xi32>
   return
 }
 
@@ -420,7 +420,7 @@ func.func @case49(%x: tensor<8x64xf32>, %s: tensor<64xf32>) {
 // -----
 
 func.func @case50(%x: tensor<8x64xf32>) {
-  // expected-error @+1 {{attribute 'axis' needs a scale operand}}
+  // expected-error @+1 {{attribute 'axis' needs a scale operand or scale_mode 'per-channel'}}
   %r = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>, axis = 0 : i64} : (tensor<8x64xf32>) -> tensor<8x64xi8>
   return
 }
@@ -503,4 +503,28 @@ func.func @host_no_yield(%x: tensor<4xf32>) {
 func.func @stray_yield(%x: f32) {
   // expected-error @+1 {{'spyre.yield' op must be nested in spyre.map or spyre.host}}
   "spyre.yield"(%x) : (f32) -> ()
+}
+
+// -----
+
+func.func @cast_mode(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{scale_mode 'per-channel' needs attribute 'axis'}}
+  %r = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>, scale_mode = "per-channel"} : (tensor<8x64xf32>) -> tensor<8x64xi8>
+  return
+}
+
+// -----
+
+func.func @cast_mode_name(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{attribute 'scale_mode' must be one of per-tensor, per-channel, got 'dynamic'}}
+  %r = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>, scale_mode = "dynamic"} : (tensor<8x64xf32>) -> tensor<8x64xi8>
+  return
+}
+
+// -----
+
+func.func @restickify_flag(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{attribute 'restickify' must be a bool, got 1 : i64}}
+  %r = "spyre.transpose"(%x) {permutation = array<i64: 1, 0>, restickify = 1 : i64} : (tensor<8x64xf32>) -> tensor<64x8xf32>
+  return
 }

@@ -42,7 +42,7 @@ func.func @convolution(%x: tensor<1x8x16x16xf32>, %w: tensor<16x8x3x3xf32>, %dw:
 }
 
 // CHECK-LABEL: func.func @elementwise
-func.func @elementwise(%x: tensor<8x64xf32>, %b: tensor<64xf32>) -> tensor<8x64xf32> {
+func.func @elementwise(%x: tensor<8x64xf32>, %b: tensor<64xf32>, %d: tensor<8x64x!spyre.dlf16>) -> tensor<8x64xf32> {
   // CHECK: "spyre.map"(%{{.*}}, %{{.*}}) ({
   // CHECK-NEXT: ^bb0(%{{.*}}: f32, %{{.*}}: f32):
   // CHECK-NEXT: arith.addf
@@ -62,6 +62,15 @@ func.func @elementwise(%x: tensor<8x64xf32>, %b: tensor<64xf32>) -> tensor<8x64x
     %z = arith.constant 0.0 : f32
     "spyre.yield"(%z) : (f32) -> ()
   }) {operandSegmentSizes = array<i32: 0, 0, 0, 0>} : () -> tensor<8x64xf32>
+  // The SFU computes reduced-precision tensors in f32.
+  // CHECK: "spyre.map"
+  // CHECK-NEXT: ^bb0(%{{.*}}: f32):
+  // CHECK: -> tensor<8x64x!spyre.dlf16>
+  %2 = "spyre.map"(%d) ({
+  ^bb0(%p: f32):
+    %e = math.exp %p : f32
+    "spyre.yield"(%e) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
   return %0 : tensor<8x64xf32>
 }
 
@@ -121,6 +130,9 @@ func.func @formats(%x: tensor<16x64xf32>, %s: tensor<16xf32>, %s1: tensor<f32>) 
   // CHECK: "spyre.cast"
   // CHECK-SAME: -> tensor<16x64xf8E4M3FN>
   %2 = "spyre.cast"(%x, %s1) {operandSegmentSizes = array<i32: 1, 1>} : (tensor<16x64xf32>, tensor<f32>) -> tensor<16x64xf8E4M3FN>
+  // CHECK: "spyre.cast"
+  // CHECK-SAME: scale_mode = "per-channel"
+  %q = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>, scale_mode = "per-channel", axis = 0 : i64} : (tensor<16x64xf32>) -> tensor<16x64xi8>
   // CHECK: "spyre.weight"() {name = "fc1.weight"} : () -> tensor<64x32xf32>
   %3 = "spyre.weight"() {name = "fc1.weight"} : () -> tensor<64x32xf32>
   return
