@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 from .formats import Format, decode, encode
 from .isa import ReduceFn, SfuFn, tile_pitch
 
-__all__ = ["Memory", "TileView", "DmaCopy", "to_storage", "sfu_eval", "reduce_eval", "NUMERICS",
+__all__ = ["Memory", "TileView", "DmaCopy", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS",
            "SpyreRuntimeError"]
 
 NUMERICS = ("faithful", "fp32-reference")
@@ -43,7 +43,7 @@ class Memory:
         self.shadow = np.zeros(nbytes, dtype=np.float32) if shadow else None
 
 
-_INT_RANGE = {Format.INT8: (-128, 127), Format.INT4: (-8, 7), Format.INT32: (-(2**31), 2**31 - 1),
+INT_RANGE = {Format.INT8: (-128, 127), Format.INT4: (-8, 7), Format.INT32: (-(2**31), 2**31 - 1),
               Format.INT64: (-(2**63), 2**63 - 1)}
 
 
@@ -55,7 +55,7 @@ def to_storage(fmt: Format, x) -> np.ndarray:
     x = np.asarray(x)
     if fmt is Format.BOOL:
         return x != 0
-    lo, hi = _INT_RANGE[fmt]
+    lo, hi = INT_RANGE[fmt]
     if x.dtype.kind == "f":
         x = np.clip(np.nan_to_num(np.rint(x.astype(np.float64)), nan=0.0), lo, hi)
     elif x.dtype.kind in "iu" and x.size and (x.min() < lo or x.max() > hi):

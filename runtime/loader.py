@@ -27,7 +27,7 @@ import numpy as np
 
 from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
 from .cycles import Profile, model_program
-from .emulator import NUMERICS, DmaCopy, Memory, SpyreRuntimeError, TileView, reduce_eval, sfu_eval
+from .emulator import INT_RANGE, NUMERICS, DmaCopy, Memory, SpyreRuntimeError, TileView, reduce_eval, sfu_eval
 from .formats import STICK_BYTES, Format
 from .hostops import HostOpError, check_host_op, run_host_op
 from .isa import (ALL_FIELDS, FIELDS, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS, SFU_SWAP,
@@ -69,6 +69,18 @@ class Ins:
     sfu_class: str = "simple"
     peer_sticks: np.ndarray | None = None   # RING_SEND: sticks written on the destination core
     sp_end: int = 0            # highest scratchpad byte touched on this core (+1)
+    # Decoded operands, one of these per opcode; tiles are (addr, rows, cols, Format).
+    dma: tuple | None = None       # (dev, (dev strides), sp, (sp strides), (m, n, k))
+    mm: tuple | None = None        # (flags, A, B, C, out, bias, colscale, imm, int path)
+    sfu: tuple | None = None       # (SfuFn, Bcast, swap, dst, src0, src1, imm)
+    red: tuple | None = None       # (ReduceFn, dst, src)
+    send: tuple | None = None      # (peer, dst addr, src addr, bytes)
+    reduce: tuple | None = None    # (mask, root, dst, src)
+    host: tuple | None = None      # (op, input buffers, output buffers, attrs)
+    # Per-executable state of ring instructions: the bytes in flight, the contribution to a reduce.
+    stage: np.ndarray | None = None
+    stage_shadow: np.ndarray | None = None
+    slot: list | None = None
 
     @property
     def label(self) -> str:
@@ -696,7 +708,7 @@ class Executable:
                 if a.dtype.kind == "f":
                     if not np.all(np.isfinite(a)) or not np.all(a == np.rint(a)):
                         raise InputError(f"input '{b.name}': format {b.fmt.key} needs integer values")
-                lo, hi = {Format.INT8: (-128, 127), Format.INT4: (-8, 7)}.get(b.fmt, (-(2**31), 2**31 - 1))
+                lo, hi = INT_RANGE[b.fmt]
                 if a.size and (a.min() < lo or a.max() > hi):
                     raise InputError(f"input '{b.name}': values outside the {b.fmt.key} range {lo}..{hi}")
                 a = a.astype(np.int64)

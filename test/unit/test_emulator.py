@@ -474,3 +474,30 @@ def test_cli_errors_are_one_line(tmp_path, targets, capsys, args, code, msg):
     assert "Traceback" not in "\n".join(err)
     if code == 1:
         assert len(err) == 1
+
+
+def test_int4_weights_with_column_scales(targets):
+    """Weight-only int4: packed codes in a constant, dequantized on write-back by per-column scales."""
+    from spyre_mlir.runtime.formats import pack_int4, quantize_int, symmetric_scale
+    rng = _rng(15)
+    M, N, K = 8, 256, 128
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    scale = symmetric_scale(w, 4, axis=1)
+    codes = quantize_int(w, 4, scale, axis=1)
+    b = ProgramBuilder(targets[1])
+    x_buf = b.input("x", (M, K), "dlf16")
+    w_buf = b.constant("w", pack_int4(codes), "int4", encoded=True)
+    s_buf = b.constant("s", scale.reshape(1, N), "fp32")
+    y_buf = b.output("y", (M, N), "fp32")
+    X, W, S = b.alloc(0, M, K), b.alloc(0, K, N, "int4"), b.alloc(0, 1, N, "fp32")
+    C, Y = b.alloc(0, M, N, "fp32"), b.alloc(0, M, N, "fp32")
+    for t, buf in ((X, x_buf), (W, w_buf), (S, s_buf)):
+        b.load_tile(0, t, buf)
+    b.matmul(0, X, W, C, out=Y, col_scale=S)
+    b.store_tile(0, Y, y_buf)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    (y,) = b.load()(x)
+    xr = dlf16_round(x).astype(np.float64)
+    ref = (xr @ codes.astype(np.float64)) * scale
+    assert np.allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert np.abs(y - x @ w).max() < 0.25 * np.abs(x @ w).max()     # and int4 is a (coarse) approximation
