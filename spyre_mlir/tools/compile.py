@@ -1,10 +1,10 @@
 """spyre-compile: compile a PyTorch model file, stopping at a named stage.
 
-    spyre-compile MODEL --emit=torch|linalg [-o OUT] [--input-shape 1x3x224x224xf32 ...]
+    spyre-compile MODEL --emit=torch|linalg|spyre [-o OUT] [--input-shape 1x3x224x224xf32 ...]
                   [--trust-pickle] [--dump-dir DIR]
 
 The compiler is a list of named stages (``STAGES``); ``--emit=NAME`` runs the stages up to NAME and prints
-(or writes, with ``-o``) that stage's IR. Later stages (spyre, kernel, program, binary) are accepted by the
+(or writes, with ``-o``) that stage's IR. Later stages (kernel, program, binary) are accepted by the
 option parser but exit 1 until they are built: a stage is added by writing ``def _stage_x(job, ir) -> str``
 and appending ``("x", _stage_x)`` to ``STAGES`` (and removing it from ``PLANNED_STAGES``).
 
@@ -57,13 +57,33 @@ def _stage_linalg(job: Job, torch_ir: str) -> str:
     return lower_to_linalg(torch_ir)
 
 
+def _stage_spyre(job: Job, linalg_ir: str) -> str:
+    """linalg-on-tensors -> spyre graph ops, the rest placed on the host (spyre_mlir.pipeline.graph_pipeline)."""
+    from torch_mlir import ir
+
+    from spyre_mlir.context import make_context
+    from spyre_mlir.frontend.errors import StageError
+    from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
+    from spyre_mlir.pipeline import graph_pipeline
+
+    pipeline = graph_pipeline(report=job.args.placement_report)
+    with make_context():
+        try:
+            module = ir.Module.parse(linalg_ir)
+            run_pipeline(module, pipeline)
+        except (ir.MLIRError, PipelineError) as e:
+            raise StageError(str(e), input_ir=linalg_ir, pipeline=pipeline) from None
+        return str(module)
+
+
 # The compiler, in order. Each stage takes the previous stage's IR text and returns its own.
 STAGES: list[tuple[str, Callable[[Job, str | None], str]]] = [
     ("torch", _stage_torch),
     ("linalg", _stage_linalg),
+    ("spyre", _stage_spyre),
 ]
 # Accepted by --emit so scripts can be written against the final interface; not built yet.
-PLANNED_STAGES = ["spyre", "kernel", "program", "binary"]
+PLANNED_STAGES = ["kernel", "program", "binary"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow loading a whole-module torch.save pickle (unpickling runs code from the file)",
     )
     p.add_argument("--dump-dir", help="keep every stage's IR here, and a reproducer when a stage fails")
+    p.add_argument("--placement-report", action="store_true",
+                   help="print which ops run on the device and which on the host, and why (spyre stage)")
     return p
 
 
@@ -161,7 +183,8 @@ def _write_reproducer(args, index: int, name: str, input_ir: str | None, error: 
     if pipeline and input_ir is not None:
         input_path = os.path.abspath(stem + ".input.mlir")
         _write_atomic(input_path, input_ir)
-        command = shlex.join(["torch-mlir-opt", f"--pass-pipeline={pipeline}", input_path])
+        tool = "spyre-opt" if "spyre-" in pipeline else "torch-mlir-opt"
+        command = shlex.join([tool, f"--pass-pipeline={pipeline}", input_path])
     else:
         # The failure is in Python (loading, export, FX import): rerun the compiler itself on the model.
         command = [
