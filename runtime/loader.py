@@ -39,7 +39,6 @@ __all__ = ["load", "load_bytes", "Executable", "Ins", "InputError", "DEFAULT_MAX
 # (override with SPYRE_EMU_MAX_DEVICE_BYTES). The target's own DRAM size is checked as well.
 DEFAULT_MAX_DEVICE_BYTES = 4 << 30
 MAX_TILE_DIM = 1 << 20
-MAX_FILE_BYTES = 16 << 30
 
 
 class InputError(ValueError):
@@ -740,6 +739,14 @@ class Executable:
         return dict(zip(self.program.outputs, self(*args, **named)))
 
 
+def _device_limit() -> int:
+    """Device bytes the emulator may allocate on this host (SPYRE_EMU_MAX_DEVICE_BYTES overrides)."""
+    try:
+        return int(os.environ.get("SPYRE_EMU_MAX_DEVICE_BYTES", DEFAULT_MAX_DEVICE_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_DEVICE_BYTES
+
+
 def load_bytes(data: bytes | memoryview, target=None, numerics: str = "faithful") -> Executable:
     """Validate and prepare a .spyre image held in memory. See :func:`load`."""
     if numerics not in NUMERICS:
@@ -757,7 +764,7 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str = "faithful"
         raise BinaryFormatError(f"header: target fingerprint {prog.fingerprint[:12]}... ({prog.num_cores} cores) "
                                 f"does not match the runtime target {target.fingerprint()[:12]}... "
                                 f"({target.num_cores} cores); compile for this target or pass --target")
-    limit = int(os.environ.get("SPYRE_EMU_MAX_DEVICE_BYTES", DEFAULT_MAX_DEVICE_BYTES))
+    limit = _device_limit()
     if prog.device_bytes > min(target.dram_bytes, limit) or prog.device_bytes % STICK_BYTES:
         raise BinaryFormatError(f"metadata.device_bytes: {prog.device_bytes} is not a stick multiple or "
                                 f"exceeds the limit {min(target.dram_bytes, limit)} (target DRAM or "
@@ -790,10 +797,12 @@ def load(path, target=None, numerics: str = "faithful") -> Executable:
     anything is wrong with the file.
     ``numerics``: "faithful" (device rounding) or "fp32-reference" (same program, no rounding)."""
     path = os.fspath(path)
+    # Constants cannot exceed device memory; allow 1 GiB more for code, metadata and debug info.
+    max_file = _device_limit() + (1 << 30)
     try:
         size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise BinaryFormatError(f"header: file is {size} bytes, more than the {MAX_FILE_BYTES} limit")
+        if size > max_file:
+            raise BinaryFormatError(f"header: file is {size} bytes, more than the {max_file} limit")
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
