@@ -42,7 +42,8 @@ def build_matmul(target, M: int, N: int, K: int, fmt="dlf16", out_fmt="dlf16", g
         raise ValueError(f"grid {grid} x split_k {split_k} != {cores} cores")
     mb, nb, kb = _split(M, gm, "M"), _split(N, gn, "N"), _split(K, split_k, "K")
     tm, tn, tk = tile_m or mb, tile_n or nb, tile_k or kb
-    _split(mb, tm, "M block"), _split(nb, tn, "N block"), _split(kb, tk, "K slice")
+    for total, tile, what in ((mb, tm, "M block"), (nb, tn, "N block"), (kb, tk, "K slice")):
+        _split(total, tile, what)
     b = ProgramBuilder(target)
     x = b.input("x", (M, K), fmt)
     w = b.constant("w", weights, fmt) if weights is not None else b.input("w", (K, N), fmt)
@@ -88,7 +89,8 @@ def build_matmul(target, M: int, N: int, K: int, fmt="dlf16", out_fmt="dlf16", g
     return b
 
 
-def _row_blocks(b: ProgramBuilder, R: int, cores: int, tile_rows: int | None):
+def _row_blocks(R: int, cores: int, tile_rows: int | None):
+    """(core, first row, rows) of every row tile when R rows split evenly over the cores."""
     rb = _split(R, cores, "rows")
     tr = tile_rows or rb
     _split(rb, tr, "row block")
@@ -101,7 +103,7 @@ def build_softmax(target, R: int, C: int, fmt="dlf16", tile_rows: int | None = N
     """Row softmax of x[R,C], rows split across cores; max-subtracted, computed in fp32 on the SFU."""
     b = ProgramBuilder(target)
     x, y = b.input("x", (R, C), fmt), b.output("y", (R, C), fmt)
-    for core, r0, tr in _row_blocks(b, R, target.num_cores, tile_rows):
+    for core, r0, tr in _row_blocks(R, target.num_cores, tile_rows):
         b.reset_scratchpad(core)
         X, O = b.alloc(core, tr, C, fmt), b.alloc(core, tr, C, fmt)
         XF, M, S = b.alloc(core, tr, C, "fp32"), b.alloc(core, tr, 1, "fp32"), b.alloc(core, tr, 1, "fp32")
@@ -125,7 +127,7 @@ def build_layernorm(target, R: int, C: int, gamma, beta, eps: float = 1e-5, fmt=
     x, y = b.input("x", (R, C), fmt), b.output("y", (R, C), fmt)
     g = b.constant("gamma", np.asarray(gamma).reshape(1, C), fmt)
     be = b.constant("beta", np.asarray(beta).reshape(1, C), fmt)
-    for core, r0, tr in _row_blocks(b, R, target.num_cores, tile_rows):
+    for core, r0, tr in _row_blocks(R, target.num_cores, tile_rows):
         b.reset_scratchpad(core)
         X, O = b.alloc(core, tr, C, fmt), b.alloc(core, tr, C, fmt)
         G, BE = b.alloc(core, 1, C, fmt), b.alloc(core, 1, C, fmt)
@@ -155,7 +157,7 @@ def build_rmsnorm(target, R: int, C: int, gamma, eps: float = 1e-6, fmt="dlf16",
     b = ProgramBuilder(target)
     x, y = b.input("x", (R, C), fmt), b.output("y", (R, C), fmt)
     g = b.constant("gamma", np.asarray(gamma).reshape(1, C), fmt)
-    for core, r0, tr in _row_blocks(b, R, target.num_cores, tile_rows):
+    for core, r0, tr in _row_blocks(R, target.num_cores, tile_rows):
         b.reset_scratchpad(core)
         X, O, G = b.alloc(core, tr, C, fmt), b.alloc(core, tr, C, fmt), b.alloc(core, 1, C, fmt)
         XF, SQ, MS = b.alloc(core, tr, C, "fp32"), b.alloc(core, tr, C, "fp32"), b.alloc(core, tr, 1, "fp32")

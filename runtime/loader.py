@@ -106,8 +106,9 @@ class _Decoder:
         self.spans = sorted((b.addr, b.addr + b.nbytes, b) for b in prog.buffers)
         self.starts = [s[0] for s in self.spans]
 
-    def fail(self, ins_where: str, field: str | None, msg: str):
-        raise BinaryFormatError(f"{ins_where}: {'field ' + repr(field) + ': ' if field else ''}{msg}")
+    def fail(self, field: str, msg: str):
+        """Reject the current instruction, naming it and the field."""
+        raise BinaryFormatError(f"{self.w}: field {field!r}: {msg}")
 
     def decode(self, c: int, i: int, rec: np.void) -> Ins:
         dbg = self.prog.debug[c][i] if self.prog.debug else ("", "")
@@ -122,7 +123,7 @@ class _Decoder:
         used = FIELDS[op]
         for f in ALL_FIELDS:
             if f not in used and rec[f] != 0:
-                self.fail(self.w, f, f"must be zero for {ins.name} (is {rec[f]})")
+                self.fail(f, f"must be zero for {ins.name} (is {rec[f]})")
         getattr(self, "_" + ins.name)(ins)
         return ins
 
@@ -136,21 +137,21 @@ class _Decoder:
         try:
             fmt = Format(code)
         except ValueError:
-            self.fail(self.w, f, f"unknown format code {code}")
+            self.fail(f, f"unknown format code {code}")
         if not fmt.on_device or (allowed is not None and fmt not in allowed):
-            self.fail(self.w, f, f"format {fmt.key} is not allowed here")
+            self.fail(f, f"format {fmt.key} is not allowed here")
         return fmt
 
     def tile(self, ins: Ins, fa: str, rows: int, cols: int, ff: str, allowed=None) -> tuple:
         fmt = self.fmt(ff, allowed)
         addr = self.u(fa)
         if not (1 <= rows <= MAX_TILE_DIM and 1 <= cols <= MAX_TILE_DIM):
-            self.fail(self.w, fa, f"tile shape [{rows}, {cols}] out of range 1..{MAX_TILE_DIM}")
+            self.fail(fa, f"tile shape [{rows}, {cols}] out of range 1..{MAX_TILE_DIM}")
         if addr % STICK_BYTES:
-            self.fail(self.w, fa, f"scratchpad address {addr} is not stick ({STICK_BYTES} B) aligned")
+            self.fail(fa, f"scratchpad address {addr} is not stick ({STICK_BYTES} B) aligned")
         end = addr + rows * tile_pitch(cols, fmt)
         if end > self.usable:
-            self.fail(self.w, fa, f"tile [{addr}, {end}) exceeds the usable scratchpad ({self.usable} B)")
+            self.fail(fa, f"tile [{addr}, {end}) exceeds the usable scratchpad ({self.usable} B)")
         ins.sp_end = max(ins.sp_end, end)
         return addr, rows, cols, fmt
 
@@ -162,7 +163,7 @@ class _Decoder:
         mask = self.u(f)
         n = self.prog.num_cores
         if mask >> n or not mask >> core & 1:
-            self.fail(self.w, f, f"core mask 0x{mask:x} must include core {core} and only cores < {n}")
+            self.fail(f, f"core mask 0x{mask:x} must include core {core} and only cores < {n}")
         return mask
 
     # ---- opcodes ----------------------------------------------------------------------------------------
@@ -179,36 +180,36 @@ class _Decoder:
         ds2, ds1, ss2, ss1 = self.u("a1"), self.u("a2"), self.u("a3"), self.u("a4")
         for f, v in (("m", m), ("n", n)):
             if v < 1:
-                self.fail(self.w, f, "count must be >= 1")
+                self.fail(f, "count must be >= 1")
         if k < STICK_BYTES or k % STICK_BYTES:
-            self.fail(self.w, "k", f"row bytes {k} must be a positive multiple of {STICK_BYTES}")
+            self.fail("k", f"row bytes {k} must be a positive multiple of {STICK_BYTES}")
         for f, v in (("dev", dev), ("a0", sp), ("a1", ds2), ("a2", ds1), ("a3", ss2), ("a4", ss1)):
             if v % STICK_BYTES:
-                self.fail(self.w, f, f"{v} is not a multiple of the {STICK_BYTES}-byte stick")
+                self.fail(f, f"{v} is not a multiple of the {STICK_BYTES}-byte stick")
         # The scratchpad side (and the device side of a store) must not overlap itself: this bounds the
         # transfer by the scratchpad size and makes every write well defined.
         sides = [("a3", "a4", ss2, ss1)] + ([("a1", "a2", ds2, ds1)] if store else [])
         for f2, f1, s2, s1 in sides:
             if n > 1 and s1 < k:
-                self.fail(self.w, f1, f"row stride {s1} < row bytes {k}: rows overlap")
+                self.fail(f1, f"row stride {s1} < row bytes {k}: rows overlap")
             if m > 1 and s2 < (n - 1) * s1 + k:
-                self.fail(self.w, f2, f"outer stride {s2} overlaps the previous block")
+                self.fail(f2, f"outer stride {s2} overlaps the previous block")
         sp_end = sp + (m - 1) * ss2 + (n - 1) * ss1 + k
         if sp_end > self.usable:
-            self.fail(self.w, "a0", f"scratchpad range [{sp}, {sp_end}) exceeds the usable scratchpad "
+            self.fail("a0", f"scratchpad range [{sp}, {sp_end}) exceeds the usable scratchpad "
                                     f"({self.usable} B)")
         if dev >= self.prog.device_bytes:
-            self.fail(self.w, "dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
+            self.fail("dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
         dev_end = dev + (m - 1) * ds2 + (n - 1) * ds1 + k
         j = int(np.searchsorted(self.starts, dev, side="right")) - 1
         buf = self.spans[j][2] if j >= 0 else None
         if buf is None or dev_end > buf.addr + buf.nbytes:
-            self.fail(self.w, "dev", f"device range [{dev}, {dev_end}) is not inside one allocated buffer")
+            self.fail("dev", f"device range [{dev}, {dev_end}) is not inside one allocated buffer")
         if dev_end - dev > self.target.core_span_bytes:
-            self.fail(self.w, "dev", f"device range spans {dev_end - dev} B, more than a core addresses "
+            self.fail("dev", f"device range spans {dev_end - dev} B, more than a core addresses "
                                      f"({self.target.core_span_bytes} B)")
         if store and buf.kind not in ("output", "scratch"):
-            self.fail(self.w, "dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
+            self.fail("dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
         ks = k // STICK_BYTES
         rel = (np.arange(m, dtype=np.int64)[:, None, None] * ss2 // STICK_BYTES
                + np.arange(n, dtype=np.int64)[None, :, None] * ss1 // STICK_BYTES
@@ -233,7 +234,7 @@ class _Decoder:
     def _matmul(self, ins):
         flags = self.u("flags")
         if flags & ~int(MatmulFlag(31)):
-            self.fail(self.w, "flags", f"unknown bits 0x{flags:x}")
+            self.fail("flags", f"unknown bits 0x{flags:x}")
         fl = MatmulFlag(flags)
         m, n, k = self.u("m"), self.u("n"), self.u("k")
         a = self.tile(ins, "a0", m, k, "f0", PT_FORMATS)
@@ -247,14 +248,14 @@ class _Decoder:
             if fl & flag:
                 opt[flag] = self.tile(ins, fa, *shape, ff)
             elif self.u(fa) or self.u(ff):
-                self.fail(self.w, fa, f"set but flag {flag.name} is not")
+                self.fail(fa, f"set but flag {flag.name} is not")
         if (fl & (MatmulFlag.BIAS | MatmulFlag.SCALE | MatmulFlag.COLSCALE)) and not fl & MatmulFlag.OUT:
-            self.fail(self.w, "flags", "BIAS/SCALE/COLSCALE need OUT")
+            self.fail("flags", "BIAS/SCALE/COLSCALE need OUT")
         imm = float(self.rec["imm"])
         if fl & MatmulFlag.SCALE and not np.isfinite(imm):
-            self.fail(self.w, "imm", f"scale {imm} is not finite")
+            self.fail("imm", f"scale {imm} is not finite")
         if not fl & MatmulFlag.SCALE and imm != 0:
-            self.fail(self.w, "imm", "set but flag SCALE is not")
+            self.fail("imm", "set but flag SCALE is not")
         reads = [self.sticks_of(a), self.sticks_of(b)] + [self.sticks_of(t) for f, t in opt.items()
                                                           if f != MatmulFlag.OUT]
         if fl & MatmulFlag.ACC:
@@ -273,26 +274,26 @@ class _Decoder:
         try:
             fn = SfuFn(self.u("fn"))
         except ValueError:
-            self.fail(self.w, "fn", f"unknown SFU function {self.u('fn')}")
+            self.fail("fn", f"unknown SFU function {self.u('fn')}")
         flags = self.u("flags")
         if flags & ~(SFU_BCAST_MASK | SFU_SWAP):
-            self.fail(self.w, "flags", f"unknown bits 0x{flags:x}")
+            self.fail("flags", f"unknown bits 0x{flags:x}")
         try:
             mode = Bcast(flags & SFU_BCAST_MASK)
         except ValueError:
-            self.fail(self.w, "flags", f"unknown broadcast mode {flags & SFU_BCAST_MASK}")
+            self.fail("flags", f"unknown broadcast mode {flags & SFU_BCAST_MASK}")
         binary = fn in SFU_BINARY
         if not binary and flags:
-            self.fail(self.w, "flags", f"{fn.name} takes no broadcast or swap flags")
+            self.fail("flags", f"{fn.name} takes no broadcast or swap flags")
         if fn is SfuFn.SELECT and (mode is Bcast.IMM or flags & SFU_SWAP):
-            self.fail(self.w, "flags", "SELECT takes its true-value from a tile and cannot swap")
+            self.fail("flags", "SELECT takes its true-value from a tile and cannot swap")
         m, n = self.u("m"), self.u("n")
         dst = self.tile(ins, "a0", m, n, "f0")
         reads = []
         src0 = None
         if fn is SfuFn.FILL:
             if self.u("a1") or self.u("f1"):
-                self.fail(self.w, "a1", "FILL has no source")
+                self.fail("a1", "FILL has no source")
         else:
             src0 = self.tile(ins, "a1", m, n, "f1")
             reads.append(self.sticks_of(src0))
@@ -302,11 +303,11 @@ class _Decoder:
             src1 = self.tile(ins, "a2", *shape, "f2")
             reads.append(self.sticks_of(src1))
         elif self.u("a2") or self.u("f2"):
-            self.fail(self.w, "a2", "src1 given but the op takes no src1 tile")
+            self.fail("a2", "src1 given but the op takes no src1 tile")
         imm = float(self.rec["imm"])
         uses_imm = fn in (SfuFn.CAST, SfuFn.POWS, SfuFn.FILL, SfuFn.SELECT) or (binary and mode is Bcast.IMM)
         if np.isnan(imm) or (not uses_imm and imm != 0):
-            self.fail(self.w, "imm", f"{imm} is not a valid immediate for {fn.name}")
+            self.fail("imm", f"{imm} is not a valid immediate for {fn.name}")
         ins.sp_reads = np.concatenate(reads) if reads else _EMPTY
         ins.sp_writes = self.sticks_of(dst)
         ins.elems = m * n
@@ -318,7 +319,7 @@ class _Decoder:
         try:
             fn = ReduceFn(self.u("fn"))
         except ValueError:
-            self.fail(self.w, "fn", f"unknown reduction {self.u('fn')}")
+            self.fail("fn", f"unknown reduction {self.u('fn')}")
         m, n = self.u("m"), self.u("n")
         dst = self.tile(ins, "a0", m, 1, "f0")
         src = self.tile(ins, "a1", m, n, "f1")
@@ -330,12 +331,12 @@ class _Decoder:
     def _ring_send(self, ins):
         peer, dst, src, k = self.u("core"), self.u("a0"), self.u("a1"), self.u("k")
         if peer >= self.prog.num_cores or peer == ins.core:
-            self.fail(self.w, "core", f"destination core {peer} must be another core < {self.prog.num_cores}")
+            self.fail("core", f"destination core {peer} must be another core < {self.prog.num_cores}")
         if k < STICK_BYTES or k % STICK_BYTES:
-            self.fail(self.w, "k", f"byte count {k} must be a positive multiple of {STICK_BYTES}")
+            self.fail("k", f"byte count {k} must be a positive multiple of {STICK_BYTES}")
         for f, a in (("a0", dst), ("a1", src)):
             if a % STICK_BYTES or a + k > self.usable:
-                self.fail(self.w, f, f"range [{a}, {a + k}) is unaligned or exceeds the usable scratchpad")
+                self.fail(f, f"range [{a}, {a + k}) is unaligned or exceeds the usable scratchpad")
         ins.sp_reads = _sticks(src, src + k)
         ins.peer_sticks = _sticks(dst, dst + k)
         ins.sp_end = src + k
@@ -346,7 +347,7 @@ class _Decoder:
         mask = self.cores_mask("mask", ins.core)
         root = self.u("core")
         if root != ROOT_ALL and not mask >> root & 1:
-            self.fail(self.w, "core", f"root {root} is not in the group 0x{mask:x}")
+            self.fail("core", f"root {root} is not in the group 0x{mask:x}")
         floats = {f for f in Format if f.is_float}
         m, n = self.u("m"), self.u("n")
         dst = self.tile(ins, "a0", m, n, "f0", floats)
@@ -358,7 +359,7 @@ class _Decoder:
     def _host(self, ins):
         k = self.u("k")
         if k >= len(self.host_ops):
-            self.fail(self.w, "k", f"host op {k} not in the table ({len(self.host_ops)} entries)")
+            self.fail("k", f"host op {k} not in the table ({len(self.host_ops)} entries)")
         op, ins_bufs, out_bufs, attrs = self.host_ops[k]
         ins.dev_reads = np.concatenate([_sticks(b.addr, b.addr + b.nbytes) for b in ins_bufs] or [_EMPTY])
         ins.dev_writes = np.concatenate([_sticks(b.addr, b.addr + b.nbytes) for b in out_bufs] or [_EMPTY])
