@@ -22,7 +22,7 @@ from .formats import STICK_BYTES, Format
 __all__ = [
     "INSTR_DTYPE", "INSTR_BYTES", "Op", "SfuFn", "ReduceFn", "Bcast", "MatmulFlag", "SFU_BCAST_MASK",
     "SFU_SWAP", "FIELDS", "ALL_FIELDS", "ROOT_ALL", "SFU_UNARY", "SFU_BINARY", "SFU_CLASS", "PT_FORMATS",
-    "tile_pitch", "tile_bytes",
+    "tile_pitch", "tile_bytes", "describe",
 ]
 
 INSTR_DTYPE = np.dtype([
@@ -182,3 +182,43 @@ def tile_pitch(cols: int, fmt: Format) -> int:
 def tile_bytes(rows: int, cols: int, fmt: Format) -> int:
     """Bytes a [rows, cols] tile of ``fmt`` occupies in the scratchpad."""
     return rows * tile_pitch(cols, fmt)
+
+
+def describe(rec) -> str:
+    """One record as text with the fields its opcode uses, e.g. ``matmul m=64 n=64 k=256 a0=0 f0=dlf16 ...``
+    (unknown opcodes show every non-zero field). For listings and debugging, not for parsing."""
+    try:
+        op = Op(int(rec["op"]))
+    except ValueError:
+        return f"op?{int(rec['op'])} " + " ".join(f"{f}={rec[f]}" for f in ALL_FIELDS if rec[f] != 0)
+    parts = [op.name.lower()]
+    for f in FIELDS[op]:
+        v = rec[f]
+        if f == "fn":
+            enum_cls = {Op.SFU: SfuFn, Op.REDUCE: ReduceFn}[op]
+            parts.append(f"fn={_enum_name(enum_cls, v)}")
+        elif f.startswith("f") and f[1:].isdigit():
+            if v:
+                parts.append(f"{f}={_enum_name(Format, v)}")
+        elif f == "mask":
+            parts.append(f"mask=0x{int(v):x}")
+        elif f == "imm":
+            if v:
+                parts.append(f"imm={float(v):g}")
+        elif f == "flags":
+            if v:
+                parts.append(f"flags=0x{int(v):x}")
+        elif f[0] == "a" and op in (Op.MATMUL, Op.SFU, Op.REDUCE, Op.RING_REDUCE):
+            if rec["f" + f[1]]:                 # a tile operand is present when its format is
+                parts.append(f"{f}={int(v)}")
+        else:
+            parts.append(f"{f}={int(v)}")
+    return " ".join(parts)
+
+
+def _enum_name(cls, v) -> str:
+    try:
+        member = cls(int(v))
+    except ValueError:
+        return f"?{int(v)}"
+    return getattr(member, "key", member.name.lower())

@@ -2,6 +2,7 @@
 
     spyre-run model.spyre --inputs in.npz -o out.npz [--profile] [--json] [--trace t.json]
               [--numerics faithful|fp32-reference] [--target FILE]
+    spyre-run model.spyre --disassemble
 
 Inputs are matched by name (npz keys equal to the program's input names), else by order. Outputs are saved
 as output_0, output_1, ... Errors print one line ``spyre-run: error: ...`` and exit 1 (2 for usage errors).
@@ -38,7 +39,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
     p.add_argument("--numerics", choices=("faithful", "fp32-reference"), default="faithful")
     p.add_argument("--target", help="target TOML file (default: the packaged Spyre target)")
+    p.add_argument("--disassemble", action="store_true",
+                   help="list buffers and instructions (container checks only) instead of running")
     return p
+
+
+def disassemble(path: str) -> str:
+    """Readable listing of a binary: buffers, then every core's records with their debug locations."""
+    from spyre_mlir.runtime.binary import program_from_bytes
+    from spyre_mlir.runtime.isa import describe
+
+    with open(path, "rb") as f:
+        prog = program_from_bytes(f.read())
+    lines = [f"; {path}: {prog.num_cores} cores, {prog.device_bytes} device bytes, producer {prog.producer!r}"]
+    for b in prog.buffers:
+        lines.append(f"; {b.kind:8} {b.name}: {b.fmt.key}{list(b.shape)} at {b.addr} ({b.nbytes} B)")
+    for c, code in enumerate(prog.code):
+        lines.append(f"core {c}:")
+        for i, rec in enumerate(code):
+            loc = prog.debug[c][i][1] if prog.debug else ""
+            lines.append(f"  {i:5}: {describe(rec)}" + (f"    ; {loc}" if loc else ""))
+    return "\n".join(lines)
 
 
 def _inputs(exe, path: str | None) -> list[np.ndarray]:
@@ -120,6 +141,9 @@ def main(argv=None) -> int:
     from spyre_mlir.runtime import SpyreRuntimeError, load, write_trace
 
     try:
+        if args.disassemble:
+            print(disassemble(args.model))
+            return 0
         exe = load(args.model, target=args.target, numerics=args.numerics)
         outs = exe(*_inputs(exe, args.inputs))
         if args.output:

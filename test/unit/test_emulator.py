@@ -501,3 +501,14 @@ def test_int4_weights_with_column_scales(targets):
     ref = (xr @ codes.astype(np.float64)) * scale
     assert np.allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert np.abs(y - x @ w).max() < 0.25 * np.abs(x @ w).max()     # and int4 is a (coarse) approximation
+
+
+def test_cli_disassemble(tmp_path, targets, capsys):
+    model = tmp_path / "sm.spyre"
+    build_softmax(targets[1], 8, 96).write(model)
+    assert spyre_run([str(model), "--disassemble"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("; input    x: dlf16[8, 96] at 0")
+    assert "core 0:" in out
+    assert any("reduce fn=max m=8 n=96" in line and "kernels.py:" in line for line in out)
+    assert out[-1].strip().startswith(f"{len(load(model).program.code[0]) - 1}: end")
