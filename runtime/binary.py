@@ -31,7 +31,7 @@ from .isa import INSTR_BYTES, INSTR_DTYPE
 __all__ = [
     "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "BUFFER_KINDS",
     "CONST_ALIGN", "BUFFER_ALIGN", "buffer_layout", "program_to_bytes", "program_from_bytes",
-    "write_program", "read_container", "write_container",
+    "write_program", "read_container", "write_container", "atomic_write",
 ]
 
 MAGIC = b"SPYREBIN"
@@ -266,16 +266,23 @@ def program_to_bytes(prog: Program) -> bytes:
 
 
 def write_program(prog: Program, path: str | os.PathLike) -> None:
+    """Write a program to a .spyre file atomically (see :func:`atomic_write`)."""
+    atomic_write(path, program_to_bytes(prog))
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Write atomically: a temp file in the same directory, fsync, then os.replace. A failed write leaves
     the old file (or nothing), never half a file."""
-    data = program_to_bytes(prog)
     path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".spyre", dir=os.path.dirname(path) or ".")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path) or ".")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)        # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         try:

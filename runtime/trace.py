@@ -8,8 +8,8 @@ core, index and source location in ``args``.
 from __future__ import annotations
 
 import json
-import os
 
+from .binary import atomic_write
 from .cycles import UNITS, Profile
 
 __all__ = ["chrome_trace", "write_trace"]
@@ -33,14 +33,5 @@ def chrome_trace(profile: Profile) -> dict:
 
 
 def write_trace(profile: Profile, path) -> None:
-    """Write :func:`chrome_trace` to ``path`` (atomically, like the binary writer)."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(chrome_trace(profile), f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write :func:`chrome_trace` to ``path`` atomically."""
+    atomic_write(path, json.dumps(chrome_trace(profile)).encode("utf-8"))

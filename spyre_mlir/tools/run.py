@@ -12,8 +12,8 @@ Only numpy, the runtime and (for --profile) rich are imported: no torch, so star
 from __future__ import annotations
 
 import argparse
+import io
 import json
-import os
 import sys
 import zipfile
 
@@ -81,13 +81,10 @@ def _inputs(exe, path: str | None) -> list[np.ndarray]:
 
 
 def _save(path: str, outs) -> None:
-    tmp = f"{path}.tmp{os.getpid()}.npz"
-    try:
-        np.savez(tmp, **{f"output_{i}": o for i, o in enumerate(outs)})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from spyre_mlir.runtime.binary import atomic_write
+    buf = io.BytesIO()
+    np.savez(buf, **{f"output_{i}": o for i, o in enumerate(outs)})
+    atomic_write(path, buf.getvalue())
 
 
 def _si(x: float, unit: str) -> str:
