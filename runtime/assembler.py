@@ -89,6 +89,8 @@ class ProgramBuilder:
             raise ValueError(f"buffer {name!r} already declared")
         fmt = _fmt(fmt)
         shape = tuple(int(d) for d in shape)
+        if not all(d >= 1 for d in shape):
+            raise ValueError(f"buffer {name!r}: dims must be >= 1, got {shape}")
         strides, nbytes = buffer_layout(shape, fmt)
         buf = Buffer(name, kind, fmt, shape, self._next_addr, nbytes, strides)
         self._next_addr += -(-nbytes // BUFFER_ALIGN) * BUFFER_ALIGN
@@ -135,6 +137,7 @@ class ProgramBuilder:
         self._sp_top[core] = top
 
     def scratchpad_top(self, core: int) -> int:
+        """The next free scratchpad byte of ``core`` (its high-water mark so far)."""
         return self._sp_top[core]
 
     # ---- raw emission -----------------------------------------------------------------------------------

@@ -555,6 +555,11 @@ class Executable:
         self.static_profile: Profile = model_program(prog, target, steps)
         self.profile: Profile | None = None
 
+    def __repr__(self) -> str:
+        sig = lambda bufs: ", ".join(f"{b.name}: {b.fmt.key}{list(b.shape)}" for b in bufs)   # noqa: E731
+        return (f"Executable(({sig(self.input_buffers)}) -> ({sig(self.output_buffers)}), "
+                f"{self.program.num_cores} cores, numerics={self.numerics!r})")
+
     # ---- preparation ------------------------------------------------------------------------------------
 
     def _buffer_view(self, b: Buffer) -> TileView:
