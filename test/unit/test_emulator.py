@@ -21,8 +21,8 @@ import sys
 import numpy as np
 import pytest
 
-from spyre_mlir.runtime import InputError, ProgramBuilder, load, load_bytes, register_host_function
-from spyre_mlir.runtime.formats import Format, dlf16_encode, dlf16_round, encode
+from spyre_mlir.runtime import InputError, ProgramBuilder, load, register_host_function
+from spyre_mlir.runtime.formats import dlf16_encode, dlf16_round, encode
 from spyre_mlir.runtime.kernels import build_layernorm, build_matmul, build_rmsnorm, build_softmax
 from spyre_mlir.target import load_target
 from spyre_mlir.tools.run import main as spyre_run
