@@ -551,7 +551,7 @@ class Executable:
                 v.shadow[...] = v.read_bytes()
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
-        self._plan = [(self._prepare(s), s) for s in steps]
+        self._plan = [f for f in map(self._prepare, steps) if f is not None]
         self.static_profile: Profile = model_program(prog, target, steps)
         self.profile: Profile | None = None
 
@@ -730,9 +730,8 @@ class Executable:
             v.write(a.reshape(v.rows, v.cols))
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            for fn, _ in self._plan:
-                if fn is not None:
-                    fn()
+            for step in self._plan:
+                step()
         outs = []
         for v, b in zip(self._out_views, self.output_buffers):
             r = v.read() if b.fmt.is_float else v.read_bytes()
