@@ -11,8 +11,10 @@ latency; ring transfers land at that barrier), and a HOST op fences its core's u
 
 Durations (cycles), from the target file; fixed latencies are [assumed] model constants below:
 
-* DMA: bytes / (DRAM bandwidth / cores doing DMA in the same barrier segment) + DMA_LATENCY. Bandwidth is
-  the read, write or mixed figure depending on what that segment moves.
+* DMA: bytes / (DRAM bandwidth / cores transferring at the same time) + DMA_LATENCY. The sharing count is
+  first every core with DMA work in the barrier segment, then (REFINE_PASSES times) the time-averaged
+  number of cores whose transfers overlap this one in the previous pass. Bandwidth is the read, write or
+  mixed figure depending on what the segment moves.
 * PT: M and N padded to the PT array (pt_rows x pt_cols) times K, over ``macs_per_cycle(format)`` (the
   slower input format), + PT_LATENCY.
 * SFU: elements x ``sfu_cycles(class)`` / SFU lanes per core, + SFU_LATENCY; row reductions are "simple".
@@ -43,6 +45,7 @@ SFU_LATENCY = 8
 HOP_LATENCY = 4
 BARRIER_LATENCY = 32
 HOST_LATENCY = 10_000
+REFINE_PASSES = 2      # timeline passes that re-estimate how many cores share DRAM bandwidth
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,54 +147,94 @@ def _max_at(arr: np.ndarray, idx: np.ndarray) -> float:
     return float(arr[idx].max()) if idx.size else 0.0
 
 
+def _mean_concurrency(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each interval, the time-averaged number of intervals active during it (itself included)."""
+    t = np.concatenate([starts, ends])
+    d = np.concatenate([np.ones_like(starts), -np.ones_like(ends)])
+    order = np.argsort(t, kind="stable")
+    t, count = t[order], np.cumsum(d[order])           # active intervals just after each event time
+    area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(t))])
+
+    def integral(x):                                   # integral of the active count from t[0] to x
+        i = np.searchsorted(t, x, side="right") - 1
+        return area[i] + count[i] * (x - t[i])
+    return (integral(ends) - integral(starts)) / (ends - starts)
+
+
 def model_program(prog, target, steps) -> Profile:
-    """Run the cycle model over the loader's schedule (a list of Ins and Sync steps)."""
+    """Run the cycle model over the loader's schedule (a list of Ins and Sync steps).
+
+    DRAM bandwidth is shared by the cores transferring at the same time. The first pass assumes every core
+    with DMA work in the same barrier segment transfers at once; REFINE_PASSES more passes replace that by
+    the time-averaged number of cores whose transfers overlap each transfer in the previous pass."""
     from .loader import Sync   # the step types live with the scheduler
 
     C = prog.num_cores
     per_cycle = 1.0 / target.clock_ghz        # GB/s -> bytes/cycle is gbps * per_cycle
-    # Which cores move data in each barrier segment, and in which directions: they share DRAM bandwidth.
-    seg_cores: list[set] = [set()]
-    seg_dirs: list[set] = [set()]
+    # Directions moved in each barrier segment pick the read, write or mixed bandwidth.
+    dmas, seg_of, segs = [], [], [[set(), set()]]
     for s in steps:
         if isinstance(s, Sync):
-            seg_cores.append(set())
-            seg_dirs.append(set())
+            segs.append([set(), set()])
         elif s.op in (Op.DMA_LOAD, Op.DMA_STORE):
-            seg_cores[-1].add(s.core)
-            seg_dirs[-1].add(s.op)
-    seg_bw = []
-    for cores, dirs in zip(seg_cores, seg_dirs):
-        gbps = (target.dram_mixed_gbps if len(dirs) == 2 else
-                target.dram_write_gbps if Op.DMA_STORE in dirs else target.dram_read_gbps)
-        seg_bw.append(gbps * per_cycle / max(1, len(cores)))
-    lanes = target.sfu_lanes_per_core
+            dmas.append(s)
+            seg_of.append(len(segs) - 1)
+            segs[-1][0].add(s.core)
+            segs[-1][1].add(s.op)
+    gbps = {id(s): (target.dram_mixed_gbps if len(segs[g][1]) == 2 else
+                    target.dram_write_gbps if Op.DMA_STORE in segs[g][1] else target.dram_read_gbps)
+            for s, g in zip(dmas, seg_of)}
+    share = {id(s): float(len(segs[g][0])) for s, g in zip(dmas, seg_of)}
+    for _ in range(REFINE_PASSES):
+        events, free, busy, spans = _timeline(steps, C, target, gbps, share, per_cycle, Sync)
+        if not dmas:
+            break
+        conc = _mean_concurrency(np.array([spans[id(s)][0] for s in dmas]),
+                                 np.array([spans[id(s)][1] for s in dmas]))
+        share = {id(s): max(1.0, float(c)) for s, c in zip(dmas, conc)}
+    events, free, busy, _ = _timeline(steps, C, target, gbps, share, per_cycle, Sync)
 
-    def duration(ins, seg) -> float:
-        op = ins.op
-        if op in (Op.DMA_LOAD, Op.DMA_STORE):
-            return ins.nbytes / seg_bw[seg] + DMA_LATENCY
-        if op is Op.MATMUL:
-            return ins.macs / target.macs_per_cycle(ins.pt_fmt) + PT_LATENCY
-        if op is Op.SFU:
-            return ins.elems * target.sfu_cycles(ins.sfu_class) / lanes + SFU_LATENCY
-        if op is Op.REDUCE:
-            return ins.elems * target.sfu_cycles("simple") / lanes + SFU_LATENCY
-        if op is Op.RING_SEND:
-            d = abs(ins.send[0] - ins.core)
-            return ins.nbytes / target.ring_bytes_per_cycle + min(d, C - d) * HOP_LATENCY
-        if op is Op.RING_REDUCE:
-            return ins.nbytes / target.ring_bytes_per_cycle + (bin(ins.reduce[0]).count("1") - 1) * HOP_LATENCY
-        return ins.nbytes / (target.host_link_gbps * per_cycle) + HOST_LATENCY
+    ops = [s for s in steps if not isinstance(s, Sync)]
+    total = lambda op_set, attr: sum(getattr(s, attr) for s in ops if s.op in op_set)   # noqa: E731
+    return Profile(
+        target=target.name, num_cores=C, clock_ghz=target.clock_ghz, cycles=float(free.max()),
+        busy=tuple(tuple(float(x) for x in row) for row in busy),
+        dram_read_bytes=total({Op.DMA_LOAD}, "nbytes"), dram_write_bytes=total({Op.DMA_STORE}, "nbytes"),
+        ring_bytes=total({Op.RING_SEND, Op.RING_REDUCE}, "nbytes"), host_bytes=total({Op.HOST}, "nbytes"),
+        pt_macs=total({Op.MATMUL}, "useful_macs"), pt_padded_macs=total({Op.MATMUL}, "macs"),
+        sfu_elements=total({Op.SFU, Op.REDUCE}, "elems"),
+        peak_flops=2.0 * target.macs_per_cycle("dlf16") * C * target.clock_ghz * 1e9,
+        dram_bytes_per_s=target.dram_read_gbps * 1e9, events=tuple(events))
 
+
+def _duration(ins, C: int, target, gbps: dict, share: dict, per_cycle: float) -> float:
+    """Cycles one instruction keeps its unit busy (see the module docstring)."""
+    op, lanes = ins.op, target.sfu_lanes_per_core
+    if op in (Op.DMA_LOAD, Op.DMA_STORE):
+        return ins.nbytes * share[id(ins)] / (gbps[id(ins)] * per_cycle) + DMA_LATENCY
+    if op is Op.MATMUL:
+        return ins.macs / target.macs_per_cycle(ins.pt_fmt) + PT_LATENCY
+    if op is Op.SFU:
+        return ins.elems * target.sfu_cycles(ins.sfu_class) / lanes + SFU_LATENCY
+    if op is Op.REDUCE:
+        return ins.elems * target.sfu_cycles("simple") / lanes + SFU_LATENCY
+    if op is Op.RING_SEND:
+        d = abs(ins.send[0] - ins.core)
+        return ins.nbytes / target.ring_bytes_per_cycle + min(d, C - d) * HOP_LATENCY
+    if op is Op.RING_REDUCE:
+        return ins.nbytes / target.ring_bytes_per_cycle + (bin(ins.reduce[0]).count("1") - 1) * HOP_LATENCY
+    return ins.nbytes / (target.host_link_gbps * per_cycle) + HOST_LATENCY
+
+
+def _timeline(steps, C, target, gbps, share, per_cycle, Sync):
+    """One pass of the per-core, per-unit timeline. Returns (events, unit free times, busy cycles,
+    {id(ins): (start, end)})."""
     nst = -(-target.scratchpad_usable_bytes // STICK_BYTES)
     free = np.zeros((C, len(UNITS)))
     busy = np.zeros((C, len(UNITS)))
-    spw = np.zeros((C, nst))
-    spr = np.zeros((C, nst))
-    events = []
-    totals = dict(rd=0, wr=0, ring=0, host=0, macs=0, pmacs=0, sfu=0)
-    seg = 0
+    spw = np.zeros((C, nst))            # per stick: when the last write lands
+    spr = np.zeros((C, nst))            # per stick: when the last read is done
+    events, spans = [], {}
     for s in steps:
         if isinstance(s, Sync):
             t = free[list(s.members)].max() + BARRIER_LATENCY
@@ -203,14 +246,13 @@ def model_program(prog, target, steps) -> Profile:
                 st = np.arange(dst[0] // STICK_BYTES, (dst[0] + dst[1] * tile_pitch(dst[2], dst[3])) // STICK_BYTES)
                 for r in ([i for i in range(C) if mask >> i & 1] if root == ROOT_ALL else [root]):
                     spw[r, st] = t
-            seg += 1
             continue
         c, u = s.core, _UNIT[s.op]
         start = max(free[c, u], _max_at(spw[c], s.sp_reads), _max_at(spw[c], s.sp_writes),
                     _max_at(spr[c], s.sp_writes))
         if s.op is Op.HOST:                 # a fence: waits for the core's units, DMA waits for it
             start = max(start, free[c].max())
-        dur = duration(s, seg)
+        dur = _duration(s, C, target, gbps, share, per_cycle)
         end = start + dur
         free[c, u] = end
         if s.op is Op.HOST:
@@ -221,23 +263,5 @@ def model_program(prog, target, steps) -> Profile:
         if s.sp_reads.size:
             spr[c, s.sp_reads] = np.maximum(spr[c, s.sp_reads], end)
         events.append(Event(c, UNITS[u], s.name, start, end, s.idx, s.loc))
-        if s.op is Op.DMA_LOAD:
-            totals["rd"] += s.nbytes
-        elif s.op is Op.DMA_STORE:
-            totals["wr"] += s.nbytes
-        elif s.op in (Op.RING_SEND, Op.RING_REDUCE):
-            totals["ring"] += s.nbytes
-        elif s.op is Op.HOST:
-            totals["host"] += s.nbytes
-        elif s.op is Op.MATMUL:
-            totals["macs"] += s.useful_macs
-            totals["pmacs"] += s.macs
-        else:
-            totals["sfu"] += s.elems
-    return Profile(
-        target=target.name, num_cores=C, clock_ghz=target.clock_ghz, cycles=float(free.max()),
-        busy=tuple(tuple(float(x) for x in row) for row in busy), dram_read_bytes=totals["rd"],
-        dram_write_bytes=totals["wr"], ring_bytes=totals["ring"], host_bytes=totals["host"],
-        pt_macs=totals["macs"], pt_padded_macs=totals["pmacs"], sfu_elements=totals["sfu"],
-        peak_flops=2.0 * target.macs_per_cycle("dlf16") * C * target.clock_ghz * 1e9,
-        dram_bytes_per_s=target.dram_read_gbps * 1e9, events=tuple(events))
+        spans[id(s)] = (start, end)
+    return events, free, busy, spans

@@ -512,3 +512,10 @@ def test_cli_disassemble(tmp_path, targets, capsys):
     assert "core 0:" in out
     assert any("reduce fn=max m=8 n=96" in line and "kernels.py:" in line for line in out)
     assert out[-1].strip().startswith(f"{len(load(model).program.code[0]) - 1}: end")
+
+
+def test_dram_sharing_counts_overlapping_transfers():
+    """Bandwidth is split among transfers that overlap in time (time-averaged, the transfer included)."""
+    from spyre_mlir.runtime.cycles import _mean_concurrency
+    conc = _mean_concurrency(np.array([0.0, 0.0, 5.0, 20.0]), np.array([10.0, 10.0, 15.0, 30.0]))
+    assert conc.tolist() == [2.5, 2.5, 2.0, 1.0]
