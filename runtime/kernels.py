@@ -123,40 +123,22 @@ def build_softmax(target, R: int, C: int, fmt="dlf16", tile_rows: int | None = N
 def build_layernorm(target, R: int, C: int, gamma, beta, eps: float = 1e-5, fmt="dlf16",
                     tile_rows: int | None = None) -> ProgramBuilder:
     """LayerNorm over the last dim of x[R,C] with constant gamma/beta [C] (stored as DLFloat16), fp32 inside."""
-    b = ProgramBuilder(target)
-    x, y = b.input("x", (R, C), fmt), b.output("y", (R, C), fmt)
-    g = b.constant("gamma", np.asarray(gamma).reshape(1, C), fmt)
-    be = b.constant("beta", np.asarray(beta).reshape(1, C), fmt)
-    for core, r0, tr in _row_blocks(R, target.num_cores, tile_rows):
-        b.reset_scratchpad(core)
-        X, O = b.alloc(core, tr, C, fmt), b.alloc(core, tr, C, fmt)
-        G, BE = b.alloc(core, 1, C, fmt), b.alloc(core, 1, C, fmt)
-        XF, SQ = b.alloc(core, tr, C, "fp32"), b.alloc(core, tr, C, "fp32")
-        MU, VAR = b.alloc(core, tr, 1, "fp32"), b.alloc(core, tr, 1, "fp32")
-        b.load_tile(core, X, x, r0)
-        b.load_tile(core, G, g)
-        b.load_tile(core, BE, be)
-        b.sfu(core, "cast", XF, X)
-        b.reduce(core, "mean", MU, XF)
-        b.sfu(core, "sub", XF, XF, MU)
-        b.sfu(core, "mul", SQ, XF, XF)
-        b.reduce(core, "mean", VAR, SQ)
-        b.sfu(core, "add", VAR, VAR, eps)
-        b.sfu(core, "rsqrt", VAR, VAR)
-        b.sfu(core, "mul", XF, XF, VAR)
-        b.sfu(core, "mul", XF, XF, G)
-        b.sfu(core, "add", XF, XF, BE)
-        b.sfu(core, "cast", O, XF)
-        b.store_tile(core, O, y, r0)
-    return b
+    return _build_norm(target, R, C, gamma, beta, eps, fmt, tile_rows)
 
 
 def build_rmsnorm(target, R: int, C: int, gamma, eps: float = 1e-6, fmt="dlf16",
                   tile_rows: int | None = None) -> ProgramBuilder:
     """RMSNorm over the last dim of x[R,C] with constant gamma [C], fp32 inside."""
+    return _build_norm(target, R, C, gamma, None, eps, fmt, tile_rows)
+
+
+def _build_norm(target, R, C, gamma, beta, eps, fmt, tile_rows) -> ProgramBuilder:
+    """x / sqrt(mean(x^2) + eps) * gamma (+ beta), centering x first when there is a beta (LayerNorm)."""
+    centered = beta is not None
     b = ProgramBuilder(target)
     x, y = b.input("x", (R, C), fmt), b.output("y", (R, C), fmt)
     g = b.constant("gamma", np.asarray(gamma).reshape(1, C), fmt)
+    be = b.constant("beta", np.asarray(beta).reshape(1, C), fmt) if centered else None
     for core, r0, tr in _row_blocks(R, target.num_cores, tile_rows):
         b.reset_scratchpad(core)
         X, O, G = b.alloc(core, tr, C, fmt), b.alloc(core, tr, C, fmt), b.alloc(core, 1, C, fmt)
@@ -164,12 +146,19 @@ def build_rmsnorm(target, R: int, C: int, gamma, eps: float = 1e-6, fmt="dlf16",
         b.load_tile(core, X, x, r0)
         b.load_tile(core, G, g)
         b.sfu(core, "cast", XF, X)
+        if centered:
+            BE = b.alloc(core, 1, C, fmt)
+            b.load_tile(core, BE, be)
+            b.reduce(core, "mean", MS, XF)
+            b.sfu(core, "sub", XF, XF, MS)
         b.sfu(core, "mul", SQ, XF, XF)
         b.reduce(core, "mean", MS, SQ)
         b.sfu(core, "add", MS, MS, eps)
         b.sfu(core, "rsqrt", MS, MS)
         b.sfu(core, "mul", XF, XF, MS)
         b.sfu(core, "mul", XF, XF, G)
+        if centered:
+            b.sfu(core, "add", XF, XF, BE)
         b.sfu(core, "cast", O, XF)
         b.store_tile(core, O, y, r0)
     return b
