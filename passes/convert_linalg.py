@@ -32,17 +32,23 @@ Coverage (source op -> spyre op; "host" means left for `spyre-place-host`, with 
 | linalg.generic embedding (tensor.extract rows)   | spyre.gather (the index bounds asserts are dropped: the gather clamps on device) |
 | linalg.transpose                                 | spyre.transpose                                          |
 | linalg.broadcast                                 | spyre.reshape (unit dims only) or spyre.reshape + identity spyre.map |
-| linalg.fill (not folded into an init)            | spyre.map fill (no inputs); a non-constant fill value -> host |
-| tensor.expand_shape / collapse_shape / reshape   | spyre.reshape (of a tensor.empty: a new tensor.empty)    |
+| linalg.fill (not folded into an init)            | spyre.map fill (no inputs); a non-constant or int64 fill -> host |
+| tensor.expand_shape / collapse_shape / reshape   | spyre.reshape (of a tensor.empty: a new tensor.empty; of int64 index data -> host) |
 | tensor.extract_slice (static)                    | spyre.slice (+ spyre.reshape when rank-reducing); dynamic -> host |
 | tensor.concat                                    | chain of binary spyre.concat                             |
 | tensor.pad (constant float value)                | spyre.pad; non-constant or integer pad -> host            |
+| tensor.insert_slice                              | into a splat constant: spyre.pad; a chain filling a tensor.empty along one dim: spyre.concat; else host |
 | chains: sum -> divf N                            | spyre.reduce kind = mean                                 |
 | chains: matmul -> map addf bias[N]               | spyre.matmul with bias                                   |
 | chains: max, sub, exp, sum, div                  | spyre.softmax                                            |
 | chains: mean, sub, (f64) variance, +eps, rsqrt, mul, (w), (b) | spyre.layernorm                             |
 | chains: x^2, mean, +eps, rsqrt, mul, (w)         | spyre.rmsnorm                                            |
-| tensor.insert_slice, tensor.extract, scf/cf ops  | host                                                     |
+| tensor.extract, scf/cf ops, linalg.index math   | host                                                     |
+
+Int64 index data (positions, masks built from them, argmax results) stays on the host as a whole: elementwise
+maps, reshapes and fills of int64 tensors are declined, so index math does not bounce between host and device.
+`acc_type` of the fused softmax and norms is the input's element type: torch-mlir computes the layer-norm
+variance in f64, which the device does not have; it accumulates in f32 at most.
 """
 
 import dataclasses
@@ -704,6 +710,8 @@ def _convert_fill(op: ir.Operation) -> str | None:
     out = op.results[0]
     if value is None or value.name != "arith.constant" or not _static_tensor(out):
         return "linalg.fill of a non-constant value"
+    if _is_int64(_elt(out)):
+        return "int64 index math (an int64 fill initialises index data on the host)"
     with ir.InsertionPoint(op), _origin(op):
         m = spyre.MapOp(out.type)
         block = m.body.blocks.append()
@@ -761,6 +769,85 @@ def _convert_concat(op: ir.Operation) -> str | None:
             c.operation.attributes["dim"] = ir.IntegerAttr.get(i64, dim)
             acc = c.result
     _replace(op, acc)
+    return None
+
+
+def _splat_value(v: ir.Value) -> float | int | None:
+    """The single value of a splat `arith.constant dense<c>` or constant fill, else None."""
+    op = _def_op(v)
+    if op is not None and op.name == "arith.constant" and isinstance(op.attributes["value"], ir.DenseElementsAttr):
+        a = ir.DenseElementsAttr(op.attributes["value"])
+        if a.is_splat:
+            c = a.get_splat_value()
+            return ir.FloatAttr(c).value if isinstance(c, ir.FloatAttr) else None
+        return None
+    return _fill_value(v)
+
+
+def _insert_chain(op: ir.Operation):
+    """The (offset, value) pieces of insert_slices that fill a tensor.empty exactly, end to end along one dim.
+
+    This is how a concatenation looks without tensor.concat: each insert_slice writes one input into the
+    previous one's result. Returns (dim, pieces in offset order) or None.
+    """
+    pieces, cur = [], op
+    while cur is not None and cur.name == "tensor.insert_slice":
+        if len(list(cur.operands)) != 2 or (cur is not op and len(list(cur.results[0].uses)) != 1):
+            return None
+        a = cur.attributes
+        off, size, step = _ints(a["static_offsets"]), _ints(a["static_sizes"]), _ints(a["static_strides"])
+        if _DYN in off + size or set(step) != {1} or _shape(cur.operands[0]) != size:
+            return None
+        pieces.append((off, cur.operands[0]))
+        cur = _def_op(cur.operands[1])
+    if cur is None or cur.name != "tensor.empty" or len(pieces) < 2:
+        return None
+    full = _shape(op.results[0])
+    dims = {d for off, v in pieces for d in range(len(full)) if off[d] != 0 or _shape(v)[d] != full[d]}
+    if len(dims) != 1:
+        return None
+    d = dims.pop()
+    pieces.sort(key=lambda p: p[0][d])
+    at = 0
+    for off, v in pieces:
+        if off[d] != at:
+            return None
+        at += _shape(v)[d]
+    return (d, [v for _, v in pieces]) if at == full[d] else None
+
+
+def _convert_insert_slice(op: ir.Operation) -> str | None:
+    """insert_slice into a splat constant is a pad; a chain of them filling a tensor.empty is a concat."""
+    src, dest, out = op.operands[0], op.operands[1], op.results[0]
+    a = op.attributes
+    off, size, step = _ints(a["static_offsets"]), _ints(a["static_sizes"]), _ints(a["static_strides"])
+    if len(list(op.operands)) != 2 or _DYN in off + size or not _static_tensor(out) or not _static_tensor(src):
+        return "dynamic tensor.insert_slice"
+    chain = _insert_chain(op)
+    if chain is not None:
+        d, values = chain
+        with ir.InsertionPoint(op), _origin(op):
+            acc = values[0]
+            for v in values[1:]:
+                shape = _shape(acc)
+                shape[d] += _shape(v)[d]
+                c = spyre.ConcatOp(acc, v, ir.RankedTensorType.get(shape, _elt(acc)))
+                c.operation.attributes["dim"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d)
+                acc = c.result
+        _replace(op, acc)
+        _erase_dead(dest)
+        return None
+    value = _splat_value(dest)
+    if value is None or set(step) != {1} or not isinstance(_elt(out), ir.FloatType):
+        return "tensor.insert_slice into a computed tensor (no spyre form)"
+    with ir.InsertionPoint(op), _origin(op):
+        x = _reshape(src, size)  # a rank-reducing insert reads a tensor with the unit dims dropped
+        p = spyre.PadOp(x, out.type)
+        p.operation.attributes["low"] = _i64s(off)
+        p.operation.attributes["high"] = _i64s([n - o - s for n, o, s in zip(_shape(out), off, size)])
+        p.operation.attributes["value"] = ir.FloatAttr.get(_elt(out), float(value))
+    _replace(op, p.result)
+    _erase_dead(dest)
     return None
 
 
@@ -1046,6 +1133,7 @@ _MOVEMENT = {
     "tensor.extract_slice": _convert_extract_slice,
     "tensor.concat": _convert_concat,
     "tensor.pad": _convert_pad,
+    "tensor.insert_slice": _convert_insert_slice,
 }
 
 # Order matters: means first (the norms match mean reduces), layernorm before rmsnorm (its core has the

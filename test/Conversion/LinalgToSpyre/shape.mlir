@@ -82,3 +82,31 @@ func.func @broadcast_fill(%a: tensor<16xf32>, %b: tensor<32xf32>) -> (tensor<1x1
   %f = linalg.fill ins(%q : f32) outs(%e3 : tensor<4x4xf32>) -> tensor<4x4xf32>
   return %ba, %bb, %f : tensor<1x16x1x1xf32>, tensor<1x32x8x8xf32>, tensor<4x4xf32>
 }
+
+// -----
+
+// `z = zeros(4, 8); z[:, 1:7] = a` (slice_scatter into a constant, as torch-mlir emits it) is a zero pad.
+// CHECK-LABEL: func.func @slice_scatter_into_zeros
+// CHECK: "spyre.pad"(%arg0) {high = array<i64: 0, 1>, low = array<i64: 0, 1>, value = 0.000000e+00 : f32} : (tensor<4x6xf32>) -> tensor<4x8xf32>
+func.func @slice_scatter_into_zeros(%arg0: tensor<4x6xf32>) -> tensor<4x8xf32> {
+  %cst = arith.constant dense<0.000000e+00> : tensor<4x8xf32>
+  %inserted_slice = tensor.insert_slice %arg0 into %cst[0, 1] [4, 6] [1, 1] : tensor<4x6xf32> into tensor<4x8xf32>
+  return %inserted_slice : tensor<4x8xf32>
+}
+
+// -----
+
+// insert_slices that fill a tensor.empty end to end along one dim are a concat (in offset order);
+// an insert into a computed tensor has no spyre form.
+// CHECK-LABEL: func.func @insert_slice_concat
+// CHECK: %[[C:.*]] = "spyre.concat"(%arg1, %arg0) {dim = 0 : i64} : (tensor<2x8xf32>, tensor<3x8xf32>) -> tensor<5x8xf32>
+// CHECK: tensor.insert_slice %arg1 into %arg2[1, 0] [2, 8] [1, 1]
+// CHECK-SAME: spyre.unconverted = "tensor.insert_slice into a computed tensor (no spyre form)"
+// CHECK: return %[[C]]
+func.func @insert_slice_concat(%a: tensor<3x8xf32>, %b: tensor<2x8xf32>, %c: tensor<5x8xf32>) -> (tensor<5x8xf32>, tensor<5x8xf32>) {
+  %e = tensor.empty() : tensor<5x8xf32>
+  %0 = tensor.insert_slice %a into %e[2, 0] [3, 8] [1, 1] : tensor<3x8xf32> into tensor<5x8xf32>
+  %1 = tensor.insert_slice %b into %0[0, 0] [2, 8] [1, 1] : tensor<2x8xf32> into tensor<5x8xf32>
+  %2 = tensor.insert_slice %b into %c[1, 0] [2, 8] [1, 1] : tensor<2x8xf32> into tensor<5x8xf32>
+  return %1, %2 : tensor<5x8xf32>, tensor<5x8xf32>
+}
