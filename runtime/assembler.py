@@ -84,7 +84,7 @@ class ProgramBuilder:
 
     # ---- device buffers ---------------------------------------------------------------------------------
 
-    def _buffer(self, name: str, kind: str, shape, fmt) -> Buffer:
+    def _buffer(self, name: str, kind: str, shape, fmt, addr: int | None = None) -> Buffer:
         if any(b.name == name for b in self.buffers):
             raise ValueError(f"buffer {name!r} already declared")
         fmt = _fmt(fmt)
@@ -92,8 +92,12 @@ class ProgramBuilder:
         if not all(d >= 1 for d in shape):
             raise ValueError(f"buffer {name!r}: dims must be >= 1, got {shape}")
         strides, nbytes = buffer_layout(shape, fmt)
-        buf = Buffer(name, kind, fmt, shape, self._next_addr, nbytes, strides)
-        self._next_addr += -(-nbytes // BUFFER_ALIGN) * BUFFER_ALIGN
+        if addr is None:
+            addr = self._next_addr
+        elif addr % BUFFER_ALIGN:
+            raise ValueError(f"buffer {name!r}: address {addr} is not {BUFFER_ALIGN}-byte aligned")
+        buf = Buffer(name, kind, fmt, shape, addr, nbytes, strides)
+        self._next_addr = max(self._next_addr, addr + -(-nbytes // BUFFER_ALIGN) * BUFFER_ALIGN)
         self.buffers.append(buf)
         return buf
 
@@ -105,9 +109,11 @@ class ProgramBuilder:
         """Declare an output tensor; the program must write all of it."""
         return self._buffer(name, "output", shape, fmt)
 
-    def scratch(self, name: str, shape, fmt="dlf16") -> Buffer:
-        """Declare device memory for intermediates (readable only after the program wrote it)."""
-        return self._buffer(name, "scratch", shape, fmt)
+    def scratch(self, name: str, shape, fmt="dlf16", addr: int | None = None) -> Buffer:
+        """Declare device memory for intermediates (readable only after the program wrote it). ``addr`` places
+        it explicitly (4 KiB aligned): scratch buffers may share memory with each other, which is how a
+        compiler reuses device memory across tensors whose lifetimes do not overlap."""
+        return self._buffer(name, "scratch", shape, fmt, addr)
 
     def constant(self, name: str, values, fmt="dlf16", encoded: bool = False) -> Buffer:
         """Declare a constant (weights). ``values`` are real values (encoded here, rounding to ``fmt``) or,

@@ -14,6 +14,7 @@ semantics are checked by the loader. Every problem raises :class:`BinaryFormatEr
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
 import json
@@ -346,10 +347,18 @@ def _parse_buffers(meta: dict, device_bytes: int) -> list[Buffer]:
         if addr + nbytes > device_bytes:
             raise BinaryFormatError(f"{w}: [{addr}, {addr + nbytes}) exceeds device_bytes {device_bytes}")
         bufs.append(Buffer(name, kind, fmt, shape, addr, nbytes, strides))
-    spans = sorted((b.addr, b.addr + b.nbytes, b.name) for b in bufs)
+    # Scratch buffers may share memory with each other (liveness-based reuse); nothing else may overlap.
+    spans = sorted((b.addr, b.addr + b.nbytes, b.name) for b in bufs if b.kind != "scratch")
     for (a0, a1, n0), (b0, b1, n1) in zip(spans, spans[1:]):
         if b0 < a1:
             raise BinaryFormatError(f"metadata.buffers: '{n1}' overlaps '{n0}' in device memory")
+    starts = [s[0] for s in spans]
+    for b in bufs:
+        if b.kind == "scratch":
+            j = bisect.bisect_left(starts, b.addr + b.nbytes) - 1     # last span starting before b ends
+            if j >= 0 and spans[j][1] > b.addr:
+                raise BinaryFormatError(f"metadata.buffers: scratch '{b.name}' overlaps '{spans[j][2]}' in "
+                                        f"device memory")
     return bufs
 
 

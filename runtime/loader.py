@@ -18,6 +18,7 @@ Calling the :class:`Executable` then writes the inputs, walks the plan and decod
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import time
@@ -103,8 +104,17 @@ class _Decoder:
     def __init__(self, prog: Program, target):
         self.prog, self.target = prog, target
         self.usable = target.scratchpad_usable_bytes
-        self.spans = sorted((b.addr, b.addr + b.nbytes, b) for b in prog.buffers)
-        self.starts = [s[0] for s in self.spans]
+        # Containment queries for DMA ranges. Non-scratch buffers are disjoint: binary search. Scratch buffers
+        # may alias each other: sorted by start with a running maximum of their ends.
+        fixed = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(prog.buffers) if b.kind != "scratch")
+        self.fixed_starts = [f[0] for f in fixed]
+        self.fixed = [(f[1], prog.buffers[f[2]]) for f in fixed]
+        scratch = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(prog.buffers) if b.kind == "scratch")
+        self.scratch_starts = [f[0] for f in scratch]
+        self.scratch_best: list[tuple[int, Buffer]] = []        # (max end so far, the buffer reaching it)
+        for start, end, i in scratch:
+            prev = self.scratch_best[-1] if self.scratch_best else (-1, None)
+            self.scratch_best.append((end, prog.buffers[i]) if end > prev[0] else prev)
 
     def fail(self, field: str, msg: str):
         """Reject the current instruction, naming it and the field."""
@@ -159,6 +169,16 @@ class _Decoder:
         addr, rows, cols, fmt = t
         return _sticks(addr, addr + rows * tile_pitch(cols, fmt))
 
+    def _containing(self, lo: int, hi: int) -> Buffer | None:
+        """A buffer holding all of [lo, hi), if any."""
+        j = bisect.bisect_right(self.fixed_starts, lo) - 1
+        if j >= 0 and self.fixed[j][0] >= hi:
+            return self.fixed[j][1]
+        j = bisect.bisect_right(self.scratch_starts, lo) - 1
+        if j >= 0 and self.scratch_best[j][0] >= hi:
+            return self.scratch_best[j][1]
+        return None
+
     def cores_mask(self, f: str, core: int) -> int:
         mask = self.u(f)
         n = self.prog.num_cores
@@ -201,9 +221,8 @@ class _Decoder:
         if dev >= self.prog.device_bytes:
             self.fail("dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
         dev_end = dev + (m - 1) * ds2 + (n - 1) * ds1 + k
-        j = int(np.searchsorted(self.starts, dev, side="right")) - 1
-        buf = self.spans[j][2] if j >= 0 else None
-        if buf is None or dev_end > buf.addr + buf.nbytes:
+        buf = self._containing(dev, dev_end)
+        if buf is None:
             self.fail("dev", f"device range [{dev}, {dev_end}) is not inside one allocated buffer")
         if dev_end - dev > self.target.core_span_bytes:
             self.fail("dev", f"device range spans {dev_end - dev} B, more than a core addresses "

@@ -329,3 +329,33 @@ def test_unreadable_file(tmp_path):
     (tmp_path / "short.spyre").write_bytes(b"SPYRE")
     with pytest.raises(BinaryFormatError, match="shorter than the 80-byte header"):
         load(tmp_path / "short.spyre")
+
+
+def test_scratch_buffers_may_alias_each_other_only():
+    """Liveness-based reuse: two scratch tensors share device memory; a scratch buffer may not overlap
+    anything else."""
+    t = load_target(cores=1)
+    b = ProgramBuilder(t)
+    x, y = b.input("x", (8, 64)), b.output("y", (8, 64))
+    s1 = b.scratch("s1", (8, 64))
+    s2 = b.scratch("s2", (4, 64), addr=s1.addr)            # reuses s1's memory
+    T, U = b.alloc(0, 8, 64), b.alloc(0, 4, 64)
+    b.load_tile(0, T, x)
+    b.store_tile(0, T, s1)
+    b.load_tile(0, T, s1)                                   # s1 is live
+    b.sfu(0, "add", U, T.row_slice(0, 4), 1.0)
+    b.store_tile(0, U, s2)                                  # s1 is dead: s2 overwrites its first rows
+    b.load_tile(0, U, s2)
+    b.sfu(0, "mul", T.row_slice(4, 8), T.row_slice(4, 8), 2.0)
+    b.store_tile(0, U, y, row0=0)
+    b.store_tile(0, T.row_slice(4, 8), y, row0=4)
+    xv = np.arange(8 * 64, dtype=np.float32).reshape(8, 64) / 64
+    (out,) = b.load()(xv)
+    from spyre_mlir.runtime.formats import dlf16_round
+    xr = dlf16_round(xv)
+    assert np.array_equal(out[:4], dlf16_round(xr[:4] + 1)) and np.array_equal(out[4:], dlf16_round(xr[4:] * 2))
+
+    prog = b.program()
+    meta_fix = lambda m: m["buffers"][2].update(addr=m["buffers"][0]["addr"])   # noqa: E731  s1 onto x
+    with pytest.raises(BinaryFormatError, match=r"scratch 's1' overlaps 'x'"):
+        load_bytes(_with_meta(program_to_bytes(prog), meta_fix), target=t)
