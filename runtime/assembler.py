@@ -26,10 +26,10 @@ import numpy as np
 
 from .binary import BUFFER_ALIGN, Buffer, Program, buffer_layout, program_to_bytes, write_program
 from .formats import STICK_BYTES, Format, encode
-from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, tile_bytes,
-                  tile_pitch)
+from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, describe,
+                  tile_bytes, tile_pitch)
 
-__all__ = ["ProgramBuilder", "Tile"]
+__all__ = ["ProgramBuilder", "Tile", "listing"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,6 +348,20 @@ class ProgramBuilder:
         """Serialize, then load through the full validating loader (what a real run does)."""
         from .loader import load_bytes
         return load_bytes(self.to_bytes(), target=self.target, numerics=numerics)
+
+
+def listing(prog: Program) -> str:
+    """A program as text: buffers, then every core's records (:func:`isa.describe`) with source locations.
+    What ``spyre-run --disassemble`` prints; also handy for a compiler's ``--emit=program``."""
+    lines = [f"; {prog.num_cores} cores, {prog.device_bytes} device bytes, producer {prog.producer!r}"]
+    for b in prog.buffers:
+        lines.append(f"; {b.kind:8} {b.name}: {b.fmt.key}{list(b.shape)} at {b.addr} ({b.nbytes} B)")
+    for c, code in enumerate(prog.code):
+        lines.append(f"core {c}:")
+        for i, rec in enumerate(code):
+            loc = prog.debug[c][i][1] if prog.debug else ""
+            lines.append(f"  {i:5}: {describe(rec)}" + (f"    ; {loc}" if loc else ""))
+    return "\n".join(lines)
 
 
 def _to_device_image(buf: Buffer, bits: np.ndarray) -> bytes:

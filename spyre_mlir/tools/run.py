@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 import zipfile
 
@@ -45,21 +46,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def disassemble(path: str) -> str:
-    """Readable listing of a binary: buffers, then every core's records with their debug locations."""
+    """Readable listing of a binary (container checks only, so half-valid files can still be inspected)."""
+    from spyre_mlir.runtime.assembler import listing
     from spyre_mlir.runtime.binary import program_from_bytes
-    from spyre_mlir.runtime.isa import describe
 
     with open(path, "rb") as f:
-        prog = program_from_bytes(f.read())
-    lines = [f"; {path}: {prog.num_cores} cores, {prog.device_bytes} device bytes, producer {prog.producer!r}"]
-    for b in prog.buffers:
-        lines.append(f"; {b.kind:8} {b.name}: {b.fmt.key}{list(b.shape)} at {b.addr} ({b.nbytes} B)")
-    for c, code in enumerate(prog.code):
-        lines.append(f"core {c}:")
-        for i, rec in enumerate(code):
-            loc = prog.debug[c][i][1] if prog.debug else ""
-            lines.append(f"  {i:5}: {describe(rec)}" + (f"    ; {loc}" if loc else ""))
-    return "\n".join(lines)
+        return f"; {path}\n" + listing(program_from_bytes(f.read()))
 
 
 def _inputs(exe, path: str | None) -> list[np.ndarray]:
@@ -147,6 +139,9 @@ def main(argv=None) -> int:
             _save(args.output, outs)
         if args.trace:
             write_trace(exe.profile, args.trace)
+    except BrokenPipeError:       # e.g. `spyre-run --disassemble m.spyre | head`: the reader left, fine
+        _quiet_stdout()
+        return 0
     except (ValueError, OSError, SpyreRuntimeError, KeyError, EOFError, zipfile.BadZipFile) as e:
         msg = str(e) if not isinstance(e, OSError) or not e.strerror else f"{e.filename}: {e.strerror}"
         print(f"{PROG}: error: {msg}", file=sys.stderr)
@@ -154,6 +149,20 @@ def main(argv=None) -> int:
     except Exception as e:   # a bug in the runtime: still one line, but say so
         print(f"{PROG}: error: internal error: {e.__class__.__name__}: {e}", file=sys.stderr)
         return 1
+    try:
+        _report(args, exe, outs)
+    except BrokenPipeError:
+        _quiet_stdout()
+    return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on a closed pipe."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _report(args, exe, outs) -> None:
+    """Print what the user asked for: JSON, or one line per output and optionally the profile table."""
     if args.json:
         doc = {"outputs": [{"name": n, "shape": list(o.shape), "dtype": str(o.dtype)}
                            for n, o in zip(exe.output_names, outs)],
@@ -164,7 +173,6 @@ def main(argv=None) -> int:
             print(f"output_{i} ({n}): shape {tuple(o.shape)} {o.dtype}")
         if args.profile:
             print_profile(exe.profile)
-    return 0
 
 
 if __name__ == "__main__":

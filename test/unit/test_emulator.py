@@ -508,7 +508,7 @@ def test_cli_disassemble(tmp_path, targets, capsys):
     build_softmax(targets[1], 8, 96).write(model)
     assert spyre_run([str(model), "--disassemble"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].startswith("; input    x: dlf16[8, 96] at 0")
+    assert out[2].startswith("; input    x: dlf16[8, 96] at 0")
     assert "core 0:" in out
     assert any("reduce fn=max m=8 n=96" in line and "kernels.py:" in line for line in out)
     assert out[-1].strip().startswith(f"{len(load(model).program.code[0]) - 1}: end")
