@@ -4,7 +4,7 @@ Reports, for two work divisions, the emulator's wall time next to a plain numpy 
 same run (the ratio is the emulator's overhead for decoding, rounding and moving bytes faithfully), and the
 cycle model's view: modeled latency, per-unit utilization, achieved vs peak FLOP/s and the roofline bound.
 
-    .venv/bin/python bench/emulator_matmul.py [--repeat 3]
+    .venv/bin/python bench/emulator_matmul.py [--repeat 5]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _median_time(fn, repeat: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per measurement (median; the host may be busy)")
     args = ap.parse_args(argv)
     target = load_target(cores=32)
     rng = np.random.default_rng(0)
