@@ -1,0 +1,94 @@
+"""spyre-layout: give every device tensor its stick layout and make restickifies explicit ops.
+
+Device memory holds tensors in 128-byte sticks along one dimension, padded to whole sticks (64 dlf16, 32 f32 or
+128 fp8 elements per stick). Tiling, scratchpad sizes and the emitter's DMA all depend on which dimension is
+sticked, so after this pass the type says it: `tensor<8x64x!spyre.dlf16, #spyre.stick<1 : i64>>`.
+
+Rules (docs/compiler.md, "After spyre-layout"):
+* Every result of a device op (a spyre op other than host/yield/weight, not inside a host region; casts
+  included) gets `#spyre.stick<rank - 1>`: the innermost dimension is the stick dimension. That is also what
+  the PT array wants: matmul reads A sticked on K and B sticked on N and writes the result sticked on N.
+* A matmul / batch_matmul with `transpose_rhs = true` reads B as [N, K], sticked on K: it gets an explicit
+  `spyre.transpose {restickify = true}` of its rhs (swapping the last two dims) and loses the flag. One
+  transpose per rhs value, placed before its first use. When the rhs is a parameter (a `spyre.param` argument
+  or `spyre.weight`, possibly through the casts of spyre-reduce-precision) the transpose is marked
+  `spyre.const_fold = true`: the emitter does it at compile time, so it costs nothing at run time.
+* The boundary keeps the model's types: function arguments are not touched, and a device value read by
+  anything that is not a device op (`func.return`, the body of a `spyre.host`) keeps its plain type. After
+  spyre-reduce-precision such values are the cast-backs to the model's types; under `fp32-reference` they are
+  the device results themselves, left un-encoded so func.return still matches the signature.
+* Rank-0 tensors get no encoding (no dimension to stick); a type that already has an encoding keeps it.
+"""
+
+import dataclasses
+
+from torch_mlir import ir
+
+from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.base import SpyrePass
+from spyre_mlir.passes.reduce_precision import function_ops, is_device_op, is_param, producer
+
+MATMULS = ("spyre.matmul", "spyre.batch_matmul")
+# Single-operand ops through which a parameter stays a compile-time value.
+_CONST_CHAIN = ("spyre.cast", "spyre.reshape", "spyre.transpose")
+
+
+@dataclasses.dataclass
+class LayoutPass(SpyrePass):
+    NAME = "spyre-layout"
+    SUMMARY = "Stick layout encodings on device tensors; explicit restickify transposes for transpose_rhs"
+
+    def run(self, module: ir.Operation) -> None:
+        with module.context, ir.Location.unknown():
+            for func in function_ops(module):
+                for block in func.regions[0].blocks:
+                    transposes: dict[ir.Value, ir.Value] = {}
+                    for op in list(block.operations):
+                        if op.operation.name in MATMULS and is_device_op(op) and _transpose_rhs(op.operation):
+                            _restickify_rhs(op.operation, func, transposes)
+                    for op in block.operations:
+                        if is_device_op(op):
+                            for r in op.operation.results:
+                                _set_stick(r)
+
+
+def _transpose_rhs(op: ir.Operation) -> bool:
+    return "transpose_rhs" in op.attributes and ir.BoolAttr(op.attributes["transpose_rhs"]).value
+
+
+def _restickify_rhs(op: ir.Operation, func: ir.Operation, transposes: dict) -> None:
+    rhs = op.operands[1]
+    if rhs not in transposes:
+        t = ir.RankedTensorType(rhs.type)
+        perm = list(range(t.rank))
+        perm[-2], perm[-1] = perm[-1], perm[-2]
+        shape = [t.shape[p] for p in perm]
+        with ir.InsertionPoint(op), op.location:
+            tr = spyre.TransposeOp(rhs, ir.RankedTensorType.get(shape, t.element_type)).operation
+        tr.attributes["permutation"] = ir.DenseI64ArrayAttr.get(perm)
+        tr.attributes["restickify"] = ir.BoolAttr.get(True)
+        if _is_param_derived(rhs, func):
+            tr.attributes["spyre.const_fold"] = ir.BoolAttr.get(True)
+        transposes[rhs] = tr.results[0]
+    op.operands[1] = transposes[rhs]
+    del op.attributes["transpose_rhs"]
+
+
+def _is_param_derived(v: ir.Value, func: ir.Operation) -> bool:
+    """`v` is a parameter, or computed from one by casts, reshapes and transposes (known at compile time)."""
+    op = producer(v)
+    while op is not None and op.name in _CONST_CHAIN and len(op.operands) == 1:
+        v = op.operands[0]
+        op = producer(v)
+    return is_param(v, func)
+
+
+def _set_stick(v: ir.Value) -> None:
+    if not isinstance(v.type, ir.RankedTensorType):
+        return
+    t = ir.RankedTensorType(v.type)
+    if t.rank == 0 or t.encoding is not None:
+        return
+    if any(not is_device_op(use.owner) for use in v.uses):
+        return  # read at the boundary (func.return, a host body): keeps the model's plain type
+    v.set_type(ir.RankedTensorType.get(list(t.shape), t.element_type, spyre.stick(t.rank - 1)))
