@@ -32,8 +32,8 @@ Coverage (source op -> spyre op; "host" means left for `spyre-place-host`, with 
 | linalg.generic embedding (tensor.extract rows)   | spyre.gather (the index bounds asserts are dropped: the gather clamps on device) |
 | linalg.transpose                                 | spyre.transpose                                          |
 | linalg.broadcast                                 | spyre.reshape (unit dims only) or spyre.reshape + identity spyre.map |
-| linalg.fill (not folded into an init)            | spyre.map fill (no inputs); a non-constant or int64 fill -> host |
-| tensor.expand_shape / collapse_shape / reshape   | spyre.reshape (of a tensor.empty: a new tensor.empty; of int64 index data -> host) |
+| linalg.fill (not folded into an init)            | spyre.map fill (no inputs); a non-constant fill value -> host |
+| tensor.expand_shape / collapse_shape / reshape   | spyre.reshape (of a tensor.empty: a new tensor.empty)    |
 | tensor.extract_slice (static)                    | spyre.slice (+ spyre.reshape when rank-reducing); dynamic -> host |
 | tensor.concat                                    | chain of binary spyre.concat                             |
 | tensor.pad (constant float value)                | spyre.pad; non-constant or integer pad -> host            |
@@ -46,7 +46,8 @@ Coverage (source op -> spyre op; "host" means left for `spyre-place-host`, with 
 | tensor.extract, scf/cf ops, linalg.index math   | host                                                     |
 
 Int64 index data (positions, masks built from them, argmax results) stays on the host as a whole: elementwise
-maps, reshapes and fills of int64 tensors are declined, so index math does not bounce between host and device.
+maps and all data movement (reshapes, slices, fills...) of int64 tensors are declined, so index math does not
+bounce between host and device.
 `acc_type` of the fused softmax and norms is the input's element type: torch-mlir computes the layer-norm
 variance in f64, which the device does not have; it accumulates in f32 at most.
 """
@@ -61,6 +62,7 @@ from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.base import SpyrePass
 
 UNCONVERTED_ATTR = "spyre.unconverted"
+INT64_MOVEMENT = "int64 index math (int64 index data is reshaped, sliced and filled on the host)"
 _DYN = ir.ShapedType.get_dynamic_size()
 
 
@@ -75,7 +77,10 @@ class ConvertLinalgPass(SpyrePass):
                 if table is _MOVEMENT and _unused(op):
                     op.erase()
                     continue
-                why = table[op.name](op)
+                if table is _MOVEMENT and any(_is_int64(_elt(r)) for r in op.results if _static_tensor(r)):
+                    why = INT64_MOVEMENT  # moving index data to the device would only bounce it back
+                else:
+                    why = table[op.name](op)
                 if why:
                     op.attributes[UNCONVERTED_ATTR] = ir.StringAttr.get(why)
         # A fusion erases the chain it replaces, so the op list is collected again after each success.
@@ -710,8 +715,6 @@ def _convert_fill(op: ir.Operation) -> str | None:
     out = op.results[0]
     if value is None or value.name != "arith.constant" or not _static_tensor(out):
         return "linalg.fill of a non-constant value"
-    if _is_int64(_elt(out)):
-        return "int64 index math (an int64 fill initialises index data on the host)"
     with ir.InsertionPoint(op), _origin(op):
         m = spyre.MapOp(out.type)
         block = m.body.blocks.append()
@@ -725,8 +728,6 @@ def _convert_reshape(op: ir.Operation) -> str | None:
     x, out = op.operands[0], op.results[0]
     if not _static_tensor(x) or not _static_tensor(out):
         return "dynamic shapes"
-    if _is_int64(_elt(x)):
-        return "int64 index math (a reshape of int64 index data stays with it on the host)"
     with ir.InsertionPoint(op), _origin(op):
         if _producer(x, "tensor.empty") is not None:
             r = ir.Operation.create("tensor.empty", results=[out.type]).result

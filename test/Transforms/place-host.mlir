@@ -11,7 +11,7 @@
 // CHECK: }) {reason = "int64 index math"} : () -> tensor<16xi64>
 // CHECK: %[[X:.*]] = "spyre.host"() ({
 // CHECK-NEXT: tensor.expand_shape %[[A]]
-// CHECK: }) {reason = "int64 index math (a reshape of int64 index data stays with it on the host)"} : () -> tensor<16x1xi64>
+// CHECK: }) {reason = "int64 index math (int64 index data is reshaped, sliced and filled on the host)"} : () -> tensor<16x1xi64>
 // CHECK: %[[F:.*]] = "spyre.host"() ({
 // CHECK: arith.sitofp
 // CHECK: }) {reason = "int64 index math"} : () -> tensor<16x1xf32>
@@ -21,7 +21,7 @@
 // REPORT-DAG: device 1 spyre.map
 // REPORT-DAG: device 1 spyre.reshape
 // REPORT-DAG: host 2 linalg.generic int64 index math
-// REPORT-DAG: host 1 tensor.expand_shape int64 index math (a reshape of int64 index data stays with it on the host)
+// REPORT-DAG: host 1 tensor.expand_shape int64 index math (int64 index data is reshaped, sliced and filled on the host)
 // REPORT-DAG: host: linalg.generic at loc({{.*}}): int64 index math
 #map2 = affine_map<(d0) -> (d0)>
 #map3 = affine_map<(d0, d1) -> (d0, d1)>
@@ -96,7 +96,7 @@ func.func @derived_reasons(%flags: tensor<4xi1>, %x: tensor<4xf32>, %i: index) -
 // CHECK-LABEL: func.func @argmax
 // CHECK: "spyre.host"() ({
 // CHECK-NEXT: linalg.fill
-// CHECK: }) {reason = "int64 index math (an int64 fill initialises index data on the host)"} : () -> tensor<4xi64>
+// CHECK: }) {reason = "int64 index math (int64 index data is reshaped, sliced and filled on the host)"} : () -> tensor<4xi64>
 // CHECK: %[[V:.*]] = "spyre.host"() ({
 // CHECK: %[[G:.*]]:2 = linalg.generic
 // CHECK: "spyre.yield"(%[[G]]#0) : (tensor<4xf32>) -> ()
