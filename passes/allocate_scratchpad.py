@@ -1,0 +1,80 @@
+"""spyre-allocate-scratchpad{target=PATH}: byte offsets of every device op's per-core scratchpad buffers.
+
+Each device op gets `spyre.scratchpad = {name = offset : i64, ...}` and `spyre.scratchpad_bytes = N : i64` (its
+peak); the module gets `spyre.scratchpad_peak = N : i64`, the largest of them (a core runs one kernel at a
+time, so kernels reuse the whole scratchpad). Offsets are 128-byte aligned (the target's alignment); buffers
+share bytes when their lifetimes within the kernel do not overlap; the total never exceeds the usable
+scratchpad (an error otherwise). Every core of an op uses the same offsets, which is what a ring reduce-sum
+needs. The buffers are exactly those spyre-tile fitted (`passes.tile.plan`, from `spyre_mlir.cost`).
+
+Buffer names, what the emitter reads (sizes as tiles [rows, cols] in row-major stick-padded layout; "x2" is
+a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer):
+
+* matmul / batch_matmul: `a0 a1` A tile [tm, tk] x2 (lhs format), `b0 b1` B tile [tk, tn] x2, `acc` fp32
+  [tm, tn], `red` fp32 [tm, tn] ring reduce-sum destination (split-K only, gk > 1), `out` [tm, tn] result
+  format, `bias` fp32 [1, tn] (with a bias operand).
+* conv2d: `a0 a1` input patch [channels x input rows, padded W] x2, `b0 b1` filters [C/g*KH*KW, tf] x2,
+  `acc` fp32 and `out` [tf x toh, OW], `bias` fp32 [1, tf].
+* row-wise ops, for a tile of tr rows: streamed inputs `in0 in1` (first operand), `inb0 inb1`, `inc0 inc1`,
+  `ind0 ind1` (further map inputs; concat's rhs is `inb`), gather's indices `idx0 idx1`; the result `out0 out1`.
+  Operands every row shares load once into one buffer named by role: `in` / `inb`... (a map input broadcast
+  over rows), `weight` and `bias` (layernorm, rmsnorm), `scale` (cast). fp32 temporaries:
+  map `xf` (chained body ops); reduce `acc` [tr, per-row results]; softmax `xf` [tr, C], `max`, `sum` [tr, 1]
+  (max and sum share bytes); layernorm `xf`, `sq` [tr, C], `mean`, `var` [tr, 1] (mean and sq share);
+  rmsnorm `xf`, `sq` [tr, C], `ms` [tr, 1].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+
+from spyre_mlir import cost
+from spyre_mlir.passes.base import PassError, SpyrePass
+from spyre_mlir.passes.divide_work import GRID, device_ops, get_target, op_model
+from spyre_mlir.passes.tile import TILE, check_rank, plan, require
+
+SCRATCHPAD = "spyre.scratchpad"
+SCRATCHPAD_BYTES = "spyre.scratchpad_bytes"
+SCRATCHPAD_PEAK = "spyre.scratchpad_peak"
+
+
+@dataclasses.dataclass
+class AllocateScratchpadPass(SpyrePass):
+    NAME = "spyre-allocate-scratchpad"
+    SUMMARY = "Set spyre.scratchpad (buffer offsets with liveness reuse) and the per-op and module peaks"
+
+    target: str = ""
+
+    def run(self, module: ir.Operation) -> None:
+        target = get_target(self.target, module)
+        i64 = ir.IntegerType.get_signless(64)
+        peak = 0
+        for op in device_ops(module):
+            model = op_model(op)
+            grid = require(op, GRID, "spyre-divide-work")
+            tile = require(op, TILE, "spyre-tile")
+            check_rank(model, grid, GRID)
+            check_rank(model, tile, TILE)
+            fit = plan(model, grid, tile, target)
+            if fit is None:
+                bufs = plan_single(model, grid, tile)
+                need = cost.footprint(bufs, target)
+                raise PassError(f"the buffers of tile {tile} need {need} bytes of scratchpad, "
+                                f"{target.scratchpad_usable_bytes} available", op.location)
+            offsets, used = cost.pack(fit[1], target.scratchpad_alignment_bytes)
+            op.attributes[SCRATCHPAD] = ir.DictAttr.get({k: ir.IntegerAttr.get(i64, v) for k, v in offsets.items()})
+            op.attributes[SCRATCHPAD_BYTES] = ir.IntegerAttr.get(i64, used)
+            peak = max(peak, used)
+        module.attributes[SCRATCHPAD_PEAK] = ir.IntegerAttr.get(i64, peak)
+
+
+def plan_single(model, grid, tile) -> list[cost.Buffer]:
+    """The single-buffered buffers of a tile, to say how much it would need."""
+    if model.kind == "matmul":
+        gk = model.grid4(grid)[3]
+        return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias)
+    if model.kind == "conv":
+        return cost.conv_buffers(model.conv, tile, 1)
+    return cost.rowwise_buffers(model.rows, tile[0], 1)

@@ -1,0 +1,93 @@
+"""spyre-schedule: double buffering and cross-core barriers of every device op.
+
+* `spyre.double_buffer = true|false` on every device op: true when its allocation holds two buffers of a
+  streamed operand (`a0`/`a1`, `in0`/`in1`, ...), so the DMA of the next tile overlaps compute on this one.
+* `spyre.barrier = true` on an op whose result is read where the data crosses cores: by a later device op that
+  does not read it on the cores that wrote it, by a host region, by `func.return` or by any other non-device op.
+  Ops without the attribute need no barrier after them.
+
+Whether data stays on its core is decided from the work division: an op's result is held in contiguous row
+blocks, block c on core c, when it is row-wise (`[gr]`), a matmul split along M only (`[gm, 1, 1]`, batches
+too) or a conv2d split along the batch only; a consumer reads an operand that way when it is row-wise and the
+operand is streamed row by row (not broadcast, not transposed or gathered), or it is a matmul's lhs with the
+same M-only split. Producer and consumer agree when both use the same number of blocks (one core each counts as
+one block on core 0). Everything else (a different grid, a split along N or K, an rhs every core reads) crosses
+cores and needs a barrier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from torch_mlir import ir
+
+from spyre_mlir.passes.base import PassError, SpyrePass
+from spyre_mlir.passes.divide_work import GRID, OpModel, device_ops, op_model
+from spyre_mlir.passes.allocate_scratchpad import SCRATCHPAD
+from spyre_mlir.passes.tile import require
+
+DOUBLE_BUFFER = "spyre.double_buffer"
+BARRIER = "spyre.barrier"
+
+
+@dataclasses.dataclass
+class SchedulePass(SpyrePass):
+    NAME = "spyre-schedule"
+    SUMMARY = "Set spyre.double_buffer on every device op and spyre.barrier where results cross cores"
+
+    def run(self, module: ir.Operation) -> None:
+        ops = device_ops(module)
+        # An Operation's hash covers its attributes: look everything up before setting any.
+        models = {}
+        for op in ops:
+            if SCRATCHPAD not in op.attributes:
+                raise PassError(f"'{op.name}' has no {SCRATCHPAD}: run spyre-allocate-scratchpad first", op.location)
+            models[op] = (op_model(op), require(op, GRID, "spyre-divide-work"))
+        decisions = []
+        for op in ops:
+            names = {a.name for a in ir.DictAttr(op.attributes[SCRATCHPAD])}
+            double = any(n.endswith("1") and n[:-1] + "0" in names for n in names)
+            decisions.append((op, double, self._crosses(op, models)))
+        for op, double, barrier in decisions:
+            op.attributes[DOUBLE_BUFFER] = ir.BoolAttr.get(double)
+            if barrier:
+                op.attributes[BARRIER] = ir.BoolAttr.get(True)
+
+    @staticmethod
+    def _crosses(op: ir.Operation, models: dict) -> bool:
+        """Whether any reader of the op's result reads it on other cores than those that wrote it."""
+        held = result_blocks(*models[op])
+        for use in op.results[0].uses:
+            reader = models.get(_op(use.owner))
+            if held is None or reader is None or operand_blocks(*reader, use.operand_number) != held:
+                return True
+        return False
+
+
+def _op(o) -> ir.Operation:
+    return o.operation if isinstance(o, ir.OpView) else o
+
+
+def result_blocks(model: OpModel, grid: list[int]) -> int | None:
+    """Number of contiguous row blocks the result is held in (block c on core c), or None."""
+    if math.prod(grid) == 1:
+        return 1
+    if model.kind == "rows":
+        return grid[0]
+    if model.kind == "matmul":
+        gb, gm, gn, gk = model.grid4(grid)
+        return gb * gm if gn == 1 and gk == 1 else None
+    return grid[0] if grid[1] == grid[2] == 1 else None
+
+
+def operand_blocks(model: OpModel, grid: list[int], index: int) -> int | None:
+    """Number of contiguous row blocks in which core c reads block c of operand `index`, or None."""
+    if math.prod(grid) == 1:
+        return 1
+    if model.kind == "rows":
+        return grid[0] if index in model.chunked else None
+    if model.kind == "matmul" and index == 0:
+        gb, gm, gn, gk = model.grid4(grid)
+        return gb * gm if gn == 1 and gk == 1 else None
+    return None

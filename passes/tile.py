@@ -1,0 +1,148 @@
+"""spyre-tile{tile-m= tile-n= tile-k= tile-rows= target=PATH}: per-core tile sizes of every device op.
+
+Each core of an op's `spyre.grid` walks its block of the iteration space in tiles small enough for the
+scratchpad. This pass sets `spyre.tile = array<i64: ...>` in the same iteration space as the grid:
+
+* matmul `[tm, tn, tk]`, batch_matmul `[tb, tm, tn, tk]` (tb = 1): tm a multiple of the PT array's rows, tn
+  and tk multiples of the PT array that are also whole sticks (the B/result rows and the A rows are moved by
+  DMA in whole 128-byte sticks), each dividing the core's block; a dimension too small to cut keeps its
+  whole block (the PT array pads it);
+* conv2d `[tn, tf, toh]` (tn = 1): filters in multiples of the PT columns, output rows;
+* row-wise ops `[tr]` rows per tile, dividing the core's rows.
+
+The working set must fit the usable scratchpad (1,589,376 B by default) with double buffering: A and B tiles
+twice, the fp32 accumulator (and the split-K reduce tile), the output tile; row ops their streamed inputs and
+outputs twice plus fp32 temporaries (sized with `runtime.isa.tile_bytes` in the tensors' element formats and
+packed with liveness reuse, exactly as spyre-allocate-scratchpad will). When two buffers cannot fit, or a core
+has a single tile, the op is single-buffered. Among the tiles that fit the cost model picks the cheapest.
+
+`tile-m`, `tile-n`, `tile-k` (matmuls; conv2d reads tile-n as filters and tile-m as output rows) and
+`tile-rows` (row ops) force sizes (clamped to the core's block, which they must divide); a forced tile that
+cannot fit is an error at the op naming the bytes needed and available, as is an op whose single row cannot
+fit. The pass needs `spyre.grid` (run spyre-divide-work first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+
+from spyre_mlir import cost
+from spyre_mlir.passes.base import PassError, SpyrePass
+from spyre_mlir.passes.divide_work import GRID, OpModel, device_ops, get_target, int_array, op_model
+from spyre_mlir.target import Target
+
+TILE = "spyre.tile"
+
+
+@dataclasses.dataclass
+class TilePass(SpyrePass):
+    NAME = "spyre-tile"
+    SUMMARY = "Set spyre.tile (per-core tile sizes that fit the scratchpad, double-buffered) on every device op"
+
+    tile_m: int = 0
+    tile_n: int = 0
+    tile_k: int = 0
+    tile_rows: int = 0
+    target: str = ""
+
+    def run(self, module: ir.Operation) -> None:
+        target = get_target(self.target, module)
+        for name, v in (("tile-m", self.tile_m), ("tile-n", self.tile_n), ("tile-k", self.tile_k),
+                        ("tile-rows", self.tile_rows)):
+            if v < 0:
+                raise PassError(f"{name}={v} must be positive", module.location)
+        for op in device_ops(module):
+            model = op_model(op)
+            grid = require(op, GRID, "spyre-divide-work")
+            check_rank(model, grid, GRID)
+            tile = self._tile(model, grid, target)
+            op.attributes[TILE] = ir.DenseI64ArrayAttr.get(list(tile))
+
+    def _tile(self, model: OpModel, grid: list[int], target: Target) -> tuple[int, ...]:
+        op = model.op
+        if model.kind == "matmul":
+            gb, gm, gn, gk = model.grid4(grid)
+            block = (model.M // gm, model.N // gn, model.K // gk)
+            force = _force(op, block, (self.tile_m, self.tile_n, self.tile_k), ("tile-m", "tile-n", "tile-k"))
+            fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
+                                 bias=model.bias, active=gb * gm * gn * gk, force=force)
+            if fit is None:
+                _no_fit(op, target, _needed_matmul(model, grid, block, force, target), force)
+            return (1, *fit[0]) if model.batched else fit[0]
+        if model.kind == "conv":
+            k = model.conv
+            block = (1, k.f // grid[1], k.oh // grid[2])
+            force = _force(op, block, (0, self.tile_n, self.tile_m), ("", "tile-n", "tile-m"))
+            fit = cost.best_conv_tile(k, grid, target, force)
+            if fit is None:
+                tile = tuple(f or 1 for f in force)
+                _no_fit(op, target, cost.footprint(cost.conv_buffers(k, tile, 1), target), force)
+            return fit[0]
+        k = model.rows
+        rb = k.rows // grid[0]
+        (force,) = _force(op, (rb,), (self.tile_rows,), ("tile-rows",))
+        fit = cost.best_rows_tile(k, grid[0], target, force)
+        if fit is None:
+            needed = cost.footprint(cost.rowwise_buffers(k, force or 1, 1), target)
+            if force:
+                _no_fit(op, target, needed, (force,))
+            raise PassError(f"a single row of {model.describe()} needs {needed} bytes of scratchpad, "
+                            f"{target.scratchpad_usable_bytes} available", op.location)
+        return fit[0]
+
+
+def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
+         ) -> tuple[int, list[cost.Buffer]] | None:
+    """(buffer count, buffers) of an op's kernel on `grid` in `tile`: the one description of its scratchpad use
+    that spyre-tile fits and spyre-allocate-scratchpad places. None when it does not fit."""
+    if model.kind == "matmul":
+        gb, gm, gn, gk = model.grid4(grid)
+        tm, tn, tk = tile[-3:]
+        return cost.matmul_plan(model.M // gm, model.N // gn, model.K // gk, (tm, tn, tk), target, model.fmt,
+                                model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias)
+    if model.kind == "conv":
+        return cost.conv_plan(model.conv, grid, tile, target)
+    return cost.rows_plan(model.rows, grid[0], tile[0], target)
+
+
+def check_rank(model: OpModel, values: list[int], attr: str) -> None:
+    want = {"matmul": 4 if model.batched else 3, "conv": 3}.get(model.kind, 1)
+    if len(values) != want or min(values) < 1:
+        raise PassError(f"{attr} of '{model.op.name}' must be {want} positive sizes, got {values}", model.op.location)
+
+
+def require(op: ir.Operation, attr: str, producer: str) -> list[int]:
+    v = int_array(op, attr)
+    if v is None:
+        raise PassError(f"'{op.name}' has no {attr}: run {producer} first", op.location)
+    return v
+
+
+def _force(op: ir.Operation, block, forced, names) -> tuple[int | None, ...]:
+    """Forced sizes clamped to the core's block; each must divide it."""
+    out = []
+    for b, f, name in zip(block, forced, names):
+        if not f:
+            out.append(None)
+            continue
+        f = min(f, b)
+        if b % f:
+            raise PassError(f"{name}={f} does not divide the per-core block of {b}", op.location)
+        out.append(f)
+    return tuple(out)
+
+
+def _needed_matmul(model: OpModel, grid, block, force, target: Target) -> int:
+    """Bytes of the smallest single-buffered tile with the forced sizes (PT-array minimum elsewhere)."""
+    tile = tuple(f or min(b, target.pt_rows) for f, b in zip(force, block))
+    gk = model.grid4(grid)[3]
+    return cost.footprint(cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias),
+                          target)
+
+
+def _no_fit(op: ir.Operation, target: Target, needed: int, force) -> None:
+    shown = "x".join(str(f) if f else "*" for f in force)
+    raise PassError(f"tile {shown} of '{op.name}' needs {needed} bytes of scratchpad, "
+                    f"{target.scratchpad_usable_bytes} available", op.location)

@@ -1,0 +1,578 @@
+"""Analytical cost model of Spyre kernels: how many cycles an op takes for a work division and a tile size,
+and which per-core scratchpad buffers its kernel needs.
+
+The kernel-level passes (spyre-divide-work, spyre-tile, spyre-allocate-scratchpad) decide with these numbers,
+so they stay pure Python on the :class:`~spyre_mlir.target.Target` (no MLIR here). The model follows the
+runtime's cycle model (``runtime/cycles.py``) term by term, at the granularity of whole tiles:
+
+* PT: MACs padded to the PT array (M to ``pt_rows``, N to ``pt_cols``) / ``macs_per_cycle(fmt)`` per core.
+* DMA: bytes moved (whole 128-byte sticks, ``runtime.isa.tile_bytes``) / the core's share of DRAM bandwidth:
+  the card's mixed read+write bandwidth divided by the cores that work at the same time (``clock_ghz``
+  turns GB/s into bytes per cycle), plus a fixed latency per transfer.
+* overlap: with double buffering the next tile loads while the PT array or SFU works on this one, so a core
+  takes ``max(compute, dma)``; with single buffers ``compute + dma``.
+* split-K: each output tile's fp32 partial sums meet in a ring reduce-sum (bytes / ``ring_bytes_per_cycle``
+  plus a hop per member), then the root rounds on the SFU; this is not overlapped.
+* SFU (row-wise ops): elements x the sum of the op's per-element passes weighted by their cost class
+  (``sfu_cycles("simple"|"reciprocal"|"transcendental")``) / the core's SFU lanes.
+* sync: the cores of a multi-core op meet at a barrier at its end (a fixed latency plus a ring hop per core),
+  so splitting a tiny op is not free.
+
+Kernels follow ``runtime/kernels.py``: a matmul core walks its [mb, nb] output block in [tm, tn] tiles and its
+K slice in tk steps, with A/B tiles double-buffered, an fp32 accumulator and an output tile; a row-wise core
+walks its rows in tiles of tr rows, with streamed inputs/outputs double-buffered and fp32 temporaries.
+:func:`pack` places a kernel's buffers with liveness-based reuse; the tile search and the allocator share it,
+so a tile chosen to fit is exactly what gets allocated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Sequence
+
+from spyre_mlir.runtime.formats import Format
+from spyre_mlir.runtime.isa import tile_bytes
+from spyre_mlir.target import Target
+
+__all__ = [
+    "Buffer", "Cycles", "pack", "footprint", "nbuf_for", "stick_elems", "divisors",
+    "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "best_matmul_grid", "best_batch_matmul_grid",
+    "best_tile",
+    "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
+    "best_rows_grid", "best_rows_tile",
+    "ConvKernel", "conv_buffers", "conv_cycles", "conv_span", "conv_plan", "best_conv_grid", "best_conv_tile",
+]
+
+# [assumed] fixed latencies in cycles, the same constants as the runtime's cycle model.
+DMA_LATENCY = 64
+PT_LATENCY = 16
+SFU_LATENCY = 8
+HOP_LATENCY = 4
+BARRIER_LATENCY = 32
+
+FP32 = "fp32"
+
+
+def stick_elems(fmt: str, target: Target) -> int:
+    """Elements of ``fmt`` in one stick (64 dlf16, 32 fp32, 128 fp8/int8)."""
+    return target.stick_bytes * 8 // Format.parse(fmt).bits
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pad(a: int, b: int) -> int:
+    return _ceil(a, b) * b
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Buffers and packing
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """A per-core scratchpad buffer of a kernel, live from step ``first`` to step ``last`` (inclusive)."""
+
+    name: str
+    nbytes: int
+    first: int = 0
+    last: int = 1 << 30
+
+
+def pack(buffers: Sequence[Buffer], align: int) -> tuple[dict[str, int], int]:
+    """Offsets for ``buffers`` (in their order, first fit) and the peak bytes.
+
+    Two buffers may share bytes only when their lifetimes do not overlap; offsets are ``align``-aligned.
+    """
+    placed: list[tuple[Buffer, int]] = []
+    offsets: dict[str, int] = {}
+    peak = 0
+    for b in buffers:
+        size = _pad(b.nbytes, align)
+        busy = sorted((off, off + _pad(o.nbytes, align)) for o, off in placed
+                      if o.first <= b.last and b.first <= o.last)
+        off = 0
+        for lo, hi in busy:
+            if off + size <= lo:
+                break
+            off = max(off, hi)
+        placed.append((b, off))
+        offsets[b.name] = off
+        peak = max(peak, off + size)
+    return offsets, peak
+
+
+def footprint(buffers: Sequence[Buffer], target: Target) -> int:
+    return pack(buffers, target.scratchpad_alignment_bytes)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cycles:
+    """Modeled cycles of one op on its busiest core, by unit, and the total (with overlap applied)."""
+
+    pt: float = 0.0
+    sfu: float = 0.0
+    dma: float = 0.0
+    ring: float = 0.0
+    total: float = 0.0
+
+
+def pt_rate(target: Target, fmt: str) -> int:
+    """PT MACs per cycle per core for ``fmt``. fp32 (the fp32-reference precision) and other formats without a
+    PT rate are modeled at the DLFloat16 rate, as the emulator runs them."""
+    try:
+        return target.macs_per_cycle(fmt)
+    except ValueError:
+        return target.macs_per_cycle("dlf16")
+
+
+def sync_cycles(active: int) -> float:
+    """Cores of a multi-core op meet at its end: a barrier plus a ring hop per further core. This is what keeps
+    tiny ops on one core."""
+    return BARRIER_LATENCY + HOP_LATENCY * (active - 1) if active > 1 else 0.0
+
+
+def _overlap(compute: float, dma: float, tiles: int, double_buffer: bool) -> float:
+    """Double-buffered: DMA and compute overlap except the first load and the last compute (fill/drain)."""
+    if not double_buffer or tiles <= 1:
+        return compute + dma
+    return max(compute, dma) + min(compute, dma) / tiles
+
+
+def nbuf_for(tiles: int, fits_double: bool) -> int:
+    """Buffers per streamed operand: two (double buffering) when there is a next tile to prefetch and both fit."""
+    return 2 if tiles > 1 and fits_double else 1
+
+
+def _bytes_per_cycle(target: Target, active: int) -> float:
+    """One core's share of device-memory bandwidth when ``active`` cores move data at once."""
+    return target.dram_mixed_gbps / target.clock_ghz / max(1, active)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Matmul and batch matmul: grid (gb, gm, gn, gk), tile (tm, tn, tk), one batch per tile
+
+
+def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None, *, nbuf: int = 2,
+                   split_k: int = 1, bias: bool = False, b_fmt: str | None = None) -> list[Buffer]:
+    """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn]), acc (fp32 [tm,tn]), red (fp32 ring
+    reduce destination, split-K only), out ([tm,tn] result format), bias (fp32 [1,tn]). All live throughout."""
+    tm, tn, tk = tile
+    out_fmt = out_fmt or fmt
+    bufs = [Buffer(f"a{i}", tile_bytes(tm, tk, fmt)) for i in range(nbuf)]
+    bufs += [Buffer(f"b{i}", tile_bytes(tk, tn, b_fmt or fmt)) for i in range(nbuf)]
+    bufs.append(Buffer("acc", tile_bytes(tm, tn, FP32)))
+    if split_k > 1:
+        bufs.append(Buffer("red", tile_bytes(tm, tn, FP32)))
+    bufs.append(Buffer("out", tile_bytes(tm, tn, out_fmt)))
+    if bias:
+        bufs.append(Buffer("bias", tile_bytes(1, tn, FP32)))
+    return bufs
+
+
+def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
+                  fmt: str = "dlf16", out_fmt: str | None = None, *, batch: int = 1, bias: bool = False,
+                  double_buffer: bool = True, active: int | None = None) -> Cycles:
+    """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
+    ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
+    grid's)."""
+    gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
+    out_fmt = out_fmt or fmt
+    bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
+    tm, tn, tk = tile or (mb, nb, kb)
+    tiles = bb * _ceil(mb, tm) * _ceil(nb, tn)
+    steps = _ceil(kb, tk)
+    pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
+                          / pt_rate(target, fmt) + PT_LATENCY)
+    moved = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, fmt)) + tile_bytes(tm, tn, out_fmt)
+                     + (tile_bytes(1, tn, FP32) if bias else 0))
+    transfers = tiles * (2 * steps + 1 + bias)
+    dma = moved / _bytes_per_cycle(target, active or gb * gm * gn * gk) + transfers * DMA_LATENCY
+    ring = sfu = 0.0
+    if gk > 1:
+        ring = tiles * (tile_bytes(tm, tn, FP32) / target.ring_bytes_per_cycle + (gk - 1) * HOP_LATENCY)
+        sfu = tiles * (tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + SFU_LATENCY)
+    total = _overlap(pt + sfu, dma, tiles * steps, double_buffer) + ring + sync_cycles(gb * gm * gn * gk)
+    return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
+
+
+def matmul_span(M: int, N: int, K: int, grid: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None,
+                batch: int = 1) -> int:
+    """Device-memory bytes one core addresses: its slices of A, B and the result (whole sticks)."""
+    gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
+    bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
+    return bb * (tile_bytes(mb, kb, fmt) + tile_bytes(kb, nb, fmt) + tile_bytes(mb, nb, out_fmt or fmt))
+
+
+def _split_ok(total: int, parts: int, quantum: int) -> bool:
+    """An even split into ``parts`` whose pieces are whole multiples of ``quantum`` (any split of 1 is fine)."""
+    return parts == 1 or (total % parts == 0 and (total // parts) % quantum == 0)
+
+
+def _matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, out_fmt: str):
+    """Tile sizes along each dim: multiples of the PT array that keep DMA rows whole sticks (tn for B and the
+    result sticked on N, tk for A sticked on K); the whole block when it cannot be cut that way."""
+    pt = max(target.pt_rows, target.pt_cols)
+    qn = max(pt, stick_elems(fmt, target), stick_elems(out_fmt, target))
+    qk = max(pt, stick_elems(fmt, target))
+    tms = [d for d in divisors(mb) if d % target.pt_rows == 0] or [mb]
+    tns = [d for d in divisors(nb) if d % qn == 0] or [nb]
+    tks = [d for d in divisors(kb) if d % qk == 0] or [kb]
+    return tms, tns, tks
+
+
+def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, fmt: str = "dlf16",
+                out_fmt: str | None = None, *, batch: int = 1, split_k: int = 1, bias: bool = False
+                ) -> tuple[int, list[Buffer]] | None:
+    """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
+    when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
+    tm, tn, tk = tile
+    loads = batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk)
+    for nbuf in (2, 1):
+        bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias)
+        if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
+            return nbuf, bufs
+    return None
+
+
+def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out_fmt: str | None = None, *,
+              batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
+              force: Sequence[int | None] = (None, None, None)) -> tuple[tuple[int, int, int], int] | None:
+    """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
+    with its buffer count (2: double-buffered); None when nothing fits. Ties go to the larger tile.
+
+    ``force`` pins any of the three sizes (0/None: free). ``active`` is the number of cores sharing DRAM.
+    """
+    out_fmt = out_fmt or fmt
+    cands = _matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt)
+    cands = [[f] if f else c for f, c in zip(force, cands)]
+    best = None
+    for tile in itertools.product(*cands):
+        plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias)
+        if plan is None:
+            continue
+        # The block as a one-core problem with the DRAM share of `active` cores.
+        c = matmul_cycles(mb, nb, kb, (1, 1, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
+                          double_buffer=plan[0] == 2, active=active)
+        key = (c.total, -math.prod(tile))
+        if best is None or key < best[0]:
+            best = (key, (tuple(tile), plan[0]))
+    return None if best is None else best[1]
+
+
+def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str, out_fmt: str,
+                  allow_k: bool):
+    qm = target.pt_rows
+    qn = max(stick_elems(fmt, target), stick_elems(out_fmt, target))
+    qk = stick_elems(fmt, target)
+    for gb in divisors(B):
+        for gm in (d for d in divisors(M) if _split_ok(M, d, qm)):
+            for gn in (d for d in divisors(N) if _split_ok(N, d, qn)):
+                for gk in (d for d in divisors(K) if _split_ok(K, d, qk) and (allow_k or d == 1)):
+                    if gb * gm * gn * gk <= cores:
+                        yield gb, gm, gn, gk
+
+
+def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str = "dlf16",
+                           out_fmt: str | None = None, bias: bool = False) -> tuple[int, int, int, int] | None:
+    """The cheapest (gb, gm, gn, gk) with product <= cores, even stick-aligned splits (M in multiples of the PT
+    rows, N in whole sticks of B and the result, K in whole sticks of A), each core's span within the target's
+    ``core_span_bytes``, and a tile that fits. K is split only when the batch, M and N together cannot use
+    every core. None when no division keeps each core's span in range."""
+    out_fmt = out_fmt or fmt
+    best = None
+    full = max((gb * gm * gn for gb, gm, gn, _ in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, False)),
+               default=0)
+    for g in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, full < cores):
+        gb, gm, gn, gk = g
+        if matmul_span(M, N, K, g, fmt, out_fmt, B) > target.core_span_bytes:
+            continue
+        active = gb * gm * gn * gk
+        fit = best_tile(M // gm, N // gn, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
+                        active=active)
+        if fit is None:
+            continue
+        c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2)
+        key = (c.total, gk, active)       # ties: no K split, then fewer cores
+        if best is None or key < best[0]:
+            best = (key, g)
+    return None if best is None else best[1]
+
+
+def best_matmul_grid(M: int, N: int, K: int, cores: int, target: Target, fmt: str = "dlf16",
+                     out_fmt: str | None = None, bias: bool = False) -> tuple[int, int, int] | None:
+    """The cheapest matmul grid (gm, gn, gk); see :func:`best_batch_matmul_grid`."""
+    g = best_batch_matmul_grid(1, M, N, K, cores, target, fmt, out_fmt, bias)
+    return None if g is None else g[1:]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Row-wise ops: grid (gr,), tile (tr,)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowOperand:
+    """A tensor a row-wise kernel moves through the scratchpad.
+
+    ``elems`` elements per row (the whole tensor when not ``streamed``), laid out in rows of ``cols`` (the
+    innermost dim). Streamed operands get a new tile per row tile and two buffers when double-buffered
+    (``<role>0``, ``<role>1``); the others load once into one buffer named ``role``.
+    """
+
+    role: str
+    elems: int
+    cols: int
+    fmt: str
+    streamed: bool = True
+
+    def tile_bytes(self, tr: int) -> int:
+        n = self.elems * (tr if self.streamed else 1)
+        if n >= self.cols and n % self.cols == 0:
+            return tile_bytes(n // self.cols, self.cols, self.fmt)
+        return tile_bytes(_ceil(n, self.cols), min(self.cols, n), self.fmt)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowTemp:
+    """A single-buffered temporary of ``elems`` per row in rows of ``cols``, live in steps first..last."""
+
+    name: str
+    elems: int
+    cols: int
+    fmt: str
+    first: int
+    last: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RowKernel:
+    """A row-wise kernel: ``rows`` split across cores and tiles, whole rows on a core.
+
+    ``inputs`` and ``outputs`` are the operands (streamed ones double-buffered), ``temps`` the fp32 working
+    tiles with their lifetimes in the kernel's steps (``steps`` per tile), ``sfu`` the SFU passes per output
+    element as (cost class, count); ``extra_span`` device bytes every core addresses besides its rows (a
+    gather's table).
+    """
+
+    rows: int
+    inputs: tuple[RowOperand, ...]
+    outputs: tuple[RowOperand, ...]
+    temps: tuple[RowTemp, ...] = ()
+    sfu: tuple[tuple[str, float], ...] = ()
+    steps: int = 2
+    extra_span: int = 0
+
+
+def rowwise_buffers(k: RowKernel, tr: int, nbuf: int = 2) -> list[Buffer]:
+    """Streamed inputs and outputs (``in0 in1``, ``out0 out1``, ...) live across the whole kernel because the
+    next tile's DMA overlaps this tile's compute; fixed operands (weights) too; temporaries only in their steps,
+    so temporaries whose steps do not overlap share bytes."""
+    end = k.steps
+    bufs: list[Buffer] = []
+    for o in (*k.inputs, *k.outputs):
+        if o.streamed:
+            bufs += [Buffer(f"{o.role}{i}", o.tile_bytes(tr), 0, end) for i in range(nbuf)]
+        else:
+            bufs.append(Buffer(o.role, o.tile_bytes(tr), 0, end))
+    bufs += [Buffer(t.name, RowOperand(t.name, t.elems, t.cols, t.fmt).tile_bytes(tr), t.first, t.last)
+             for t in k.temps]
+    return bufs
+
+
+def rowwise_cycles(k: RowKernel, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
+                   double_buffer: bool = True, active: int | None = None) -> Cycles:
+    """Cycles of a row-wise kernel on ``grid`` = (gr,) in tiles of ``tile`` = (tr,) rows (None: one tile)."""
+    (gr,) = grid
+    rb = _ceil(k.rows, gr)
+    tr = tile[0] if tile else rb
+    tiles = _ceil(rb, tr)
+    out_elems = max(o.elems for o in k.outputs) if k.outputs else 0
+    per_elem = sum(n * target.sfu_cycles(cls) for cls, n in k.sfu)
+    sfu = tiles * (tr * out_elems * per_elem / target.sfu_lanes_per_core + SFU_LATENCY * len(k.sfu))
+    streamed = [o for o in (*k.inputs, *k.outputs) if o.streamed]
+    fixed = [o for o in k.inputs if not o.streamed]
+    moved = tiles * sum(o.tile_bytes(tr) for o in streamed) + sum(o.tile_bytes(tr) for o in fixed)
+    dma = moved / _bytes_per_cycle(target, active or gr) + (tiles * len(streamed) + len(fixed)) * DMA_LATENCY
+    return Cycles(sfu=sfu, dma=dma, total=_overlap(sfu, dma, tiles, double_buffer) + sync_cycles(gr))
+
+
+def rowwise_span(k: RowKernel, gr: int) -> int:
+    rb = _ceil(k.rows, gr)
+    return sum(o.tile_bytes(rb) for o in (*k.inputs, *k.outputs)) + k.extra_span
+
+
+def _rows_cut_ok(k: RowKernel, n: int, target: Target) -> bool:
+    """Cutting after ``n`` rows keeps every streamed operand's DMA rows whole sticks: a row of an operand whose
+    rows are narrower than its innermost dim (a reduction's [R] result) must end on a stick boundary."""
+    return all((n * o.elems) % o.cols == 0 or (n * o.elems) % stick_elems(o.fmt, target) == 0
+               for o in (*k.inputs, *k.outputs) if o.streamed)
+
+
+def rows_plan(k: RowKernel, gr: int, tr: int, target: Target) -> tuple[int, list[Buffer]] | None:
+    """(buffer count, buffers) for tiles of ``tr`` rows on ``gr`` cores; None when they do not fit."""
+    tiles = _ceil(_ceil(k.rows, gr), tr)
+    for nbuf in (2, 1):
+        bufs = rowwise_buffers(k, tr, nbuf)
+        if nbuf == nbuf_for(tiles, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
+            return nbuf, bufs
+    return None
+
+
+def best_rows_tile(k: RowKernel, gr: int, target: Target, force: int | None = None
+                   ) -> tuple[tuple[int], int] | None:
+    """The cheapest rows-per-tile ``(tr,)`` dividing a core's rows whose buffers fit, and the buffer count
+    (2: double-buffered). Ties go to the larger tile. None when not even one row fits."""
+    rb = _ceil(k.rows, gr)
+    cands = [force] if force else [d for d in divisors(rb) if d == rb or _rows_cut_ok(k, d, target)]
+    best = None
+    for tr in cands:
+        plan = rows_plan(k, gr, tr, target)
+        if plan is None:
+            continue
+        key = (rowwise_cycles(k, (gr,), (tr,), target, plan[0] == 2).total, -tr)
+        if best is None or key < best[0]:
+            best = (key, ((tr,), plan[0]))
+    return None if best is None else best[1]
+
+
+def best_rows_grid(k: RowKernel, cores: int, target: Target) -> tuple[int] | None:
+    """The cheapest ``(gr,)``: gr <= cores dividing the rows evenly, each core's span in range, a tile that
+    fits. Ties go to fewer cores, so tiny ops stay on one core."""
+    best = None
+    for gr in divisors(k.rows):
+        if gr > cores or rowwise_span(k, gr) > target.core_span_bytes or \
+                (gr > 1 and not _rows_cut_ok(k, k.rows // gr, target)):
+            continue
+        fit = best_rows_tile(k, gr, target)
+        if fit is None:
+            continue
+        key = (rowwise_cycles(k, (gr,), fit[0], target, fit[1] == 2).total, gr)
+        if best is None or key < best[0]:
+            best = (key, (gr,))
+    return None if best is None else best[1]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# conv2d as an implicit GEMM: grid (gn, gf, goh), tile (tn, tf, toh) with tn = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvKernel:
+    """NCHW conv2d: batch n, filters f, output rows oh x cols ow; c input channels in c // groups per group,
+    kh x kw window, input rows h x (padded) cols w, strides/dilations along H."""
+
+    n: int
+    f: int
+    oh: int
+    ow: int
+    c: int
+    h: int
+    w: int
+    kh: int
+    kw: int
+    groups: int = 1
+    stride_h: int = 1
+    dil_h: int = 1
+    fmt: str = "dlf16"
+    out_fmt: str = "dlf16"
+    bias: bool = False
+
+    def in_rows(self, toh: int) -> int:
+        return min(self.h, (toh - 1) * self.stride_h + self.dil_h * (self.kh - 1) + 1)
+
+    def in_channels(self, tf: int) -> int:
+        cg, fg = self.c // self.groups, self.f // self.groups
+        return cg * min(self.groups, _ceil(tf, fg))
+
+    @property
+    def reduction(self) -> int:
+        return self.c // self.groups * self.kh * self.kw
+
+
+def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buffer]:
+    """a0 a1: input patch [channels x rows, w]; b0 b1: filters [c/g*kh*kw, tf]; acc fp32 and out
+    [tf x toh, ow]; bias fp32 [1, tf]. All live throughout."""
+    _, tf, toh = tile
+    a = tile_bytes(k.in_channels(tf) * k.in_rows(toh), k.w, k.fmt)
+    b = tile_bytes(k.reduction, tf, k.fmt)
+    bufs = [Buffer(f"a{i}", a) for i in range(nbuf)] + [Buffer(f"b{i}", b) for i in range(nbuf)]
+    bufs += [Buffer("acc", tile_bytes(tf * toh, k.ow, FP32)), Buffer("out", tile_bytes(tf * toh, k.ow, k.out_fmt))]
+    if k.bias:
+        bufs.append(Buffer("bias", tile_bytes(1, tf, FP32)))
+    return bufs
+
+
+def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
+                double_buffer: bool = True, active: int | None = None) -> Cycles:
+    gn, gf, goh = grid
+    nb, fb, ohb = _ceil(k.n, gn), _ceil(k.f, gf), _ceil(k.oh, goh)
+    _, tf, toh = tile or (1, fb, ohb)
+    tiles = nb * _ceil(fb, tf) * _ceil(ohb, toh)
+    pt = tiles * (_pad(toh * k.ow, target.pt_rows) * _pad(tf, target.pt_cols) * k.reduction
+                  / pt_rate(target, k.fmt) + PT_LATENCY)
+    bufs = {b.name: b.nbytes for b in conv_buffers(k, (1, tf, toh), 1)}
+    moved = tiles * (bufs["a0"] + bufs["b0"] + bufs["out"] + bufs.get("bias", 0))
+    dma = moved / _bytes_per_cycle(target, active or gn * gf * goh) + tiles * (3 + k.bias) * DMA_LATENCY
+    return Cycles(pt=pt, dma=dma, total=_overlap(pt, dma, tiles, double_buffer) + sync_cycles(gn * gf * goh))
+
+
+def conv_span(k: ConvKernel, grid: Sequence[int]) -> int:
+    gn, gf, goh = grid
+    nb, fb, ohb = _ceil(k.n, gn), _ceil(k.f, gf), _ceil(k.oh, goh)
+    return nb * (tile_bytes(k.in_channels(fb) * k.in_rows(ohb), k.w, k.fmt)
+                 + tile_bytes(fb * ohb, k.ow, k.out_fmt)) + tile_bytes(k.reduction, fb, k.fmt)
+
+
+def conv_plan(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: Target
+              ) -> tuple[int, list[Buffer]] | None:
+    gn, gf, goh = grid
+    tiles = _ceil(k.n, gn) * _ceil(_ceil(k.f, gf), tile[1]) * _ceil(_ceil(k.oh, goh), tile[2])
+    for nbuf in (2, 1):
+        bufs = conv_buffers(k, tile, nbuf)
+        if nbuf == nbuf_for(tiles, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
+            return nbuf, bufs
+    return None
+
+
+def best_conv_tile(k: ConvKernel, grid: Sequence[int], target: Target,
+                   force: Sequence[int | None] = (None, None, None)) -> tuple[tuple[int, int, int], int] | None:
+    """The cheapest conv tile (1, tf, toh): filters in multiples of the PT columns, output rows dividing the
+    core's block; with its buffer count. None when nothing fits."""
+    gn, gf, goh = grid
+    fb, ohb = _ceil(k.f, gf), _ceil(k.oh, goh)
+    tfs = [force[1]] if force[1] else ([d for d in divisors(fb) if d % target.pt_cols == 0] or [fb])
+    tohs = [force[2]] if force[2] else divisors(ohb)
+    best = None
+    for tile in ((1, tf, toh) for tf in tfs for toh in tohs):
+        plan = conv_plan(k, grid, tile, target)
+        if plan is None:
+            continue
+        key = (conv_cycles(k, grid, tile, target, plan[0] == 2).total, -(tile[1] * tile[2]))
+        if best is None or key < best[0]:
+            best = (key, (tile, plan[0]))
+    return None if best is None else best[1]
+
+
+def best_conv_grid(k: ConvKernel, cores: int, target: Target) -> tuple[int, int, int] | None:
+    """The cheapest (gn, gf, goh): even splits, filters in multiples of the PT columns."""
+    best = None
+    for gn in divisors(k.n):
+        for gf in (d for d in divisors(k.f) if _split_ok(k.f, d, target.pt_cols)):
+            for goh in divisors(k.oh):
+                g = (gn, gf, goh)
+                if gn * gf * goh > cores or conv_span(k, g) > target.core_span_bytes:
+                    continue
+                fit = best_conv_tile(k, g, target)
+                if fit is None:
+                    continue
+                key = (conv_cycles(k, g, fit[0], target, fit[1] == 2).total, gn * gf * goh)
+                if best is None or key < best[0]:
+                    best = (key, g)
+    return None if best is None else best[1]
