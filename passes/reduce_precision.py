@@ -20,9 +20,10 @@ Rules (docs/compiler.md, "After spyre-reduce-precision"):
 * Device ops (spyre ops other than host/yield/weight, not inside a host region) produce their float results in
   the activation format; integer tensors (indices, masks) are never converted.
 * Every format change is an explicit `spyre.cast`. A float value that no device op produced (function argument,
-  host result, `arith.constant`, `spyre.weight`) is cast right before its first device use; a device value read
-  by anything else (`func.return`, the body of a `spyre.host`, which captures values from above) is cast back
-  to its model type right before that reader. Each cast is made once per value and target type.
+  host result, `arith.constant`, `spyre.weight`) is cast right before its first device use (a spyre.cast of the
+  model's own reads it as it is and becomes that cast); a device value read by anything else (`func.return`,
+  the body of a `spyre.host`, which captures values from above) is cast back to its model type right before
+  that reader. Each cast is made once per value and target type.
 * Quantized weights: `spyre.cast {scale_mode = "per-channel", axis = <output channel>}` to f8E4M3FN / i8 (the
   emitter computes the scales from the parameter's values), axis 1 of a matmul rhs [K, N] (0 with
   `transpose_rhs`), the last (second to last) dim of a batch_matmul rhs, 0 of a conv filter [F, C, KH, KW].
@@ -157,7 +158,8 @@ class _Retyper:
 
     def _device_op(self, op: ir.Operation) -> None:
         for i, v in enumerate(op.operands):
-            if not is_float_tensor(v.type) or self._is_device_value(v):
+            # A spyre.cast (the model's own) reads any format: its input needs no cast of its own.
+            if not is_float_tensor(v.type) or self._is_device_value(v) or op.name == "spyre.cast":
                 continue
             axis = self._weight_axis(op, i, v)
             if axis is None:
