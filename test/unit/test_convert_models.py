@@ -11,6 +11,8 @@ import os
 import sys
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from torch_mlir import ir
 
@@ -54,24 +56,27 @@ def _ops(module: ir.Module) -> list[ir.Operation]:
 
 @pytest.fixture(scope="module")
 def converted():
-    """name -> (input op counts, converted module, placement rows); each example is imported once."""
+    """name -> (input op counts, converted module, placement rows, @main's arguments, torch's output)."""
     out = {}
     for name in EXAMPLES:
         model, inputs = importlib.import_module(name).build(0)
-        linalg_ir = import_model(model, inputs).linalg_ir
+        imported = import_model(model, inputs)
+        with torch.no_grad():
+            expected = model(*inputs)
+        args = [x.numpy() for x in inputs] + list(imported.params.values())
         ctx = make_context()
         with ctx:
-            module = ir.Module.parse(linalg_ir)
+            module = ir.Module.parse(imported.linalg_ir)
             before = collections.Counter(op.name for op in _ops(module))
             run_pipeline(module, PIPELINE)
             assert module.operation.verify()
-            out[name] = (before, module, placement_report(module))
+            out[name] = (before, module, placement_report(module), args, expected)
     return out
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_nothing_heavy_left(converted, name):
-    _, module, _ = converted[name]
+    _, module, *_ = converted[name]
     left = sorted({op.name for op in _ops(module) if op.name in MUST_CONVERT})
     assert not left, f"{name}: {left} should have been converted"
     # No softmax or norm chain left behind as maps: rsqrt and exp only appear inside fused ops or other maps
@@ -85,7 +90,7 @@ def test_nothing_heavy_left(converted, name):
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_everything_placed(converted, name):
     """Every op directly in @main is a spyre op, a free op, or a spyre.host with a reason."""
-    _, module, rows = converted[name]
+    _, module, rows, *_ = converted[name]
     main = module.body.operations[0]
     for op in main.regions[0].blocks[0].operations:
         op = op.operation
@@ -100,7 +105,7 @@ def test_coverage_table(converted, capsys):
     """Prints source op -> spyre ops or host, per example; checks each source op is accounted for."""
     lines = []
     for name in EXAMPLES:
-        before, _, rows = converted[name]
+        before, _, rows, *_ = converted[name]
         by_source = collections.defaultdict(collections.Counter)
         for r in rows:
             if r["placement"] == "device":
@@ -122,3 +127,203 @@ def test_coverage_table(converted, capsys):
     with capsys.disabled():
         print("\n" + "\n".join(lines))
     assert lines
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_same_numbers_as_torch(converted, name):
+    """The converted graph, run by a small reference interpreter (spyre ops by their documented meaning, host
+    regions by linalg's), computes what the PyTorch model computes: the patterns kept the semantics."""
+    _, module, _, args, expected = converted[name]
+    main = module.body.operations[0]
+    got = _run_block(main.regions[0].blocks[0], {a: torch.from_numpy(v) for a, v in
+                                                  zip(main.regions[0].blocks[0].arguments, args)})
+    torch.testing.assert_close(got[0], expected, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reference interpreter: just enough of spyre, linalg, tensor, arith and math for the three examples.
+
+
+def _attr(op, name, default=None):
+    if name not in op.attributes:
+        return default
+    a = op.attributes[name]
+    for kind in (ir.DenseI64ArrayAttr,):
+        if isinstance(a, kind):
+            return list(a)
+    for kind, get in ((ir.BoolAttr, lambda x: x.value), (ir.IntegerAttr, lambda x: x.value),
+                      (ir.FloatAttr, lambda x: x.value), (ir.StringAttr, lambda x: x.value)):
+        if isinstance(a, kind):
+            return get(kind(a))
+    return a
+
+
+def _run_block(block, env):
+    """Run `block`'s ops in order; returns the operands of its terminator."""
+    for op in block.operations:
+        op = op.operation
+        if op.name in ("func.return", "spyre.yield", "linalg.yield", "tensor.yield"):
+            return [env[v] for v in op.operands]
+        outs = _eval(op, [env.get(v) for v in op.operands], env)
+        for r, v in zip(op.results, outs):
+            env[r] = v
+    raise AssertionError("block without terminator")
+
+
+_DTYPES = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64, "i1": torch.bool, "index": torch.int64}
+_CMP = {"ugt": torch.gt, "ogt": torch.gt, "one": torch.ne, "oeq": torch.eq, "ult": torch.lt, "olt": torch.lt,
+        "sle": torch.le, "slt": torch.lt, "sge": torch.ge, "sgt": torch.gt, "eq": torch.eq, "ne": torch.ne}
+_PREDICATES_F = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une",
+                 "uno", "true"]
+_PREDICATES_I = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+_UNARY = {"math.exp": torch.exp, "math.erf": torch.erf, "math.rsqrt": torch.rsqrt, "math.sqrt": torch.sqrt,
+          "math.tanh": torch.tanh, "math.cos": torch.cos, "math.sin": torch.sin, "arith.negf": torch.neg}
+_BINARY = {"arith.addf": torch.add, "arith.subf": torch.sub, "arith.mulf": torch.mul, "arith.divf": torch.div,
+           "arith.addi": torch.add, "arith.subi": torch.sub, "arith.muli": torch.mul,
+           "arith.maximumf": torch.maximum, "arith.minimumf": torch.minimum, "arith.andi": torch.logical_and}
+_REDUCE = {"sum": torch.sum, "mean": torch.mean, "prod": torch.prod, "max": torch.amax, "min": torch.amin}
+
+
+def _elt(t):
+    t = ir.ShapedType(t).element_type if isinstance(t, ir.ShapedType) else t
+    return _DTYPES[str(t)]
+
+
+def _eval(op, x, env):
+    name, a = op.name, op.attributes
+    t = op.results[0].type if len(op.results) else None
+    if name == "arith.constant":
+        v = a["value"]
+        if isinstance(v, ir.DenseElementsAttr):
+            d = ir.DenseElementsAttr(v)
+            return [torch.full(list(ir.ShapedType(t).shape), _attr_scalar(d.get_splat_value()), dtype=_elt(t))]
+        return [torch.tensor(_attr_scalar(v), dtype=_elt(t))]
+    if name == "tensor.empty":
+        return [torch.zeros(list(ir.ShapedType(t).shape), dtype=_elt(t))]
+    if name in _UNARY:
+        return [_UNARY[name](x[0])]
+    if name in _BINARY:
+        return [_BINARY[name](x[0], x[1])]
+    if name in ("arith.extf", "arith.truncf", "arith.sitofp", "arith.index_cast"):
+        return [x[0].to(_elt(t))]
+    if name == "math.fpowi":
+        return [x[0] ** x[1]]
+    if name in ("arith.cmpf", "arith.cmpi"):
+        table = _PREDICATES_F if name == "arith.cmpf" else _PREDICATES_I
+        return [_CMP[table[ir.IntegerAttr(a["predicate"]).value]](x[0], x[1])]
+    if name == "arith.select":
+        return [torch.where(x[0], x[1], x[2])]
+    if name == "cf.assert":
+        assert bool(torch.all(x[0])), ir.StringAttr(a["msg"]).value
+        return []
+    shape = list(ir.ShapedType(t).shape) if isinstance(t, ir.ShapedType) else None
+    if name in ("spyre.reshape", "tensor.expand_shape", "tensor.collapse_shape"):
+        return [x[0].reshape(shape)]
+    if name == "spyre.host":
+        return _run_block(op.regions[0].blocks[0], env)
+    if name == "spyre.map":
+        block = op.regions[0].blocks[0]
+        ins = [v.to(_elt(b.type)) for v, b in zip(x, block.arguments)]
+        ins = [v.expand(shape) for v in ins] if ins else []
+        r = _run_block(block, {**env, **dict(zip(block.arguments, ins))})[0]
+        return [r.expand(shape).clone() if r.dim() < len(shape) or list(r.shape) != shape else r]
+    if name == "spyre.matmul":
+        rhs = x[1].T if _attr(op, "transpose_rhs", False) else x[1]
+        return [x[0] @ rhs + (x[2] if len(x) > 2 else 0)]
+    if name == "spyre.batch_matmul":
+        return [x[0] @ (x[1].transpose(-1, -2) if _attr(op, "transpose_rhs", False) else x[1])]
+    if name == "spyre.conv2d":
+        p = _attr(op, "padding", [0, 0, 0, 0])
+        xp = F.pad(x[0], [p[1], p[3], p[0], p[2]])
+        return [F.conv2d(xp, x[1], x[2] if len(x) > 2 else None, _attr(op, "strides"), 0, _attr(op, "dilations"),
+                         _attr(op, "groups"))]
+    if name == "spyre.pool2d":
+        p, k, st = _attr(op, "padding"), _attr(op, "kernel"), _attr(op, "strides")
+        fill = float("-inf") if _attr(op, "kind") == "max" else 0.0
+        xp = F.pad(x[0], [p[1], p[3], p[0], p[2]], value=fill)
+        pool = F.max_pool2d if _attr(op, "kind") == "max" else F.avg_pool2d
+        return [pool(xp, k, st)]
+    if name == "spyre.reduce":
+        return [_REDUCE[_attr(op, "kind")](x[0], dim=_attr(op, "dims"), keepdim=_attr(op, "keepdim"))]
+    if name == "spyre.softmax":
+        return [torch.softmax(x[0], _attr(op, "dim"))]
+    if name == "spyre.layernorm":
+        axis = _attr(op, "axis")
+        return [F.layer_norm(x[0], x[0].shape[axis:], *(x[1:] + [None, None])[:2], eps=_attr(op, "epsilon"))]
+    if name == "spyre.rmsnorm":
+        r = x[0] * torch.rsqrt(x[0].pow(2).mean(-1, keepdim=True) + _attr(op, "epsilon"))
+        return [r * x[1] if len(x) > 1 else r]
+    if name == "spyre.transpose":
+        return [x[0].permute(_attr(op, "permutation"))]
+    if name == "spyre.gather":
+        return [x[0][x[1]]]
+    if name == "spyre.concat":
+        return [torch.cat(x, _attr(op, "dim"))]
+    if name == "spyre.slice":
+        idx = tuple(slice(o, o + (n - 1) * s + 1, s) for o, n, s in
+                    zip(_attr(op, "offsets"), _attr(op, "sizes"), _attr(op, "strides")))
+        return [x[0][idx]]
+    if name == "linalg.fill":
+        return [torch.full(shape, x[0].item(), dtype=_elt(t))]
+    if name == "linalg.generic":
+        return _generic(op, x, env)
+    if name == "linalg.index":  # bound by _generic to the iteration index along the dim
+        return [env[op.results[0]]]
+    raise NotImplementedError(name)
+
+
+def _attr_scalar(a):
+    if isinstance(a, ir.BoolAttr):
+        return ir.BoolAttr(a).value
+    if isinstance(a, ir.IntegerAttr):
+        return ir.IntegerAttr(a).value
+    return ir.FloatAttr(a).value
+
+
+def _generic(op, x, env):
+    """linalg.generic over a dense iteration domain; a reduction must combine a function of the inputs with
+    its accumulator (`comb(f(in), out)`), evaluated as f over the domain then reduced with comb."""
+    n_in = list(op.attributes["operandSegmentSizes"])[0]
+    maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+    iters = [str(i).endswith("<reduction>") for i in op.attributes["iterator_types"]]
+    size = [1] * len(iters)
+    for v, m in zip(x, maps):
+        for e, n in zip(m.results, v.shape):
+            if isinstance(e, ir.AffineDimExpr):
+                size[e.position] = n
+
+    def view(v, m):
+        idx = []
+        for e in m.results:
+            if isinstance(e, ir.AffineDimExpr):
+                shape = [1] * len(size)
+                shape[e.position] = size[e.position]
+                idx.append(torch.arange(size[e.position]).reshape(shape))
+            else:
+                idx.append(torch.zeros([1] * len(size), dtype=torch.int64))
+        return v[tuple(idx)] if idx else v.reshape([1] * len(size))
+
+    block = op.regions[0].blocks[0]
+    local = dict(env)
+    for b, v, m in zip(block.arguments, x, maps):
+        local[b] = view(v, m)
+    for o in block.operations:
+        if o.name == "linalg.index":
+            d = ir.IntegerAttr(o.attributes["dim"]).value
+            shape = [1] * len(size)
+            shape[d] = size[d]
+            local[o.results[0]] = torch.arange(size[d]).reshape(shape)
+    ys = _run_block(block, local)
+    out = []
+    for k, (y, init, m) in enumerate(zip(ys, x[n_in:], maps[n_in:])):
+        y = y.expand(size)
+        if any(iters):
+            comb = [o for o in block.operations if o.results and o.results[0] == list(block.operations)[-1].operands[k]][0]
+            kind = {"arith.andi": "min", "arith.addf": "sum", "arith.maximumf": "max"}[comb.name]
+            dims = [d for d, r in enumerate(iters) if r]
+            inner = local[[v for v in comb.operands if v != block.arguments[n_in + k]][0]].expand(size)
+            red = _REDUCE[kind](inner.to(torch.int8) if inner.dtype == torch.bool else inner, dim=dims, keepdim=True)
+            y = _BINARY[comb.name](red.to(inner.dtype), init.reshape(red.shape) if init.numel() == red.numel() else init)
+            y = y.reshape(list(init.shape))
+        out.append(y.to(init.dtype).reshape(list(init.shape)) if not any(iters) else y)
+    return out
