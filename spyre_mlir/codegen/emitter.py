@@ -1,0 +1,912 @@
+"""The emitter: an annotated spyre module -> a ProgramBuilder holding the whole program.
+
+Walks ``@main`` in order. Every value gets one of four homes:
+
+* **known**: a numpy value computed at compile time. Parameters (when their values are given) and literals
+  are known, and so is every op whose operands are all known: casts, ``const_fold``/restickify transposes,
+  reshapes and host regions of parameters fold into the constant (a parameter quantized by
+  ``spyre.cast {scale_mode}`` keeps its codes and scales). A known value that a device op or the host reads
+  becomes a **constant** buffer, encoded in its device format.
+* **device tensor**: inputs and outputs by name; intermediates in scratch memory. Intermediates only device
+  kernels touch share "slot" buffers with liveness-based reuse (a slot is free again after the barrier that
+  follows its last reader); tensors a host op reads or writes get buffers of their own shape.
+* **alias**: a reshape that keeps the innermost dim is the same bytes (canonical layout), so it is free.
+
+Device ops with a kernel (matmul, batch_matmul, map, reduce over the last dim, softmax/layernorm over the last
+dim, rmsnorm, float casts) emit it; everything else, including every ``spyre.host`` region, runs on the host
+through the runtime's ``call`` host op and :mod:`.hostprog` (a JSON program evaluated with numpy). With more
+than one core, a barrier follows an op whose result crosses cores (``spyre.barrier`` after spyre-schedule; every
+multi-core op before that).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spyre_mlir.runtime.assembler import ProgramBuilder
+from spyre_mlir.runtime.binary import BUFFER_ALIGN, Buffer, buffer_layout
+from spyre_mlir.runtime.formats import Format, encode, fp8_e4m3_encode, quantize_int, symmetric_scale
+
+from . import hostprog, kernels
+from .kernels import TileError
+from .memory import DevTensor, format_of, load_gather, load_rows, store_rows
+from .sfu import NotOnSfu, live_temps, translate
+
+__all__ = ["Emitter", "EmitError", "TileError"]
+
+
+class EmitError(Exception):
+    """The module cannot be emitted; ``location`` is the offending op's location."""
+
+    def __init__(self, message, location=None):
+        super().__init__(message)
+        self.location = location
+
+
+_DEVICE_FLOATS = ("f32", "!spyre.dlf16", "f16", "bf16")
+
+
+def _tensor_type(v):
+    from torch_mlir import ir
+
+    t = v.type
+    if not str(t).startswith("tensor<"):
+        return None, None
+    t = ir.RankedTensorType(t)
+    return tuple(t.shape), t.element_type
+
+
+def _attr(op, name, default=None):
+    from torch_mlir import ir
+
+    attrs = op.operation.attributes
+    if name not in attrs:
+        return default
+    a = attrs[name]
+    for cls, conv in ((ir.BoolAttr, lambda x: x.value), (ir.IntegerAttr, lambda x: x.value),
+                      (ir.FloatAttr, lambda x: x.value), (ir.StringAttr, lambda x: x.value),
+                      (ir.DenseI64ArrayAttr, list), (ir.DenseI32ArrayAttr, list)):
+        if isinstance(a, cls):
+            return conv(cls(a))
+    if isinstance(a, ir.DictAttr):
+        return {na.name: ir.IntegerAttr(na.attr).value for na in a}
+    return a
+
+
+def _loc(op) -> str:
+    s = str(op.operation.location)
+    if s.startswith("loc(") and s.endswith(")"):
+        s = s[4:-1]
+    return f"{op.operation.name} {s}"[:200]
+
+
+def _reads(op) -> list:
+    """Every value op reads: its operands, then what its regions capture from above."""
+    vals = list(op.operation.operands)
+    if op.operation.regions:
+        vals += [v for v in _captures(op) if v not in vals]
+    return vals
+
+
+def _captures(op) -> list:
+    """Values a region op reads from above, in first-use order."""
+    inner, seen, out = set(), set(), []
+
+    def walk(o):
+        for r in o.regions:
+            for blk in r.blocks:
+                for a in blk.arguments:
+                    inner.add(a)
+                for x in blk.operations:
+                    for res in x.operation.results:
+                        inner.add(res)
+                    walk(x.operation)
+                for x in blk.operations:
+                    for v in x.operation.operands:
+                        if v not in inner and v not in seen:
+                            seen.add(v)
+                            out.append(v)
+
+    walk(op.operation)
+    return [v for v in out if v not in inner]
+
+
+class Emitter:
+    """Emit ``module``'s ``@main`` for ``target``. ``params``: parameter name -> numpy array (None: the
+    parameters become binary inputs named after them). ``input_names``/``output_names`` name the buffers."""
+
+    def __init__(self, module, target, params=None, input_names=None, output_names=None,
+                 producer="spyre_mlir.codegen"):
+        self.module = module
+        self.target = target
+        self.cores = target.num_cores
+        self.params = params
+        self.input_names = input_names
+        self.output_names = output_names
+        self.b = ProgramBuilder(target, producer=producer)
+        self.known: dict = {}        # value -> numpy array
+        self.qscale: dict = {}       # value -> (scales array, axis or None) of a quantized known value
+        self.dev: dict = {}          # value -> DevTensor
+        self.consts: dict = {}       # id(known array) -> DevTensor (a constant reused by several readers)
+        self.host_ops: list[str] = []   # what ran on the host, for the report
+        self.kernels: list[str] = []
+        self._names: set = set()
+        self._slots: list = []       # [addr, nbytes, free]
+        self._pending_free: list = []
+        self._storage_refs: dict = {}
+        self._next_storage = 0
+        self._uses_eval = False
+
+    # ---- names and memory ---------------------------------------------------------------------------------
+
+    def _name(self, base: str) -> str:
+        base = "".join(c if c.isalnum() or c in "._-" else "_" for c in base) or "t"
+        name, i = base, 1
+        while name in self._names:
+            name, i = f"{base}.{i}", i + 1
+        self._names.add(name)
+        return name
+
+    def _buffer_tensor(self, buf: Buffer) -> DevTensor:
+        self._next_storage += 1
+        return DevTensor(tuple(buf.shape), buf.fmt, buf.addr, buf, self._next_storage)
+
+    def _slot_tensor(self, shape, fmt) -> DevTensor:
+        """Scratch memory for a device-only intermediate: first fit among free slots, else a new slot."""
+        nbytes = buffer_layout(tuple(shape) or (1,), fmt)[1]
+        for s in self._slots:
+            if s[2] and s[1] >= nbytes:
+                s[2] = False
+                self._next_storage += 1
+                return DevTensor(tuple(shape), fmt, s[0], s[3], self._next_storage)
+        rows = -(-nbytes // 128)
+        buf = self.b.scratch(self._name(f"slot{len(self._slots)}"), (rows, 128), "int8")
+        self._slots.append([buf.addr, buf.nbytes, False, buf])
+        self._next_storage += 1
+        return DevTensor(tuple(shape), fmt, buf.addr, buf, self._next_storage)
+
+    def _release(self, t: DevTensor) -> None:
+        for s in self._slots:
+            if s[0] == t.addr and s[3] is t.buffer:
+                self._pending_free.append(s)
+
+    def barrier(self, loc=None) -> None:
+        if self.cores > 1:
+            self.b.barrier(loc=loc)
+        for s in self._pending_free:
+            s[2] = True
+        self._pending_free = []
+
+    # ---- values ---------------------------------------------------------------------------------------------
+
+    def constant(self, v, fmt=None) -> DevTensor:
+        """The device constant of known value v (encoded once in its device format)."""
+        arr = self.known[v]
+        shape, elt = _tensor_type(v)
+        fmt = fmt or format_of(elt)
+        key = (id(arr), fmt)
+        if key not in self.consts:
+            vals = np.asarray(arr).reshape(shape or (1,))
+            if fmt is Format.INT8:
+                vals = vals.astype(np.int8)
+            elif fmt is Format.BOOL:
+                vals = vals.astype(bool)
+            elif fmt in (Format.INT32, Format.INT64):
+                vals = vals.astype(fmt.value_dtype)
+            else:
+                vals = vals.astype(np.float32)
+            name = self._name(self._const_names.get(v, "const"))
+            buf = self.b.constant(name, vals, fmt)
+            self.consts[key] = (self._buffer_tensor(buf), arr)
+        return self.consts[key][0]
+
+    def tensor(self, v) -> DevTensor:
+        """Where value v is in device memory (a known value becomes a constant)."""
+        if v in self.dev:
+            return self.dev[v]
+        if v in self.known:
+            return self.constant(v)
+        raise EmitError(f"value {v.get_name() if hasattr(v, 'get_name') else v} has no device home")
+
+    def result(self, op, idx=0, host=False) -> DevTensor:
+        """Allocate the home of op's result: the output buffer when it is returned, a buffer of its own shape
+        when a host op touches it, else a reusable slot."""
+        v = op.operation.results[idx]
+        shape, elt = _tensor_type(v)
+        fmt = format_of(elt)
+        if v in self._out_name and v not in self._out_taken:
+            self._out_taken.add(v)
+            t = self._buffer_tensor(self.b.output(self._out_name[v], shape or (1,), fmt))
+        elif host or v in self._host_read:
+            t = self._buffer_tensor(self.b.scratch(self._name(f"t{self._op_index}"), shape or (1,), fmt))
+        else:
+            t = self._slot_tensor(shape, fmt)
+        self.dev[v] = t
+        return t
+
+    # ---- the walk ---------------------------------------------------------------------------------------
+
+    def run(self) -> ProgramBuilder:
+        from torch_mlir import ir
+
+        main = None
+        for op in self.module.body.operations:
+            if op.operation.name == "func.func" and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main":
+                main = op
+        if main is None:
+            raise EmitError("the module has no func.func @main")
+        block = main.operation.regions[0].blocks[0]
+        ops = list(block.operations)
+        ret = ops[-1]
+        outs = list(ret.operation.operands)
+        self._out_name = {}
+        self._out_taken = set()
+        for i, v in enumerate(outs):
+            if v not in self._out_name:
+                name = self.output_names[i] if self.output_names and i < len(self.output_names) else f"out{i}"
+                self._out_name[v] = self._name(name)
+        self._const_names = {}
+        # Inputs and parameters.
+        n_in = 0
+        arg_attrs = main.operation.attributes["arg_attrs"] if "arg_attrs" in main.operation.attributes else None
+        for i, a in enumerate(block.arguments):
+            pname = None
+            if arg_attrs is not None:
+                d = ir.DictAttr(arg_attrs[i])
+                if "spyre.param" in d:
+                    pname = ir.StringAttr(d["spyre.param"]).value
+            shape, elt = _tensor_type(a)
+            if pname is not None and self.params is not None:
+                if pname not in self.params:
+                    raise EmitError(f"no value given for parameter '{pname}'")
+                val = np.asarray(self.params[pname])
+                if tuple(val.shape) != tuple(shape):
+                    raise EmitError(f"parameter '{pname}' has shape {val.shape}, the IR says {shape}")
+                self.known[a] = val
+                self._const_names[a] = pname
+                continue
+            if pname is None:
+                name = self.input_names[n_in] if self.input_names and n_in < len(self.input_names) else f"in{n_in}"
+                n_in += 1
+            else:
+                name = pname
+            fmt = format_of(elt)
+            self.dev[a] = self._buffer_tensor(self.b.input(self._name(name), shape or (1,), fmt))
+        # Liveness: the last op index reading each value; which values a host op reads.
+        body = ops[:-1]
+        self._last_use = {}
+        self._host_read = set()
+        placement = {}
+        for i, op in enumerate(body):
+            placement[i] = self._placement(op)
+            for v in _reads(op):
+                self._last_use[v] = i
+                if placement[i] == "host":
+                    self._host_read.add(v)
+        for v in outs:
+            self._last_use[v] = len(body)
+        for i, op in enumerate(body):
+            self._op_index = i
+            self._emit_op(op, placement[i])
+            self._free_dead(i, op)
+        self._emit_outputs(outs, ret)
+        if self._uses_eval:
+            hostprog.register()
+        return self.b
+
+    def _free_dead(self, i, op):
+        for v in _reads(op):
+            if self._last_use.get(v) == i and v in self.dev:
+                t = self.dev[v]
+                refs = [w for w, u in self.dev.items() if u.addr == t.addr and u.buffer is t.buffer
+                        and self._last_use.get(w, -1) > i]
+                if not refs:
+                    self._release(t)
+
+    def _placement(self, op) -> str:
+        """'fold', 'device' or 'host' (decided before emission, so buffers can be chosen)."""
+        name = op.operation.name
+        reads = _reads(op)
+        if all(v in self.known or self._foldable_value(v) for v in reads):
+            self._mark_foldable(op)
+            return "fold"
+        if name == "spyre.reshape" and self._reshape_is_alias(op):
+            return "device"
+        if name in ("spyre.matmul", "spyre.batch_matmul", "spyre.map", "spyre.reduce", "spyre.softmax",
+                    "spyre.layernorm", "spyre.rmsnorm", "spyre.cast") and self._has_kernel(op):
+            return "device"
+        return "host"
+
+    def _foldable_value(self, v) -> bool:
+        return v in getattr(self, "_fold_results", set())
+
+    def _mark_foldable(self, op):
+        if not hasattr(self, "_fold_results"):
+            self._fold_results = set()
+        for r in op.operation.results:
+            self._fold_results.add(r)
+
+    def _reshape_is_alias(self, op) -> bool:
+        ishape, _ = _tensor_type(op.operation.operands[0])
+        oshape, _ = _tensor_type(op.operation.results[0])
+        return (ishape[-1:] or (1,)) == (oshape[-1:] or (1,))
+
+    def _has_kernel(self, op) -> bool:
+        name = op.operation.name
+        res_shape, res_elt = _tensor_type(op.operation.results[0])
+        elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
+        if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
+            return False
+        if name in ("spyre.matmul", "spyre.batch_matmul"):
+            return elts[0] in _DEVICE_FLOATS
+        if any(e not in _DEVICE_FLOATS for e in elts):
+            return False
+        rank = len(res_shape)
+        if name == "spyre.map":
+            from .kernels import broadcast_rows  # noqa: F401  (broadcasts are handled by DMA)
+
+            try:
+                translate(op.operation.regions[0].blocks[0], ["full"] * len(elts))
+            except NotOnSfu:
+                return False
+            return str(res_elt) in _DEVICE_FLOATS
+        if name == "spyre.reduce":
+            ishape, _ = _tensor_type(op.operation.operands[0])
+            dims = sorted(d % len(ishape) for d in _attr(op, "dims"))
+            return dims == [len(ishape) - 1] and _attr(op, "kind") in ("sum", "max", "min", "mean")
+        if name == "spyre.softmax":
+            return _attr(op, "dim") % rank == rank - 1
+        if name == "spyre.layernorm":
+            return _attr(op, "axis") % rank == rank - 1
+        if name == "spyre.rmsnorm":
+            return True
+        if name == "spyre.cast":
+            return len(op.operation.operands) == 1 and _attr(op, "scale_mode") is None
+        return False
+
+    def _emit_op(self, op, where):
+        name = op.operation.name
+        if where == "fold":
+            self._fold(op)
+            return
+        loc = _loc(op)
+        if where == "host":
+            self._host(op, loc)
+            return
+        if name == "spyre.reshape":
+            src = op.operation.operands[0]
+            shape, _ = _tensor_type(op.operation.results[0])
+            res = op.operation.results[0]
+            if res in self._out_name or res in self._host_read:
+                # The output (or a host op) needs a buffer of this shape: copy on the host.
+                self._host(op, loc)
+                return
+            self.dev[res] = self.tensor(src).reshaped(shape)
+            return
+        self.kernels.append(name)
+        used = getattr(self, f"_k_{name[6:]}")(op, loc)
+        barrier = _attr(op, "spyre.barrier")
+        if barrier is None:
+            barrier = self.cores > 1
+        if barrier:
+            self.barrier(loc)
+
+    # ---- folding --------------------------------------------------------------------------------------
+
+    def _fold(self, op):
+        name = op.operation.name
+        if name == "spyre.cast" and _attr(op, "scale_mode") is not None and len(op.operation.operands) == 1:
+            self._fold_quantize(op)
+            return
+        reads = _reads(op)
+        if name == "spyre.host":
+            body = list(op.operation.regions[0].blocks[0].operations)
+            prog = hostprog.translate_ops(body[:-1], reads, list(body[-1].operation.operands))
+        else:
+            prog = hostprog.translate_ops([op], reads, list(op.operation.results))
+        vals = []
+        for v in reads:
+            if v in self.qscale:      # a quantized parameter read by a fold sees its real values
+                s, axis = self.qscale[v]
+                vals.append(_dequantize(self.known[v], s, axis))
+            else:
+                vals.append(self.known[v])
+        try:
+            res = hostprog.evaluate(prog, *vals)
+        except hostprog.Unsupported as e:
+            raise EmitError(f"cannot fold {name}: {e}", op.operation.location) from None
+        for r, val in zip(op.operation.results, res):
+            self.known[r] = val
+            src = reads[0] if reads else None
+            if src is not None and src in self._const_names:
+                self._const_names[r] = self._const_names[src]
+            # A reshape/transpose of a quantized parameter keeps its scales (axis moves with it).
+            if src is not None and src in self.qscale and name in ("spyre.reshape", "spyre.transpose"):
+                s, axis = self.qscale[src]
+                if axis is not None and name == "spyre.transpose":
+                    axis = list(_attr(op, "permutation")).index(axis)
+                self.known[r] = np.asarray(self.known[r])
+                self.qscale[r] = (s, axis)
+                self.known[r] = _quant_codes_passthrough(op, self.known[src], name)
+
+    def _fold_quantize(self, op):
+        """spyre.cast {scale_mode} of a parameter: codes plus symmetric scales computed from its values."""
+        v = op.operation.operands[0]
+        x = np.asarray(self.known[v], np.float32)
+        r = op.operation.results[0]
+        _, elt = _tensor_type(r)
+        mode = _attr(op, "scale_mode")
+        axis = _attr(op, "axis") if mode == "per-channel" else None
+        if axis is not None:
+            axis %= x.ndim
+        fmt = format_of(elt)
+        if fmt is Format.INT8:
+            s = symmetric_scale(x, 8, axis=axis)
+            q = quantize_int(x, s if axis is None else _expand(s, x.ndim, axis), 8)
+        elif fmt in (Format.FP8_E4M3, Format.FP8_E5M2):
+            fmax = 448.0 if fmt is Format.FP8_E4M3 else 57344.0
+            amax = np.max(np.abs(x), axis=tuple(d for d in range(x.ndim) if d != axis)) if axis is not None \
+                else np.max(np.abs(x))
+            s = np.where(amax > 0, amax / fmax, 1.0).astype(np.float32)
+            q = x / (s if axis is None else _expand(s, x.ndim, axis))
+        else:
+            raise EmitError(f"scale_mode cast to {elt} is not supported", op.operation.location)
+        self.known[r] = np.asarray(q)
+        self.qscale[r] = (np.asarray(s, np.float32), axis)
+        self._const_names[r] = self._const_names.get(v, "const")
+
+    # ---- host -------------------------------------------------------------------------------------------
+
+    def _host(self, op, loc):
+        """Run op (a spyre.host region or a device op without a kernel) on the host via spyre_mlir.eval."""
+        name = op.operation.name
+        reads = _reads(op)
+        if name == "spyre.host":
+            body = list(op.operation.regions[0].blocks[0].operations)
+            ops, outs = body[:-1], list(body[-1].operation.operands)
+            reason = _attr(op, "reason", "")
+        else:
+            ops, outs = [op], list(op.operation.results)
+            reason = "no device kernel yet"
+        try:
+            prog = hostprog.translate_ops(ops, reads, outs)
+        except hostprog.Unsupported as e:
+            raise EmitError(f"cannot run {name} on the host: {e}", op.operation.location) from None
+        if self.cores > 1:
+            self.barrier(loc)
+        ins = []
+        for v in reads:
+            if v in self.qscale:
+                raise EmitError(f"{name} reads a quantized parameter on the host", op.operation.location)
+            t = self.tensor(v)
+            buf = t.buffer
+            if tuple(buf.shape) != (tuple(t.shape) or (1,)) or buf.fmt is not t.fmt or buf.addr != t.addr:
+                # An alias (reshape view) or a slot: give the host its own copy of the right shape.
+                t = self._materialize_for_host(v, t, loc)
+                buf = t.buffer
+            ins.append(buf)
+        res = [self.result(op, i, host=True) for i in range(len(op.operation.results))]
+        self.b.host(0, "call", ins, [t.buffer for t in res], loc=loc, fn=hostprog.HOST_FN,
+                    kwargs={"program": prog})
+        self._uses_eval = True
+        self.host_ops.append(f"{name}" + (f" ({reason})" if reason else ""))
+        if self.cores > 1:
+            self.barrier(loc)
+
+    def _materialize_for_host(self, v, t, loc):
+        """A buffer of v's own shape holding t (device DMA copy on core 0, row tiles of the 2-D view)."""
+        from .kernels import _sub
+
+        shape, _ = _tensor_type(v)
+        if self.cores > 1:
+            self.barrier(loc)
+        dst = self._buffer_tensor(self.b.scratch(self._name(f"h{self._op_index}"), shape or (1,), t.fmt))
+        tile_rows = max(1, min(t.rows, self.target.scratchpad_usable_bytes // t.pitch))
+        self.b.reset_scratchpad(0)
+        tile = self.b.alloc(0, tile_rows, t.cols, t.fmt)
+        for r0 in range(0, t.rows, tile_rows):
+            n = min(tile_rows, t.rows - r0)
+            load_rows(self.b, 0, _sub(tile, n, t.cols), t, r0, loc=loc)
+            store_rows(self.b, 0, _sub(tile, n, t.cols), dst, r0, loc=loc)
+        if self.cores > 1:
+            self.barrier(loc)
+        return dst
+
+    def _emit_outputs(self, outs, ret):
+        """Every returned value must end in its output buffer; values that are not there yet (inputs,
+        constants, aliases, a value returned twice) are copied there on the host."""
+        done = set()
+        loc = _loc(ret)
+        for i, v in enumerate(outs):
+            t = self.dev.get(v)
+            if (t is not None and v not in done and t.buffer.kind == "output" and t.addr == t.buffer.addr
+                    and t.buffer.name == self._out_name[v] and tuple(t.buffer.shape) == (tuple(t.shape) or (1,))):
+                done.add(v)
+                continue
+            shape, elt = _tensor_type(v)
+            src = self.tensor(v)
+            if tuple(src.buffer.shape) != (tuple(src.shape) or (1,)) or src.addr != src.buffer.addr:
+                src = self._materialize_for_host(v, src, loc)
+            if v in self._out_taken or v in done:
+                name = self.output_names[i] if self.output_names and i < len(self.output_names) else f"out{i}"
+                oname = self._name(name)
+            else:
+                oname = self._out_name[v]
+                self._out_taken.add(v)
+            if self.cores > 1:
+                self.barrier(loc)
+            out = self.b.output(oname, shape or (1,), format_of(elt))
+            self.b.host(0, "copy", [src.buffer], [out], loc=loc)
+            self.host_ops.append("copy to output " + oname)
+            done.add(v)
+
+    # ---- kernels ----------------------------------------------------------------------------------------
+
+    def _k_matmul(self, op, loc):
+        o = op.operation
+        lhs, rhs = o.operands[0], o.operands[1]
+        bias = o.operands[2] if len(o.operands) > 2 else None
+        A = self.tensor(lhs)
+        M, K = A.shape
+        B, colscale, scale = self._rhs(op, rhs, transpose=bool(_attr(op, "transpose_rhs", False)))
+        N = B.shape[-1]
+        O = self.result(op)
+        bias_t = self.tensor(bias) if bias is not None else None
+        grid = _attr(op, "spyre.grid")
+        tile = _attr(op, "spyre.tile")
+        used, _, _ = kernels.matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
+                                    grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
+                                    double_buffer=_attr(op, "spyre.double_buffer", True), loc=loc)
+        return len(used)
+
+    def _rhs(self, op, rhs, transpose: bool, batch=False):
+        """The rhs as a [.., K, N] device tensor; a transposed parameter is transposed at compile time, a
+        quantized one brings its per-column (or per-tensor) scale."""
+        colscale = scale = None
+        if rhs in self.known:
+            val = np.asarray(self.known[rhs])
+            qs = self.qscale.get(rhs)
+            if transpose:
+                val = np.swapaxes(val, -1, -2)
+            shape, elt = _tensor_type(rhs)
+            fmt = format_of(elt)
+            name = self._name(self._const_names.get(rhs, "w") + (".T" if transpose else ""))
+            if fmt is Format.INT8:
+                buf = self.b.constant(name, val.astype(np.int8), fmt, encoded=True)
+            else:
+                buf = self.b.constant(name, val.astype(np.float32), fmt)
+            B = self._buffer_tensor(buf)
+            if qs is not None:
+                s, axis = qs
+                if axis is None:
+                    scale = float(np.asarray(s).reshape(-1)[0])
+                else:
+                    n_axis = (len(shape) - 2 if transpose else len(shape) - 1)
+                    if axis % len(shape) != n_axis:
+                        raise EmitError("per-channel weight scales must be along the output channels",
+                                        op.operation.location)
+                    colscale = self._buffer_tensor(self.b.constant(self._name(name + ".scale"),
+                                                                   np.asarray(s, np.float32).reshape(1, -1),
+                                                                   "fp32"))
+            return B, colscale, scale
+        B = self.tensor(rhs)
+        if transpose:
+            shape, elt = _tensor_type(rhs)
+            perm = list(range(len(shape)))
+            perm[-1], perm[-2] = perm[-2], perm[-1]
+            src = B
+            if tuple(src.buffer.shape) != tuple(shape) or src.addr != src.buffer.addr:
+                src = self._materialize_for_host(rhs, src, _loc(op))
+            tshape = tuple(shape[p] for p in perm)
+            buf = self.b.scratch(self._name(f"t{self._op_index}.T"), tshape, src.fmt)
+            if self.cores > 1:
+                self.barrier(_loc(op))
+            self.b.host(0, "copy", [src.buffer], [buf], loc=_loc(op), perm=perm)
+            self.host_ops.append("transpose of a non-constant matmul rhs (copy)")
+            if self.cores > 1:
+                self.barrier(_loc(op))
+            B = self._buffer_tensor(buf)
+        return B, colscale, scale
+
+    def _k_batch_matmul(self, op, loc):
+        o = op.operation
+        A = self.tensor(o.operands[0])
+        B, colscale, scale = self._rhs(op, o.operands[1], transpose=bool(_attr(op, "transpose_rhs", False)))
+        O = self.result(op)
+        ashape, bshape = A.shape, B.shape
+        M, K, N = ashape[-2], ashape[-1], bshape[-1]
+        nb = math.prod(ashape[:-2])
+        batches = [(i * M, i * K, i * M) for i in range(nb)]
+        grid = _attr(op, "spyre.grid")
+        tile = _attr(op, "spyre.tile")
+        mm_grid = tuple(grid[1:]) if grid else kernels.choose_matmul_grid(M, N, K, max(1, self.cores // nb)
+                                                                          if nb < self.cores else 1,
+                                                                          A.fmt, B.fmt, O.fmt)
+        used, _, _ = kernels.matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
+                                    tile=tuple(tile[1:]) if tile else None,
+                                    double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
+                                    loc=loc)
+        return len(used)
+
+    def _rows_plan(self, op, rows, per_row, fixed, what):
+        grid = _attr(op, "spyre.grid")
+        tile = _attr(op, "spyre.tile")
+        return kernels.rowwise(self, rows, per_row, fixed, grid=grid, tile_rows=tile[0] if tile else None,
+                               what=what)
+
+    def _k_map(self, op, loc):
+        o = op.operation
+        out_shape, _ = _tensor_type(o.results[0])
+        out_shape = tuple(out_shape) or (1,)
+        O = self.result(op)
+        C = O.cols
+        R = O.rows
+        ins, kinds = [], []
+        for v in o.operands:
+            t = self.tensor(v)
+            ishape = tuple(_tensor_type(v)[0]) or (1,)
+            lead_bcast = all(s == 1 for s in ishape[:-1])
+            last = ishape[-1]
+            if last == C and C != 1:
+                kind = "col" if lead_bcast and R > 1 else "full"
+            elif C == 1:
+                kind = "scalar" if lead_bcast and R > 1 else "full"
+            else:
+                kind = "scalar" if lead_bcast else "row"
+            ins.append((t, ishape, kind))
+            kinds.append(kind)
+        ops, result, _ = translate(o.regions[0].blocks[0], kinds)
+        slots, nslots = live_temps(ops, result)
+        per_row = (sum(_tb(1, C if k == "full" else 1, t.fmt) for t, _, k in ins)
+                   + nslots * _tb(1, C, Format.FP32) + _tb(1, C, O.fmt))
+        fixed = sum(_tb(1, C if k == "col" else 1, t.fmt) for t, _, k in ins if k in ("col", "scalar"))
+        plan, gr, tr = self._rows_plan(op, R, per_row, fixed, "spyre.map")
+        b = self.b
+        from .kernels import _sub, broadcast_rows
+
+        for core in range(gr):
+            b.reset_scratchpad(core)
+            tiles = {}
+            for i, (t, ishape, k) in enumerate(ins):
+                if k == "col":
+                    tiles[i] = b.alloc(core, 1, C, t.fmt)
+                    load_gather(b, core, tiles[i], t, [0], loc=loc)
+                elif k == "scalar":
+                    tiles[i] = b.alloc(core, 1, 1, t.fmt)
+                    load_gather(b, core, tiles[i], t, [0], loc=loc)
+                else:
+                    tiles[i] = b.alloc(core, tr, C if k == "full" else 1, t.fmt)
+            temps = [b.alloc(core, tr, C, "fp32") for _ in range(nslots)]
+            out = b.alloc(core, tr, C, O.fmt)
+            for c2, r0, n in plan:
+                if c2 != core:
+                    continue
+                cur = {}
+                for i, (t, ishape, k) in enumerate(ins):
+                    if k in ("col", "scalar"):
+                        cur[("in", i)] = tiles[i]
+                        continue
+                    tl = _sub(tiles[i], n, tiles[i].cols)
+                    if tuple(ishape) == out_shape:
+                        load_rows(b, core, tl, t, r0, loc=loc)
+                    else:
+                        load_gather(b, core, tl, t, broadcast_rows(ishape, out_shape, r0, n), loc=loc)
+                    cur[("in", i)] = tl
+
+                def reg(v):
+                    if isinstance(v, float) or v is None:
+                        return v
+                    if v[0] == "in":
+                        return cur[v]
+                    return _sub(temps[slots[v]], n, C)
+
+                for fn, d, s0, s1, imm, swap in ops:
+                    dst = reg(d)
+                    b.sfu(core, fn, dst, reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
+                o_t = _sub(out, n, C)
+                res = reg(result)
+                if isinstance(res, float):
+                    b.sfu(core, "fill", o_t, imm=res, loc=loc)
+                elif res.rows == n and res.cols == C:
+                    b.sfu(core, "cast", o_t, res, loc=loc)
+                else:       # a broadcast input returned as is
+                    b.sfu(core, "fill", o_t, imm=0.0, loc=loc)
+                    b.sfu(core, "add", o_t, o_t, res, loc=loc)
+                store_rows(b, core, o_t, O, r0, loc=loc)
+        return gr
+
+    def _rowwise_io(self, op):
+        o = op.operation
+        X = self.tensor(o.operands[0])
+        O = self.result(op)
+        return X, O, X.rows, X.cols
+
+    def _k_softmax(self, op, loc):
+        X, O, R, C = self._rowwise_io(op)
+        per_row = _tb(1, C, X.fmt) + _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32") + _tb(1, C, O.fmt)
+        plan, gr, tr = self._rows_plan(op, R, per_row, 0, "spyre.softmax")
+        return self._rows_emit(plan, gr, tr, loc, X, O, self._softmax_body, [])
+
+    def _softmax_body(self, core, n, XT, XF, OT, extra, loc):
+        b = self.b
+        M, S = extra["M"], extra["S"]
+        b.sfu(core, "cast", XF, XT, loc=loc)
+        b.reduce(core, "max", M, XF, loc=loc)
+        b.sfu(core, "sub", XF, XF, M, loc=loc)
+        b.sfu(core, "exp", XF, XF, loc=loc)
+        b.reduce(core, "sum", S, XF, loc=loc)
+        b.sfu(core, "recip", S, S, loc=loc)
+        b.sfu(core, "mul", XF, XF, S, loc=loc)
+        b.sfu(core, "cast", OT, XF, loc=loc)
+
+    def _k_layernorm(self, op, loc):
+        X, O, R, C = self._rowwise_io(op)
+        seg = _attr(op, "operandSegmentSizes") or [1, 0, 0]
+        rest = list(op.operation.operands[1:])
+        gamma = self.tensor(rest.pop(0)) if seg[1] else None
+        beta = self.tensor(rest.pop(0)) if len(seg) > 2 and seg[2] else None
+        eps = float(_attr(op, "epsilon"))
+        per_row = _tb(1, C, X.fmt) + 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32") + _tb(1, C, O.fmt)
+        fixed = sum(_tb(1, C, t.fmt) for t in (gamma, beta) if t is not None)
+        plan, gr, tr = self._rows_plan(op, R, per_row, fixed, "spyre.layernorm")
+
+        def body(core, n, XT, XF, OT, extra, loc):
+            b = self.b
+            MU, VAR, SQ = extra["M"], extra["S"], extra["SQ"]
+            b.sfu(core, "cast", XF, XT, loc=loc)
+            b.reduce(core, "mean", MU, XF, loc=loc)
+            b.sfu(core, "sub", XF, XF, MU, loc=loc)
+            b.sfu(core, "mul", SQ, XF, XF, loc=loc)
+            b.reduce(core, "mean", VAR, SQ, loc=loc)
+            b.sfu(core, "add", VAR, VAR, eps, loc=loc)
+            b.sfu(core, "rsqrt", VAR, VAR, loc=loc)
+            b.sfu(core, "mul", XF, XF, VAR, loc=loc)
+            if "G" in extra:
+                b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
+            if "BE" in extra:
+                b.sfu(core, "add", XF, XF, extra["BE"], loc=loc)
+            b.sfu(core, "cast", OT, XF, loc=loc)
+
+        consts = [("G", gamma), ("BE", beta)]
+        return self._rows_emit(plan, gr, tr, loc, X, O, body, [(k, t) for k, t in consts if t is not None],
+                               sq=True)
+
+    def _k_rmsnorm(self, op, loc):
+        X, O, R, C = self._rowwise_io(op)
+        gamma = self.tensor(op.operation.operands[1]) if len(op.operation.operands) > 1 else None
+        eps = float(_attr(op, "epsilon"))
+        per_row = _tb(1, C, X.fmt) + 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32") + _tb(1, C, O.fmt)
+        fixed = _tb(1, C, gamma.fmt) if gamma is not None else 0
+        plan, gr, tr = self._rows_plan(op, R, per_row, fixed, "spyre.rmsnorm")
+
+        def body(core, n, XT, XF, OT, extra, loc):
+            b = self.b
+            MS, SQ = extra["M"], extra["SQ"]
+            b.sfu(core, "cast", XF, XT, loc=loc)
+            b.sfu(core, "mul", SQ, XF, XF, loc=loc)
+            b.reduce(core, "mean", MS, SQ, loc=loc)
+            b.sfu(core, "add", MS, MS, eps, loc=loc)
+            b.sfu(core, "rsqrt", MS, MS, loc=loc)
+            b.sfu(core, "mul", XF, XF, MS, loc=loc)
+            if "G" in extra:
+                b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
+            b.sfu(core, "cast", OT, XF, loc=loc)
+
+        return self._rows_emit(plan, gr, tr, loc, X, O, body, [("G", gamma)] if gamma is not None else [],
+                               sq=True)
+
+    def _k_reduce(self, op, loc):
+        o = op.operation
+        X = self.tensor(o.operands[0])
+        R, C = X.rows, X.cols
+        oshape, elt = _tensor_type(o.results[0])
+        kind = _attr(op, "kind")
+        # The result has one value per row: a [R, 1] tensor in the 2-D view (a reshape of it, if keepdim is
+        # false and the result's innermost dim is not 1, goes through an [R, 1] scratch tensor and a copy).
+        direct = (oshape[-1:] or (1,)) == (1,) or not oshape
+        per_row = _tb(1, C, X.fmt) + _tb(1, 1, "fp32") + _tb(1, 1, format_of(elt))
+        plan, gr, tr = self._rows_plan(op, R, per_row, 0, "spyre.reduce")
+        if direct:
+            O = self.result(op)
+            target = O
+        else:
+            self._next_storage += 1
+            buf = self.b.scratch(self._name(f"t{self._op_index}.rows"), (R, 1), format_of(elt))
+            target = self._buffer_tensor(buf)
+        b = self.b
+        from .kernels import _sub
+
+        for core in range(gr):
+            b.reset_scratchpad(core)
+            XT = b.alloc(core, tr, C, X.fmt)
+            RT = b.alloc(core, tr, 1, "fp32")
+            OT = b.alloc(core, tr, 1, format_of(elt))
+            for c2, r0, n in plan:
+                if c2 != core:
+                    continue
+                xt = _sub(XT, n, C)
+                load_rows(b, core, xt, X, r0, loc=loc)
+                b.reduce(core, kind, _sub(RT, n, 1), xt, loc=loc)
+                b.sfu(core, "cast", _sub(OT, n, 1), _sub(RT, n, 1), loc=loc)
+                store_rows(b, core, _sub(OT, n, 1), target, r0, loc=loc)
+        if not direct:
+            self.barrier(loc)
+            O = self.result(op, host=True)
+            self.b.host(0, "copy", [target.buffer], [O.buffer], loc=loc, shape=[R])
+            self.host_ops.append("reduce result relayout (copy)")
+            self.barrier(loc)
+        return gr
+
+    def _k_cast(self, op, loc):
+        X, O, R, C = self._rowwise_io(op)
+        per_row = _tb(1, C, X.fmt) + _tb(1, C, O.fmt)
+        plan, gr, tr = self._rows_plan(op, R, per_row, 0, "spyre.cast")
+        b = self.b
+        from .kernels import _sub
+
+        for core in range(gr):
+            b.reset_scratchpad(core)
+            XT, OT = b.alloc(core, tr, C, X.fmt), b.alloc(core, tr, C, O.fmt)
+            for c2, r0, n in plan:
+                if c2 == core:
+                    load_rows(b, core, _sub(XT, n, C), X, r0, loc=loc)
+                    b.sfu(core, "cast", _sub(OT, n, C), _sub(XT, n, C), loc=loc)
+                    store_rows(b, core, _sub(OT, n, C), O, r0, loc=loc)
+        return gr
+
+    def _rows_emit(self, plan, gr, tr, loc, X, O, body, consts, sq=False):
+        """Shared loop of softmax and the norms: load, fp32 work tile, row stats, write back."""
+        b = self.b
+        C = X.cols
+        from .kernels import _sub
+
+        for core in range(gr):
+            b.reset_scratchpad(core)
+            extra_full = {}
+            for k, t in consts:
+                extra_full[k] = b.alloc(core, 1, C, t.fmt)
+                load_rows(b, core, extra_full[k], t.reshaped((1, C)), 0, loc=loc)
+            XT, OT = b.alloc(core, tr, C, X.fmt), b.alloc(core, tr, C, O.fmt)
+            XF = b.alloc(core, tr, C, "fp32")
+            SQ = b.alloc(core, tr, C, "fp32") if sq else None
+            M, S = b.alloc(core, tr, 1, "fp32"), b.alloc(core, tr, 1, "fp32")
+            for c2, r0, n in plan:
+                if c2 != core:
+                    continue
+                xt = _sub(XT, n, C)
+                load_rows(b, core, xt, X, r0, loc=loc)
+                extra = dict(extra_full, M=_sub(M, n, 1), S=_sub(S, n, 1))
+                if SQ is not None:
+                    extra["SQ"] = _sub(SQ, n, C)
+                body(core, n, xt, _sub(XF, n, C), _sub(OT, n, C), extra, loc)
+                store_rows(b, core, _sub(OT, n, C), O, r0, loc=loc)
+        return gr
+
+
+def _tb(rows, cols, fmt):
+    from spyre_mlir.runtime.isa import tile_bytes
+
+    return tile_bytes(rows, cols, fmt)
+
+
+def _expand(s, ndim, axis):
+    shp = [1] * ndim
+    shp[axis] = -1
+    return np.asarray(s).reshape(shp)
+
+
+def _dequantize(q, s, axis):
+    q = np.asarray(q, np.float32)
+    return q * (s if axis is None else _expand(s, q.ndim, axis))
+
+
+def _quant_codes_passthrough(op, codes, name):
+    """The codes of a quantized parameter after a reshape/transpose (scales are handled by the caller)."""
+    from torch_mlir import ir  # noqa: F401
+
+    shape, _ = _tensor_type(op.operation.results[0])
+    if name == "spyre.transpose":
+        return np.transpose(np.asarray(codes), _attr(op, "permutation"))
+    return np.reshape(np.asarray(codes), shape)

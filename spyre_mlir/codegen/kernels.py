@@ -1,0 +1,240 @@
+"""Per-op device kernels: each turns one annotated spyre op into per-core instruction streams.
+
+They generalise the reference kernels of ``spyre_mlir.runtime.kernels`` to arbitrary device tensors:
+
+* :func:`matmul` (also each batch of ``batch_matmul``): a ``[gm, gn, gk]`` grid of cores, output tiles
+  ``[tm, tn]`` walked in ``tk`` steps with fp32 accumulation, ping-pong A/B tiles when double buffering, split-K
+  partial sums combined by a ring reduce-sum on the group's first core, bias (and per-column weight scales of
+  fp8/int8 weights) applied on write-back.
+* :func:`rowwise`: the skeleton of every row-wise op (map, reduce, softmax, layernorm, rmsnorm, cast): rows of
+  the 2-D view split over ``[gr]`` cores in ``tr``-row tiles, with a per-op ``body`` emitting SFU work.
+
+Grid and tile come from the op's ``spyre.grid`` / ``spyre.tile`` when the kernel-level passes annotated it;
+otherwise they are chosen here (largest even split, largest tile that fits the usable scratchpad), so the
+emitter also works on graph-level IR.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spyre_mlir.runtime.formats import STICK_BYTES, Format
+from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
+
+from .memory import DevTensor, load_gather, load_rows, store_rows
+
+__all__ = ["matmul", "rowwise", "choose_matmul_grid", "choose_rows_grid", "TileError"]
+
+
+class TileError(ValueError):
+    """No tile fits the scratchpad (the message names the sizes)."""
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _stick_elems(*fmts) -> int:
+    return max(STICK_BYTES * 8 // Format.parse(f).bits for f in fmts)
+
+
+def choose_rows_grid(rows: int, cores: int) -> int:
+    """Cores for a row-wise op: the largest divisor of ``rows`` not above ``cores`` (even split)."""
+    return max(d for d in _divisors(rows) if d <= cores)
+
+
+def choose_matmul_grid(M, N, K, cores, fa="dlf16", fb="dlf16", fo="dlf16") -> tuple[int, int, int]:
+    """(gm, gn, gk): minimise the per-core MACs; N and K split on stick boundaries; K split last (it costs a
+    ring reduce), so among equal work the split without K wins."""
+    se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
+    best = None
+    for gn in _divisors(N):
+        if gn > 1 and (N // gn) % se_n:
+            continue
+        for gm in _divisors(M):
+            for gk in _divisors(K):
+                if gm * gn * gk > cores or (gk > 1 and (K // gk) % se_k):
+                    continue
+                work = (M // gm) * (-(-(N // gn) // 8) * 8) * (K // gk)
+                key = (work + (gk > 1) * (M // gm) * (N // gn) * 4, gk, gm * gn * gk)
+                if best is None or key < best[0]:
+                    best = (key, (gm, gn, gk))
+    return best[1]
+
+
+def _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, split, bias_fmt):
+    """Largest (tm, tn, tk) whose working set fits: prefer whole K (fewest accumulator passes), then N, then M."""
+    se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
+    tks = [d for d in sorted(_divisors(kb), reverse=True) if d == kb or d % se_k == 0]
+    tns = [d for d in sorted(_divisors(nb), reverse=True) if d == nb or d % se_n == 0]
+    tms = sorted(_divisors(mb), reverse=True)
+    for tk in tks:
+        for tn in tns:
+            for tm in tms:
+                need = _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt)
+                if need <= usable:
+                    return tm, tn, tk
+    raise TileError(f"no matmul tile of a {mb}x{nb}x{kb} block fits the {usable} B scratchpad")
+
+
+def _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt):
+    pa = fa if Format.parse(fa) in PT_FORMATS else "dlf16"
+    pb = fb if Format.parse(fb) in PT_FORMATS else "dlf16"
+    n = nbuf * (tile_bytes(tm, tk, fa) + tile_bytes(tk, tn, fb))
+    if pa != fa:
+        n += tile_bytes(tm, tk, pa)
+    if pb != fb:
+        n += tile_bytes(tk, tn, pb)
+    n += tile_bytes(tm, tn, "fp32") * (2 if split else 1) + tile_bytes(tm, tn, fo)
+    if bias_fmt is not None:
+        n += 2 * tile_bytes(1, tn, "fp32")
+    return n
+
+
+def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
+           scale=None, grid=None, tile=None, double_buffer=True, batches=((0, 0, 0),), loc=None):
+    """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``.
+
+    ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back.
+    Batches are spread over groups of ``gm*gn*gk`` cores."""
+    b, cores = em.b, em.cores
+    fa, fb, fo = A.fmt, B.fmt, O.fmt
+    gm, gn, gk = grid or choose_matmul_grid(M, N, K, cores, fa, fb, fo)
+    group = gm * gn * gk
+    ngroups = max(1, min(len(batches), cores // group))
+    mb, nb, kb = M // gm, N // gn, K // gk
+    nbuf = 2 if double_buffer else 1
+    usable = em.target.scratchpad_usable_bytes
+    bias_fmt = bias.fmt if bias is not None else None
+    if tile:
+        tm, tn, tk = tile
+        if _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, gk > 1, bias_fmt) > usable:
+            raise TileError(f"matmul tile {tm}x{tn}x{tk} does not fit the {usable} B scratchpad")
+    else:
+        tm, tn, tk = _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, gk > 1, bias_fmt)
+    pa = fa if fa in PT_FORMATS else Format.DLF16
+    pb = fb if fb in PT_FORMATS else Format.DLF16
+    used = range(ngroups * group)
+    T = {}
+    for c in used:       # the same allocation order on every core: ring reduce needs equal addresses
+        b.reset_scratchpad(c)
+        t = T[c] = {}
+        t["A"] = [b.alloc(c, tm, tk, fa) for _ in range(nbuf)]
+        t["B"] = [b.alloc(c, tk, tn, fb) for _ in range(nbuf)]
+        t["PA"] = b.alloc(c, tm, tk, pa) if pa is not fa else None
+        t["PB"] = b.alloc(c, tk, tn, pb) if pb is not fb else None
+        t["C"] = b.alloc(c, tm, tn, "fp32")
+        t["R"] = b.alloc(c, tm, tn, "fp32") if gk > 1 else None
+        t["O"] = b.alloc(c, tm, tn, fo)
+        t["BI"] = b.alloc(c, 1, tn, bias.fmt) if bias is not None else None
+        t["CS"] = b.alloc(c, 1, tn, colscale.fmt) if colscale is not None else None
+    nk = -(-kb // tk)
+    step = 0
+    for bi_, (a0, b0, o0) in enumerate(batches):
+        base = (bi_ % ngroups) * group
+        for blk in range(gm * gn):
+            bm, bn = divmod(blk, gn)
+            members = [base + blk * gk + kk for kk in range(gk)]
+            root = members[0]
+            for i in range(0, mb, tm):
+                rows = min(tm, mb - i)
+                for j in range(0, nb, tn):
+                    cols = min(tn, nb - j)
+                    r0, c0 = bm * mb + i, bn * nb + j
+                    for kk, core in enumerate(members):
+                        t = T[core]
+                        last_here = gk == 1
+                        if last_here and t["BI"] is not None:
+                            load_rows(b, core, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
+                        if last_here and t["CS"] is not None:
+                            load_rows(b, core, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
+                        for s in range(nk):
+                            k0 = kk * kb + s * tk
+                            depth = min(tk, kb - s * tk)
+                            At = _sub(t["A"][step % nbuf], rows, depth)
+                            Bt = _sub(t["B"][step % nbuf], depth, cols)
+                            step += 1
+                            load_rows(b, core, At, A, a0 + r0, k0, loc=loc)
+                            load_rows(b, core, Bt, B, b0 + k0, c0, loc=loc)
+                            if t["PA"] is not None:
+                                At = _cast(b, core, _sub(t["PA"], rows, depth), At, loc)
+                            if t["PB"] is not None:
+                                Bt = _cast(b, core, _sub(t["PB"], depth, cols), Bt, loc)
+                            fin = s == nk - 1 and last_here
+                            b.matmul(core, At, Bt, _sub(t["C"], rows, cols), accumulate=s > 0,
+                                     out=_sub(t["O"], rows, cols) if fin else None,
+                                     bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
+                                     col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
+                                     scale=scale if fin else None, loc=loc)
+                    t = T[root]
+                    if gk > 1:
+                        R, C = _sub(t["R"], rows, cols), _sub(t["C"], rows, cols)
+                        b.ring_reduce(members, R, C, root=root, loc=loc)
+                        b.barrier(members, loc=loc)
+                        if t["CS"] is not None:
+                            load_rows(b, root, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
+                            b.sfu(root, "mul", R, R, _sub(t["CS"], 1, cols), loc=loc)
+                        if scale is not None:
+                            b.sfu(root, "mul", R, R, float(scale), loc=loc)
+                        if t["BI"] is not None:
+                            load_rows(b, root, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
+                            b.sfu(root, "add", R, R, _sub(t["BI"], 1, cols), loc=loc)
+                        b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
+                    store_rows(b, root, _sub(t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
+    return list(used), (gm, gn, gk), (tm, tn, tk)
+
+
+def _sub(tile, rows, cols):
+    """The top-left [rows, cols] of a tile, as a dense tile (a smaller edge tile reuses the big one)."""
+    from spyre_mlir.runtime.assembler import Tile
+
+    if tile is None:
+        return None
+    if rows == tile.rows and cols == tile.cols:
+        return tile
+    return Tile(tile.addr, rows, cols, tile.fmt)
+
+
+def _cast(b, core, dst, src, loc):
+    b.sfu(core, "cast", dst, src, loc=loc)
+    return dst
+
+
+def rowwise(em, rows: int, cols_bytes_per_row: int, fixed_bytes: int, grid=None, tile_rows=None,
+            what="op"):
+    """Yield (core, first row, rows) of every tile of a row-wise op over ``rows`` rows.
+
+    ``cols_bytes_per_row``: scratchpad bytes one row of all the op's tiles takes (inputs, temporaries,
+    output); ``fixed_bytes``: tiles independent of the row count (gamma/beta, COL broadcasts)."""
+    cores = em.cores
+    gr = grid[0] if grid else choose_rows_grid(rows, cores)
+    rb = -(-rows // gr)
+    usable = em.target.scratchpad_usable_bytes
+    if tile_rows:
+        tr = tile_rows
+    else:
+        tr = min(rb, max(0, (usable - fixed_bytes) // max(cols_bytes_per_row, 1)))
+    if tr < 1 or fixed_bytes + tr * cols_bytes_per_row > usable:
+        raise TileError(f"{what}: a row needs {cols_bytes_per_row} B of scratchpad (+{fixed_bytes} B fixed); "
+                        f"not even one row fits the {usable} B usable scratchpad")
+    plan = []
+    for core in range(gr):
+        end = min(rows, (core + 1) * rb)
+        for r0 in range(core * rb, end, tr):
+            plan.append((core, r0, min(tr, end - r0)))
+    return plan, gr, tr
+
+
+def broadcast_rows(in_shape, out_shape, r0, n) -> np.ndarray:
+    """Source row (in the 2-D view of an input broadcast to ``out_shape``) of result rows r0..r0+n."""
+    out_lead = list(out_shape[:-1])
+    ins = [1] * (len(out_shape) - len(in_shape)) + list(in_shape)
+    in_lead = ins[:-1]
+    r = np.arange(r0, r0 + n)
+    if not out_lead:
+        return np.zeros(n, np.int64)
+    idx = np.unravel_index(r, out_lead)
+    src = [ix if s != 1 else np.zeros_like(ix) for ix, s in zip(idx, in_lead)]
+    return np.ravel_multi_index(src, [max(s, 1) for s in in_lead]) if in_lead else np.zeros(n, np.int64)

@@ -1,0 +1,113 @@
+"""Device tensors and the DMA helpers every kernel uses.
+
+A tensor lives in device memory in the canonical Spyre layout (row-major, innermost dim padded to whole
+128-byte sticks), so any tensor is also a 2-D array of ``rows`` = product of the outer dims, each ``pitch``
+bytes apart. Kernels only ever see that 2-D view (:class:`DevTensor`) and address memory by bytes, which is
+what lets a reshape that keeps the innermost dim be a free alias, and lets intermediates share device memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from spyre_mlir.runtime.binary import buffer_layout
+from spyre_mlir.runtime.formats import STICK_BYTES, Format
+
+__all__ = ["DevTensor", "format_of", "load_rows", "store_rows", "load_gather"]
+
+
+def format_of(elt) -> Format:
+    """The device format of an MLIR element type (the model's own types; reduce-precision decides them)."""
+    s = str(elt)
+    table = {"f32": Format.FP32, "f64": Format.FP32, "!spyre.dlf16": Format.DLF16, "f16": Format.DLF16,
+             "bf16": Format.DLF16, "f8E4M3FN": Format.FP8_E4M3, "f8E5M2": Format.FP8_E5M2, "i8": Format.INT8,
+             "i4": Format.INT4, "i32": Format.INT32, "i64": Format.INT64, "index": Format.INT64,
+             "i1": Format.BOOL}
+    if s not in table:
+        raise ValueError(f"no device format for element type {s}")
+    return table[s]
+
+
+@dataclasses.dataclass
+class DevTensor:
+    """A tensor in device memory: ``shape`` in ``fmt`` at byte ``addr``; ``buffer`` names the runtime buffer
+    it lives in (what host ops and outputs refer to); ``storage`` identifies the memory for liveness."""
+
+    shape: tuple
+    fmt: Format
+    addr: int
+    buffer: object       # runtime.binary.Buffer holding it
+    storage: int
+
+    @property
+    def cols(self) -> int:
+        return self.shape[-1] if self.shape else 1
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.shape[:-1]) if len(self.shape) > 1 else 1
+
+    @property
+    def pitch(self) -> int:
+        return -(-self.fmt.nbytes(self.cols) // STICK_BYTES) * STICK_BYTES
+
+    @property
+    def nbytes(self) -> int:
+        return buffer_layout(tuple(self.shape) or (1,), self.fmt)[1]
+
+    def reshaped(self, shape) -> "DevTensor":
+        return dataclasses.replace(self, shape=tuple(shape))
+
+
+def _col_bytes(t: DevTensor, col0: int) -> int:
+    nb = t.fmt.nbytes(col0)
+    if nb % STICK_BYTES:
+        raise ValueError(f"column offset {col0} of a {t.fmt.key} tensor is not on a stick boundary")
+    return nb
+
+
+def load_rows(b, core, tile, t: DevTensor, row0: int, col0: int = 0, loc=None):
+    """tile <- t[row0 : row0 + tile.rows, col0 : col0 + tile.cols] (2-D view of t)."""
+    b.dma_load(core, t.addr + row0 * t.pitch + _col_bytes(t, col0), tile.addr, (tile.rows, tile.pitch),
+               (0, t.pitch), (0, tile.pitch), loc=loc)
+
+
+def store_rows(b, core, tile, t: DevTensor, row0: int, col0: int = 0, loc=None):
+    """t[row0 : ..., col0 : ...] <- tile (whole sticks, the tile's zeroed padding included)."""
+    b.dma_store(core, t.addr + row0 * t.pitch + _col_bytes(t, col0), tile.addr, (tile.rows, tile.pitch),
+                (0, t.pitch), (0, tile.pitch), loc=loc)
+
+
+def load_gather(b, core, tile, t: DevTensor, src_rows, loc=None):
+    """tile row i <- t row src_rows[i] (any pattern, e.g. a broadcast): consecutive rows with a constant
+    source stride (0 for a repeated row) become one DMA, and equal runs at a constant distance one 3-D DMA."""
+    src_rows = np.asarray(src_rows, dtype=np.int64)
+    runs = []     # (first tile row, first source row, count, source stride)
+    i, n = 0, len(src_rows)
+    while i < n:
+        j = i + 1
+        stride = int(src_rows[i + 1] - src_rows[i]) if i + 1 < n else 0
+        if stride < 0:
+            stride, j = 0, i + 1
+        else:
+            while j < n and src_rows[j] - src_rows[j - 1] == stride:
+                j += 1
+        runs.append((i, int(src_rows[i]), j - i, stride))
+        i = j
+    k = 0
+    while k < len(runs):
+        r0, s0, cnt, st = runs[k]
+        m = 1
+        if k + 1 < len(runs) and runs[k + 1][2] == cnt and runs[k + 1][3] == st:
+            ds = runs[k + 1][1] - s0
+            while (k + m < len(runs) and runs[k + m][2] == cnt and runs[k + m][3] == st
+                   and runs[k + m][1] - runs[k + m - 1][1] == ds and ds >= 0):
+                m += 1
+        else:
+            ds = 0
+        b.dma_load(core, t.addr + s0 * t.pitch, tile.addr + r0 * tile.pitch, (m, cnt, tile.pitch),
+                   (ds * t.pitch, st * t.pitch), (cnt * tile.pitch, tile.pitch), loc=loc)
+        k += m

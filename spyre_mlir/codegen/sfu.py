@@ -1,0 +1,203 @@
+"""spyre.map bodies -> SFU micro-ops on tiles.
+
+The body is scalar arith/math; applied to a [rows, C] tile each op becomes one or a few SFU instructions.
+Translation happens in two steps so the kernel can size its tiles first: :func:`translate` turns the body
+into micro-ops over virtual registers (counting how many fp32 temporaries are live at once), then the kernel
+binds registers to scratchpad tiles and emits. Values are:
+
+* ``("in", i)``: the i-th input tile, full [rows, C] or broadcast ([rows,1] ROW, [1,C] COL, [1,1] SCALAR),
+* ``("t", k)``: a full fp32 temporary,
+* a Python float: a constant folded at compile time (becomes an SFU immediate).
+
+The SFU computes in fp32 whatever the tile formats are, and rounds once on write: temporaries are fp32, so a
+fused chain rounds only when the result is written in the output format (what the contract promises).
+Ops the SFU has no instruction for are rewritten: ``erf(y) = 2 * gelu_erf(z) / z - 1`` with ``z = sqrt(2) y``
+(exact at z = 0 through a select), ``select`` with two tile values as two selects and an add, ``cmpf`` as the
+comparison functions (NaN ordering is not modelled). Anything else raises :class:`NotOnSfu` and the op runs
+on the host.
+"""
+
+from __future__ import annotations
+
+import math
+
+from spyre_mlir.runtime.isa import SfuFn
+
+__all__ = ["NotOnSfu", "translate", "MicroOp"]
+
+
+class NotOnSfu(Exception):
+    pass
+
+
+_UNARY = {"arith.negf": SfuFn.NEG, "math.absf": SfuFn.ABS, "math.exp": SfuFn.EXP, "math.log": SfuFn.LOG,
+          "math.sqrt": SfuFn.SQRT, "math.rsqrt": SfuFn.RSQRT, "math.tanh": SfuFn.TANH}
+_BINARY = {"arith.addf": SfuFn.ADD, "arith.subf": SfuFn.SUB, "arith.mulf": SfuFn.MUL, "arith.divf": SfuFn.DIV,
+           "arith.maximumf": SfuFn.MAX, "arith.maxnumf": SfuFn.MAX, "arith.minimumf": SfuFn.MIN,
+           "arith.minnumf": SfuFn.MIN, "math.powf": SfuFn.POW}
+# arith.cmpf predicate -> comparison (ordered and unordered alike: the SFU does not model NaN ordering)
+_CMP = {1: SfuFn.EQ, 2: SfuFn.GT, 3: SfuFn.GE, 4: SfuFn.LT, 5: SfuFn.LE, 6: SfuFn.NE, 8: SfuFn.EQ, 9: SfuFn.GT,
+        10: SfuFn.GE, 11: SfuFn.LT, 12: SfuFn.LE, 13: SfuFn.NE}
+_FOLD = {SfuFn.NEG: lambda a: -a, SfuFn.ABS: abs, SfuFn.EXP: math.exp, SfuFn.LOG: math.log,
+         SfuFn.SQRT: math.sqrt, SfuFn.RSQRT: lambda a: 1 / math.sqrt(a), SfuFn.TANH: math.tanh,
+         SfuFn.ADD: lambda a, b: a + b, SfuFn.SUB: lambda a, b: a - b, SfuFn.MUL: lambda a, b: a * b,
+         SfuFn.DIV: lambda a, b: a / b, SfuFn.MAX: max, SfuFn.MIN: min, SfuFn.POW: lambda a, b: a ** b}
+
+
+class MicroOp(tuple):
+    """(fn, dst, src0, src1, imm, swap): one SFU instruction over registers."""
+
+
+class _Body:
+    def __init__(self, kinds):
+        self.kinds = kinds        # per input: "full" | "row" | "col" | "scalar"
+        self.ops: list = []
+        self.ntemps = 0
+
+    def full(self, v) -> bool:
+        return isinstance(v, tuple) and (v[0] == "t" or self.kinds[v[1]] == "full")
+
+    def temp(self):
+        self.ntemps += 1
+        return ("t", self.ntemps - 1)
+
+    def emit(self, fn, src0=None, src1=None, imm=None, swap=False):
+        d = self.temp()
+        self.ops.append(MicroOp((fn, d, src0, src1, imm, swap)))
+        return d
+
+    def materialize(self, v):
+        """A full tile holding v (a broadcast tile or a constant)."""
+        if self.full(v):
+            return v
+        z = self.emit(SfuFn.FILL, imm=0.0 if not isinstance(v, float) else v)
+        return z if isinstance(v, float) else self.emit(SfuFn.ADD, z, v)
+
+    def unary(self, fn, a, imm=None):
+        if isinstance(a, float):
+            return float(_FOLD[fn](a))
+        return self.emit(fn, self.materialize(a), imm=imm)
+
+    def binary(self, fn, a, b):
+        if isinstance(a, float) and isinstance(b, float):
+            return float(_FOLD[fn](a, b)) if fn in _FOLD else float(_cmp_fold(fn, a, b))
+        if self.full(a):
+            return self.emit(fn, a, b)
+        if self.full(b):
+            return self.emit(fn, b, a, swap=True)
+        return self.emit(fn, self.materialize(a), b)
+
+    def select(self, c, x, y):
+        c = self.materialize(c)
+        if isinstance(x, float) and isinstance(y, float):
+            x = self.materialize(x)
+        if not isinstance(x, float) and isinstance(y, float):
+            return self.emit(SfuFn.SELECT, c, x, imm=y)
+        notc = self.emit(SfuFn.EQ, c, 0.0)
+        if isinstance(x, float):
+            return self.emit(SfuFn.SELECT, notc, y, imm=x)
+        t1 = self.emit(SfuFn.SELECT, c, x, imm=0.0)
+        t2 = self.emit(SfuFn.SELECT, notc, y, imm=0.0)
+        return self.emit(SfuFn.ADD, t1, t2)
+
+    def erf(self, y):
+        if isinstance(y, float):
+            return math.erf(y)
+        z = self.binary(SfuFn.MUL, y, math.sqrt(2.0))
+        g = self.emit(SfuFn.GELU_ERF, self.materialize(z))
+        phi = self.binary(SfuFn.DIV, g, z)                 # Phi(z) = gelu(z) / z, NaN at z = 0
+        nz = self.binary(SfuFn.NE, z, 0.0)
+        phi = self.emit(SfuFn.SELECT, nz, phi, imm=0.5)    # Phi(0) = 1/2
+        t = self.binary(SfuFn.MUL, phi, 2.0)
+        return self.binary(SfuFn.SUB, t, 1.0)
+
+
+def _cmp_fold(fn, a, b):
+    return {SfuFn.EQ: a == b, SfuFn.NE: a != b, SfuFn.LT: a < b, SfuFn.LE: a <= b, SfuFn.GT: a > b,
+            SfuFn.GE: a >= b}[fn] * 1.0
+
+
+def translate(block, kinds):
+    """Translate a map body. Returns (micro-ops, result register or float, number of temporaries).
+
+    Every float-typed op must be on the SFU; integer/bool ops (index math, masks) raise NotOnSfu."""
+    from torch_mlir import ir
+
+    body = _Body(kinds)
+    env = {}
+    for i, a in enumerate(block.arguments):
+        if not _is_float(a.type):
+            raise NotOnSfu(f"map input of type {a.type}")
+        env[a] = ("in", i)
+    result = None
+    for op in block.operations:
+        o = op.operation
+        name = o.name
+        if name == "spyre.yield":
+            result = env[o.operands[0]]
+            break
+        args = [env.get(v) for v in o.operands]
+        if any(a is None for a in args):
+            raise NotOnSfu(f"'{name}' reads a value from outside the map body")
+        res_t = o.results[0].type if o.results else None
+        if name == "arith.constant":
+            a = o.attributes["value"]
+            if not isinstance(a, ir.FloatAttr):
+                raise NotOnSfu(f"non-float constant {a}")
+            r = float(ir.FloatAttr(a).value)
+        elif name == "arith.cmpf":
+            p = ir.IntegerAttr(o.attributes["predicate"]).value
+            if p not in _CMP:
+                raise NotOnSfu(f"cmpf predicate {p}")
+            r = body.binary(_CMP[p], *args)
+        elif res_t is not None and not _is_float(res_t):
+            raise NotOnSfu(f"'{name}' computes {res_t}")
+        elif name in _UNARY:
+            r = body.unary(_UNARY[name], args[0])
+        elif name in _BINARY:
+            fn = _BINARY[name]
+            if fn is SfuFn.POW and isinstance(args[1], float) and not isinstance(args[0], float):
+                r = body.unary(SfuFn.POWS, args[0], imm=args[1])
+            else:
+                r = body.binary(fn, *args)
+        elif name == "math.erf":
+            r = body.erf(args[0])
+        elif name == "arith.select":
+            r = body.select(*args)
+        elif name in ("arith.extf", "arith.truncf"):
+            r = args[0]        # the SFU computes in fp32 anyway; rounding happens on write
+        else:
+            raise NotOnSfu(f"'{name}' has no SFU form")
+        env[o.results[0]] = r
+    return body.ops, result, body.ntemps
+
+
+def _is_float(t) -> bool:
+    s = str(t)
+    return s in ("f32", "f16", "bf16", "f64", "!spyre.dlf16") or s.startswith("f8")
+
+
+def live_temps(ops, result) -> tuple[dict, int]:
+    """Linear-scan allocation of temporaries to slots; returns ({temp: slot}, number of slots)."""
+    last = {}
+    for i, op in enumerate(ops):
+        for v in (op[2], op[3]):
+            if isinstance(v, tuple) and v[0] == "t":
+                last[v] = i
+    if isinstance(result, tuple) and result[0] == "t":
+        last[result] = len(ops)
+    free, slot, nslots = [], {}, 0
+    for i, op in enumerate(ops):
+        d = op[1]
+        # Elementwise: the destination may reuse a source dying here (in-place on the SFU).
+        for v in {op[2], op[3]}:
+            if isinstance(v, tuple) and v[0] == "t" and last.get(v) == i:
+                free.append(slot[v])
+        if free:
+            slot[d] = free.pop()
+        else:
+            slot[d] = nslots
+            nslots += 1
+        if last.get(d, -1) <= i and d != result:
+            free.append(slot[d])
+    return slot, nslots
