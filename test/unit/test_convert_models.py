@@ -145,17 +145,13 @@ def test_same_numbers_as_torch(converted, name):
 
 
 def _attr(op, name, default=None):
+    """A spyre op's attribute as a Python value (list, bool, int, float or str)."""
     if name not in op.attributes:
         return default
     a = op.attributes[name]
-    for kind in (ir.DenseI64ArrayAttr,):
-        if isinstance(a, kind):
-            return list(a)
-    for kind, get in ((ir.BoolAttr, lambda x: x.value), (ir.IntegerAttr, lambda x: x.value),
-                      (ir.FloatAttr, lambda x: x.value), (ir.StringAttr, lambda x: x.value)):
-        if isinstance(a, kind):
-            return get(kind(a))
-    return a
+    if isinstance(a, ir.DenseI64ArrayAttr):
+        return list(a)
+    return ir.StringAttr(a).value if isinstance(a, ir.StringAttr) else _attr_scalar(a)
 
 
 def _run_block(block, env):
@@ -315,15 +311,19 @@ def _generic(op, x, env):
             local[o.results[0]] = torch.arange(size[d]).reshape(shape)
     ys = _run_block(block, local)
     out = []
-    for k, (y, init, m) in enumerate(zip(ys, x[n_in:], maps[n_in:])):
-        y = y.expand(size)
+    for k, (y, init) in enumerate(zip(ys, x[n_in:])):
         if any(iters):
-            comb = [o for o in block.operations if o.results and o.results[0] == list(block.operations)[-1].operands[k]][0]
+            # comb(f(in), out): reduce f over the reduction dims with comb, then combine with the init.
+            acc = block.arguments[n_in + k]
+            comb = _def(list(block.operations)[-1].operands[k])
+            inner = local[[v for v in comb.operands if v != acc][0]].expand(size)
             kind = {"arith.andi": "min", "arith.addf": "sum", "arith.maximumf": "max"}[comb.name]
             dims = [d for d, r in enumerate(iters) if r]
-            inner = local[[v for v in comb.operands if v != block.arguments[n_in + k]][0]].expand(size)
             red = _REDUCE[kind](inner.to(torch.int8) if inner.dtype == torch.bool else inner, dim=dims, keepdim=True)
-            y = _BINARY[comb.name](red.to(inner.dtype), init.reshape(red.shape) if init.numel() == red.numel() else init)
-            y = y.reshape(list(init.shape))
-        out.append(y.to(init.dtype).reshape(list(init.shape)) if not any(iters) else y)
+            y = _BINARY[comb.name](red.to(inner.dtype).reshape(list(init.shape)), init)
+        out.append(y.expand(list(init.shape)).to(init.dtype))
     return out
+
+
+def _def(v):
+    return v.owner.operation
