@@ -1,0 +1,136 @@
+// The cases before the "ERRORS" line divide; the ones after it fail with a located diagnostic.
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{cores=32})' | filecheck %s
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{cores=4})' | filecheck %s --check-prefix=FOUR
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-divide-work{cores=1})'
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{cores=2})' 2>&1 | filecheck %s --check-prefix=TWO
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{cores=33})' 2>&1 | filecheck %s --check-prefix=TOO-MANY
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{cores=-1})' 2>&1 | filecheck %s --check-prefix=NEGATIVE
+// TOO-MANY: error: spyre-divide-work: impossible core count 33: target 'spyre' has 1..32 cores
+// NEGATIVE: error: spyre-divide-work: impossible core count -1: target 'spyre' has 1..32 cores
+
+// A 1024^3 matmul: DRAM bandwidth is shared by the cores, so every core that reads all of B (or A) adds
+// traffic; the model stops at 2x4 blocks, memory-bound (M and N split, K whole).
+// CHECK-LABEL: func.func @matmul_1024
+// CHECK: "spyre.matmul"{{.*}}spyre.grid = array<i64: 2, 4, 1>
+// FOUR-LABEL: func.func @matmul_1024
+// FOUR: "spyre.matmul"{{.*}}spyre.grid = array<i64: 1, 4, 1>
+func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
+  return %r : tensor<1024x1024x!spyre.dlf16>
+}
+
+// -----
+
+// A 64x64 matmul is too small to pay for more cores: one core.
+// CHECK-LABEL: func.func @matmul_64
+// CHECK: "spyre.matmul"{{.*}}spyre.grid = array<i64: 1, 1, 1>
+func.func @matmul_64(%a: tensor<64x64x!spyre.dlf16>, %b: tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  return %r : tensor<64x64x!spyre.dlf16>
+}
+
+// -----
+
+// M and N are one stick each: M alone cannot use the cores, so K is split too, in whole sticks (ring reduce-sum).
+// CHECK-LABEL: func.func @split_k
+// CHECK: "spyre.matmul"{{.*}}spyre.grid = array<i64: 1, 1, 16>
+func.func @split_k(%a: tensor<64x65536x!spyre.dlf16>, %b: tensor<65536x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x65536x!spyre.dlf16>, tensor<65536x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  return %r : tensor<64x64x!spyre.dlf16>
+}
+
+// -----
+
+// Row-wise ops split the rows (the innermost dim stays whole on a core).
+// CHECK-LABEL: func.func @softmax
+// CHECK: "spyre.softmax"{{.*}}spyre.grid = array<i64: 32>
+// FOUR-LABEL: func.func @softmax
+// FOUR: "spyre.softmax"{{.*}}spyre.grid = array<i64: 4>
+func.func @softmax(%x: tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16> {
+  %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32} : (tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
+  return %s : tensor<1024x1024x!spyre.dlf16>
+}
+
+// -----
+
+// 1000 rows do not split 32 ways: the largest even split below, 25 cores.
+// CHECK-LABEL: func.func @uneven_rows
+// CHECK: "spyre.softmax"{{.*}}spyre.grid = array<i64: 25>
+func.func @uneven_rows(%x: tensor<1000x1024x!spyre.dlf16>) -> tensor<1000x1024x!spyre.dlf16> {
+  %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32} : (tensor<1000x1024x!spyre.dlf16>) -> tensor<1000x1024x!spyre.dlf16>
+  return %s : tensor<1000x1024x!spyre.dlf16>
+}
+
+// -----
+
+// An elementwise map with a bias broadcast over rows; the rows of a 3-D tensor are its flattened leading dims.
+// It is memory-bound: past 16 cores the end-of-op barrier costs more than the SFU time saved.
+// A tiny map stays on one core.
+// CHECK-LABEL: func.func @maps
+// CHECK: "spyre.map"
+// CHECK: spyre.grid = array<i64: 16>
+// CHECK: "spyre.map"
+// CHECK: spyre.grid = array<i64: 1>
+func.func @maps(%x: tensor<4x256x1024x!spyre.dlf16>, %bias: tensor<1024x!spyre.dlf16>, %y: tensor<8x64x!spyre.dlf16>) -> (tensor<4x256x1024x!spyre.dlf16>, tensor<8x64x!spyre.dlf16>) {
+  %m = "spyre.map"(%x, %bias) ({
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.addf %a, %b : f32
+    %t = math.tanh %s : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<4x256x1024x!spyre.dlf16>, tensor<1024x!spyre.dlf16>) -> tensor<4x256x1024x!spyre.dlf16>
+  %n = "spyre.map"(%y) ({
+  ^bb0(%a: f32):
+    %e = math.exp %a : f32
+    "spyre.yield"(%e) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  return %m, %n : tensor<4x256x1024x!spyre.dlf16>, tensor<8x64x!spyre.dlf16>
+}
+
+// -----
+
+// A matmul feeding a map: each op gets its own grid. Host regions and weights are not device ops.
+// CHECK-LABEL: func.func @matmul_map
+// CHECK: "spyre.weight"() {name = "fc.weight"} : ()
+// CHECK: "spyre.matmul"{{.*}}spyre.grid = array<i64: 2, 1, 1>
+// CHECK: "spyre.map"
+// CHECK: spyre.grid = array<i64: 16>
+// CHECK: "spyre.host"
+// CHECK-NEXT: "spyre.cast"(%{{.*}}) {operandSegmentSizes = array<i32: 1, 0>} :
+// CHECK-NEXT: "spyre.yield"
+// CHECK-NEXT: }) {reason = "test"} :
+func.func @matmul_map(%x: tensor<1024x1024x!spyre.dlf16>) -> (tensor<1024x64x!spyre.dlf16>, tensor<1024x64xf32>) {
+  %w = "spyre.weight"() {name = "fc.weight"} : () -> tensor<1024x64x!spyre.dlf16>
+  %r = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x64x!spyre.dlf16>) -> tensor<1024x64x!spyre.dlf16>
+  %g = "spyre.map"(%r) ({
+  ^bb0(%a: f32):
+    %t = math.tanh %a : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1024x64x!spyre.dlf16>) -> tensor<1024x64x!spyre.dlf16>
+  %h = "spyre.host"() ({
+    %c = "spyre.cast"(%g) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<1024x64x!spyre.dlf16>) -> tensor<1024x64xf32>
+    "spyre.yield"(%c) : (tensor<1024x64xf32>) -> ()
+  }) {reason = "test"} : () -> tensor<1024x64xf32>
+  return %g, %h : tensor<1024x64x!spyre.dlf16>, tensor<1024x64xf32>
+}
+
+// -----
+// ERRORS (with cores=1; the prefix TWO runs them with cores=2)
+
+// 256 MB of fp32 in and 128 MB of dlf16 out do not fit one core's 256 MB span: at least two cores.
+// TWO-DAG: func.func @span
+// TWO-DAG: "spyre.cast"{{.*}}spyre.grid = array<i64: 2>
+func.func @span(%x: tensor<8192x8192xf32>) -> tensor<8192x8192x!spyre.dlf16> {
+  // expected-error @+1 {{spyre-divide-work: no division of spyre.cast with 8192 rows over at most 1 cores keeps each core's device memory within the 268435456-byte span}}
+  %c = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<8192x8192xf32>) -> tensor<8192x8192x!spyre.dlf16>
+  return %c : tensor<8192x8192x!spyre.dlf16>
+}
+
+// -----
+
+// 32 GB of A: no even division over the cores brings a core's slice under 256 MB.
+// TWO-DAG: error: spyre-divide-work: no division of spyre.matmul 131072x64x131072 over at most 2 cores
+func.func @huge(%a: tensor<131072x131072x!spyre.dlf16>, %b: tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64x!spyre.dlf16> {
+  // expected-error @+1 {{no division of spyre.matmul 131072x64x131072 over at most 1 cores}}
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<131072x131072x!spyre.dlf16>, tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64x!spyre.dlf16>
+  return %r : tensor<131072x64x!spyre.dlf16>
+}
