@@ -1,0 +1,101 @@
+// The cases before the "ERRORS" line tile; the ones after it fail with a located diagnostic.
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-tile)' | filecheck %s
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-tile{tile-m=128 tile-n=128 tile-k=256 tile-rows=4})' | filecheck %s --check-prefix=FORCED
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-tile)'
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-tile{tile-m=1024 tile-n=1024 tile-k=1024})' 2>&1 | filecheck %s --check-prefix=TOO-BIG
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-tile{tile-m=48})' 2>&1 | filecheck %s --check-prefix=UNEVEN
+
+// Per-core block 512x256x1024 (grid 2x4x1): the whole M and N block per tile, K in steps of one stick, so A
+// and B stream double-buffered against the PT array and nothing is loaded twice.
+// CHECK-LABEL: func.func @matmul_1024
+// CHECK: "spyre.matmul"{{.*}}spyre.tile = array<i64: 512, 256, 64>
+// FORCED-LABEL: func.func @matmul_1024
+// FORCED: "spyre.matmul"{{.*}}spyre.tile = array<i64: 128, 128, 256>
+// Forced sizes are clamped to the 512x256x1024 block, which alone needs 1 MiB (A) + 512 KiB (B) + 512 KiB (fp32
+// accumulator) + 256 KiB (out), single-buffered.
+// TOO-BIG: error: spyre-tile: tile 512x256x1024 of 'spyre.matmul' needs 2359296 bytes of scratchpad, 1589376 available
+func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 2, 4, 1>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
+  return %r : tensor<1024x1024x!spyre.dlf16>
+}
+
+// -----
+
+// The same matmul on all 32 cores (grid 4x8x1): a 256x128 block per core.
+// CHECK-LABEL: func.func @matmul_1024_32
+// CHECK: "spyre.matmul"{{.*}}spyre.tile = array<i64: 256, 128, 64>
+func.func @matmul_1024_32(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 4, 8, 1>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
+  return %r : tensor<1024x1024x!spyre.dlf16>
+}
+
+// UNEVEN: error: spyre-tile: tile-m=48 does not divide the per-core block of 512
+
+// -----
+
+// A 64x64 matmul on one core: a single tile (forced sizes are clamped to the block).
+// CHECK-LABEL: func.func @matmul_64
+// CHECK: "spyre.matmul"{{.*}}spyre.tile = array<i64: 64, 64, 64>
+// FORCED-LABEL: func.func @matmul_64
+// FORCED: "spyre.matmul"{{.*}}spyre.tile = array<i64: 64, 64, 64>
+func.func @matmul_64(%a: tensor<64x64x!spyre.dlf16>, %b: tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 1, 1, 1>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  return %r : tensor<64x64x!spyre.dlf16>
+}
+
+// -----
+
+// Row-wise ops: rows per tile, dividing the core's rows (32 here). The softmax streams 4 tiles to overlap its
+// SFU work with DMA; the map has almost no SFU work, so one tile (fewer transfers) is cheapest.
+// CHECK-LABEL: func.func @softmax_map
+// CHECK: "spyre.softmax"{{.*}}spyre.tile = array<i64: 8>
+// CHECK: "spyre.map"
+// CHECK: spyre.tile = array<i64: 32>
+// FORCED-LABEL: func.func @softmax_map
+// FORCED: "spyre.softmax"{{.*}}spyre.tile = array<i64: 4>
+// FORCED: "spyre.map"
+// FORCED: spyre.tile = array<i64: 4>
+func.func @softmax_map(%x: tensor<1024x1024x!spyre.dlf16>, %bias: tensor<1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16> {
+  %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32, spyre.grid = array<i64: 32>} : (tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
+  %m = "spyre.map"(%s, %bias) ({
+  ^bb0(%a: f32, %b: f32):
+    %t = arith.addf %a, %b : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.grid = array<i64: 32>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
+  return %m : tensor<1024x1024x!spyre.dlf16>
+}
+
+// -----
+
+// A matmul feeding a map with a different grid: each is tiled for its own per-core block.
+// CHECK-LABEL: func.func @matmul_map
+// CHECK: "spyre.matmul"{{.*}}spyre.tile = array<i64: 512, 64, 64>
+// CHECK: "spyre.map"
+// CHECK: spyre.tile = array<i64: 64>
+func.func @matmul_map(%x: tensor<1024x1024x!spyre.dlf16>, %w: tensor<1024x64x!spyre.dlf16>) -> tensor<1024x64x!spyre.dlf16> {
+  %r = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 2, 1, 1>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x64x!spyre.dlf16>) -> tensor<1024x64x!spyre.dlf16>
+  %g = "spyre.map"(%r) ({
+  ^bb0(%a: f32):
+    %t = math.tanh %a : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.grid = array<i64: 16>} : (tensor<1024x64x!spyre.dlf16>) -> tensor<1024x64x!spyre.dlf16>
+  return %g : tensor<1024x64x!spyre.dlf16>
+}
+
+// -----
+// ERRORS
+
+func.func @no_grid(%x: tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {
+  // expected-error @+1 {{spyre-tile: 'spyre.softmax' has no spyre.grid: run spyre-divide-work first}}
+  %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32} : (tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  return %s : tensor<64x64x!spyre.dlf16>
+}
+
+// -----
+
+// One row of a million dlf16 values (2 MiB in, 2 MiB out, a 4 MiB fp32 working copy) cannot fit.
+func.func @wide_row(%x: tensor<8x1048576x!spyre.dlf16>) -> tensor<8x1048576x!spyre.dlf16> {
+  // expected-error @+1 {{spyre-tile: a single row of spyre.softmax with 8 rows needs 8388736 bytes of scratchpad, 1589376 available}}
+  %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32, spyre.grid = array<i64: 8>} : (tensor<8x1048576x!spyre.dlf16>) -> tensor<8x1048576x!spyre.dlf16>
+  return %s : tensor<8x1048576x!spyre.dlf16>
+}
