@@ -373,8 +373,8 @@ def _pool(x, kind, kernel, strides, pad, t) -> ir.Value:
     return p.result
 
 
-def _sum_pool_reason(op: ir.Operation) -> str:
-    # Converted by _convert_avg_pool from the division that follows it; alone it stays on the host.
+def _decline_sum_pool(op: ir.Operation) -> str:
+    """A sum pool converts from the division that follows it (_convert_avg_pool); alone it has no form."""
     return "sum pooling not followed by a division by the window size (no spyre.pool2d form)"
 
 
@@ -403,8 +403,7 @@ def _convert_generic(op: ir.Operation) -> str | None:
         return _convert_gather(op)
     if any(it.endswith("<reduction>") for it in iters):
         return _convert_reduction(op)
-    why = _convert_avg_pool(op)
-    if why is None:
+    if _convert_avg_pool(op) is None:
         return None
     return _convert_elementwise(op)
 
@@ -1119,7 +1118,7 @@ _PATTERNS = {
     "linalg.depthwise_conv_2d_nchw_chw": _convert_conv,
     "linalg.conv_2d_ngchw_gfchw": _convert_conv,
     "linalg.pooling_nchw_max": _convert_max_pool,
-    "linalg.pooling_nchw_sum": _sum_pool_reason,
+    "linalg.pooling_nchw_sum": _decline_sum_pool,
     "linalg.softmax": _convert_softmax,
     "linalg.generic": _convert_generic,
 }

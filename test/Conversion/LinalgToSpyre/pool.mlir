@@ -82,3 +82,29 @@ func.func @global_avg_pool(%arg0: tensor<1x32x8x8xf32>) -> tensor<1x32xf32> {
   %collapsed_11 = tensor.collapse_shape %25 [[0], [1, 2, 3]] : tensor<1x32x1x1xf32> into tensor<1x32xf32>
   return %collapsed_11 : tensor<1x32xf32>
 }
+
+// -----
+
+// nn.MaxPool2d(3, stride=2, padding=1): torch-mlir pads with -inf, which folds into the pool's padding;
+// a dilated pool has no spyre form.
+// CHECK-LABEL: func.func @max_pool_padded
+// CHECK: "spyre.pool2d"(%arg0) {kernel = array<i64: 3, 3>, kind = "max", padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>}
+// CHECK-SAME: (tensor<1x4x8x8xf32>) -> tensor<1x4x4x4xf32>
+// CHECK: linalg.pooling_nchw_max
+// CHECK-SAME: spyre.unconverted = "dilated pooling has no spyre.pool2d form"
+func.func @max_pool_padded(%arg0: tensor<1x4x8x8xf32>) -> (tensor<1x4x4x4xf32>, tensor<1x4x3x3xf32>) {
+  %ninf = arith.constant 0xFF800000 : f32
+  %padded = tensor.pad %arg0 low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %ninf : f32
+  } : tensor<1x4x8x8xf32> to tensor<1x4x10x10xf32>
+  %e = tensor.empty() : tensor<1x4x4x4xf32>
+  %f = linalg.fill ins(%ninf : f32) outs(%e : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %w = tensor.empty() : tensor<3x3xf32>
+  %p = linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%padded, %w : tensor<1x4x10x10xf32>, tensor<3x3xf32>) outs(%f : tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  %w2 = tensor.empty() : tensor<2x2xf32>
+  %e3 = tensor.empty() : tensor<1x4x3x3xf32>
+  %f3 = linalg.fill ins(%ninf : f32) outs(%e3 : tensor<1x4x3x3xf32>) -> tensor<1x4x3x3xf32>
+  %q = linalg.pooling_nchw_max {dilations = dense<2> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%arg0, %w2 : tensor<1x4x8x8xf32>, tensor<2x2xf32>) outs(%f3 : tensor<1x4x3x3xf32>) -> tensor<1x4x3x3xf32>
+  return %p, %q : tensor<1x4x4x4xf32>, tensor<1x4x3x3xf32>
+}
