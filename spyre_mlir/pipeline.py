@@ -19,3 +19,35 @@ def graph_pipeline(place_host: bool = True, report: bool = False) -> str:
         # Nothing is dropped: every op without a device form is kept whole in a spyre.host region.
         steps.append("spyre-place-host{report=true}" if report else "spyre-place-host")
     return f"builtin.module({','.join(steps)})"
+
+
+PRECISIONS = ("dlf16", "fp8", "int8-weights", "fp32-reference")
+
+
+def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: str | None = None) -> str:
+    """spyre graph (the output of :func:`graph_pipeline`) -> kernel level: formats, layouts, work division,
+    tiles, scratchpad offsets, schedule; what ``spyre-emit`` reads (docs/compiler.md).
+
+    ``cores`` None means every core of the target; ``target`` is a target TOML path (None: the packaged card).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
+    def opts(**kw) -> str:
+        kw = {k: v for k, v in kw.items() if v}
+        return "{" + " ".join(f"{k}={v}" for k, v in kw.items()) + "}" if kw else ""
+
+    steps = [
+        # Pick the number format of every device tensor (explicit casts; weights quantized with scales).
+        f"spyre-reduce-precision{{precision={precision}}}",
+        # Stick layouts; restickify transposes where matmul operands need another sticked dim.
+        "spyre-layout",
+        # Spread each op over the cores (grid), with the cost model choosing splits.
+        "spyre-divide-work" + opts(cores=cores, target=target),
+        # Per-core tiles that fit the scratchpad with double buffering.
+        "spyre-tile" + opts(target=target),
+        # Byte offsets of each op's scratchpad buffers, reused where lifetimes allow.
+        "spyre-allocate-scratchpad" + opts(target=target),
+        # Double buffering and the barriers where data crosses cores.
+        "spyre-schedule",
+    ]
+    return f"builtin.module({','.join(steps)})"

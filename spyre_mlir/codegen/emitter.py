@@ -128,7 +128,9 @@ class Emitter:
         self.b = ProgramBuilder(target, producer=producer)
         self.known: dict = {}        # value -> numpy array
         self.qscale: dict = {}       # value -> (scales array, axis or None) of a quantized known value
+        self.qfmt: dict = {}         # value -> storage Format of a quantized known value (int8 / fp8)
         self.dev: dict = {}          # value -> DevTensor
+        self._dequantized: dict = {}
         self.consts: dict = {}       # id(known array) -> DevTensor (a constant reused by several readers)
         self.host_ops: list[str] = []   # what ran on the host, for the report
         self.kernels: list[str] = []
@@ -186,6 +188,8 @@ class Emitter:
         arr = self.known[v]
         shape, elt = _tensor_type(v)
         fmt = fmt or format_of(elt)
+        if v in self.qscale:     # read by something else than a matmul rhs: real values in the IR's type
+            arr = self._dequantized.setdefault(v, _dequantize(arr, *self.qscale[v]))
         key = (id(arr), fmt)
         if key not in self.consts:
             vals = np.asarray(arr).reshape(shape or (1,))
@@ -232,7 +236,8 @@ class Emitter:
         from torch_mlir import ir
 
         main = None
-        for op in self.module.body.operations:
+        mod = self.module.operation if hasattr(self.module, "operation") else self.module
+        for op in mod.regions[0].blocks[0].operations:
             if op.operation.name == "func.func" and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main":
                 main = op
         if main is None:
@@ -389,7 +394,8 @@ class Emitter:
         used = getattr(self, f"_k_{name[6:]}")(op, loc)
         barrier = _attr(op, "spyre.barrier")
         if barrier is None:
-            barrier = self.cores > 1
+            # After spyre-schedule a missing flag means "no data crosses cores here"; before it, be safe.
+            barrier = self.cores > 1 and _attr(op, "spyre.double_buffer") is None
         if barrier:
             self.barrier(loc)
 
@@ -427,15 +433,20 @@ class Emitter:
                 s, axis = self.qscale[src]
                 if axis is not None and name == "spyre.transpose":
                     axis = list(_attr(op, "permutation")).index(axis)
-                self.known[r] = np.asarray(self.known[r])
                 self.qscale[r] = (s, axis)
+                self.qfmt[r] = self.qfmt[src]
                 self.known[r] = _quant_codes_passthrough(op, self.known[src], name)
 
     def _fold_quantize(self, op):
         """spyre.cast {scale_mode} of a parameter: codes plus symmetric scales computed from its values."""
         v = op.operation.operands[0]
-        x = np.asarray(self.known[v], np.float32)
         r = op.operation.results[0]
+        if v in self.qscale:
+            # The dequantizing cast back to the compute format: keep the codes, the kernel applies the scales.
+            self.known[r], self.qscale[r], self.qfmt[r] = self.known[v], self.qscale[v], self.qfmt[v]
+            self._const_names[r] = self._const_names.get(v, "const")
+            return
+        x = np.asarray(self.known[v], np.float32)
         _, elt = _tensor_type(r)
         mode = _attr(op, "scale_mode")
         axis = _attr(op, "axis") if mode == "per-channel" else None
@@ -444,7 +455,7 @@ class Emitter:
         fmt = format_of(elt)
         if fmt is Format.INT8:
             s = symmetric_scale(x, 8, axis=axis)
-            q = quantize_int(x, s if axis is None else _expand(s, x.ndim, axis), 8)
+            q = quantize_int(x, 8, s, axis=axis)
         elif fmt in (Format.FP8_E4M3, Format.FP8_E5M2):
             fmax = 448.0 if fmt is Format.FP8_E4M3 else 57344.0
             amax = np.max(np.abs(x), axis=tuple(d for d in range(x.ndim) if d != axis)) if axis is not None \
@@ -455,6 +466,7 @@ class Emitter:
             raise EmitError(f"scale_mode cast to {elt} is not supported", op.operation.location)
         self.known[r] = np.asarray(q)
         self.qscale[r] = (np.asarray(s, np.float32), axis)
+        self.qfmt[r] = fmt
         self._const_names[r] = self._const_names.get(v, "const")
 
     # ---- host -------------------------------------------------------------------------------------------
@@ -478,8 +490,6 @@ class Emitter:
             self.barrier(loc)
         ins = []
         for v in reads:
-            if v in self.qscale:
-                raise EmitError(f"{name} reads a quantized parameter on the host", op.operation.location)
             t = self.tensor(v)
             buf = t.buffer
             if tuple(buf.shape) != (tuple(t.shape) or (1,)) or buf.fmt is not t.fmt or buf.addr != t.addr:
@@ -571,7 +581,7 @@ class Emitter:
             if transpose:
                 val = np.swapaxes(val, -1, -2)
             shape, elt = _tensor_type(rhs)
-            fmt = format_of(elt)
+            fmt = self.qfmt.get(rhs) or format_of(elt)
             name = self._name(self._const_names.get(rhs, "w") + (".T" if transpose else ""))
             if fmt is Format.INT8:
                 buf = self.b.constant(name, val.astype(np.int8), fmt, encoded=True)

@@ -101,6 +101,9 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     Batches are spread over groups of ``gm*gn*gk`` cores."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
+    se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
+    if grid and not _grid_ok(grid, M, N, K, cores, se_n, se_k):
+        grid = tile = None      # a split this kernel cannot address (off stick boundaries): choose one here
     gm, gn, gk = grid or choose_matmul_grid(M, N, K, cores, fa, fb, fo)
     group = gm * gn * gk
     ngroups = max(1, min(len(batches), cores // group))
@@ -108,6 +111,9 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     nbuf = 2 if double_buffer else 1
     usable = em.target.scratchpad_usable_bytes
     bias_fmt = bias.fmt if bias is not None else None
+    if tile and ((tile[1] < nb and tile[1] % se_n) or (tile[2] < kb and tile[2] % se_k)
+                 or tile[0] > mb or tile[1] > nb or tile[2] > kb):
+        tile = None
     if tile:
         tm, tn, tk = tile
         if _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, gk > 1, bias_fmt) > usable:
@@ -184,6 +190,12 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
                     store_rows(b, root, _sub(t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
+
+
+def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> bool:
+    gm, gn, gk = grid
+    return (gm * gn * gk <= cores and M % gm == 0 and N % gn == 0 and K % gk == 0
+            and (gn == 1 or (N // gn) % se_n == 0) and (gk == 1 or (K // gk) % se_k == 0))
 
 
 def _sub(tile, rows, cols):

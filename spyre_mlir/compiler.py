@@ -1,0 +1,211 @@
+"""The Python API: compile a PyTorch model for Spyre and get back something to call.
+
+    import spyre_mlir
+    exe = spyre_mlir.compile(model, example_inputs, precision="dlf16", cores=32)
+    (y,) = exe(x)                 # numpy or torch inputs; numpy outputs; runs on the emulator
+    exe.profile                   # modeled cycles, utilization, ... of the last call
+    exe.compile_info              # precision, cores, cache hit, compile seconds, what runs on the host
+
+``compile_to_file(..., output="model.spyre")`` writes the binary instead (atomically) and returns its path.
+
+Stages (each a function of ``spyre_mlir.pipeline``): frontend -> linalg -> graph pipeline -> kernel pipeline
+-> ``spyre-emit``. Parameter values travel beside the IR (``ImportedModel.params``), through the emit pass's
+side channel. Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's
+bytes, the options, the target's fingerprint and the spyre_mlir version, so a cache hit is exactly the binary
+a fresh compile would write. The cache lives in ``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else
+``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+from spyre_mlir.pipeline import PRECISIONS
+
+__all__ = ["compile", "compile_to_file", "CompileError", "PRECISIONS"]
+
+
+class CompileError(Exception):
+    """A request the compiler cannot satisfy (bad option, impossible core count, a tile that cannot fit, a
+    pipeline failure); the message says which."""
+
+
+@dataclasses.dataclass
+class CompileInfo:
+    precision: str
+    cores: int
+    cache_hit: bool
+    seconds: float
+    path: str
+    host_ops: list
+    key: str
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("spyre-mlir")
+    except Exception:
+        return "0"
+
+
+def _check_options(precision, cores, target):
+    from spyre_mlir.target import TargetError, load_target
+
+    if precision not in PRECISIONS:
+        raise CompileError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
+    try:
+        tgt = load_target(target)
+    except TargetError as e:
+        raise CompileError(str(e)) from None
+    if cores is None:
+        cores = tgt.max_cores
+    if not isinstance(cores, int) or not 1 <= cores <= tgt.max_cores:
+        raise CompileError(f"cannot use {cores} cores: the target ({tgt.name}) has 1..{tgt.max_cores}")
+    return tgt.with_cores(cores), cores
+
+
+def cache_key(imported, precision, cores, target) -> str:
+    """sha256 over everything that determines the binary."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    h.update(imported.linalg_ir.encode())
+    for name in sorted(imported.params):
+        a = np.ascontiguousarray(imported.params[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    opts = {"precision": precision, "cores": cores, "inputs": [s.name for s in imported.inputs],
+            "outputs": [s.name for s in imported.outputs]}
+    h.update(json.dumps(opts, sort_keys=True).encode())
+    h.update(target.fingerprint().encode())
+    h.update(_version().encode())
+    return h.hexdigest()
+
+
+def _cache_dir(cache_dir):
+    if cache_dir is False:
+        return None
+    if cache_dir is None:
+        cache_dir = os.environ.get("SPYRE_MLIR_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                          "spyre-mlir")
+    os.makedirs(cache_dir, exist_ok=True)
+    return cache_dir
+
+
+def kernel_module_text(spyre_ir: str, precision: str, cores: int, target_path: str | None) -> str:
+    """Run the kernel pipeline on graph-level IR text (what ``--emit=kernel`` prints)."""
+    from torch_mlir import ir
+
+    from spyre_mlir.context import make_context
+    from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
+    from spyre_mlir.pipeline import kernel_pipeline
+
+    pipeline = kernel_pipeline(precision, cores, target_path)
+    with make_context():
+        module = ir.Module.parse(spyre_ir)
+        try:
+            run_pipeline(module, pipeline)
+        except (ir.MLIRError, PipelineError) as e:
+            raise CompileError(f"kernel pipeline failed: {e}") from None
+        return str(module)
+
+
+def emit_text(kernel_ir: str, target, params, input_names=None, output_names=None, output=None):
+    """Run spyre-emit on kernel-level IR text with the parameter side channel; returns the emitter."""
+    from torch_mlir import ir
+
+    from spyre_mlir.context import make_context
+    from spyre_mlir.passes.emit import parameters
+    from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
+
+    opt = f"{{output={output}}}" if output else ""
+    with make_context():
+        module = ir.Module.parse(kernel_ir)
+        with parameters(params, input_names, output_names, target) as side:
+            try:
+                run_pipeline(module, f"builtin.module(spyre-emit{opt})")
+            except (ir.MLIRError, PipelineError) as e:
+                raise CompileError(f"emission failed: {e}") from None
+            return side["emitter"]
+
+
+def _graph_text(linalg_ir: str) -> str:
+    from torch_mlir import ir
+
+    from spyre_mlir.context import make_context
+    from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
+    from spyre_mlir.pipeline import graph_pipeline
+
+    with make_context():
+        module = ir.Module.parse(linalg_ir)
+        try:
+            run_pipeline(module, graph_pipeline())
+        except (ir.MLIRError, PipelineError) as e:
+            raise CompileError(f"graph pipeline failed: {e}") from None
+        return str(module)
+
+
+def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output):
+    from spyre_mlir.frontend import import_model
+
+    t0 = time.perf_counter()
+    tgt, cores = _check_options(precision, cores, target)
+    imported = import_model(model_or_path, example_inputs, input_shapes=input_shapes)
+    key = cache_key(imported, precision, cores, tgt)
+    cdir = _cache_dir(cache_dir)
+    cached = os.path.join(cdir, key + ".spyre") if cdir else None
+    hit = cached is not None and os.path.exists(cached)
+    host_ops = []
+    if hit and output and output != cached:
+        import shutil
+
+        tmp = output + ".tmp"
+        shutil.copyfile(cached, tmp)
+        os.replace(tmp, output)
+    elif not hit:
+        kernel = kernel_module_text(_graph_text(imported.linalg_ir), precision, cores, target)
+        dest = output or cached
+        if dest is None:
+            import tempfile
+
+            dest = os.path.join(tempfile.mkdtemp(prefix="spyre-"), "model.spyre")
+        em = emit_text(kernel, tgt, imported.params, [s.name for s in imported.inputs],
+                       [s.name for s in imported.outputs], output=dest)
+        host_ops = list(em.host_ops)
+        if cached and dest != cached:
+            import shutil
+
+            shutil.copyfile(dest, cached + ".tmp")
+            os.replace(cached + ".tmp", cached)
+    path = output or cached or dest
+    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key)
+    return path, tgt, info
+
+
+def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cores: int | None = None,
+            target=None, cache_dir=None, input_shapes=None):
+    """Compile and load: returns the runtime's Executable (call it with inputs; ``.profile`` afterwards;
+    ``.compile_info`` says how it was built). ``cores`` None: every core of the target. ``precision``
+    ``fp32-reference`` runs with the emulator's fp32-reference numerics (no rounding anywhere)."""
+    from spyre_mlir.codegen import hostprog
+    from spyre_mlir.runtime import load
+
+    path, tgt, info = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
+                             None)
+    hostprog.register()
+    exe = load(path, target=tgt, numerics="fp32-reference" if precision == "fp32-reference" else "faithful")
+    exe.compile_info = info
+    return exe
+
+
+def compile_to_file(model_or_path, example_inputs=None, *, output: str, precision: str = "dlf16",
+                    cores: int | None = None, target=None, cache_dir=None, input_shapes=None) -> str:
+    """Compile to a .spyre file at ``output`` (written atomically); returns the path."""
+    path, _, _ = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output)
+    return path
