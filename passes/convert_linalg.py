@@ -28,7 +28,8 @@ Coverage (source op -> spyre op; "host" means left for `spyre-place-host`, with 
 | linalg.pooling_nchw_sum + divf by KH*KW          | spyre.pool2d kind = avg (zero pad -> padding, count_include_pad); a bare sum pool -> host |
 | linalg.softmax                                   | spyre.softmax                                            |
 | linalg.generic, all parallel                     | spyre.map (<= 4 inputs; arith/math bodies incl. extf/truncf/sitofp); int64/index element types, cf.assert, linalg.index, tensor.extract bodies -> host |
-| linalg.generic, reduction (sum/max/min/prod)     | spyre.reduce (dims, keepdim); a non-identity init is combined with a spyre.map; other combiners (andi, argmax results) -> host |
+| linalg.generic, reduction (sum/max/min/prod)     | spyre.reduce (dims, keepdim); a non-identity init is combined with a spyre.map; argmax results used -> host |
+| linalg.generic, i1 reduction by andi / ori       | uitofp map, spyre.reduce min / max, fptoui map (all / any, e.g. SDPA's fully-masked-row test) |
 | linalg.generic embedding (tensor.extract rows)   | spyre.gather (the index bounds asserts are dropped: the gather clamps on device) |
 | linalg.transpose                                 | spyre.transpose                                          |
 | linalg.broadcast                                 | spyre.reshape (unit dims only) or spyre.reshape + identity spyre.map |
@@ -166,6 +167,8 @@ def _scalar_const(v: ir.Value) -> float | int | None:
     a = op.attributes["value"]
     if isinstance(a, ir.FloatAttr):
         return ir.FloatAttr(a).value
+    if isinstance(a, ir.BoolAttr):
+        return int(ir.BoolAttr(a).value)
     if isinstance(a, ir.IntegerAttr):
         return ir.IntegerAttr(a).value
     return None
@@ -227,6 +230,15 @@ def _binary_map(lhs: ir.Value, rhs: ir.Value, name: str, t: ir.Type) -> ir.Value
         r = ir.Operation.create(name, results=[ir.RankedTensorType(t).element_type],
                                 operands=list(block.arguments)).result
         spyre.YieldOp(r)
+    return m.result
+
+
+def _cast_map(x: ir.Value, elt: ir.Type, cast: str) -> ir.Value:
+    """A spyre.map converting `x` elementwise to `elt` with the arith cast op `cast`."""
+    m = spyre.MapOp(ir.RankedTensorType.get(_shape(x), elt), in0=x)
+    block = m.body.blocks.append(_elt(x))
+    with ir.InsertionPoint(block):
+        spyre.YieldOp(ir.Operation.create(cast, results=[elt], operands=[block.arguments[0]]).result)
     return m.result
 
 
@@ -475,7 +487,9 @@ _REDUCE_KIND = {
     "arith.addf": "sum", "arith.addi": "sum", "arith.mulf": "prod", "arith.muli": "prod",
     "arith.maximumf": "max", "arith.maxnumf": "max", "arith.maxsi": "max",
     "arith.minimumf": "min", "arith.minnumf": "min", "arith.minsi": "min",
+    "arith.andi": "min", "arith.ori": "max",  # on i1 only: all / any, reduced as 0.0/1.0 floats
 }
+_LOGICAL = ("arith.andi", "arith.ori")
 _IDENTITY = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf")}
 
 
@@ -522,13 +536,23 @@ def _convert_reduction(op: ir.Operation) -> str | None:
         return "reduction whose result map mixes kept and dropped reduced dims"
     if _is_int64(_elt(x)):
         return "int64 index math"
+    logical = name in _LOGICAL
+    if logical and str(_elt(x)) != "i1":
+        return f"no spyre form for linalg.generic with reduction iterators of kind {name} on {_elt(x)}"
     with ir.InsertionPoint(op), _origin(op):
-        r = spyre.ReduceOp(x, res.type)
+        if logical:  # all(b) = min(float(b)), any(b) = max(float(b)); 0.0 and 1.0 convert back exactly
+            f32 = ir.F32Type.get()
+            x = _cast_map(x, f32, "arith.uitofp")
+        r = spyre.ReduceOp(x, ir.RankedTensorType.get(_shape(res), _elt(x)))
         r.operation.attributes["dims"] = _i64s(dims)
         r.operation.attributes["kind"] = ir.StringAttr.get(kind)
         r.operation.attributes["keepdim"] = ir.BoolAttr.get(keep)
         v = r.result
-        if _fill_value(init) != _IDENTITY[kind]:
+        identity = _IDENTITY[kind]
+        if logical:
+            v = _cast_map(v, _elt(res), "arith.fptoui")
+            identity = {"arith.andi": (1, -1), "arith.ori": (0,)}[name]  # i1 true may read as -1
+        if _fill_value(init) not in (identity if logical else (identity,)):
             v = _binary_map(v, init, name, res.type)
     res.replace_all_uses_with(v)
     op.erase()

@@ -200,7 +200,7 @@ def _eval(op, x, env):
         return [_UNARY[name](x[0])]
     if name in _BINARY:
         return [_BINARY[name](x[0], x[1])]
-    if name in ("arith.extf", "arith.truncf", "arith.sitofp", "arith.index_cast"):
+    if name in ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptoui", "arith.index_cast"):
         return [x[0].to(_elt(t))]
     if name == "math.fpowi":
         return [x[0] ** x[1]]

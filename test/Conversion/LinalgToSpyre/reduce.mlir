@@ -119,10 +119,14 @@ func.func @min_prod(%arg0: tensor<4x64xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
 #map8 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #map12 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>
 
-// The all(-inf) test of SDPA's safe softmax reduces i1 with andi: no spyre.reduce kind, so it stays.
+// The all(-inf) test of SDPA's safe softmax reduces i1 with andi: all(b) is min(float(b)), converted back.
 // CHECK-LABEL: func.func @and_reduction
-// CHECK: linalg.generic
-// CHECK-SAME: spyre.unconverted = "no spyre form for linalg.generic with reduction iterators of kind arith.andi"
+// CHECK: %[[F:.*]] = "spyre.map"(%arg0) ({
+// CHECK: arith.uitofp %{{.*}} : i1 to f32
+// CHECK: %[[R:.*]] = "spyre.reduce"(%[[F]]) {dims = array<i64: 3>, keepdim = true, kind = "min"} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+// CHECK: %[[B:.*]] = "spyre.map"(%[[R]]) ({
+// CHECK: arith.fptoui %{{.*}} : f32 to i1
+// CHECK: return %[[B]]
 func.func @and_reduction(%60: tensor<1x4x16x16xi1>) -> tensor<1x4x16x1xi1> {
   %true = arith.constant true
   %61 = tensor.empty() : tensor<1x4x16x1xi1>
@@ -133,4 +137,25 @@ func.func @and_reduction(%60: tensor<1x4x16x16xi1>) -> tensor<1x4x16x1xi1> {
     linalg.yield %146 : i1
   } -> tensor<1x4x16x1xi1>
   return %63 : tensor<1x4x16x1xi1>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#drop = affine_map<(d0, d1) -> (d0)>
+
+// A bitwise and over i8 has no spyre form: it stays, with the reason.
+// CHECK-LABEL: func.func @bitwise_and
+// CHECK: linalg.generic
+// CHECK-SAME: spyre.unconverted = "no spyre form for linalg.generic with reduction iterators of kind arith.andi on i8"
+func.func @bitwise_and(%x: tensor<4x8xi8>) -> tensor<4xi8> {
+  %ones = arith.constant -1 : i8
+  %e = tensor.empty() : tensor<4xi8>
+  %f = linalg.fill ins(%ones : i8) outs(%e : tensor<4xi8>) -> tensor<4xi8>
+  %r = linalg.generic {indexing_maps = [#id, #drop], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<4x8xi8>) outs(%f : tensor<4xi8>) {
+  ^bb0(%in: i8, %out: i8):
+    %a = arith.andi %in, %out : i8
+    linalg.yield %a : i8
+  } -> tensor<4xi8>
+  return %r : tensor<4xi8>
 }
