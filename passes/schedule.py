@@ -7,8 +7,9 @@
   Ops without the attribute need no barrier after them.
 
 Whether data stays on its core is decided from the work division: an op's result is held in contiguous row
-blocks, block c on core c, when it is row-wise (`[gr]`), a matmul split along M only (`[gm, 1, 1]`, batches
-too) or a conv2d split along the batch only; a consumer reads an operand that way when it is row-wise and the
+blocks, block c on core c, when it is row-wise (`[gr]`), a matmul split along M only (`[gm, 1, 1]`, as the
+matmul kernel numbers cores) or a conv2d split along the batch only (a batch_matmul on several cores is always
+treated as crossing: how batches map to cores is the emitter's choice); a consumer reads an operand that way when it is row-wise and the
 operand is streamed row by row (not broadcast, not transposed or gathered), or it is a matmul's lhs with the
 same M-only split. Producer and consumer agree when both use the same number of blocks (one core each counts as
 one block on core 0). Everything else (a different grid, a split along N or K, an rhs every core reads) crosses
@@ -75,10 +76,12 @@ def result_blocks(model: OpModel, grid: list[int]) -> int | None:
         return 1
     if model.kind == "rows":
         return grid[0]
-    if model.kind == "matmul":
-        gb, gm, gn, gk = model.grid4(grid)
-        return gb * gm if gn == 1 and gk == 1 else None
-    return grid[0] if grid[1] == grid[2] == 1 else None
+    if model.kind == "matmul" and not model.batched:
+        gm, gn, gk = grid
+        return gm if gn == 1 and gk == 1 else None
+    if model.kind == "conv":
+        return grid[0] if grid[1] == grid[2] == 1 else None
+    return None
 
 
 def operand_blocks(model: OpModel, grid: list[int], index: int) -> int | None:
@@ -87,7 +90,7 @@ def operand_blocks(model: OpModel, grid: list[int], index: int) -> int | None:
         return 1
     if model.kind == "rows":
         return grid[0] if index in model.chunked else None
-    if model.kind == "matmul" and index == 0:
-        gb, gm, gn, gk = model.grid4(grid)
-        return gb * gm if gn == 1 and gk == 1 else None
+    if model.kind == "matmul" and not model.batched and index == 0:
+        gm, gn, gk = grid
+        return gm if gn == 1 and gk == 1 else None
     return None
