@@ -1,19 +1,21 @@
 """spyre-compile: compile a PyTorch model file, stopping at a named stage.
 
-    spyre-compile MODEL --emit=torch|linalg|spyre [-o OUT] [--input-shape 1x3x224x224xf32 ...]
-                  [--trust-pickle] [--dump-dir DIR]
+    spyre-compile MODEL --emit=torch|linalg|spyre|kernel|program|binary [-o OUT]
+                  [--precision dlf16|fp8|int8-weights|fp32-reference] [--cores N] [--target FILE]
+                  [--input-shape 1x3x224x224xf32 ...] [--trust-pickle] [--dump-dir DIR]
 
 The compiler is a list of named stages (``STAGES``); ``--emit=NAME`` runs the stages up to NAME and prints
-(or writes, with ``-o``) that stage's IR. Later stages (kernel, program, binary) are accepted by the
-option parser but exit 1 until they are built: a stage is added by writing ``def _stage_x(job, ir) -> str``
-and appending ``("x", _stage_x)`` to ``STAGES`` (and removing it from ``PLANNED_STAGES``).
+(or writes, with ``-o``) that stage's output: IR for torch/linalg/spyre/kernel, the instruction listing for
+``program``, and for ``binary`` the .spyre file itself (``-o`` required, written atomically). A stage is
+``def _stage_x(job, previous_output) -> str`` appended as ``("x", _stage_x)`` to ``STAGES``.
 
 ``--dump-dir DIR`` keeps every stage's output (``01-torch.mlir``, ``02-linalg.mlir``, ...). When a stage
 fails it also writes the stage's input IR (``NN-<stage>.input.mlir``) and the exact command that reproduces
 the failure (``NN-<stage>.repro.sh``).
 
-Exit status: 0 success; 1 a stage failed or is not built yet; 2 bad usage or a model file that cannot be
-loaded (the message names the file and the accepted formats; no traceback).
+Exit status: 0 success; 1 a stage failed (e.g. a tile that cannot fit); 2 bad usage (unknown precision,
+impossible core count, unreadable target file, ``--emit=binary`` without ``-o``) or a model file that
+cannot be loaded (the message names the file and the accepted formats; no traceback).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class Job:
 
     args: argparse.Namespace
     imported: object = None  # spyre_mlir.frontend.ImportedModel
+    target: object = None    # spyre_mlir.target.Target narrowed to --cores
+    kernel_input: str | None = None
+    program_emitter: object = None  # spyre_mlir.codegen.emitter.Emitter of the program stage
 
 
 def _stage_torch(job: Job, _ir: str | None) -> str:
@@ -76,14 +81,63 @@ def _stage_spyre(job: Job, linalg_ir: str) -> str:
         return str(module)
 
 
-# The compiler, in order. Each stage takes the previous stage's IR text and returns its own.
+def _stage_kernel(job: Job, spyre_ir: str) -> str:
+    """Graph IR -> kernel level: precision, layout, work division, tiles, scratchpad, schedule
+    (spyre_mlir.pipeline.kernel_pipeline)."""
+    from spyre_mlir.compiler import CompileError, kernel_module_text
+    from spyre_mlir.frontend.errors import StageError
+    from spyre_mlir.pipeline import kernel_pipeline
+
+    a = job.args
+    job.kernel_input = spyre_ir
+    try:
+        return kernel_module_text(spyre_ir, a.precision, job.target.num_cores, a.target)
+    except CompileError as e:
+        raise StageError(str(e), input_ir=spyre_ir,
+                         pipeline=kernel_pipeline(a.precision, job.target.num_cores, a.target)) from None
+
+
+def _emit(job: Job, kernel_ir: str, output: str | None):
+    from spyre_mlir.compiler import CompileError, emit_text
+    from spyre_mlir.frontend.errors import StageError
+
+    imp = job.imported
+    try:
+        return emit_text(kernel_ir, job.target, imp.params, [s.name for s in imp.inputs],
+                         [s.name for s in imp.outputs], output=output)
+    except CompileError as e:
+        raise StageError(str(e), input_ir=kernel_ir,
+                         pipeline=f"builtin.module(spyre-emit{{cores={job.target.num_cores}}})") from None
+
+
+def _stage_program(job: Job, kernel_ir: str) -> str:
+    """Kernel IR -> the program (spyre-emit), printed as a listing: one line per instruction and core."""
+    from spyre_mlir import codegen
+
+    em = _emit(job, kernel_ir, None)
+    job.program_emitter = em
+    return codegen.listing(em.b.program())
+
+
+def _stage_binary(job: Job, listing: str) -> str:
+    """Write the .spyre binary (atomically) to -o; prints what runs on the host."""
+    em = job.program_emitter
+    em.b.write(job.args.output)
+    lines = [f"wrote {job.args.output} ({job.target.num_cores} cores, precision {job.args.precision})"]
+    lines += [f"host: {h}" for h in em.host_ops]
+    return "\n".join(lines) + "\n"
+
+
+# The compiler, in order. Each stage takes the previous stage's output text and returns its own.
 STAGES: list[tuple[str, Callable[[Job, str | None], str]]] = [
     ("torch", _stage_torch),
     ("linalg", _stage_linalg),
     ("spyre", _stage_spyre),
+    ("kernel", _stage_kernel),
+    ("program", _stage_program),
+    ("binary", _stage_binary),
 ]
-# Accepted by --emit so scripts can be written against the final interface; not built yet.
-PLANNED_STAGES = ["kernel", "program", "binary"]
+PLANNED_STAGES: list[str] = []
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--emit",
         choices=[name for name, _ in STAGES] + PLANNED_STAGES,
-        default=STAGES[-1][0],
+        default="spyre",
         help="stage whose output to print or write (default: %(default)s)",
     )
     p.add_argument("-o", "--output", help="write the output here (atomically) instead of stdout")
@@ -112,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow loading a whole-module torch.save pickle (unpickling runs code from the file)",
     )
     p.add_argument("--dump-dir", help="keep every stage's IR here, and a reproducer when a stage fails")
+    p.add_argument("--precision", default="dlf16", choices=["dlf16", "fp8", "int8-weights", "fp32-reference"],
+                   help="number formats of device tensors (kernel stage on; default: %(default)s)")
+    p.add_argument("--cores", type=int, help="cores to use (default: all cores of the target)")
+    p.add_argument("--target", metavar="FILE", help="target description TOML (default: the packaged card)")
     p.add_argument("--placement-report", action="store_true",
                    help="print which ops run on the device and which on the host, and why (spyre stage)")
     return p
@@ -123,6 +181,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         built = ", ".join(name for name, _ in STAGES)
         print(f"spyre-compile: stage {args.emit!r} is not built yet (built stages: {built})", file=sys.stderr)
         return 1
+    if args.emit == "binary" and not args.output:
+        print("spyre-compile: error: --emit=binary writes a file: give it with -o model.spyre", file=sys.stderr)
+        return 2
+    from spyre_mlir.target import TargetError, load_target
+
+    try:
+        target = load_target(args.target)
+    except TargetError as e:
+        print(f"spyre-compile: error: {e}", file=sys.stderr)
+        return 2
+    if args.cores is not None and not 1 <= args.cores <= target.max_cores:
+        print(f"spyre-compile: error: --cores {args.cores} is impossible: the target ({target.name}) has "
+              f"1..{target.max_cores} cores", file=sys.stderr)
+        return 2
     # torch and torch.export warn about their own internals (deprecations); users cannot act on those.
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
@@ -131,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     stages = STAGES[: [name for name, _ in STAGES].index(args.emit) + 1]
     job = Job(args)
+    job.target = target.with_cores(args.cores or target.max_cores)
     progress = _Progress(len(stages))
     ir_text: str | None = None
     for index, (name, stage) in enumerate(stages, start=1):
@@ -152,10 +225,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _write_reproducer(args, index, name, ir_text, e)
             raise
         progress.done(index, name)
-        if args.dump_dir:
-            _write_atomic(os.path.join(args.dump_dir, f"{index:02d}-{name}.mlir"), ir_text)
+        if args.dump_dir and name != "binary":
+            ext = "txt" if name == "program" else "mlir"
+            _write_atomic(os.path.join(args.dump_dir, f"{index:02d}-{name}.{ext}"), ir_text)
 
-    if args.output:
+    if args.emit == "binary":
+        sys.stderr.write(ir_text)
+    elif args.output:
         _write_atomic(args.output, ir_text)
     else:
         sys.stdout.write(ir_text)
