@@ -502,10 +502,11 @@ def _convert_reduction(op: ir.Operation) -> str | None:
     n_in, n_out = _segments(op)
     iters = [str(it).endswith("<reduction>") for it in op.attributes["iterator_types"]]
     used = [i for i, r in enumerate(op.results) if list(r.uses)]
+    argmax = "no spyre form for a multi-result reduction whose index results are used (argmax/argmin)"
     if n_in != 1:
         return f"no spyre form for a reduction with {n_in} inputs"
     if len(used) != 1:
-        return "no spyre form for a multi-result reduction whose index results are used (argmax/argmin)"
+        return argmax
     k = used[0]
     x, init, res = op.operands[0], op.operands[n_in + k], op.results[k]
     body = op.regions[0].blocks[0]
@@ -514,6 +515,8 @@ def _convert_reduction(op: ir.Operation) -> str | None:
     inside = {r for o in body.operations for r in o.results}
     name = comb.name if yielded in inside else "a non-binary body"
     kind = _REDUCE_KIND.get(name)
+    if kind is None and n_out > 1:
+        return argmax  # the used result is the index one (selected, not combined)
     args = {body.arguments[0], body.arguments[n_in + k]}
     if kind is None or len(list(comb.operands)) != 2 or set(comb.operands) != args:
         return f"no spyre form for linalg.generic with reduction iterators of kind {name}"
