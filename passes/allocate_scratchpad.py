@@ -10,7 +10,8 @@ needs. The buffers are exactly those spyre-tile fitted (`passes.tile.plan`, from
 Buffer names, what the emitter reads (sizes as tiles [rows, cols] in row-major stick-padded layout; "x2" is
 a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer):
 
-* matmul / batch_matmul: `a0 a1` A tile [tm, tk] x2 (lhs format), `b0 b1` B tile [tk, tn] x2, `acc` fp32
+* matmul / batch_matmul: `a0 a1` A tile [tm, tk] x2 (lhs format), `b0 b1` B tile [tk, tn] x2, `pa` / `pb`
+  DLFloat16 copies of the A / B tile when their format is not a PT-array format (fp32, bf16), `acc` fp32
   [tm, tn], `red` fp32 [tm, tn] ring reduce-sum destination (split-K only, gk > 1), `out` [tm, tn] result
   format, `bias` fp32 [1, tn] (with a bias operand).
 * conv2d: `a0 a1` input patch [channels x input rows, padded W] x2, `b0 b1` filters [C/g*KH*KW, tf] x2,

@@ -6,14 +6,14 @@
   does not read it on the cores that wrote it, by a host region, by `func.return` or by any other non-device op.
   Ops without the attribute need no barrier after them.
 
-Whether data stays on its core is decided from the work division: an op's result is held in contiguous row
-blocks, block c on core c, when it is row-wise (`[gr]`), a matmul split along M only (`[gm, 1, 1]`, as the
-matmul kernel numbers cores) or a conv2d split along the batch only (a batch_matmul on several cores is always
-treated as crossing: how batches map to cores is the emitter's choice); a consumer reads an operand that way when it is row-wise and the
-operand is streamed row by row (not broadcast, not transposed or gathered), or it is a matmul's lhs with the
-same M-only split. Producer and consumer agree when both use the same number of blocks (one core each counts as
-one block on core 0). Everything else (a different grid, a split along N or K, an rhs every core reads) crosses
-cores and needs a barrier.
+Whether data stays on its core is decided from the work division. An op's result is held in contiguous row
+blocks, block c on core c, when the op is row-wise (`[gr]`), a matmul split along M only (`[gm, 1, 1]`, as the
+matmul kernel numbers its cores) or a conv2d split along the batch only. A consumer reads an operand that way
+when it is row-wise and streams the operand row by row (not broadcast, transposed, sliced or gathered), or when
+the operand is a matmul's lhs with an M-only split. Producer and consumer agree when both use the same number of
+blocks (an op on one core counts as one block on core 0). Everything else crosses cores and needs a barrier: a
+different grid, a split along N or K (split-K results live on the group roots), an rhs every core reads, and a
+batch_matmul on several cores (how batches map to cores is the emitter's choice).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ runtime's cycle model (``runtime/cycles.py``) term by term, at the granularity o
 * PT: MACs padded to the PT array (M to ``pt_rows``, N to ``pt_cols``) / ``macs_per_cycle(fmt)`` per core.
 * DMA: bytes moved (whole 128-byte sticks, ``runtime.isa.tile_bytes``) / the core's share of DRAM bandwidth:
   the card's mixed read+write bandwidth divided by the cores that work at the same time (``clock_ghz``
-  turns GB/s into bytes per cycle), plus a fixed latency per transfer.
+  turns GB/s into bytes per cycle), plus a fixed latency per transfer. Split-K loads, which run between the
+  group's barriers with no store in flight, get the read-only bandwidth.
 * overlap: with double buffering the next tile loads while the PT array or SFU works on this one, so a core
   takes ``max(compute, dma)``; with single buffers ``compute + dma``.
 * split-K: each output tile's fp32 partial sums meet in a ring reduce-sum (bytes / ``ring_bytes_per_cycle``
@@ -33,7 +34,7 @@ import math
 from typing import Sequence
 
 from spyre_mlir.runtime.formats import Format
-from spyre_mlir.runtime.isa import tile_bytes
+from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
 from spyre_mlir.target import Target
 
 __all__ = [
@@ -162,12 +163,19 @@ def _bytes_per_cycle(target: Target, active: int) -> float:
 
 def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None, *, nbuf: int = 2,
                    split_k: int = 1, bias: bool = False, b_fmt: str | None = None) -> list[Buffer]:
-    """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn]), acc (fp32 [tm,tn]), red (fp32 ring
-    reduce destination, split-K only), out ([tm,tn] result format), bias (fp32 [1,tn]). All live throughout."""
+    """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn]), pa / pb (DLFloat16 copies of A / B when
+    their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
+    split-K only), out ([tm,tn] result format), bias (fp32 [1,tn]). All live throughout."""
     tm, tn, tk = tile
     out_fmt = out_fmt or fmt
+    b_fmt = b_fmt or fmt
     bufs = [Buffer(f"a{i}", tile_bytes(tm, tk, fmt)) for i in range(nbuf)]
-    bufs += [Buffer(f"b{i}", tile_bytes(tk, tn, b_fmt or fmt)) for i in range(nbuf)]
+    bufs += [Buffer(f"b{i}", tile_bytes(tk, tn, b_fmt)) for i in range(nbuf)]
+    # Formats the PT array does not multiply (fp32 in fp32-reference, bf16) are converted to DLFloat16 first.
+    if Format.parse(fmt) not in PT_FORMATS:
+        bufs.append(Buffer("pa", tile_bytes(tm, tk, "dlf16")))
+    if Format.parse(b_fmt) not in PT_FORMATS:
+        bufs.append(Buffer("pb", tile_bytes(tk, tn, "dlf16")))
     bufs.append(Buffer("acc", tile_bytes(tm, tn, FP32)))
     if split_k > 1:
         bufs.append(Buffer("red", tile_bytes(tm, tn, FP32)))
@@ -191,10 +199,16 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     steps = _ceil(kb, tk)
     pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
                           / pt_rate(target, fmt) + PT_LATENCY)
-    moved = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, fmt)) + tile_bytes(tm, tn, out_fmt)
+    loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, fmt))
                      + (tile_bytes(1, tn, FP32) if bias else 0))
+    stores = tiles * tile_bytes(tm, tn, out_fmt)
     transfers = tiles * (2 * steps + 1 + bias)
-    dma = moved / _bytes_per_cycle(target, active or gb * gm * gn * gk) + transfers * DMA_LATENCY
+    share = _bytes_per_cycle(target, active or gb * gm * gn * gk)
+    if gk > 1:
+        # The split-K group meets at a barrier per output tile: its loads run between barriers with no store
+        # in flight, at the read-only bandwidth.
+        loads *= target.dram_mixed_gbps / target.dram_read_gbps
+    dma = (loads + stores) / share + transfers * DMA_LATENCY
     ring = sfu = 0.0
     if gk > 1:
         ring = tiles * (tile_bytes(tm, tn, FP32) / target.ring_bytes_per_cycle + (gk - 1) * HOP_LATENCY)

@@ -1,0 +1,219 @@
+"""The analytical cost model (spyre_mlir/cost.py): packing, work division, tiles, and agreement with the
+runtime's cycle model on the reference matmul kernel."""
+
+import pytest
+
+from spyre_mlir import cost
+from spyre_mlir.runtime.isa import tile_bytes
+from spyre_mlir.target import load_target
+
+T = load_target()
+
+
+def _best(M, N, K, cores, fmt="dlf16"):
+    """(grid, tile, nbuf, cycles) the way spyre-divide-work and spyre-tile choose them."""
+    grid = cost.best_matmul_grid(M, N, K, cores, T, fmt)
+    gm, gn, gk = grid
+    tile, nbuf = cost.best_tile(M // gm, N // gn, K // gk, T, fmt, split_k=gk, active=gm * gn * gk)
+    return grid, tile, nbuf, cost.matmul_cycles(M, N, K, grid, tile, T, fmt, double_buffer=nbuf == 2)
+
+
+# ---- packing ----------------------------------------------------------------------------------------------
+
+
+def test_pack_aligns_and_reuses_dead_buffers():
+    bufs = [cost.Buffer("x", 100, 0, 9), cost.Buffer("t1", 300, 1, 2), cost.Buffer("t2", 200, 3, 4),
+            cost.Buffer("t3", 50, 2, 3)]
+    offsets, peak = cost.pack(bufs, 128)
+    assert all(off % 128 == 0 for off in offsets.values())
+    assert offsets["t2"] == offsets["t1"]            # t1 is dead before t2 is born
+    assert offsets["t3"] not in (offsets["t1"], offsets["x"])   # t3 overlaps both in time
+    assert peak == 128 + 384 + 128
+
+
+def test_pack_never_overlaps_live_buffers():
+    bufs = [cost.Buffer(f"b{i}", 1000 + 77 * i, i % 3, i % 3 + 2) for i in range(12)]
+    offsets, peak = cost.pack(bufs, 128)
+    for a in bufs:
+        for b in bufs:
+            if a is not b and a.first <= b.last and b.first <= a.last:
+                lo_a, lo_b = offsets[a.name], offsets[b.name]
+                assert lo_a + a.nbytes <= lo_b or lo_b + b.nbytes <= lo_a
+    assert peak <= sum(-(-b.nbytes // 128) * 128 for b in bufs)
+
+
+# ---- matmul -----------------------------------------------------------------------------------------------
+
+
+def test_1024_cubed_on_32_cores_vs_one():
+    g1, _, _, one = _best(1024, 1024, 1024, 1)
+    g32, _, _, many = _best(1024, 1024, 1024, 32)
+    assert g1 == (1, 1, 1)
+    # One core is compute-bound (1024^3 / 1536 MAC/cycle ~ 700k cycles). Across cores DRAM bandwidth is
+    # shared and every core re-reads its share of A and B, so the card turns memory-bound: the model stops
+    # well short of 32x and picks the division with the least traffic for the bandwidth it gets.
+    assert 690_000 < one.total < 720_000
+    assert one.total / many.total > 4
+    # The PT work itself divides by the cores in use.
+    pt_per_core = cost.matmul_cycles(1024, 1024, 1024, (4, 8, 1), (256, 128, 64), T).pt
+    assert one.pt / pt_per_core == pytest.approx(32, rel=0.02)
+    assert many.dma > many.pt
+
+
+def test_compute_bound_when_bandwidth_is_not_shared():
+    """With DRAM bandwidth to spare, 32 cores give ~32x: what limits the card is bytes, not the search."""
+    fast = load_target()
+    fast = type(fast)(**{**{f: getattr(fast, f) for f in fast.__dataclass_fields__},
+                         "dram_mixed_gbps": 1e6, "dram_read_gbps": 1e6, "dram_write_gbps": 1e6})
+    one = cost.matmul_cycles(1024, 1024, 1024, (1, 1, 1), (256, 256, 512), fast)
+    grid = cost.best_matmul_grid(1024, 1024, 1024, 32, fast)
+    assert grid[0] * grid[1] * grid[2] == 32
+    gm, gn, gk = grid
+    tile, nbuf = cost.best_tile(1024 // gm, 1024 // gn, 1024 // gk, fast, split_k=gk, active=32)
+    many = cost.matmul_cycles(1024, 1024, 1024, grid, tile, fast, double_buffer=nbuf == 2)
+    assert 25 < one.total / many.total <= 32
+
+
+def test_k_split_only_when_m_and_n_cannot_use_the_cores():
+    assert cost.best_matmul_grid(1024, 1024, 1024, 32, T)[2] == 1
+    assert cost.best_matmul_grid(4096, 4096, 512, 32, T)[2] == 1
+    # 64x64 output: M gives at most 8 blocks of 8 rows, N one stick; K (65536) takes the rest.
+    gm, gn, gk = cost.best_matmul_grid(64, 64, 65536, 32, T)
+    assert gk > 1 and (65536 // gk) % 64 == 0
+
+
+@pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (64, 64, 64), (8, 4096, 4096), (200, 192, 96),
+                                   (4096, 64, 4096), (1000, 1024, 1000)])
+def test_grids_are_even_and_stick_aligned(M, N, K):
+    gm, gn, gk = cost.best_matmul_grid(M, N, K, 32, T)
+    assert gm * gn * gk <= 32
+    assert M % gm == 0 and (gm == 1 or (M // gm) % 8 == 0)
+    assert N % gn == 0 and (gn == 1 or (N // gn) % 64 == 0)
+    assert K % gk == 0 and (gk == 1 or (K // gk) % 64 == 0)
+
+
+def test_tiny_matmul_stays_on_one_core():
+    assert cost.best_matmul_grid(64, 64, 64, 32, T) == (1, 1, 1)
+
+
+def test_tiles_fit_the_scratchpad_and_the_pt_array():
+    for block in [(512, 256, 1024), (256, 128, 1024), (1024, 1024, 1024), (8, 64, 64), (64, 4096, 4096)]:
+        tile, nbuf = cost.best_tile(*block, T)
+        assert all(b % t == 0 for b, t in zip(block, tile))
+        assert all(t % 8 == 0 for t in tile)
+        assert tile[1] % 64 == 0 and tile[2] % 64 == 0          # whole dlf16 sticks for DMA rows
+        need = cost.footprint(cost.matmul_buffers(tile, nbuf=nbuf), T)
+        assert need <= T.scratchpad_usable_bytes
+    # A forced tile that cannot fit has no plan.
+    assert cost.best_tile(1024, 1024, 1024, T, force=(1024, 1024, 1024)) is None
+
+
+def test_fp32_reference_matmul_converts_tiles_for_the_pt_array():
+    names = [b.name for b in cost.matmul_buffers((64, 64, 64), "fp32", nbuf=1)]
+    assert names == ["a0", "b0", "pa", "pb", "acc", "out"]
+
+
+def test_matmul_buffers_follow_the_kernel():
+    bufs = {b.name: b.nbytes for b in cost.matmul_buffers((128, 64, 256), "dlf16", nbuf=2, split_k=4, bias=True)}
+    assert bufs == {"a0": tile_bytes(128, 256, "dlf16"), "a1": tile_bytes(128, 256, "dlf16"),
+                    "b0": tile_bytes(256, 64, "dlf16"), "b1": tile_bytes(256, 64, "dlf16"),
+                    "acc": tile_bytes(128, 64, "fp32"), "red": tile_bytes(128, 64, "fp32"),
+                    "out": tile_bytes(128, 64, "dlf16"), "bias": tile_bytes(1, 64, "fp32")}
+
+
+def test_fp8_halves_the_tiles_and_doubles_the_rate():
+    d = cost.matmul_cycles(512, 512, 512, (1, 1, 1), (128, 128, 128), T, "dlf16")
+    f = cost.matmul_cycles(512, 512, 512, (1, 1, 1), (128, 128, 128), T, "fp8_e4m3", "dlf16")
+    assert f.pt < d.pt * 0.55 and f.dma < d.dma
+
+
+def test_double_buffering_overlaps_dma_with_compute():
+    args = (1024, 1024, 1024, (1, 1, 1), (256, 256, 256), T)
+    db, sb = cost.matmul_cycles(*args, double_buffer=True), cost.matmul_cycles(*args, double_buffer=False)
+    assert db.total < sb.total
+    assert db.total >= max(db.pt, db.dma)
+    assert sb.total == pytest.approx(sb.pt + sb.dma)
+
+
+def test_split_k_pays_a_ring_reduce():
+    c = cost.matmul_cycles(64, 64, 65536, (1, 1, 16), (64, 64, 256), T)
+    assert c.ring > 64 * 64 * 4 / T.ring_bytes_per_cycle
+
+
+def test_span_limit():
+    # 32 GB of A cannot be divided into 256 MB slices over 32 cores.
+    assert cost.best_matmul_grid(131072, 64, 131072, 32, T) is None
+    # 512 MB of B: one core cannot address it, so the model splits even though it would rather not.
+    assert cost.matmul_span(8, 16384, 16384, (1, 1, 1)) > T.core_span_bytes
+    assert cost.best_matmul_grid(8, 16384, 16384, 1, T) is None
+    gm, gn, gk = cost.best_matmul_grid(8, 16384, 16384, 4, T)
+    assert cost.matmul_span(8, 16384, 16384, (gm, gn, gk)) <= T.core_span_bytes
+
+
+@pytest.mark.parametrize("cores,grid,split_k,tile,dims", [
+    (32, (4, 8), 1, (256, 128, 64), (1024, 1024, 1024)),
+    (8, (2, 4), 1, (512, 256, 64), (1024, 1024, 1024)),
+    (1, (1, 1), 1, (256, 256, 512), (1024, 1024, 1024)),
+    (16, (1, 1), 16, (64, 64, 256), (64, 64, 65536)),
+    (1, (1, 1), 1, (64, 64, 64), (64, 64, 64)),
+])
+def test_agrees_with_the_runtime_cycle_model(cores, grid, split_k, tile, dims):
+    """The reference kernel with the same division, run through the runtime's (instruction-level) model."""
+    from spyre_mlir.runtime import load_bytes
+    from spyre_mlir.runtime.kernels import build_matmul
+
+    t = load_target(cores=cores)
+    M, N, K = dims
+    prog = build_matmul(t, M, N, K, grid=grid, split_k=split_k, tile_m=tile[0], tile_n=tile[1], tile_k=tile[2])
+    runtime = load_bytes(prog.to_bytes(), target=t).static_profile.cycles
+    model = cost.matmul_cycles(M, N, K, (*grid, split_k), tile, t).total
+    assert model == pytest.approx(runtime, rel=0.15)
+
+
+# ---- row-wise ---------------------------------------------------------------------------------------------
+
+
+def _softmax(rows, cols):
+    e = cost.RowOperand
+    return cost.RowKernel(rows=rows, inputs=(e("in", cols, cols, "dlf16"),), outputs=(e("out", cols, cols, "dlf16"),),
+                          temps=(cost.RowTemp("xf", cols, cols, "fp32", 1, 8), cost.RowTemp("max", 1, 1, "fp32", 2, 3),
+                                 cost.RowTemp("sum", 1, 1, "fp32", 5, 7)),
+                          sfu=(("simple", 6), ("transcendental", 1)), steps=9)
+
+
+def test_rows_grid_divides_rows_and_keeps_tiny_ops_on_one_core():
+    assert cost.best_rows_grid(_softmax(1024, 1024), 32, T) == (32,)
+    assert cost.best_rows_grid(_softmax(1000, 1024), 32, T) == (25,)
+    assert cost.best_rows_grid(_softmax(8, 64), 32, T) == (1,)
+
+
+def test_rows_tile_fits_and_temporaries_share():
+    k = _softmax(1024, 1024)
+    (tr,), nbuf = cost.best_rows_tile(k, 32, T)
+    assert 32 % tr == 0
+    offsets, peak = cost.pack(cost.rowwise_buffers(k, tr, nbuf), T.scratchpad_alignment_bytes)
+    assert offsets["max"] == offsets["sum"]
+    assert peak <= T.scratchpad_usable_bytes
+    # One row of a million elements (2 MB in, 2 MB out, 4 MB fp32) cannot fit.
+    assert cost.best_rows_tile(_softmax(8, 1 << 20), 8, T) is None
+
+
+def test_sfu_cost_classes():
+    e = cost.RowOperand
+    base = dict(rows=4096, inputs=(e("in", 1024, 1024, "dlf16"),), outputs=(e("out", 1024, 1024, "dlf16"),))
+    simple = cost.rowwise_cycles(cost.RowKernel(**base, sfu=(("simple", 1),)), (1,), (8,), T)
+    exp = cost.rowwise_cycles(cost.RowKernel(**base, sfu=(("transcendental", 1),)), (1,), (8,), T)
+    lanes = T.sfu_lanes_per_core
+    assert simple.sfu == pytest.approx(4096 * 1024 / lanes + 512 * cost.SFU_LATENCY)
+    assert exp.sfu > simple.sfu * 3
+
+
+def test_reduction_results_split_on_stick_boundaries():
+    """A sum over the last dim writes [R]: rows may only be cut at whole sticks of the result."""
+    e = cost.RowOperand
+    k = cost.RowKernel(rows=4096, inputs=(e("in", 256, 256, "dlf16"),), outputs=(e("out", 1, 4096, "dlf16"),),
+                       sfu=(("simple", 1),))
+    (gr,) = cost.best_rows_grid(k, 32, T)
+    assert (4096 // gr) % 64 == 0
+    (tr,), _ = cost.best_rows_tile(k, gr, T)
+    assert tr == 4096 // gr or tr % 64 == 0
