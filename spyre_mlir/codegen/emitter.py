@@ -391,7 +391,10 @@ class Emitter:
             self.dev[res] = self.tensor(src).reshaped(shape)
             return
         self.kernels.append(name)
-        used = getattr(self, f"_k_{name[6:]}")(op, loc)
+        try:
+            getattr(self, f"_k_{name[6:]}")(op, loc)
+        except (TileError, ValueError) as e:
+            raise EmitError(str(e), op.operation.location) from None
         barrier = _attr(op, "spyre.barrier")
         if barrier is None:
             # After spyre-schedule a missing flag means "no data crosses cores here"; before it, be safe.
@@ -548,7 +551,8 @@ class Emitter:
             if self.cores > 1:
                 self.barrier(loc)
             out = self.b.output(oname, shape or (1,), format_of(elt))
-            self.b.host(0, "copy", [src.buffer], [out], loc=loc)
+            # perm is always explicit: the runtime's copy treats a missing perm as numpy's default (reverse).
+            self.b.host(0, "copy", [src.buffer], [out], loc=loc, perm=list(range(len(out.shape))))
             self.host_ops.append("copy to output " + oname)
             done.add(v)
 
@@ -844,7 +848,8 @@ class Emitter:
         if not direct:
             self.barrier(loc)
             O = self.result(op, host=True)
-            self.b.host(0, "copy", [target.buffer], [O.buffer], loc=loc, shape=[R])
+            self.b.host(0, "copy", [target.buffer], [O.buffer], loc=loc, shape=list(oshape),
+                        perm=list(range(len(oshape))))
             self.host_ops.append("reduce result relayout (copy)")
             self.barrier(loc)
         return gr

@@ -1,0 +1,101 @@
+// spyre-emit on hand-annotated kernel-level IR: the listing (one line per instruction and core) shows the
+// kernels, buffers and host ops. The cases after the "ERRORS" line fail with a located diagnostic.
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -o /dev/null -p 'builtin.module(spyre-emit{listing=- cores=2})' | filecheck %s
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -o /dev/null -p 'builtin.module(spyre-emit{cores=2})'
+
+// A [64,128] x [128,128] matmul split over M on two cores: each core loads its A rows and the whole B,
+// multiplies on the PT array into an fp32 accumulator, writes back dlf16 and stores its half; a barrier
+// closes the op because spyre.barrier says its result crosses cores.
+// CHECK-LABEL: // program: 2 core(s)
+// CHECK: // buffer in0: input dlf16[64, 128]
+// CHECK: // buffer in1: input dlf16[128, 128]
+// CHECK: // buffer out0: output dlf16[64, 128]
+// CHECK: core 0:
+// CHECK: dma_load
+// CHECK: matmul flags=2 m=32 n=128 k=128
+// CHECK: dma_store
+// CHECK: barrier mask=3
+// CHECK: core 1:
+// CHECK: matmul flags=2 m=32 n=128 k=128
+// CHECK: barrier mask=3
+func.func @main(%a: tensor<64x128x!spyre.dlf16>, %b: tensor<128x128x!spyre.dlf16>) -> tensor<64x128x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.barrier = true, spyre.double_buffer = false, spyre.grid = array<i64: 2, 1, 1>, spyre.tile = array<i64: 32, 128, 128>} : (tensor<64x128x!spyre.dlf16>, tensor<128x128x!spyre.dlf16>) -> tensor<64x128x!spyre.dlf16>
+  return %r : tensor<64x128x!spyre.dlf16>
+}
+
+// -----
+
+// Split-K over the two cores: each core accumulates half of K in 64-deep steps; the partial sums meet in a
+// ring reduce-sum on core 0, which adds the bias row (an fp32 parameter, a binary input under plain
+// spyre-opt) and rounds once.
+// CHECK-LABEL: // program: 2 core(s)
+// CHECK: // buffer fc.bias: input fp32[128]
+// CHECK: core 0:
+// CHECK: matmul m=16 n=128 k=64
+// CHECK: matmul flags=1 m=16 n=128 k=64
+// CHECK: ring_reduce mask=3 m=16 n=128
+// CHECK: barrier mask=3
+// CHECK: sfu fn=add flags=2
+// CHECK: sfu fn=cast
+// CHECK: dma_store
+// CHECK: core 1:
+// CHECK: ring_reduce mask=3 m=16 n=128
+// CHECK-NEXT: barrier mask=3
+// CHECK-NEXT: end
+func.func @main(%a: tensor<16x256x!spyre.dlf16>, %b: tensor<256x128x!spyre.dlf16>, %bias: tensor<128xf32> {spyre.param = "fc.bias"}) -> tensor<16x128x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b, %bias) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 1>, spyre.double_buffer = false, spyre.grid = array<i64: 1, 1, 2>, spyre.tile = array<i64: 16, 128, 64>} : (tensor<16x256x!spyre.dlf16>, tensor<256x128x!spyre.dlf16>, tensor<128xf32>) -> tensor<16x128x!spyre.dlf16>
+  return %r : tensor<16x128x!spyre.dlf16>
+}
+
+// -----
+
+// A map: the body becomes SFU instructions on fp32 temporaries; the [64] operand is a per-column (COL,
+// flags=2) broadcast loaded once per core; erf goes through gelu_erf; the result rounds once, on the cast.
+// CHECK-LABEL: // program: 2 core(s)
+// CHECK: core 0:
+// CHECK: dma_load
+// CHECK: sfu fn=add flags=2 m=4 n=64
+// CHECK: sfu fn=gelu_erf
+// CHECK: sfu fn=select
+// CHECK: sfu fn=cast m=4 n=64
+// CHECK: dma_store
+// CHECK: core 1:
+// CHECK: sfu fn=add flags=2 m=4 n=64
+func.func @main(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16> {
+  %r = "spyre.map"(%x, %y) ({
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.addf %a, %b : f32
+    %e = math.erf %s : f32
+    "spyre.yield"(%e) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.grid = array<i64: 2>, spyre.tile = array<i64: 4>} : (tensor<8x64x!spyre.dlf16>, tensor<64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  return %r : tensor<8x64x!spyre.dlf16>
+}
+
+// -----
+
+// A host region (and a reshape that changes the innermost dim, which is not a free alias) run on the
+// host through the runtime's `call` op; barriers fence them from the cores.
+// CHECK-LABEL: // program: 2 core(s), {{[0-9]+}} B device memory, 2 host op(s)
+// CHECK: core 0:
+// CHECK: barrier
+// CHECK: host
+// CHECK: // host_op 0: call ['in0'] -> ['t0'] fn=spyre_mlir.eval
+// CHECK: // host_op 1: call ['t0'] -> ['out0'] fn=spyre_mlir.eval
+func.func @main(%x: tensor<4x16xi64>) -> tensor<64xi64> {
+  %h = "spyre.host"() ({
+    %c = arith.constant dense<1> : tensor<4x16xi64>
+    %s = arith.addi %x, %c : tensor<4x16xi64>
+    "spyre.yield"(%s) : (tensor<4x16xi64>) -> ()
+  }) {reason = "int64 index math"} : () -> tensor<4x16xi64>
+  %r = "spyre.reshape"(%h) : (tensor<4x16xi64>) -> tensor<64xi64>
+  return %r : tensor<64xi64>
+}
+
+// ERRORS
+
+// A tile the scratchpad cannot hold is refused at the op.
+func.func @main(%a: tensor<4096x4096x!spyre.dlf16>, %b: tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16> {
+  // expected-error @+1 {{matmul tile 2048x2048x2048 does not fit}}
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 2, 1, 1>, spyre.tile = array<i64: 2048, 2048, 2048>} : (tensor<4096x4096x!spyre.dlf16>, tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16>
+  return %r : tensor<4096x4096x!spyre.dlf16>
+}
