@@ -108,9 +108,21 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
 
 
 def check_rank(model: OpModel, values: list[int], attr: str) -> None:
+    """`values` has one positive size per dimension of the op's iteration space; a grid splits it evenly."""
     want = {"matmul": 4 if model.batched else 3, "conv": 3}.get(model.kind, 1)
     if len(values) != want or min(values) < 1:
         raise PassError(f"{attr} of '{model.op.name}' must be {want} positive sizes, got {values}", model.op.location)
+    if attr != GRID:
+        return
+    if model.kind == "matmul":
+        dims = (model.B, model.M, model.N, model.K)[-want:]
+    elif model.kind == "conv":
+        dims = (model.conv.n, model.conv.f, model.conv.oh)
+    else:
+        dims = (model.rows.rows,)
+    if any(d % g for d, g in zip(dims, values)):
+        raise PassError(f"{attr} {values} does not split the {'x'.join(map(str, dims))} iteration space of "
+                        f"'{model.op.name}' evenly", model.op.location)
 
 
 def require(op: ir.Operation, attr: str, producer: str) -> list[int]:

@@ -5,6 +5,13 @@
 // RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{cores=2})' 2>&1 | filecheck %s --check-prefix=TWO
 // RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{cores=33})' 2>&1 | filecheck %s --check-prefix=TOO-MANY
 // RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{cores=-1})' 2>&1 | filecheck %s --check-prefix=NEGATIVE
+// A target file with an 8-core card: its core count is the default, and more is impossible.
+// RUN: sed -e '/card.max_cores/,/^value/ s/^value = 32/value = 8/' %S/../../spyre_mlir/targets/spyre.toml > %t.toml
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{target=%t.toml})' | filecheck %s --check-prefix=EIGHT
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{cores=16 target=%t.toml})' 2>&1 | filecheck %s --check-prefix=NOT-EIGHT
+// NOT-EIGHT: error: spyre-divide-work: impossible core count 16: target 'spyre' has 1..8 cores
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{target=%t.missing.toml})' 2>&1 | filecheck %s --check-prefix=NO-TARGET
+// NO-TARGET: error: spyre-divide-work: {{.*}}missing.toml: target file not found
 // TOO-MANY: error: spyre-divide-work: impossible core count 33: target 'spyre' has 1..32 cores
 // NEGATIVE: error: spyre-divide-work: impossible core count -1: target 'spyre' has 1..32 cores
 
@@ -46,6 +53,8 @@ func.func @split_k(%a: tensor<64x65536x!spyre.dlf16>, %b: tensor<65536x64x!spyre
 // CHECK: "spyre.softmax"{{.*}}spyre.grid = array<i64: 32>
 // FOUR-LABEL: func.func @softmax
 // FOUR: "spyre.softmax"{{.*}}spyre.grid = array<i64: 4>
+// EIGHT-LABEL: func.func @softmax
+// EIGHT: "spyre.softmax"{{.*}}spyre.grid = array<i64: 8>
 func.func @softmax(%x: tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16> {
   %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32} : (tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
   return %s : tensor<1024x1024x!spyre.dlf16>

@@ -99,3 +99,12 @@ func.func @wide_row(%x: tensor<8x1048576x!spyre.dlf16>) -> tensor<8x1048576x!spy
   %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32, spyre.grid = array<i64: 8>} : (tensor<8x1048576x!spyre.dlf16>) -> tensor<8x1048576x!spyre.dlf16>
   return %s : tensor<8x1048576x!spyre.dlf16>
 }
+
+// -----
+
+// A hand-written grid that does not split the rows evenly.
+func.func @uneven_grid(%x: tensor<1000x64x!spyre.dlf16>) -> tensor<1000x64x!spyre.dlf16> {
+  // expected-error @+1 {{spyre-tile: spyre.grid [32] does not split the 1000 iteration space of 'spyre.softmax' evenly}}
+  %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32, spyre.grid = array<i64: 32>} : (tensor<1000x64x!spyre.dlf16>) -> tensor<1000x64x!spyre.dlf16>
+  return %s : tensor<1000x64x!spyre.dlf16>
+}
