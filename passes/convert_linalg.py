@@ -20,7 +20,7 @@ Coverage (source op -> spyre op; "host" means left for `spyre-place-host`, with 
 
 | source op                                        | spyre op                                                 |
 |--------------------------------------------------|----------------------------------------------------------|
-| linalg.matmul / linalg.batch_matmul              | spyre.matmul / spyre.batch_matmul (`transpose_rhs` when the rhs is a [1,0] linalg.transpose; a non-zero init is added with a spyre.map) |
+| linalg.matmul / linalg.batch_matmul              | spyre.matmul / spyre.batch_matmul (`transpose_rhs` when the rhs transposes its last two dims, also behind a collapse of batch dims; a non-zero init is added with a spyre.map) |
 | linalg.conv_2d_nchw_fchw                         | spyre.conv2d (strides, dilations; zero `tensor.pad` -> padding; broadcast init -> bias) |
 | linalg.depthwise_conv_2d_nchw_chw                | spyre.conv2d groups = C, filter [C,KH,KW] viewed as [C,1,KH,KW] |
 | linalg.conv_2d_ngchw_gfchw (groups > 1)          | spyre.conv2d groups = G, input/filter/result reshaped between 5-D and 4-D |
@@ -286,26 +286,45 @@ def _convert_contraction(op: ir.Operation) -> str | None:
     t = op.results[0].type
     if not all(_static_tensor(v) for v in (a, b)):
         return "dynamic shapes"
-    # x @ W^T arrives as matmul(x, linalg.transpose(W)): read W directly with transpose_rhs.
-    tr = _producer(b, "linalg.transpose")
-    rank = len(_shape(b))
-    swap = list(range(rank - 2)) + [rank - 1, rank - 2]
-    if tr is not None and _ints(tr.attributes["permutation"]) != swap:
-        tr = None
     with ir.InsertionPoint(op), _origin(op):
-        rhs = tr.operands[0] if tr is not None else b
+        rhs = _untransposed(b)
         if op.name == "linalg.matmul":
-            r = spyre.MatmulOp(a, rhs, t).result
+            r = spyre.MatmulOp(a, rhs or b, t).result
         else:
-            r = spyre.BatchMatmulOp(a, rhs, t).result
-        if tr is not None:
+            r = spyre.BatchMatmulOp(a, rhs or b, t).result
+        if rhs is not None:
             r.owner.attributes["transpose_rhs"] = ir.BoolAttr.get(True)
         if not _is_zero_fill(init):
             r = _add_init(r, init)
     _replace(op, r)
-    if tr is not None:
+    if rhs is not None:
         _erase_dead(b)
     return None
+
+
+def _untransposed(b: ir.Value) -> ir.Value | None:
+    """For a contraction rhs that is a transpose of its last two dims, the tensor before it (for transpose_rhs).
+
+    Two forms: x @ W^T arrives as `linalg.transpose(W)` with permutation [1, 0] (nn.Linear); attention's
+    q @ k^T as a transpose of a 4-D [B, H, S, D] tensor collapsed to [B*H, D, S], whose un-transposed rhs is
+    the same collapse of k itself.
+    """
+    rank = len(_shape(b))
+    collapse = _producer(b, "tensor.collapse_shape")
+    src = collapse.operands[0] if collapse is not None else b
+    tr = _producer(src, "linalg.transpose")
+    if tr is None:
+        return None
+    n = len(_shape(src))
+    if _ints(tr.attributes["permutation"]) != list(range(n - 2)) + [n - 1, n - 2]:
+        return None
+    if collapse is None:
+        return tr.operands[0]
+    groups = [_ints(g) for g in ir.ArrayAttr(collapse.attributes["reassociation"])]
+    if groups[-2:] != [[n - 2], [n - 1]]:  # only leading (batch) dims may merge
+        return None
+    shape = _shape(b)[:rank - 2] + [_shape(b)[-1], _shape(b)[-2]]
+    return spyre.ReshapeOp(tr.operands[0], ir.RankedTensorType.get(shape, _elt(b))).result
 
 
 def _bias_of(init: ir.Value, channels: int) -> ir.Value | None:

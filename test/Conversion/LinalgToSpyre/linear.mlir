@@ -44,3 +44,30 @@ func.func @shared_product(%a: tensor<4x64xf32>, %w: tensor<64x128xf32>, %b: tens
   } -> tensor<4x128xf32>
   return %26, %25 : tensor<4x128xf32>, tensor<4x128xf32>
 }
+
+// -----
+
+// q @ k^T with heads: k [1, 4, 16, 8] transposed to [1, 4, 8, 16] and collapsed to [4, 8, 16]; the batch
+// matmul reads the same collapse of k with transpose_rhs instead. A transpose of other dims stays.
+// CHECK-LABEL: func.func @attention_scores
+// CHECK: %[[K:.*]] = "spyre.reshape"(%arg1) : (tensor<1x4x16x8xf32>) -> tensor<4x16x8xf32>
+// CHECK: "spyre.batch_matmul"(%arg0, %[[K]]) {transpose_rhs = true} : (tensor<4x16x8xf32>, tensor<4x16x8xf32>) -> tensor<4x16x16xf32>
+// CHECK: %[[T:.*]] = "spyre.transpose"(%arg1) {permutation = array<i64: 1, 0, 2, 3>}
+// CHECK: %[[R:.*]] = "spyre.reshape"(%[[T]])
+// CHECK: "spyre.batch_matmul"(%{{.*}}, %[[R]]) : (tensor<4x16x16xf32>, tensor<4x16x8xf32>) -> tensor<4x16x8xf32>
+func.func @attention_scores(%q: tensor<4x16x8xf32>, %k: tensor<1x4x16x8xf32>) -> (tensor<4x16x16xf32>, tensor<4x16x8xf32>) {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<1x4x8x16xf32>
+  %kt = linalg.transpose ins(%k : tensor<1x4x16x8xf32>) outs(%e : tensor<1x4x8x16xf32>) permutation = [0, 1, 3, 2]
+  %c = tensor.collapse_shape %kt [[0, 1], [2], [3]] : tensor<1x4x8x16xf32> into tensor<4x8x16xf32>
+  %o = tensor.empty() : tensor<4x16x16xf32>
+  %f = linalg.fill ins(%cst : f32) outs(%o : tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
+  %s = linalg.batch_matmul ins(%q, %c : tensor<4x16x8xf32>, tensor<4x8x16xf32>) outs(%f : tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
+  %e2 = tensor.empty() : tensor<4x1x16x8xf32>
+  %kh = linalg.transpose ins(%k : tensor<1x4x16x8xf32>) outs(%e2 : tensor<4x1x16x8xf32>) permutation = [1, 0, 2, 3]
+  %c2 = tensor.collapse_shape %kh [[0, 1], [2], [3]] : tensor<4x1x16x8xf32> into tensor<4x16x8xf32>
+  %o2 = tensor.empty() : tensor<4x16x8xf32>
+  %f2 = linalg.fill ins(%cst : f32) outs(%o2 : tensor<4x16x8xf32>) -> tensor<4x16x8xf32>
+  %v = linalg.batch_matmul ins(%s, %c2 : tensor<4x16x16xf32>, tensor<4x16x8xf32>) outs(%f2 : tensor<4x16x8xf32>) -> tensor<4x16x8xf32>
+  return %s, %v : tensor<4x16x16xf32>, tensor<4x16x8xf32>
+}
