@@ -11,7 +11,8 @@ runtime's cycle model (``runtime/cycles.py``) term by term, at the granularity o
   turns GB/s into bytes per cycle), plus a fixed latency per transfer. Split-K loads, which run between the
   group's barriers with no store in flight, get the read-only bandwidth.
 * overlap: with double buffering the next tile loads while the PT array or SFU works on this one, so a core
-  takes ``max(compute, dma)``; with single buffers ``compute + dma``.
+  takes ``max(compute, dma)`` plus the part that cannot overlap (the first load, the last compute: ``min /
+  tiles``); with single buffers, or a single tile, ``compute + dma``.
 * split-K: each output tile's fp32 partial sums meet in a ring reduce-sum (bytes / ``ring_bytes_per_cycle``
   plus a hop per member), then the root rounds on the SFU; this is not overlapped.
 * SFU (row-wise ops): elements x the sum of the op's per-element passes weighted by their cost class
@@ -370,8 +371,8 @@ class RowKernel:
     """A row-wise kernel: ``rows`` split across cores and tiles, whole rows on a core.
 
     ``inputs`` and ``outputs`` are the operands (streamed ones double-buffered), ``temps`` the fp32 working
-    tiles with their lifetimes in the kernel's steps (``steps`` per tile), ``sfu`` the SFU passes per output
-    element as (cost class, count); ``extra_span`` device bytes every core addresses besides its rows (a
+    tiles with their lifetimes in the kernel's steps (``steps`` per tile), ``sfu`` the SFU passes per element
+    of the largest streamed operand as (cost class, count); ``extra_span`` device bytes every core addresses besides its rows (a
     gather's table).
     """
 
@@ -407,10 +408,10 @@ def rowwise_cycles(k: RowKernel, grid: Sequence[int], tile: Sequence[int] | None
     rb = _ceil(k.rows, gr)
     tr = tile[0] if tile else rb
     tiles = _ceil(rb, tr)
-    out_elems = max(o.elems for o in k.outputs) if k.outputs else 0
-    per_elem = sum(n * target.sfu_cycles(cls) for cls, n in k.sfu)
-    sfu = tiles * (tr * out_elems * per_elem / target.sfu_lanes_per_core + SFU_LATENCY * len(k.sfu))
     streamed = [o for o in (*k.inputs, *k.outputs) if o.streamed]
+    work = max((o.elems for o in streamed), default=0)
+    per_elem = sum(n * target.sfu_cycles(cls) for cls, n in k.sfu)
+    sfu = tiles * (tr * work * per_elem / target.sfu_lanes_per_core + SFU_LATENCY * len(k.sfu))
     fixed = [o for o in k.inputs if not o.streamed]
     moved = tiles * sum(o.tile_bytes(tr) for o in streamed) + sum(o.tile_bytes(tr) for o in fixed)
     dma = moved / _bytes_per_cycle(target, active or gr) + (tiles * len(streamed) + len(fixed)) * DMA_LATENCY
