@@ -156,7 +156,10 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 
     t0 = time.perf_counter()
     tgt, cores = _check_options(precision, cores, target)
-    imported = import_model(model_or_path, example_inputs, input_shapes=input_shapes)
+    if hasattr(model_or_path, "linalg_ir") and hasattr(model_or_path, "params"):
+        imported = model_or_path       # already imported (an ImportedModel): compile it for several options
+    else:
+        imported = import_model(model_or_path, example_inputs, input_shapes=input_shapes)
     key = cache_key(imported, precision, cores, tgt)
     cdir = _cache_dir(cache_dir)
     cached = os.path.join(cdir, key + ".spyre") if cdir else None
@@ -191,7 +194,8 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cores: int | None = None,
             target=None, cache_dir=None, input_shapes=None):
     """Compile and load: returns the runtime's Executable (call it with inputs; ``.profile`` afterwards;
-    ``.compile_info`` says how it was built). ``cores`` None: every core of the target. ``precision``
+    ``.compile_info`` says how it was built). ``model_or_path`` is an ``nn.Module`` (with
+    ``example_inputs``), a model file, or an ``ImportedModel`` from ``spyre_mlir.frontend.import_model``. ``cores`` None: every core of the target. ``precision``
     ``fp32-reference`` runs with the emulator's fp32-reference numerics (no rounding anywhere)."""
     from spyre_mlir.codegen import hostprog
     from spyre_mlir.runtime import load

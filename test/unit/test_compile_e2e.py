@@ -1,0 +1,176 @@
+"""End to end: PyTorch model -> spyre_mlir.compile -> emulator, compared with eager PyTorch.
+
+Tolerances, relative to the largest magnitude of the reference output (max|ref|):
+
+* ``fp32-reference``: the emulator runs the same program without rounding, so only fp32 reassociation is
+  left: ``|err| <= 1e-5 * max|ref|``.
+* ``dlf16``: one DLFloat16 rounding is at most 2^-10 relative (docs/numerics.md). Dot products accumulate in
+  fp32, so each layer adds about two roundings of its inputs/outputs; the models here have at most ~4 layers
+  on the longest path, and errors relative to max|ref| add up to at most ``8 * 2^-10 * max|ref|`` (about
+  7.8e-3; measured 0.9e-3 to 1.7e-3).
+* ``fp8`` (e4m3, 2^-4 per rounding) and ``int8-weights`` (per-channel scales, scale/2 absolute): the error is
+  printed; the loose bounds 0.1 and 0.03 of max|ref| catch a broken scale, not a precision regression.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import spyre_mlir  # noqa: E402
+from spyre_mlir.frontend import import_model  # noqa: E402
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+DLF16_BOUND = 8 * 2.0**-10
+LOOSE = {"fp8": 0.1, "int8-weights": 0.03}
+
+
+def _example(name):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build(0)
+
+
+class Attention(torch.nn.Module):
+    """One self-attention head with a residual and RMSNorm: batch matmuls, softmax, transposes."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.out = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        a = torch.softmax(q @ k.transpose(-1, -2) / 8.0, dim=-1)
+        return x + self.out(a @ v)
+
+
+class Gated(torch.nn.Module):
+    """A SiLU-gated MLP with a per-channel broadcast and a row reduction."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(128, 256)
+        self.gate = torch.nn.Linear(128, 256)
+        self.down = torch.nn.Linear(256, 64)
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 64))
+
+    def forward(self, x):
+        h = torch.nn.functional.silu(self.gate(x)) * self.up(x)
+        y = self.down(h) * self.scale
+        return y - y.mean(dim=-1, keepdim=True)
+
+
+def _custom(name):
+    gen = torch.manual_seed(1)
+    if name == "attention":
+        return Attention().eval(), (torch.randn(2, 16, 64, generator=gen),)
+    return Gated().eval(), (torch.randn(8, 128, generator=gen),)
+
+
+MODELS = ["mlp", "cnn", "transformer", "attention", "gated"]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def model(request):
+    name = request.param
+    m, ex = _example(name) if name in ("mlp", "cnn", "transformer") else _custom(name)
+    with torch.no_grad():
+        ref = m(*ex)
+    ref = [r.numpy() for r in (ref if isinstance(ref, (tuple, list)) else (ref,))]
+    return name, import_model(m, ex), ex, ref
+
+
+def _check(name, exe, ex, ref, precision, cores):
+    outs = exe(*ex)
+    for o, r in zip(outs, ref):
+        err = float(np.max(np.abs(o - r)))
+        scale = float(np.max(np.abs(r)))
+        print(f"{name} {precision} {cores} cores: max abs err {err:.3e} ({err / scale:.2e} of max|ref|), "
+              f"{exe.profile.cycles:.0f} cycles, host ops {len(exe.compile_info.host_ops)}")
+        if precision == "fp32-reference":
+            np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5 * scale)
+        elif precision == "dlf16":
+            assert err <= DLF16_BOUND * scale, f"{err} > {DLF16_BOUND} * {scale}"
+        else:
+            assert err <= LOOSE[precision] * scale
+    assert exe.profile.cycles > 0
+
+
+@pytest.mark.parametrize("cores", [1, 4, 32])
+@pytest.mark.parametrize("precision", ["fp32-reference", "dlf16"])
+def test_model_matches_pytorch(model, precision, cores, tmp_path):
+    name, imported, ex, ref = model
+    exe = spyre_mlir.compile(imported, precision=precision, cores=cores, cache_dir=str(tmp_path))
+    assert exe.compile_info.cores == cores and exe.program.num_cores == cores
+    _check(name, exe, ex, ref, precision, cores)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "int8-weights"])
+def test_quantized_weights_report_error(model, precision, tmp_path):
+    name, imported, ex, ref = model
+    exe = spyre_mlir.compile(imported, precision=precision, cores=4, cache_dir=str(tmp_path))
+    _check(name, exe, ex, ref, precision, 4)
+
+
+def test_cache_reuses_the_binary(tmp_path):
+    m, ex = _example("mlp")
+    imported = import_model(m, ex)
+    a = spyre_mlir.compile(imported, precision="dlf16", cores=2, cache_dir=str(tmp_path))
+    b = spyre_mlir.compile(imported, precision="dlf16", cores=2, cache_dir=str(tmp_path))
+    c = spyre_mlir.compile(imported, precision="fp8", cores=2, cache_dir=str(tmp_path))
+    assert not a.compile_info.cache_hit and b.compile_info.cache_hit and not c.compile_info.cache_hit
+    assert a.compile_info.key == b.compile_info.key != c.compile_info.key
+    assert sorted(os.listdir(tmp_path)) == sorted([a.compile_info.key + ".spyre", c.compile_info.key + ".spyre"])
+    np.testing.assert_array_equal(a(*ex)[0], b(*ex)[0])
+
+
+def test_env_cache_dir_and_compile_to_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPYRE_MLIR_CACHE_DIR", str(tmp_path / "cache"))
+    m, ex = _example("mlp")
+    out = tmp_path / "mlp.spyre"
+    path = spyre_mlir.compile_to_file(m, ex, output=str(out), precision="dlf16", cores=4)
+    assert path == str(out) and out.exists()
+    assert len(os.listdir(tmp_path / "cache")) == 1
+    from spyre_mlir.runtime import load
+
+    (y,) = load(str(out))(ex[0].numpy())
+    assert y.shape == (4, 10)
+
+
+def test_bad_requests_are_clear():
+    m, ex = _example("mlp")
+    with pytest.raises(spyre_mlir.CompileError, match="unknown precision"):
+        spyre_mlir.compile(m, ex, precision="fp16")
+    with pytest.raises(spyre_mlir.CompileError, match="cannot use 33 cores"):
+        spyre_mlir.compile(m, ex, cores=33)
+
+
+def test_cli_binary_and_errors(tmp_path):
+    m, ex = _example("mlp")
+    pt = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(m, ex), str(pt))
+    exe = os.path.join(os.path.dirname(sys.executable), "spyre-compile")
+    out = tmp_path / "mlp.spyre"
+    r = subprocess.run([exe, str(pt), "--emit=binary", "-o", str(out), "--cores", "4"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
+    r = subprocess.run([exe, str(pt), "--emit=program", "--cores", "2", "--precision", "fp32-reference"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "core 1:" in r.stdout and "matmul" in r.stdout
+    for bad in (["--cores", "0"], ["--precision", "fp4"], ["--target", str(tmp_path / "nope.toml")]):
+        r = subprocess.run([exe, str(pt), "--emit=kernel", *bad], capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "error" in r.stderr, bad
+
+
+def test_import_stays_light():
+    code = "import sys, spyre_mlir; assert 'torch' not in sys.modules and 'torch_mlir' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
