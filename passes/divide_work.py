@@ -10,8 +10,8 @@ Every device op (a spyre op other than host/yield/weight, not nested in a spyre.
 Splits are even and stick-aligned (M in multiples of the PT rows, N and K in whole sticks, see
 `spyre_mlir.cost`), the product is at most N (default: the target's cores) and each core's slice of device
 memory stays within the target's 256 MB span. Among the legal divisions the cost model picks the cheapest, so
-a tiny op stays on one core (DRAM bandwidth is shared, more cores only add transfers) and K is split only
-when M and N cannot use the cores. `cores` outside 1..max_cores is an error, as is an op no division can fit.
+a tiny op stays on one core (DRAM bandwidth is shared, and every core pays its own transfers and the barrier
+at the op's end) and K is split only when M and N cannot use the cores. `cores` outside 1..max_cores is an error, as is an op no division can fit.
 
 This module also holds the IR analysis the later kernel passes share: `device_ops(module)` and
 `op_model(op)`, which turns an op into the cost model's description of its kernel.
@@ -137,7 +137,8 @@ class OpModel:
 
     def describe(self) -> str:
         if self.kind == "matmul":
-            return f"{self.op.name} {'%dx' % self.B if self.batched else ''}{self.M}x{self.N}x{self.K}"
+            batch = f"B={self.B} " if self.batched else ""
+            return f"{self.op.name} {batch}M={self.M} N={self.N} K={self.K}"
         if self.kind == "conv":
             return f"{self.op.name} {self.conv.n}x{self.conv.f}x{self.conv.oh}x{self.conv.ow}"
         return f"{self.op.name} with {self.rows.rows} rows"

@@ -137,9 +137,9 @@ func.func @span(%x: tensor<8192x8192xf32>) -> tensor<8192x8192x!spyre.dlf16> {
 // -----
 
 // 32 GB of A: no even division over the cores brings a core's slice under 256 MB.
-// TWO-DAG: error: spyre-divide-work: no division of spyre.matmul 131072x64x131072 over at most 2 cores
+// TWO-DAG: error: spyre-divide-work: no division of spyre.matmul M=131072 N=64 K=131072 over at most 2 cores
 func.func @huge(%a: tensor<131072x131072x!spyre.dlf16>, %b: tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64x!spyre.dlf16> {
-  // expected-error @+1 {{no division of spyre.matmul 131072x64x131072 over at most 1 cores}}
+  // expected-error @+1 {{no division of spyre.matmul M=131072 N=64 K=131072 over at most 1 cores}}
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<131072x131072x!spyre.dlf16>, tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64x!spyre.dlf16>
   return %r : tensor<131072x64x!spyre.dlf16>
 }
