@@ -23,7 +23,7 @@ Coverage (source op -> spyre op; "host" means left for `spyre-place-host`, with 
 | linalg.matmul / linalg.batch_matmul              | spyre.matmul / spyre.batch_matmul (`transpose_rhs` when the rhs transposes its last two dims, also behind a collapse of batch dims; a non-zero init is added with a spyre.map) |
 | linalg.conv_2d_nchw_fchw                         | spyre.conv2d (strides, dilations; zero `tensor.pad` -> padding; broadcast init -> bias) |
 | linalg.depthwise_conv_2d_nchw_chw                | spyre.conv2d groups = C, filter [C,KH,KW] viewed as [C,1,KH,KW] |
-| linalg.conv_2d_ngchw_gfchw (groups > 1)          | spyre.conv2d groups = G, input/filter/result reshaped between 5-D and 4-D |
+| linalg.conv_2d_ngchw_gfchw (groups > 1)          | spyre.conv2d groups = G, input/filter/result reshaped between 5-D and 4-D (bias as above) |
 | linalg.pooling_nchw_max                          | spyre.pool2d kind = max (-inf `tensor.pad` -> padding); dilated pooling -> host |
 | linalg.pooling_nchw_sum + divf by KH*KW          | spyre.pool2d kind = avg (zero pad -> padding, count_include_pad); a bare sum pool -> host |
 | linalg.softmax                                   | spyre.softmax                                            |
@@ -356,9 +356,9 @@ def _convert_conv(op: ir.Operation) -> str | None:
             w = _reshape(w, [g * fg, cg, kh, kw])
             out_shape = [n, g * fg] + out_shape[3:]
         x, pad = _spatial_pad(x, 0.0)
-        bias = None
-        if op.name != "linalg.conv_2d_ngchw_gfchw":
-            bias = _bias_of(init, out_shape[1])
+        # The grouped form splits the broadcast bias init into [N, G, F/G, H, W] like the result.
+        split = _producer(init, "tensor.expand_shape") if op.name == "linalg.conv_2d_ngchw_gfchw" else None
+        bias = _bias_of(split.operands[0] if split is not None else init, out_shape[1])
         conv = spyre.Conv2dOp(x, w, ir.RankedTensorType.get(out_shape, _elt(x)), bias=bias)
         for name, value in (("strides", strides), ("padding", pad), ("dilations", dil)):
             conv.operation.attributes[name] = _i64s(value)

@@ -86,3 +86,27 @@ func.func @nonzero_pad(%arg0: tensor<1x3x8x8xf32>, %arg1: tensor<4x3x3x3xf32>) -
   %2 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%padded, %arg1 : tensor<1x3x10x10xf32>, tensor<4x3x3x3xf32>) outs(%1 : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
   return %2 : tensor<1x4x8x8xf32>
 }
+
+// -----
+
+// nn.Conv2d(4, 8, 3, padding=1, groups=2) with a bias: the broadcast init is split into groups like the
+// result; it is still the conv's bias.
+// CHECK-LABEL: func.func @grouped_bias
+// CHECK: %[[C:.*]] = "spyre.conv2d"(%arg0, %arg1, %arg2) {dilations = array<i64: 1, 1>, groups = 2 : i64,
+// CHECK-SAME: (tensor<1x4x6x6xf32>, tensor<8x2x3x3xf32>, tensor<8xf32>) -> tensor<1x8x6x6xf32>
+// CHECK-NEXT: return %[[C]]
+func.func @grouped_bias(%arg0: tensor<1x4x6x6xf32>, %arg1: tensor<8x2x3x3xf32>, %arg2: tensor<8xf32>) -> tensor<1x8x6x6xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %padded = tensor.pad %arg0 low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %cst : f32
+  } : tensor<1x4x6x6xf32> to tensor<1x4x8x8xf32>
+  %0 = tensor.empty() : tensor<1x8x6x6xf32>
+  %broadcasted = linalg.broadcast ins(%arg2 : tensor<8xf32>) outs(%0 : tensor<1x8x6x6xf32>) dimensions = [0, 2, 3]
+  %expanded = tensor.expand_shape %padded [[0], [1, 2], [3], [4]] output_shape [1, 2, 2, 8, 8] : tensor<1x4x8x8xf32> into tensor<1x2x2x8x8xf32>
+  %expanded_0 = tensor.expand_shape %arg1 [[0, 1], [2], [3], [4]] output_shape [2, 4, 2, 3, 3] : tensor<8x2x3x3xf32> into tensor<2x4x2x3x3xf32>
+  %expanded_1 = tensor.expand_shape %broadcasted [[0], [1, 2], [3], [4]] output_shape [1, 2, 4, 6, 6] : tensor<1x8x6x6xf32> into tensor<1x2x4x6x6xf32>
+  %1 = linalg.conv_2d_ngchw_gfchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%expanded, %expanded_0 : tensor<1x2x2x8x8xf32>, tensor<2x4x2x3x3xf32>) outs(%expanded_1 : tensor<1x2x4x6x6xf32>) -> tensor<1x2x4x6x6xf32>
+  %collapsed = tensor.collapse_shape %1 [[0], [1, 2], [3], [4]] : tensor<1x2x4x6x6xf32> into tensor<1x8x6x6xf32>
+  return %collapsed : tensor<1x8x6x6xf32>
+}
