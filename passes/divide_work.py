@@ -33,9 +33,9 @@ from spyre_mlir.target import Target, TargetError, load_target
 GRID = "spyre.grid"
 NOT_DEVICE = ("spyre.host", "spyre.yield", "spyre.weight")
 
+# Element type -> device format. f16 computes as DLFloat16 on the device; int64 (and index) narrow to int32.
 _FORMATS = {"f32": "fp32", "f16": "dlf16", "bf16": "bf16", "f8E4M3FN": "fp8_e4m3", "f8E5M2": "fp8_e5m2",
-            "i8": "int8", "i4": "int4", "i32": "int32", "i64": "int32", "index": "int32", "i1": "bool",
-            "f64": "fp32", "i16": "int32"}
+            "i8": "int8", "i4": "int4", "i32": "int32", "i64": "int32", "index": "int32", "i1": "bool"}
 
 
 @dataclasses.dataclass
@@ -238,7 +238,8 @@ def _map(op: ir.Operation) -> OpModel:
         n = o.operation.name
         if n not in _FREE:
             counts["transcendental" if n in _TRANSCENDENTAL else "reciprocal" if n in _RECIPROCAL else "simple"] += 1
-    counts["simple"] = max(counts["simple"], 1 if not any(counts.values()) else counts["simple"])
+    if not any(counts.values()):
+        counts["simple"] = 1            # a copy or a fill still passes through the SFU
     cols = rs[-1] if rs else 1
     temps = [_fp32_temp("xf", cols, cols, 1, 2)] if sum(counts.values()) > 1 else []
     return _rows_model(op, rows, inputs, temps, [(c, n) for c, n in counts.items() if n], steps=3)
@@ -312,8 +313,7 @@ def _gather(op: ir.Operation) -> OpModel:
     rows = max(1, math.prod(_shape(idx)))
     ts = _shape(table)
     table_bytes = tile_bytes(math.prod(ts[:-1]) if len(ts) > 1 else 1, ts[-1], fmt_of(table.type, op))
-    m = _rows_model(op, rows, [("idx", idx, True)], chunked=(), extra_span=table_bytes)
-    return m
+    return _rows_model(op, rows, [("idx", idx, True)], chunked=(), extra_span=table_bytes)
 
 
 def _pool(op: ir.Operation) -> OpModel:
