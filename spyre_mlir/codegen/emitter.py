@@ -320,7 +320,8 @@ class Emitter:
         if name == "spyre.reshape" and self._reshape_is_alias(op):
             return "device"
         if name in ("spyre.matmul", "spyre.batch_matmul", "spyre.map", "spyre.reduce", "spyre.softmax",
-                    "spyre.layernorm", "spyre.rmsnorm", "spyre.cast") and self._has_kernel(op):
+                    "spyre.layernorm", "spyre.rmsnorm", "spyre.cast", "spyre.transpose", "spyre.slice",
+                    "spyre.concat") and self._has_kernel(op):
             return "device"
         return "host"
 
@@ -341,6 +342,8 @@ class Emitter:
     def _has_kernel(self, op) -> bool:
         name = op.operation.name
         res_shape, res_elt = _tensor_type(op.operation.results[0])
+        if name in ("spyre.transpose", "spyre.slice", "spyre.concat"):
+            return self._row_sources(op) is not None
         elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
         if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
             return False
@@ -853,6 +856,87 @@ class Emitter:
             self.host_ops.append("reduce result relayout (copy)")
             self.barrier(loc)
         return gr
+
+    def _row_sources(self, op):
+        """For data movement that keeps the innermost dim whole (a transpose that leaves it in place, a slice
+        taking all of it, a concat along an outer dim), the source (operand index, row) of every result row
+        in the 2-D views; None when the innermost dim itself moves (that stays on the host)."""
+        o = op.operation
+        name = o.name
+        oshape, elt = _tensor_type(o.results[0])
+        if oshape is None or len(oshape) < 2 or not format_of(elt).on_device:
+            return None
+        rank = len(oshape)
+        idx = np.indices(oshape[:-1]).reshape(rank - 1, -1)
+        if name == "spyre.transpose":
+            perm = list(_attr(op, "permutation"))
+            if perm[-1] != rank - 1:
+                return None
+            ishape, _ = _tensor_type(o.operands[0])
+            src = np.empty_like(idx)
+            for i, p in enumerate(perm[:-1]):
+                src[p] = idx[i]
+            return [(0, np.ravel_multi_index(tuple(src), ishape[:-1]))]
+        if name == "spyre.slice":
+            ishape, _ = _tensor_type(o.operands[0])
+            off, size = list(_attr(op, "offsets")), list(_attr(op, "sizes"))
+            step = list(_attr(op, "strides") or [1] * rank)
+            if off[-1] != 0 or size[-1] != ishape[-1] or step[-1] != 1:
+                return None
+            src = np.array([off[d] + idx[d] * step[d] for d in range(rank - 1)])
+            return [(0, np.ravel_multi_index(tuple(src), ishape[:-1]))]
+        if name == "spyre.concat":
+            dim = _attr(op, "dim") % rank
+            if dim == rank - 1:
+                return None
+            lshape, _ = _tensor_type(o.operands[0])
+            rshape, _ = _tensor_type(o.operands[1])
+            from_l = idx[dim] < lshape[dim]
+            li, ri = idx.copy(), idx.copy()
+            ri[dim] -= lshape[dim]
+            li[dim] = np.where(from_l, li[dim], 0)
+            ri[dim] = np.where(from_l, 0, ri[dim])
+            lrows = np.ravel_multi_index(tuple(li), lshape[:-1])
+            rrows = np.ravel_multi_index(tuple(ri), rshape[:-1])
+            return [(0, np.where(from_l, lrows, -1)), (1, np.where(from_l, -1, rrows))]
+        return None
+
+    def _k_rows(self, op, loc):
+        """Data movement by DMA: result rows gathered from the operands' rows (no compute)."""
+        from spyre_mlir.runtime.assembler import Tile
+
+        from .kernels import _sub
+
+        sources = self._row_sources(op)
+        srcs = [self.tensor(v) for v in op.operation.operands]
+        O = self.result(op)
+        R, C = O.rows, O.cols
+        which = np.full(R, -1)
+        rows = np.zeros(R, np.int64)
+        for k, r in sources:
+            sel = r >= 0
+            which[sel], rows[sel] = k, r[sel]
+        per_row = _tb(1, C, O.fmt)
+        plan, gr, tr = self._rows_plan(op, R, per_row, 0, op.operation.name)
+        b = self.b
+        for core in range(gr):
+            b.reset_scratchpad(core)
+            T = b.alloc(core, tr, C, O.fmt)
+            for c2, r0, n in plan:
+                if c2 != core:
+                    continue
+                i = r0
+                while i < r0 + n:          # runs of rows from one source
+                    j = i
+                    while j < r0 + n and which[j] == which[i]:
+                        j += 1
+                    sub = Tile(T.addr + (i - r0) * T.pitch, j - i, C, O.fmt)
+                    load_gather(b, core, sub, srcs[which[i]], rows[i:j], loc=loc)
+                    i = j
+                store_rows(b, core, _sub(T, n, C), O, r0, loc=loc)
+        return gr
+
+    _k_transpose = _k_slice = _k_concat = _k_rows
 
     def _k_cast(self, op, loc):
         X, O, R, C = self._rowwise_io(op)
