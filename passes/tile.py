@@ -69,7 +69,10 @@ class TilePass(SpyrePass):
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
                                  bias=model.bias, active=gb * gm * gn * gk, force=force)
             if fit is None:
-                _no_fit(op, target, _needed_matmul(model, grid, block, force, target), force)
+                cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt)
+                tile = tuple(f or min(c) for f, c in zip(force, cands))
+                bufs = cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias)
+                _no_fit(op, target, tile, cost.footprint(bufs, target), any(force))
             return (1, *fit[0]) if model.batched else fit[0]
         if model.kind == "conv":
             k = model.conv
@@ -77,8 +80,9 @@ class TilePass(SpyrePass):
             force = _force(op, block, (0, self.tile_n, self.tile_m), ("", "tile-n", "tile-m"))
             fit = cost.best_conv_tile(k, grid, target, force)
             if fit is None:
-                tile = tuple(f or 1 for f in force)
-                _no_fit(op, target, cost.footprint(cost.conv_buffers(k, tile, 1), target), force)
+                tfs, tohs = cost.conv_tile_candidates(k, grid, target, force)
+                tile = (1, min(tfs), min(tohs))
+                _no_fit(op, target, tile, cost.footprint(cost.conv_buffers(k, tile, 1), target), any(force))
             return fit[0]
         k = model.rows
         rb = k.rows // grid[0]
@@ -87,7 +91,7 @@ class TilePass(SpyrePass):
         if fit is None:
             needed = cost.footprint(cost.rowwise_buffers(k, force or 1, 1), target)
             if force:
-                _no_fit(op, target, needed, (force,))
+                _no_fit(op, target, (force,), needed, True)
             raise PassError(f"a single row of {model.describe()} needs {needed} bytes of scratchpad, "
                             f"{target.scratchpad_usable_bytes} available", op.location)
         return fit[0]
@@ -146,15 +150,8 @@ def _force(op: ir.Operation, block, forced, names) -> tuple[int | None, ...]:
     return tuple(out)
 
 
-def _needed_matmul(model: OpModel, grid, block, force, target: Target) -> int:
-    """Bytes of the smallest single-buffered tile with the forced sizes (PT-array minimum elsewhere)."""
-    tile = tuple(f or min(b, target.pt_rows) for f, b in zip(force, block))
-    gk = model.grid4(grid)[3]
-    return cost.footprint(cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias),
-                          target)
-
-
-def _no_fit(op: ir.Operation, target: Target, needed: int, force) -> None:
-    shown = "x".join(str(f) if f else "*" for f in force)
-    raise PassError(f"tile {shown} of '{op.name}' needs {needed} bytes of scratchpad, "
+def _no_fit(op: ir.Operation, target: Target, tile, needed: int, forced: bool) -> None:
+    """A forced tile, or the smallest legal one, that does not fit even single-buffered."""
+    what = "tile" if forced else "the smallest tile"
+    raise PassError(f"{what} {'x'.join(map(str, tile))} of '{op.name}' needs {needed} bytes of scratchpad, "
                     f"{target.scratchpad_usable_bytes} available", op.location)

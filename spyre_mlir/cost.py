@@ -40,11 +40,12 @@ from spyre_mlir.target import Target
 
 __all__ = [
     "Buffer", "Cycles", "pack", "footprint", "nbuf_for", "stick_elems", "divisors",
-    "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "best_matmul_grid", "best_batch_matmul_grid",
+    "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
-    "ConvKernel", "conv_buffers", "conv_cycles", "conv_span", "conv_plan", "best_conv_grid", "best_conv_tile",
+    "ConvKernel", "conv_buffers", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
+    "best_conv_tile",
 ]
 
 # [assumed] fixed latencies in cycles, the same constants as the runtime's cycle model.
@@ -231,7 +232,7 @@ def _split_ok(total: int, parts: int, quantum: int) -> bool:
     return parts == 1 or (total % parts == 0 and (total // parts) % quantum == 0)
 
 
-def _matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, out_fmt: str):
+def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, out_fmt: str):
     """Tile sizes along each dim: multiples of the PT array that keep DMA rows whole sticks (tn for B and the
     result sticked on N, tk for A sticked on K); the whole block when it cannot be cut that way."""
     pt = max(target.pt_rows, target.pt_cols)
@@ -266,7 +267,7 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
     ``force`` pins any of the three sizes (0/None: free). ``active`` is the number of cores sharing DRAM.
     """
     out_fmt = out_fmt or fmt
-    cands = _matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt)
+    cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt)
     cands = [[f] if f else c for f, c in zip(force, cands)]
     best = None
     for tile in itertools.product(*cands):
@@ -556,14 +557,20 @@ def conv_plan(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: T
     return None
 
 
+def conv_tile_candidates(k: ConvKernel, grid: Sequence[int], target: Target,
+                         force: Sequence[int | None] = (None, None, None)) -> tuple[list[int], list[int]]:
+    """Filters per tile (multiples of the PT columns dividing the core's filters) and output rows per tile."""
+    fb, ohb = _ceil(k.f, grid[1]), _ceil(k.oh, grid[2])
+    tfs = [force[1]] if force[1] else ([d for d in divisors(fb) if d % target.pt_cols == 0] or [fb])
+    tohs = [force[2]] if force[2] else divisors(ohb)
+    return tfs, tohs
+
+
 def best_conv_tile(k: ConvKernel, grid: Sequence[int], target: Target,
                    force: Sequence[int | None] = (None, None, None)) -> tuple[tuple[int, int, int], int] | None:
     """The cheapest conv tile (1, tf, toh): filters in multiples of the PT columns, output rows dividing the
     core's block; with its buffer count. None when nothing fits."""
-    gn, gf, goh = grid
-    fb, ohb = _ceil(k.f, gf), _ceil(k.oh, goh)
-    tfs = [force[1]] if force[1] else ([d for d in divisors(fb) if d % target.pt_cols == 0] or [fb])
-    tohs = [force[2]] if force[2] else divisors(ohb)
+    tfs, tohs = conv_tile_candidates(k, grid, target, force)
     best = None
     for tile in ((1, tf, toh) for tf in tfs for toh in tohs):
         plan = conv_plan(k, grid, tile, target)

@@ -108,3 +108,12 @@ func.func @uneven_grid(%x: tensor<1000x64x!spyre.dlf16>) -> tensor<1000x64x!spyr
   %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32, spyre.grid = array<i64: 32>} : (tensor<1000x64x!spyre.dlf16>) -> tensor<1000x64x!spyre.dlf16>
   return %s : tensor<1000x64x!spyre.dlf16>
 }
+
+// -----
+
+// N and K of 1000 are not whole sticks, so B cannot be cut: even the smallest tile holds all of B (2 MB).
+func.func @uncuttable(%a: tensor<1000x1000x!spyre.dlf16>, %b: tensor<1000x1000x!spyre.dlf16>) -> tensor<1000x1000x!spyre.dlf16> {
+  // expected-error @+1 {{spyre-tile: the smallest tile 8x1000x1000 of 'spyre.matmul' needs 2113536 bytes of scratchpad, 1589376 available}}
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 1, 1, 1>} : (tensor<1000x1000x!spyre.dlf16>, tensor<1000x1000x!spyre.dlf16>) -> tensor<1000x1000x!spyre.dlf16>
+  return %r : tensor<1000x1000x!spyre.dlf16>
+}
