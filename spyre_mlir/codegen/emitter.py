@@ -345,6 +345,14 @@ class Emitter:
         if name in ("spyre.transpose", "spyre.slice", "spyre.concat"):
             return self._row_sources(op) is not None
         elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
+        if name == "spyre.map" and res_shape is not None:
+            if any(e not in _DEVICE_FLOATS + ("i1",) for e in elts + [str(res_elt)]):
+                return False
+            try:
+                translate(op.operation.regions[0].blocks[0], ["full"] * len(elts))
+            except NotOnSfu:
+                return False
+            return True
         if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
             return False
         if name in ("spyre.matmul", "spyre.batch_matmul"):

@@ -112,6 +112,10 @@ class _Body:
         return self.binary(SfuFn.SUB, t, 1.0)
 
 
+# i1 logic on 0/1 values
+_BOOL = {"arith.andi": SfuFn.MUL, "arith.ori": SfuFn.MAX, "arith.xori": SfuFn.NE}
+
+
 def _cmp_fold(fn, a, b):
     return {SfuFn.EQ: a == b, SfuFn.NE: a != b, SfuFn.LT: a < b, SfuFn.LE: a <= b, SfuFn.GT: a > b,
             SfuFn.GE: a >= b}[fn] * 1.0
@@ -126,7 +130,7 @@ def translate(block, kinds):
     body = _Body(kinds)
     env = {}
     for i, a in enumerate(block.arguments):
-        if not _is_float(a.type):
+        if not _is_float(a.type) and str(a.type) != "i1":
             raise NotOnSfu(f"map input of type {a.type}")
         env[a] = ("in", i)
     result = None
@@ -142,15 +146,25 @@ def translate(block, kinds):
         res_t = o.results[0].type if o.results else None
         if name == "arith.constant":
             a = o.attributes["value"]
-            if not isinstance(a, ir.FloatAttr):
-                raise NotOnSfu(f"non-float constant {a}")
-            r = float(ir.FloatAttr(a).value)
+            if isinstance(a, ir.FloatAttr):
+                r = float(ir.FloatAttr(a).value)
+            elif isinstance(a, ir.IntegerAttr) and str(res_t) == "i1":
+                r = 1.0 if ir.IntegerAttr(a).value else 0.0
+            else:
+                raise NotOnSfu(f"constant {a}")
+        elif str(res_t) == "i1" and name in _BOOL:
+            # Masks are 0.0 / 1.0 on the SFU (bool tiles decode to 0/1 and encode as x != 0).
+            r = body.binary(_BOOL[name], *args)
+        elif name in ("arith.uitofp", "arith.sitofp") and str(o.operands[0].type) == "i1":
+            r = args[0]
+        elif name in ("arith.fptoui", "arith.fptosi") and str(res_t) == "i1":
+            r = body.binary(SfuFn.GE, args[0], 1.0)
         elif name == "arith.cmpf":
             p = ir.IntegerAttr(o.attributes["predicate"]).value
             if p not in _CMP:
                 raise NotOnSfu(f"cmpf predicate {p}")
             r = body.binary(_CMP[p], *args)
-        elif res_t is not None and not _is_float(res_t):
+        elif res_t is not None and not _is_float(res_t) and name != "arith.cmpf":
             raise NotOnSfu(f"'{name}' computes {res_t}")
         elif name in _UNARY:
             r = body.unary(_UNARY[name], args[0])

@@ -213,3 +213,32 @@ func.func @main(%x: tensor<2x3x4x64xf32>, %y: tensor<2x5x4x64xf32>) -> (tensor<2
     np.testing.assert_array_equal(c, np.concatenate([x, y], axis=1))
     np.testing.assert_array_equal(h, x.transpose(0, 1, 3, 2))
     assert em.kernels.count("spyre.transpose") == 1 and len(em.host_ops) == 1
+
+
+def test_mask_maps_on_the_sfu():
+    """i1 masks are 0/1 tiles: comparisons, andi, select and i1<->float conversions stay on the device."""
+    ir_text = """
+func.func @main(%x: tensor<8x64xf32>, %m: tensor<8x64xi1>) -> (tensor<8x64xi1>, tensor<8x64xf32>) {
+  %b = "spyre.map"(%x, %m) ({
+  ^bb0(%a: f32, %k: i1):
+    %z = arith.constant 0.0 : f32
+    %p = arith.cmpf olt, %a, %z : f32
+    %q = arith.andi %p, %k : i1
+    "spyre.yield"(%q) : (i1) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<8x64xf32>, tensor<8x64xi1>) -> tensor<8x64xi1>
+  %f = "spyre.map"(%b, %x) ({
+  ^bb0(%k: i1, %a: f32):
+    %ninf = arith.constant -1.0e+09 : f32
+    %s = arith.select %k, %ninf, %a : f32
+    %u = arith.uitofp %k : i1 to f32
+    %t = arith.addf %s, %u : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<8x64xi1>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  return %b, %f : tensor<8x64xi1>, tensor<8x64xf32>
+}"""
+    x, m = rand(8, 64), RNG.random((8, 64)) < 0.5
+    (b, f), em, _ = run(ir_text, [x, m], cores=2)
+    ref = (x < 0) & m
+    np.testing.assert_array_equal(b, ref)
+    np.testing.assert_allclose(f, np.where(ref, -1e9, x) + ref, rtol=1e-6)
+    assert em.host_ops == []
