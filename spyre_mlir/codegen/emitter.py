@@ -583,7 +583,8 @@ class Emitter:
         tile = _attr(op, "spyre.tile")
         used, _, _ = kernels.matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
                                     grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
-                                    double_buffer=_attr(op, "spyre.double_buffer", True), loc=loc)
+                                    double_buffer=_attr(op, "spyre.double_buffer", True),
+                                    offsets=_attr(op, "spyre.scratchpad"), loc=loc)
         return len(used)
 
     def _rhs(self, op, rhs, transpose: bool, batch=False):
@@ -652,7 +653,7 @@ class Emitter:
         used, _, _ = kernels.matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
                                     tile=tuple(tile[1:]) if tile else None,
                                     double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
-                                    loc=loc)
+                                    offsets=_attr(op, "spyre.scratchpad"), loc=loc)
         return len(used)
 
     def _rows_plan(self, op, rows, per_row, fixed, what):

@@ -94,16 +94,19 @@ def _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt):
 
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
-           scale=None, grid=None, tile=None, double_buffer=True, batches=((0, 0, 0),), loc=None):
+           scale=None, grid=None, tile=None, double_buffer=True, batches=((0, 0, 0),), offsets=None, loc=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``.
 
     ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back.
-    Batches are spread over groups of ``gm*gn*gk`` cores."""
+    Batches are spread over groups of ``gm*gn*gk`` cores. ``offsets`` (spyre.scratchpad of the op) places the
+    tiles when they cover what this kernel needs and do not overlap at its tile sizes; else tiles are
+    allocated here."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
     if grid and not _grid_ok(grid, M, N, K, cores, se_n, se_k):
-        grid = tile = None      # a split this kernel cannot address (off stick boundaries): choose one here
+        # A split this kernel cannot address (off stick boundaries): choose one here.
+        grid = tile = offsets = None
     gm, gn, gk = grid or choose_matmul_grid(M, N, K, cores, fa, fb, fo)
     group = gm * gn * gk
     ngroups = max(1, min(len(batches), cores // group))
@@ -114,6 +117,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     if tile and ((tile[1] < nb and tile[1] % se_n) or (tile[2] < kb and tile[2] % se_k)
                  or tile[0] > mb or tile[1] > nb or tile[2] > kb):
         tile = None
+    tile_given = bool(tile)
     if tile:
         tm, tn, tk = tile
         if _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, gk > 1, bias_fmt) > usable:
@@ -124,7 +128,12 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     pb = fb if fb in PT_FORMATS else Format.DLF16
     used = range(ngroups * group)
     T = {}
+    placed = _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale,
+                           em.target.scratchpad_usable_bytes)
     for c in used:       # the same allocation order on every core: ring reduce needs equal addresses
+        if placed is not None:
+            T[c] = placed
+            continue
         b.reset_scratchpad(c)
         t = T[c] = {}
         t["A"] = [b.alloc(c, tm, tk, fa) for _ in range(nbuf)]
@@ -190,6 +199,31 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
                     store_rows(b, root, _sub(t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
+
+
+def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, usable):
+    """The matmul tiles at spyre-allocate-scratchpad's offsets, or None when they cannot be used as is."""
+    from spyre_mlir.runtime.assembler import Tile
+
+    if not offsets or not tile_given or pa is not fa or pb is not fb or colscale is not None:
+        return None
+    want = {"a0": (tm, tk, fa), "b0": (tk, tn, fb), "acc": (tm, tn, Format.FP32), "out": (tm, tn, fo)}
+    if nbuf == 2:
+        want.update(a1=(tm, tk, fa), b1=(tk, tn, fb))
+    if gk > 1:
+        want["red"] = (tm, tn, Format.FP32)
+    if bias is not None:
+        want["bias"] = (1, tn, bias.fmt)
+    if any(k not in offsets for k in want):
+        return None
+    tiles = {k: Tile(int(offsets[k]), r, c, Format.parse(f)) for k, (r, c, f) in want.items()}
+    spans = sorted((t.addr, t.addr + t.nbytes) for t in tiles.values())
+    if spans[-1][1] > usable or any(a1 < b0 for (_, b0), (a1, _) in zip(spans, spans[1:])) \
+            or any(t.addr % STICK_BYTES for t in tiles.values()):
+        return None
+    return {"A": [tiles["a0"]] + ([tiles["a1"]] if nbuf == 2 else []),
+            "B": [tiles["b0"]] + ([tiles["b1"]] if nbuf == 2 else []), "PA": None, "PB": None,
+            "C": tiles["acc"], "R": tiles.get("red"), "O": tiles["out"], "BI": tiles.get("bias"), "CS": None}
 
 
 def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> bool:
