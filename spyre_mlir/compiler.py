@@ -195,8 +195,9 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
             target=None, cache_dir=None, input_shapes=None):
     """Compile and load: returns the runtime's Executable (call it with inputs; ``.profile`` afterwards;
     ``.compile_info`` says how it was built). ``model_or_path`` is an ``nn.Module`` (with
-    ``example_inputs``), a model file, or an ``ImportedModel`` from ``spyre_mlir.frontend.import_model``. ``cores`` None: every core of the target. ``precision``
-    ``fp32-reference`` runs with the emulator's fp32-reference numerics (no rounding anywhere)."""
+    ``example_inputs``), a model file, or an ``ImportedModel`` from ``spyre_mlir.frontend.import_model``.
+    ``cores`` None: every core of the target. ``precision`` ``fp32-reference`` runs with the emulator's
+    fp32-reference numerics (no rounding anywhere)."""
     from spyre_mlir.codegen import hostprog
     from spyre_mlir.runtime import load
 
