@@ -229,11 +229,27 @@ class SpyreOp(Spyre.Operation, traits=[Pure]):
 
     def verify_invariants(self) -> bool:
         try:
+            self._check_segments()
             self._verify()
         except _Invalid as e:
             self.location.emit_error(f"'{self.operation.name}' op {e}")
             return False
         return True
+
+    def _check_segments(self) -> None:
+        """Ops with optional operand slots need `operandSegmentSizes`; IRDL accepts the op without it."""
+        slots = self._ODS_OPERAND_SEGMENTS
+        if not slots:
+            return
+        attrs = self.operation.attributes
+        if "operandSegmentSizes" not in attrs:
+            raise _Invalid(f"requires attribute 'operandSegmentSizes' with {len(slots)} entries (1 for each "
+                           f"required operand, 0 or 1 for each optional one)")
+        sizes = list(attrs["operandSegmentSizes"])
+        if len(sizes) != len(slots) or sum(sizes) != len(self.operation.operands) or any(
+                want == 1 and got != 1 or want == 0 and got not in (0, 1) for want, got in zip(slots, sizes)):
+            raise _Invalid(f"attribute 'operandSegmentSizes' {sizes} does not describe the "
+                           f"{len(self.operation.operands)} operands in {len(slots)} slots")
 
     def _verify(self) -> None:  # pragma: no cover - every op overrides
         pass

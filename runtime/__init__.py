@@ -8,14 +8,22 @@ run binaries start fast. Entry points:
 * :class:`BinaryFormatError` for every malformed file, :class:`SpyreRuntimeError` for data-dependent failures
 """
 
-from .assembler import ProgramBuilder, Tile
-from .binary import BinaryFormatError, Program
-from .cycles import Profile
-from .emulator import SpyreRuntimeError
-from .hostops import register_host_function
-from .loader import Executable, InputError, load, load_bytes
-from .trace import chrome_trace, write_trace
+import importlib
 
-__all__ = ["load", "load_bytes", "Executable", "ProgramBuilder", "Tile", "Program", "Profile",
-           "BinaryFormatError", "SpyreRuntimeError", "InputError", "register_host_function",
-           "chrome_trace", "write_trace"]
+# Submodules load on first use, so the compiler can read the instruction tables (runtime.isa, runtime.formats)
+# without importing the loader and emulator.
+_EXPORTS = {
+    "ProgramBuilder": "assembler", "Tile": "assembler", "BinaryFormatError": "binary", "Program": "binary",
+    "Profile": "cycles", "SpyreRuntimeError": "emulator", "register_host_function": "hostops",
+    "Executable": "loader", "InputError": "loader", "load": "loader", "load_bytes": "loader",
+    "chrome_trace": "trace", "write_trace": "trace",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value

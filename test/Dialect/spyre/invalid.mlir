@@ -528,3 +528,19 @@ func.func @restickify_flag(%x: tensor<8x64xf32>) {
   %r = "spyre.transpose"(%x) {permutation = array<i64: 1, 0>, restickify = 1 : i64} : (tensor<8x64xf32>) -> tensor<64x8xf32>
   return
 }
+
+// -----
+
+func.func @missing_segments(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{'spyre.cast' op requires attribute 'operandSegmentSizes' with 2 entries}}
+  %r = "spyre.cast"(%x) : (tensor<8x64xf32>) -> tensor<8x64x!spyre.dlf16>
+  return
+}
+
+// -----
+
+func.func @wrong_segments(%x: tensor<8x64xf32>, %y: tensor<8x64xf32>) {
+  // expected-error @+1 {{attribute 'operandSegmentSizes' [1, 1] does not describe the 1 operands in 2 slots}}
+  %r = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 1>} : (tensor<8x64xf32>) -> tensor<8x64x!spyre.dlf16>
+  return
+}
