@@ -656,11 +656,23 @@ class Emitter:
                                     offsets=_attr(op, "spyre.scratchpad"), loc=loc)
         return len(used)
 
-    def _rows_plan(self, op, rows, per_row, fixed, what):
+    def _rows_plan(self, op, rows, once, buffered, fixed, what):
+        """Row tiles of a row-wise op: ``once`` bytes per row of single tiles (temporaries), ``buffered`` bytes
+        per row of tiles that DMA touches (inputs, output), doubled when double buffering, which is on unless
+        spyre-schedule said otherwise and dropped when it would not fit. Returns (plan, cores, rows, nbuf)."""
         grid = _attr(op, "spyre.grid")
         tile = _attr(op, "spyre.tile")
-        return kernels.rowwise(self, rows, per_row, fixed, grid=grid, tile_rows=tile[0] if tile else None,
-                               what=what)
+        tr = tile[0] if tile else None
+        if _attr(op, "spyre.double_buffer", True):
+            try:
+                plan, gr, tr2 = kernels.rowwise(self, rows, once + 2 * buffered, fixed, grid=grid, tile_rows=tr,
+                                                what=what)
+                if len(plan) > gr:             # more than one tile on a core: something to overlap
+                    return plan, gr, tr2, 2
+            except TileError:
+                pass
+        plan, gr, tr2 = kernels.rowwise(self, rows, once + buffered, fixed, grid=grid, tile_rows=tr, what=what)
+        return plan, gr, tr2, 1
 
     def _k_map(self, op, loc):
         o = op.operation
@@ -685,10 +697,10 @@ class Emitter:
             kinds.append(kind)
         ops, result, _ = translate(o.regions[0].blocks[0], kinds)
         slots, nslots = live_temps(ops, result)
-        per_row = (sum(_tb(1, C if k == "full" else 1, t.fmt) for t, _, k in ins)
-                   + nslots * _tb(1, C, Format.FP32) + _tb(1, C, O.fmt))
+        buffered = (sum(_tb(1, C if k == "full" else 1, t.fmt) for t, _, k in ins if k in ("full", "row"))
+                    + _tb(1, C, O.fmt))
         fixed = sum(_tb(1, C if k == "col" else 1, t.fmt) for t, _, k in ins if k in ("col", "scalar"))
-        plan, gr, tr = self._rows_plan(op, R, per_row, fixed, "spyre.map")
+        plan, gr, tr, nbuf = self._rows_plan(op, R, nslots * _tb(1, C, Format.FP32), buffered, fixed, "spyre.map")
         b = self.b
         from .kernels import _sub, broadcast_rows
 
@@ -703,23 +715,23 @@ class Emitter:
                     tiles[i] = b.alloc(core, 1, 1, t.fmt)
                     load_gather(b, core, tiles[i], t, [0], loc=loc)
                 else:
-                    tiles[i] = b.alloc(core, tr, C if k == "full" else 1, t.fmt)
+                    tiles[i] = [b.alloc(core, tr, C if k == "full" else 1, t.fmt) for _ in range(nbuf)]
             temps = [b.alloc(core, tr, C, "fp32") for _ in range(nslots)]
-            out = b.alloc(core, tr, C, O.fmt)
-            for c2, r0, n in plan:
-                if c2 != core:
-                    continue
-                cur = {}
-                for i, (t, ishape, k) in enumerate(ins):
-                    if k in ("col", "scalar"):
-                        cur[("in", i)] = tiles[i]
-                        continue
-                    tl = _sub(tiles[i], n, tiles[i].cols)
-                    if tuple(ishape) == out_shape:
-                        load_rows(b, core, tl, t, r0, loc=loc)
-                    else:
-                        load_gather(b, core, tl, t, broadcast_rows(ishape, out_shape, r0, n), loc=loc)
-                    cur[("in", i)] = tl
+            outs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+
+            def load(k, r0, n, core=core, tiles=tiles):
+                for i, (t, ishape, kind) in enumerate(ins):
+                    if kind in ("full", "row"):
+                        tl = _sub(tiles[i][k % nbuf], n, tiles[i][0].cols)
+                        if tuple(ishape) == out_shape:
+                            load_rows(b, core, tl, t, r0, loc=loc)
+                        else:
+                            load_gather(b, core, tl, t, broadcast_rows(ishape, out_shape, r0, n), loc=loc)
+
+            def work(k, r0, n, core=core, tiles=tiles, temps=temps, outs=outs):
+                cur = {("in", i): (tiles[i] if kind in ("col", "scalar") else
+                                   _sub(tiles[i][k % nbuf], n, tiles[i][0].cols))
+                       for i, (_, _, kind) in enumerate(ins)}
 
                 def reg(v):
                     if isinstance(v, float) or v is None:
@@ -729,9 +741,8 @@ class Emitter:
                     return _sub(temps[slots[v]], n, C)
 
                 for fn, d, s0, s1, imm, swap in ops:
-                    dst = reg(d)
-                    b.sfu(core, fn, dst, reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
-                o_t = _sub(out, n, C)
+                    b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
+                o_t = _sub(outs[k % nbuf], n, C)
                 res = reg(result)
                 if isinstance(res, float):
                     b.sfu(core, "fill", o_t, imm=res, loc=loc)
@@ -741,6 +752,8 @@ class Emitter:
                     b.sfu(core, "fill", o_t, imm=0.0, loc=loc)
                     b.sfu(core, "add", o_t, o_t, res, loc=loc)
                 store_rows(b, core, o_t, O, r0, loc=loc)
+
+            _pipelined(plan, core, nbuf, load, work)
         return gr
 
     def _rowwise_io(self, op):
@@ -751,9 +764,9 @@ class Emitter:
 
     def _k_softmax(self, op, loc):
         X, O, R, C = self._rowwise_io(op)
-        per_row = _tb(1, C, X.fmt) + _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32") + _tb(1, C, O.fmt)
-        plan, gr, tr = self._rows_plan(op, R, per_row, 0, "spyre.softmax")
-        return self._rows_emit(plan, gr, tr, loc, X, O, self._softmax_body, [])
+        once = _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
+        plan, gr, tr, nbuf = self._rows_plan(op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.softmax")
+        return self._rows_emit(plan, gr, tr, nbuf, loc, X, O, self._softmax_body, [])
 
     def _softmax_body(self, core, n, XT, XF, OT, extra, loc):
         b = self.b
@@ -774,9 +787,10 @@ class Emitter:
         gamma = self.tensor(rest.pop(0)) if seg[1] else None
         beta = self.tensor(rest.pop(0)) if len(seg) > 2 and seg[2] else None
         eps = float(_attr(op, "epsilon"))
-        per_row = _tb(1, C, X.fmt) + 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32") + _tb(1, C, O.fmt)
+        once = 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
         fixed = sum(_tb(1, C, t.fmt) for t in (gamma, beta) if t is not None)
-        plan, gr, tr = self._rows_plan(op, R, per_row, fixed, "spyre.layernorm")
+        plan, gr, tr, nbuf = self._rows_plan(op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), fixed,
+                                             "spyre.layernorm")
 
         def body(core, n, XT, XF, OT, extra, loc):
             b = self.b
@@ -796,16 +810,17 @@ class Emitter:
             b.sfu(core, "cast", OT, XF, loc=loc)
 
         consts = [("G", gamma), ("BE", beta)]
-        return self._rows_emit(plan, gr, tr, loc, X, O, body, [(k, t) for k, t in consts if t is not None],
-                               sq=True)
+        return self._rows_emit(plan, gr, tr, nbuf, loc, X, O, body,
+                               [(k, t) for k, t in consts if t is not None], sq=True)
 
     def _k_rmsnorm(self, op, loc):
         X, O, R, C = self._rowwise_io(op)
         gamma = self.tensor(op.operation.operands[1]) if len(op.operation.operands) > 1 else None
         eps = float(_attr(op, "epsilon"))
-        per_row = _tb(1, C, X.fmt) + 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32") + _tb(1, C, O.fmt)
+        once = 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
         fixed = _tb(1, C, gamma.fmt) if gamma is not None else 0
-        plan, gr, tr = self._rows_plan(op, R, per_row, fixed, "spyre.rmsnorm")
+        plan, gr, tr, nbuf = self._rows_plan(op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), fixed,
+                                             "spyre.rmsnorm")
 
         def body(core, n, XT, XF, OT, extra, loc):
             b = self.b
@@ -820,8 +835,8 @@ class Emitter:
                 b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
             b.sfu(core, "cast", OT, XF, loc=loc)
 
-        return self._rows_emit(plan, gr, tr, loc, X, O, body, [("G", gamma)] if gamma is not None else [],
-                               sq=True)
+        return self._rows_emit(plan, gr, tr, nbuf, loc, X, O, body,
+                               [("G", gamma)] if gamma is not None else [], sq=True)
 
     def _k_reduce(self, op, loc):
         o = op.operation
@@ -832,8 +847,8 @@ class Emitter:
         # The result has one value per row: a [R, 1] tensor in the 2-D view (a reshape of it, if keepdim is
         # false and the result's innermost dim is not 1, goes through an [R, 1] scratch tensor and a copy).
         direct = (oshape[-1:] or (1,)) == (1,) or not oshape
-        per_row = _tb(1, C, X.fmt) + _tb(1, 1, "fp32") + _tb(1, 1, format_of(elt))
-        plan, gr, tr = self._rows_plan(op, R, per_row, 0, "spyre.reduce")
+        plan, gr, tr, nbuf = self._rows_plan(op, R, _tb(1, 1, "fp32"), _tb(1, C, X.fmt) + _tb(1, 1, format_of(elt)),
+                                             0, "spyre.reduce")
         if direct:
             O = self.result(op)
             target = O
@@ -846,17 +861,20 @@ class Emitter:
 
         for core in range(gr):
             b.reset_scratchpad(core)
-            XT = b.alloc(core, tr, C, X.fmt)
+            XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
             RT = b.alloc(core, tr, 1, "fp32")
-            OT = b.alloc(core, tr, 1, format_of(elt))
-            for c2, r0, n in plan:
-                if c2 != core:
-                    continue
-                xt = _sub(XT, n, C)
-                load_rows(b, core, xt, X, r0, loc=loc)
-                b.reduce(core, kind, _sub(RT, n, 1), xt, loc=loc)
-                b.sfu(core, "cast", _sub(OT, n, 1), _sub(RT, n, 1), loc=loc)
-                store_rows(b, core, _sub(OT, n, 1), target, r0, loc=loc)
+            OTs = [b.alloc(core, tr, 1, format_of(elt)) for _ in range(nbuf)]
+
+            def load(k, r0, n, core=core, XTs=XTs):
+                load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
+
+            def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, RT=RT):
+                ot = _sub(OTs[k % nbuf], n, 1)
+                b.reduce(core, kind, _sub(RT, n, 1), _sub(XTs[k % nbuf], n, C), loc=loc)
+                b.sfu(core, "cast", ot, _sub(RT, n, 1), loc=loc)
+                store_rows(b, core, ot, target, r0, loc=loc)
+
+            _pipelined(plan, core, nbuf, load, work)
         if not direct:
             self.barrier(loc)
             O = self.result(op, host=True)
@@ -925,15 +943,14 @@ class Emitter:
         for k, r in sources:
             sel = r >= 0
             which[sel], rows[sel] = k, r[sel]
-        per_row = _tb(1, C, O.fmt)
-        plan, gr, tr = self._rows_plan(op, R, per_row, 0, op.operation.name)
+        plan, gr, tr, nbuf = self._rows_plan(op, R, 0, _tb(1, C, O.fmt), 0, op.operation.name)
         b = self.b
         for core in range(gr):
             b.reset_scratchpad(core)
-            T = b.alloc(core, tr, C, O.fmt)
-            for c2, r0, n in plan:
-                if c2 != core:
-                    continue
+            Ts = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+
+            def load(k, r0, n, core=core, Ts=Ts):
+                T = Ts[k % nbuf]
                 i = r0
                 while i < r0 + n:          # runs of rows from one source
                     j = i
@@ -942,29 +959,37 @@ class Emitter:
                     sub = Tile(T.addr + (i - r0) * T.pitch, j - i, C, O.fmt)
                     load_gather(b, core, sub, srcs[which[i]], rows[i:j], loc=loc)
                     i = j
-                store_rows(b, core, _sub(T, n, C), O, r0, loc=loc)
+
+            def work(k, r0, n, core=core, Ts=Ts):
+                store_rows(b, core, _sub(Ts[k % nbuf], n, C), O, r0, loc=loc)
+
+            _pipelined(plan, core, nbuf, load, work)
         return gr
 
     _k_transpose = _k_slice = _k_concat = _k_rows
 
     def _k_cast(self, op, loc):
         X, O, R, C = self._rowwise_io(op)
-        per_row = _tb(1, C, X.fmt) + _tb(1, C, O.fmt)
-        plan, gr, tr = self._rows_plan(op, R, per_row, 0, "spyre.cast")
+        plan, gr, tr, nbuf = self._rows_plan(op, R, 0, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.cast")
         b = self.b
         from .kernels import _sub
 
         for core in range(gr):
             b.reset_scratchpad(core)
-            XT, OT = b.alloc(core, tr, C, X.fmt), b.alloc(core, tr, C, O.fmt)
-            for c2, r0, n in plan:
-                if c2 == core:
-                    load_rows(b, core, _sub(XT, n, C), X, r0, loc=loc)
-                    b.sfu(core, "cast", _sub(OT, n, C), _sub(XT, n, C), loc=loc)
-                    store_rows(b, core, _sub(OT, n, C), O, r0, loc=loc)
+            XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
+            OTs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+
+            def load(k, r0, n, core=core, XTs=XTs):
+                load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
+
+            def work(k, r0, n, core=core, XTs=XTs, OTs=OTs):
+                b.sfu(core, "cast", _sub(OTs[k % nbuf], n, C), _sub(XTs[k % nbuf], n, C), loc=loc)
+                store_rows(b, core, _sub(OTs[k % nbuf], n, C), O, r0, loc=loc)
+
+            _pipelined(plan, core, nbuf, load, work)
         return gr
 
-    def _rows_emit(self, plan, gr, tr, loc, X, O, body, consts, sq=False):
+    def _rows_emit(self, plan, gr, tr, nbuf, loc, X, O, body, consts, sq=False):
         """Shared loop of softmax and the norms: load, fp32 work tile, row stats, write back."""
         b = self.b
         C = X.cols
@@ -976,21 +1001,43 @@ class Emitter:
             for k, t in consts:
                 extra_full[k] = b.alloc(core, 1, C, t.fmt)
                 load_rows(b, core, extra_full[k], t.reshaped((1, C)), 0, loc=loc)
-            XT, OT = b.alloc(core, tr, C, X.fmt), b.alloc(core, tr, C, O.fmt)
+            XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
+            OTs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
             XF = b.alloc(core, tr, C, "fp32")
             SQ = b.alloc(core, tr, C, "fp32") if sq else None
             M, S = b.alloc(core, tr, 1, "fp32"), b.alloc(core, tr, 1, "fp32")
-            for c2, r0, n in plan:
-                if c2 != core:
-                    continue
-                xt = _sub(XT, n, C)
-                load_rows(b, core, xt, X, r0, loc=loc)
+
+            def load(k, r0, n, core=core, XTs=XTs):
+                load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
+
+            def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, XF=XF, SQ=SQ, M=M, S=S, extra_full=extra_full):
                 extra = dict(extra_full, M=_sub(M, n, 1), S=_sub(S, n, 1))
                 if SQ is not None:
                     extra["SQ"] = _sub(SQ, n, C)
-                body(core, n, xt, _sub(XF, n, C), _sub(OT, n, C), extra, loc)
-                store_rows(b, core, _sub(OT, n, C), O, r0, loc=loc)
+                ot = _sub(OTs[k % nbuf], n, C)
+                body(core, n, _sub(XTs[k % nbuf], n, C), _sub(XF, n, C), ot, extra, loc)
+                store_rows(b, core, ot, O, r0, loc=loc)
+
+            _pipelined(plan, core, nbuf, load, work)
         return gr
+
+
+def _pipelined(plan, core, nbuf, load, work):
+    """Run ``load(k, r0, n)`` then ``work(k, r0, n)`` for every tile of ``core`` (k = its index on the core).
+    With two buffers the next tile's load is issued before this tile's work: the DMA unit processes in
+    program order, so only a load placed ahead of the store can overlap the compute (software prefetch)."""
+    tiles = [(r0, n) for c, r0, n in plan if c == core]
+    if nbuf == 1:
+        for k, (r0, n) in enumerate(tiles):
+            load(k, r0, n)
+            work(k, r0, n)
+        return
+    if tiles:
+        load(0, *tiles[0])
+    for k, (r0, n) in enumerate(tiles):
+        if k + 1 < len(tiles):
+            load(k + 1, *tiles[k + 1])
+        work(k, r0, n)
 
 
 def _tb(rows, cols, fmt):
