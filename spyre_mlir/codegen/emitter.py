@@ -31,7 +31,7 @@ from spyre_mlir.runtime.formats import Format, encode, fp8_e4m3_encode, quantize
 
 from . import hostprog, kernels
 from .kernels import TileError
-from .memory import DevTensor, format_of, load_gather, load_rows, store_rows
+from .memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .sfu import NotOnSfu, live_temps, translate
 
 __all__ = ["Emitter", "EmitError", "TileError"]
@@ -317,8 +317,8 @@ class Emitter:
         if all(v in self.known or self._foldable_value(v) for v in reads):
             self._mark_foldable(op)
             return "fold"
-        if name == "spyre.reshape" and self._reshape_is_alias(op):
-            return "device"
+        if name == "spyre.reshape":
+            return "device" if self._reshape_is_alias(op) or self._col_terms(op) is not None else "host"
         if name in ("spyre.matmul", "spyre.batch_matmul", "spyre.map", "spyre.reduce", "spyre.softmax",
                     "spyre.layernorm", "spyre.rmsnorm", "spyre.cast", "spyre.transpose", "spyre.slice",
                     "spyre.concat") and self._has_kernel(op):
@@ -343,7 +343,7 @@ class Emitter:
         name = op.operation.name
         res_shape, res_elt = _tensor_type(op.operation.results[0])
         if name in ("spyre.transpose", "spyre.slice", "spyre.concat"):
-            return self._row_sources(op) is not None
+            return self._row_sources(op) is not None or self._col_terms(op) is not None
         elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
         if name == "spyre.map" and res_shape is not None:
             if any(e not in _DEVICE_FLOATS + ("i1",) for e in elts + [str(res_elt)]):
@@ -395,12 +395,14 @@ class Emitter:
             src = op.operation.operands[0]
             shape, _ = _tensor_type(op.operation.results[0])
             res = op.operation.results[0]
-            if res in self._out_name or res in self._host_read:
+            alias = self._reshape_is_alias(op)
+            if alias and not (res in self._out_name or res in self._host_read):
+                self.dev[res] = self.tensor(src).reshaped(shape)
+                return
+            if alias or self._col_terms(op) is None:
                 # The output (or a host op) needs a buffer of this shape: copy on the host.
                 self._host(op, loc)
                 return
-            self.dev[res] = self.tensor(src).reshaped(shape)
-            return
         self.kernels.append(name)
         try:
             getattr(self, f"_k_{name[6:]}")(op, loc)
@@ -966,7 +968,113 @@ class Emitter:
             _pipelined(plan, core, nbuf, load, work)
         return gr
 
-    _k_transpose = _k_slice = _k_concat = _k_rows
+    def _k_move(self, op, loc):
+        return self._k_rows(op, loc) if self._row_sources(op) is not None else self._k_cols(op, loc)
+
+    _k_transpose = _k_slice = _k_concat = _k_reshape = _k_move
+
+    def _col_terms(self, op):
+        """Data movement inside the innermost dim (a slice of it, a concat along it, a reshape that splits or
+        merges it), which DMA cannot do below stick granularity, as products with 0/1 selection matrices on
+        the PT array: exact, because every output element is one input times 1.0 accumulated in fp32 with
+        zeros. Returns [(dst rows, [(operand, src rows, P [Cin, Cout])...])...] (the terms of a group add
+        up into the same destination rows), or None (then the host does it)."""
+        o = op.operation
+        name = o.name
+        oshape, elt = _tensor_type(o.results[0])
+        if oshape is None or not oshape or format_of(elt) not in (Format.DLF16, Format.FP8_E4M3,
+                                                                   Format.FP8_E5M2):
+            return None
+        if any(format_of(_tensor_type(v)[1]) is not format_of(elt) for v in o.operands):
+            return None
+        cout = oshape[-1]
+        rout = math.prod(oshape[:-1])
+        lead = np.indices(oshape[:-1]).reshape(len(oshape) - 1, -1) if len(oshape) > 1 else np.zeros((0, 1), int)
+        groups = None
+        if name == "spyre.slice":
+            ishape, _ = _tensor_type(o.operands[0])
+            off, size = list(_attr(op, "offsets")), list(_attr(op, "sizes"))
+            step = list(_attr(op, "strides") or [1] * len(ishape))
+            src = np.array([off[d] + lead[d] * step[d] for d in range(len(ishape) - 1)])
+            rows = np.ravel_multi_index(tuple(src), ishape[:-1]) if len(ishape) > 1 else np.zeros(1, int)
+            P = np.zeros((ishape[-1], cout), np.float32)
+            P[off[-1] + np.arange(cout) * step[-1], np.arange(cout)] = 1
+            groups = [(np.arange(rout), [(0, rows, P)])]
+        elif name == "spyre.concat" and _attr(op, "dim") % len(oshape) == len(oshape) - 1:
+            ca = _tensor_type(o.operands[0])[0][-1]
+            pa = np.zeros((ca, cout), np.float32)
+            pa[np.arange(ca), np.arange(ca)] = 1
+            pb = np.zeros((cout - ca, cout), np.float32)
+            pb[np.arange(cout - ca), ca + np.arange(cout - ca)] = 1
+            groups = [(np.arange(rout), [(0, np.arange(rout), pa), (1, np.arange(rout), pb)])]
+        elif name == "spyre.reshape":
+            ishape, _ = _tensor_type(o.operands[0])
+            cin = ishape[-1] if ishape else 1
+            if cin % cout == 0:            # split the innermost dim: k destination row sets
+                k = cin // cout
+                groups = []
+                for h in range(k):
+                    P = np.zeros((cin, cout), np.float32)
+                    P[h * cout + np.arange(cout), np.arange(cout)] = 1
+                    dst = np.arange(h, rout, k)
+                    groups.append((dst, [(0, dst // k, P)]))
+            elif cout % cin == 0:          # merge k rows into one: k terms add up
+                k = cout // cin
+                terms = []
+                for h in range(k):
+                    P = np.zeros((cin, cout), np.float32)
+                    P[np.arange(cin), h * cin + np.arange(cin)] = 1
+                    terms.append((0, np.arange(rout) * k + h, P))
+                groups = [(np.arange(rout), terms)]
+        if groups is None:
+            return None
+        fmt = format_of(elt)
+        usable = self.target.scratchpad_usable_bytes
+        if sum(_tb(p.shape[0], p.shape[1], fmt) for _, terms in groups for _, _, p in terms) > usable // 4:
+            return None
+        return groups
+
+    def _k_cols(self, op, loc):
+        from spyre_mlir.runtime.assembler import Tile  # noqa: F401
+
+        from .kernels import _sub
+
+        groups = self._col_terms(op)
+        srcs = [self.tensor(v) for v in op.operation.operands]
+        O = self.result(op)
+        fmt, cout = O.fmt, O.cols
+        b = self.b
+        consts = {}
+        for gi, (_, terms) in enumerate(groups):
+            for ti, (_, _, P) in enumerate(terms):
+                buf = b.constant(self._name(f"select{self._op_index}.{gi}.{ti}"), P, fmt)
+                consts[gi, ti] = self._buffer_tensor(buf)
+        used = 1
+        for gi, (dst, terms) in enumerate(groups):
+            cins = [srcs[s].cols for s, _, _ in terms]
+            once = _tb(1, cout, "fp32") + _tb(1, cout, fmt)
+            fixed = sum(_tb(c, cout, fmt) for c in cins)
+            plan, gr, tr, _ = self._rows_plan(op, len(dst), once + sum(_tb(1, c, fmt) for c in cins), 0,
+                                              fixed, op.operation.name)
+            used = max(used, gr)
+            for core in range(gr):
+                b.reset_scratchpad(core)
+                Ps = [b.alloc(core, c, cout, fmt) for c in cins]
+                for ti, Pt in enumerate(Ps):
+                    load_rows(b, core, Pt, consts[gi, ti], 0, loc=loc)
+                As = [b.alloc(core, tr, c, fmt) for c in cins]
+                acc, out = b.alloc(core, tr, cout, "fp32"), b.alloc(core, tr, cout, fmt)
+                for c2, r0, n in plan:
+                    if c2 != core:
+                        continue
+                    for ti, (s, rows, _) in enumerate(terms):
+                        At = _sub(As[ti], n, cins[ti])
+                        load_gather(b, core, At, srcs[s], rows[r0:r0 + n], loc=loc)
+                        last = ti == len(terms) - 1
+                        b.matmul(core, At, Ps[ti], _sub(acc, n, cout), accumulate=ti > 0,
+                                 out=_sub(out, n, cout) if last else None, loc=loc)
+                    store_scatter(b, core, _sub(out, n, cout), O, dst[r0:r0 + n], loc=loc)
+        return used
 
     def _k_cast(self, op, loc):
         X, O, R, C = self._rowwise_io(op)

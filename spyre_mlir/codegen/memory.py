@@ -111,3 +111,21 @@ def load_gather(b, core, tile, t: DevTensor, src_rows, loc=None):
         b.dma_load(core, t.addr + s0 * t.pitch, tile.addr + r0 * tile.pitch, (m, cnt, tile.pitch),
                    (ds * t.pitch, st * t.pitch), (cnt * tile.pitch, tile.pitch), loc=loc)
         k += m
+
+
+def store_scatter(b, core, tile, t: DevTensor, dst_rows, loc=None):
+    """t row dst_rows[i] <- tile row i: consecutive rows with a constant positive destination stride become
+    one DMA (the destination rows must be distinct, as a store may not overlap itself)."""
+    dst_rows = np.asarray(dst_rows, dtype=np.int64)
+    i, n = 0, len(dst_rows)
+    while i < n:
+        j = i + 1
+        stride = int(dst_rows[i + 1] - dst_rows[i]) if i + 1 < n else 1
+        if stride < 1:
+            stride = 1
+        else:
+            while j < n and dst_rows[j] - dst_rows[j - 1] == stride:
+                j += 1
+        b.dma_store(core, t.addr + int(dst_rows[i]) * t.pitch, tile.addr + i * tile.pitch, (j - i, tile.pitch),
+                    (0, stride * t.pitch), (0, tile.pitch), loc=loc)
+        i = j

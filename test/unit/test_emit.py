@@ -258,3 +258,26 @@ func.func @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {{
     (y2,), _, e2 = run(ir_text("false"), [x], cores=1)
     np.testing.assert_array_equal(y1, y2)
     assert e1.profile.cycles < e2.profile.cycles
+
+
+def test_innermost_data_movement_on_the_pt_array():
+    """Slices of the innermost dim at sub-stick offsets, concats along it and reshapes that split or merge it
+    are products with 0/1 selection matrices: bit-exact on dlf16 tensors (faithful numerics)."""
+    ir_text = """
+func.func @main(%x: tensor<2x16x64x!spyre.dlf16>) -> (tensor<2x16x8x!spyre.dlf16>, tensor<2x16x16x!spyre.dlf16>, tensor<2x16x4x16x!spyre.dlf16>, tensor<2x4x256x!spyre.dlf16>) {
+  %a = "spyre.slice"(%x) {offsets = array<i64: 0, 0, 8>, sizes = array<i64: 2, 16, 8>, strides = array<i64: 1, 1, 1>} : (tensor<2x16x64x!spyre.dlf16>) -> tensor<2x16x8x!spyre.dlf16>
+  %b = "spyre.slice"(%x) {offsets = array<i64: 0, 0, 40>, sizes = array<i64: 2, 16, 8>, strides = array<i64: 1, 1, 1>} : (tensor<2x16x64x!spyre.dlf16>) -> tensor<2x16x8x!spyre.dlf16>
+  %c = "spyre.concat"(%b, %a) {dim = 2 : i64} : (tensor<2x16x8x!spyre.dlf16>, tensor<2x16x8x!spyre.dlf16>) -> tensor<2x16x16x!spyre.dlf16>
+  %s = "spyre.reshape"(%x) : (tensor<2x16x64x!spyre.dlf16>) -> tensor<2x16x4x16x!spyre.dlf16>
+  %m = "spyre.reshape"(%x) : (tensor<2x16x64x!spyre.dlf16>) -> tensor<2x4x256x!spyre.dlf16>
+  return %a, %c, %s, %m : tensor<2x16x8x!spyre.dlf16>, tensor<2x16x16x!spyre.dlf16>, tensor<2x16x4x16x!spyre.dlf16>, tensor<2x4x256x!spyre.dlf16>
+}"""
+    from spyre_mlir.runtime.formats import dlf16_round
+
+    x = dlf16_round(rand(2, 16, 64))
+    (a, c, s, m), em, _ = run(ir_text, [x], cores=4, numerics="faithful")
+    np.testing.assert_array_equal(a, x[..., 8:16])
+    np.testing.assert_array_equal(c, np.concatenate([x[..., 40:48], x[..., 8:16]], axis=-1))
+    np.testing.assert_array_equal(s, x.reshape(2, 16, 4, 16))
+    np.testing.assert_array_equal(m, x.reshape(2, 4, 256))
+    assert em.host_ops == []
