@@ -26,11 +26,12 @@ import math
 import numpy as np
 
 from spyre_mlir.runtime.assembler import ProgramBuilder
-from spyre_mlir.runtime.binary import BUFFER_ALIGN, Buffer, buffer_layout
-from spyre_mlir.runtime.formats import Format, encode, fp8_e4m3_encode, quantize_int, symmetric_scale
+from spyre_mlir.runtime.assembler import Tile
+from spyre_mlir.runtime.binary import Buffer, buffer_layout
+from spyre_mlir.runtime.formats import Format, quantize_int, symmetric_scale
 
 from . import hostprog, kernels
-from .kernels import TileError
+from .kernels import TileError, _sub, broadcast_rows
 from .memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .sfu import NotOnSfu, live_temps, translate
 
@@ -131,15 +132,15 @@ class Emitter:
         self.qfmt: dict = {}         # value -> storage Format of a quantized known value (int8 / fp8)
         self.dev: dict = {}          # value -> DevTensor
         self._dequantized: dict = {}
-        self.consts: dict = {}       # id(known array) -> DevTensor (a constant reused by several readers)
+        self.consts: dict = {}       # (id(known array), format) -> (DevTensor, array): one constant per value
         self.host_ops: list[str] = []   # what ran on the host, for the report
         self.kernels: list[str] = []
         self._names: set = set()
-        self._slots: list = []       # [addr, nbytes, free]
+        self._slots: list = []       # [addr, nbytes, free, buffer]
         self._pending_free: list = []
-        self._storage_refs: dict = {}
         self._next_storage = 0
         self._uses_eval = False
+        self._fold_results: set = set()   # values the placement pre-pass found computable at compile time
 
     # ---- names and memory ---------------------------------------------------------------------------------
 
@@ -326,11 +327,9 @@ class Emitter:
         return "host"
 
     def _foldable_value(self, v) -> bool:
-        return v in getattr(self, "_fold_results", set())
+        return v in self._fold_results
 
     def _mark_foldable(self, op):
-        if not hasattr(self, "_fold_results"):
-            self._fold_results = set()
         for r in op.operation.results:
             self._fold_results.add(r)
 
@@ -361,8 +360,6 @@ class Emitter:
             return False
         rank = len(res_shape)
         if name == "spyre.map":
-            from .kernels import broadcast_rows  # noqa: F401  (broadcasts are handled by DMA)
-
             try:
                 translate(op.operation.regions[0].blocks[0], ["full"] * len(elts))
             except NotOnSfu:
@@ -523,8 +520,6 @@ class Emitter:
 
     def _materialize_for_host(self, v, t, loc):
         """A buffer of v's own shape holding t (device DMA copy on core 0, row tiles of the 2-D view)."""
-        from .kernels import _sub
-
         shape, _ = _tensor_type(v)
         if self.cores > 1:
             self.barrier(loc)
@@ -704,8 +699,6 @@ class Emitter:
         fixed = sum(_tb(1, C if k == "col" else 1, t.fmt) for t, _, k in ins if k in ("col", "scalar"))
         plan, gr, tr, nbuf = self._rows_plan(op, R, nslots * _tb(1, C, Format.FP32), buffered, fixed, "spyre.map")
         b = self.b
-        from .kernels import _sub, broadcast_rows
-
         for core in range(gr):
             b.reset_scratchpad(core)
             tiles = {}
@@ -859,8 +852,6 @@ class Emitter:
             buf = self.b.scratch(self._name(f"t{self._op_index}.rows"), (R, 1), format_of(elt))
             target = self._buffer_tensor(buf)
         b = self.b
-        from .kernels import _sub
-
         for core in range(gr):
             b.reset_scratchpad(core)
             XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
@@ -932,10 +923,6 @@ class Emitter:
 
     def _k_rows(self, op, loc):
         """Data movement by DMA: result rows gathered from the operands' rows (no compute)."""
-        from spyre_mlir.runtime.assembler import Tile
-
-        from .kernels import _sub
-
         sources = self._row_sources(op)
         srcs = [self.tensor(v) for v in op.operation.operands]
         O = self.result(op)
@@ -1035,10 +1022,6 @@ class Emitter:
         return groups
 
     def _k_cols(self, op, loc):
-        from spyre_mlir.runtime.assembler import Tile  # noqa: F401
-
-        from .kernels import _sub
-
         groups = self._col_terms(op)
         srcs = [self.tensor(v) for v in op.operation.operands]
         O = self.result(op)
@@ -1080,8 +1063,6 @@ class Emitter:
         X, O, R, C = self._rowwise_io(op)
         plan, gr, tr, nbuf = self._rows_plan(op, R, 0, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.cast")
         b = self.b
-        from .kernels import _sub
-
         for core in range(gr):
             b.reset_scratchpad(core)
             XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
@@ -1101,8 +1082,6 @@ class Emitter:
         """Shared loop of softmax and the norms: load, fp32 work tile, row stats, write back."""
         b = self.b
         C = X.cols
-        from .kernels import _sub
-
         for core in range(gr):
             b.reset_scratchpad(core)
             extra_full = {}
@@ -1167,8 +1146,6 @@ def _dequantize(q, s, axis):
 
 def _quant_codes_passthrough(op, codes, name):
     """The codes of a quantized parameter after a reshape/transpose (scales are handled by the caller)."""
-    from torch_mlir import ir  # noqa: F401
-
     shape, _ = _tensor_type(op.operation.results[0])
     if name == "spyre.transpose":
         return np.transpose(np.asarray(codes), _attr(op, "permutation"))

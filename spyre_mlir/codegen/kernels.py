@@ -16,14 +16,13 @@ emitter also works on graph-level IR.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
 
-from .memory import DevTensor, load_gather, load_rows, store_rows
+from .memory import DevTensor, load_rows, store_rows
 
 __all__ = ["matmul", "rowwise", "choose_matmul_grid", "choose_rows_grid", "TileError"]
 
