@@ -322,7 +322,7 @@ class Emitter:
             return "device" if self._reshape_is_alias(op) or self._col_terms(op) is not None else "host"
         if name in ("spyre.matmul", "spyre.batch_matmul", "spyre.map", "spyre.reduce", "spyre.softmax",
                     "spyre.layernorm", "spyre.rmsnorm", "spyre.cast", "spyre.transpose", "spyre.slice",
-                    "spyre.concat") and self._has_kernel(op):
+                    "spyre.concat", "spyre.pool2d") and self._has_kernel(op):
             return "device"
         return "host"
 
@@ -343,6 +343,11 @@ class Emitter:
         res_shape, res_elt = _tensor_type(op.operation.results[0])
         if name in ("spyre.transpose", "spyre.slice", "spyre.concat"):
             return self._row_sources(op) is not None or self._col_terms(op) is not None
+        if name == "spyre.pool2d":
+            ishape, ielt = _tensor_type(op.operation.operands[0])
+            return (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
+                    format_of(ielt) in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2) and
+                    format_of(res_elt) in (Format.DLF16, Format.FP32))
         elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
         if name == "spyre.map" and res_shape is not None:
             if any(e not in _DEVICE_FLOATS + ("i1",) for e in elts + [str(res_elt)]):
@@ -368,7 +373,7 @@ class Emitter:
         if name == "spyre.reduce":
             ishape, _ = _tensor_type(op.operation.operands[0])
             dims = sorted(d % len(ishape) for d in _attr(op, "dims"))
-            return dims == [len(ishape) - 1] and _attr(op, "kind") in ("sum", "max", "min", "mean")
+            return (dims == list(range(dims[0], len(ishape))) and _attr(op, "kind") in ("sum", "max", "min", "mean"))
         if name == "spyre.softmax":
             return _attr(op, "dim") % rank == rank - 1
         if name == "spyre.layernorm":
@@ -834,16 +839,25 @@ class Emitter:
                                [("G", gamma)] if gamma is not None else [], sq=True)
 
     def _k_reduce(self, op, loc):
+        """Reductions over a suffix of the dims. The innermost dim reduces on the SFU (REDUCE); reduced outer
+        dims first combine their rows elementwise into an fp32 tile (rows gathered by DMA), so every result
+        row is one [rows, C] reduction and one rounding."""
         o = op.operation
         X = self.tensor(o.operands[0])
-        R, C = X.rows, X.cols
+        ishape, _ = _tensor_type(o.operands[0])
+        dims = sorted(d % len(ishape) for d in _attr(op, "dims"))
+        mid = math.prod(ishape[dims[0]:-1]) if len(ishape) > 1 else 1
+        R, C = X.rows // mid, X.cols
         oshape, elt = _tensor_type(o.results[0])
         kind = _attr(op, "kind")
         # The result has one value per row: a [R, 1] tensor in the 2-D view (a reshape of it, if keepdim is
         # false and the result's innermost dim is not 1, goes through an [R, 1] scratch tensor and a copy).
         direct = (oshape[-1:] or (1,)) == (1,) or not oshape
-        plan, gr, tr, nbuf = self._rows_plan(op, R, _tb(1, 1, "fp32"), _tb(1, C, X.fmt) + _tb(1, 1, format_of(elt)),
-                                             0, "spyre.reduce")
+        once = _tb(1, 1, "fp32") + (_tb(1, C, "fp32") if mid > 1 else 0)
+        plan, gr, tr, nbuf = self._rows_plan(op, R, once, _tb(1, C, X.fmt) + _tb(1, 1, format_of(elt)), 0,
+                                             "spyre.reduce")
+        if mid > 1:
+            nbuf = 1
         if direct:
             O = self.result(op)
             target = O
@@ -857,13 +871,26 @@ class Emitter:
             XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
             RT = b.alloc(core, tr, 1, "fp32")
             OTs = [b.alloc(core, tr, 1, format_of(elt)) for _ in range(nbuf)]
+            ACC = b.alloc(core, tr, C, "fp32") if mid > 1 else None
+            combine = {"sum": "add", "mean": "add", "max": "max", "min": "min"}[kind]
 
             def load(k, r0, n, core=core, XTs=XTs):
-                load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
+                if mid == 1:
+                    load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
 
-            def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, RT=RT):
-                ot = _sub(OTs[k % nbuf], n, 1)
-                b.reduce(core, kind, _sub(RT, n, 1), _sub(XTs[k % nbuf], n, C), loc=loc)
+            def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, RT=RT, ACC=ACC):
+                ot, xt = _sub(OTs[k % nbuf], n, 1), _sub(XTs[k % nbuf], n, C)
+                if mid > 1:        # combine the reduced outer dims' rows, then reduce the innermost
+                    acc = _sub(ACC, n, C)
+                    for m in range(mid):
+                        load_gather(b, core, xt, X, np.arange(r0, r0 + n) * mid + m, loc=loc)
+                        b.sfu(core, "cast", acc, xt, loc=loc) if m == 0 else \
+                            b.sfu(core, combine, acc, acc, xt, loc=loc)
+                    b.reduce(core, "sum" if kind == "mean" else kind, _sub(RT, n, 1), acc, loc=loc)
+                    if kind == "mean":
+                        b.sfu(core, "mul", _sub(RT, n, 1), _sub(RT, n, 1), 1.0 / (mid * C), loc=loc)
+                else:
+                    b.reduce(core, kind, _sub(RT, n, 1), xt, loc=loc)
                 b.sfu(core, "cast", ot, _sub(RT, n, 1), loc=loc)
                 store_rows(b, core, ot, target, r0, loc=loc)
 
@@ -959,6 +986,55 @@ class Emitter:
         return self._k_rows(op, loc) if self._row_sources(op) is not None else self._k_cols(op, loc)
 
     _k_transpose = _k_slice = _k_concat = _k_reshape = _k_move
+
+    def _k_pool2d(self, op, loc):
+        """Max/avg pooling without padding: for each kernel row i the input rows (n, c, oh*sh + i) are
+        gathered by DMA, each kernel column j picks columns ow*sw + j through an exact 0/1 selection matmul,
+        and the window combines with SFU max/add in fp32 (one rounding on write)."""
+        X = self.tensor(op.operation.operands[0])
+        O = self.result(op)
+        n_, c_, h, w = X.shape
+        oh, ow = O.shape[2], O.shape[3]
+        kh, kw = _attr(op, "kernel")
+        sh, sw = _attr(op, "strides") or [kh, kw]
+        is_max = _attr(op, "kind") == "max"
+        b = self.b
+        sel = []
+        for j in range(kw):
+            P = np.zeros((w, ow), np.float32)
+            P[np.arange(ow) * sw + j, np.arange(ow)] = 1
+            sel.append(self._buffer_tensor(b.constant(self._name(f"select{self._op_index}.{j}"), P, X.fmt)))
+        R = n_ * c_ * oh
+        per_row = _tb(1, w, X.fmt) + 2 * _tb(1, ow, "fp32") + _tb(1, ow, O.fmt)
+        plan, gr, tr, _ = self._rows_plan(op, R, per_row, 0, kw * _tb(w, ow, X.fmt), "spyre.pool2d")
+        out_rows = np.arange(R)
+        for core in range(gr):
+            b.reset_scratchpad(core)
+            S = [b.alloc(core, w, ow, X.fmt) for _ in range(kw)]
+            for St, src in zip(S, sel):
+                load_rows(b, core, St, src, 0, loc=loc)
+            XT, CT = b.alloc(core, tr, w, X.fmt), b.alloc(core, tr, ow, "fp32")
+            RES, OT = b.alloc(core, tr, ow, "fp32"), b.alloc(core, tr, ow, O.fmt)
+            for c2, r0, n in plan:
+                if c2 != core:
+                    continue
+                rows = out_rows[r0:r0 + n]
+                xt, ct, res, ot = _sub(XT, n, w), _sub(CT, n, ow), _sub(RES, n, ow), _sub(OT, n, ow)
+                first = True
+                for i in range(kh):
+                    load_gather(b, core, xt, X, (rows // oh) * h + (rows % oh) * sh + i, loc=loc)
+                    for j in range(kw):
+                        b.matmul(core, xt, S[j], ct, loc=loc)
+                        if first:
+                            b.sfu(core, "cast", res, ct, loc=loc)
+                            first = False
+                        else:
+                            b.sfu(core, "max" if is_max else "add", res, res, ct, loc=loc)
+                if not is_max:
+                    b.sfu(core, "mul", res, res, 1.0 / (kh * kw), loc=loc)
+                b.sfu(core, "cast", ot, res, loc=loc)
+                store_rows(b, core, ot, O, r0, loc=loc)
+        return gr
 
     def _col_terms(self, op):
         """Data movement inside the innermost dim (a slice of it, a concat along it, a reshape that splits or

@@ -281,3 +281,24 @@ func.func @main(%x: tensor<2x16x64x!spyre.dlf16>) -> (tensor<2x16x8x!spyre.dlf16
     np.testing.assert_array_equal(s, x.reshape(2, 16, 4, 16))
     np.testing.assert_array_equal(m, x.reshape(2, 4, 256))
     assert em.host_ops == []
+
+
+def test_pooling_and_suffix_reductions_on_device():
+    """Max/avg pooling (row gathers + selection matmuls + SFU max/add) and a mean over the trailing (H, W)
+    dims (rows combined in fp32, then one row reduction); dlf16 data, exact selection, one rounding."""
+    ir_text = """
+func.func @main(%x: tensor<1x4x8x8x!spyre.dlf16>) -> (tensor<1x4x4x4x!spyre.dlf16>, tensor<1x4x3x3x!spyre.dlf16>, tensor<1x4x1x1xf32>) {
+  %m = "spyre.pool2d"(%x) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x4x8x8x!spyre.dlf16>) -> tensor<1x4x4x4x!spyre.dlf16>
+  %a = "spyre.pool2d"(%x) {kernel = array<i64: 3, 3>, kind = "avg", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x4x8x8x!spyre.dlf16>) -> tensor<1x4x3x3x!spyre.dlf16>
+  %r = "spyre.reduce"(%x) {dims = array<i64: 2, 3>, kind = "mean", keepdim = true} : (tensor<1x4x8x8x!spyre.dlf16>) -> tensor<1x4x1x1xf32>
+  return %m, %a, %r : tensor<1x4x4x4x!spyre.dlf16>, tensor<1x4x3x3x!spyre.dlf16>, tensor<1x4x1x1xf32>
+}"""
+    from spyre_mlir.runtime.formats import dlf16_round
+
+    x = dlf16_round(rand(1, 4, 8, 8))
+    (m, a, r), em, _ = run(ir_text, [x], cores=4, numerics="faithful")
+    np.testing.assert_array_equal(m, x.reshape(1, 4, 4, 2, 4, 2).max(axis=(3, 5)))
+    avg = np.mean([x[:, :, i:i + 5:2, j:j + 5:2] for i in range(3) for j in range(3)], axis=0)
+    np.testing.assert_allclose(a, avg, rtol=2.0**-10, atol=1e-6)    # fp32 window sum, one dlf16 rounding
+    np.testing.assert_allclose(r, x.mean(axis=(2, 3), keepdims=True), rtol=1e-6, atol=1e-6)
+    assert em.host_ops == []
