@@ -906,8 +906,8 @@ class Emitter:
 
     def _row_sources(self, op):
         """For data movement that keeps the innermost dim whole (a transpose that leaves it in place, a slice
-        taking all of it, a concat along an outer dim), the source (operand index, row) of every result row
-        in the 2-D views; None when the innermost dim itself moves (that stays on the host)."""
+        taking all of it or whole sticks of it, a concat along an outer dim): [(operand index, source row of
+        every result row (-1: another operand), first column)] in the 2-D views; None otherwise."""
         o = op.operation
         name = o.name
         oshape, elt = _tensor_type(o.results[0])
@@ -923,15 +923,19 @@ class Emitter:
             src = np.empty_like(idx)
             for i, p in enumerate(perm[:-1]):
                 src[p] = idx[i]
-            return [(0, np.ravel_multi_index(tuple(src), ishape[:-1]))]
+            return [(0, np.ravel_multi_index(tuple(src), ishape[:-1]), 0)]
         if name == "spyre.slice":
             ishape, _ = _tensor_type(o.operands[0])
             off, size = list(_attr(op, "offsets")), list(_attr(op, "sizes"))
             step = list(_attr(op, "strides") or [1] * rank)
-            if off[-1] != 0 or size[-1] != ishape[-1] or step[-1] != 1:
+            fmt = format_of(elt)
+            # The innermost dim moves by DMA when the slice starts on a stick and covers whole sticks (or
+            # runs to the end of the row, whose padding is zeros).
+            if step[-1] != 1 or fmt.nbytes(off[-1]) % 128 or (
+                    fmt.nbytes(size[-1]) % 128 and off[-1] + size[-1] != ishape[-1]):
                 return None
             src = np.array([off[d] + idx[d] * step[d] for d in range(rank - 1)])
-            return [(0, np.ravel_multi_index(tuple(src), ishape[:-1]))]
+            return [(0, np.ravel_multi_index(tuple(src), ishape[:-1]), off[-1])]
         if name == "spyre.concat":
             dim = _attr(op, "dim") % rank
             if dim == rank - 1:
@@ -945,7 +949,7 @@ class Emitter:
             ri[dim] = np.where(from_l, 0, ri[dim])
             lrows = np.ravel_multi_index(tuple(li), lshape[:-1])
             rrows = np.ravel_multi_index(tuple(ri), rshape[:-1])
-            return [(0, np.where(from_l, lrows, -1)), (1, np.where(from_l, -1, rrows))]
+            return [(0, np.where(from_l, lrows, -1), 0), (1, np.where(from_l, -1, rrows), 0)]
         return None
 
     def _k_rows(self, op, loc):
@@ -956,9 +960,11 @@ class Emitter:
         R, C = O.rows, O.cols
         which = np.full(R, -1)
         rows = np.zeros(R, np.int64)
-        for k, r in sources:
+        col0 = {}
+        for k, r, c0 in sources:
             sel = r >= 0
             which[sel], rows[sel] = k, r[sel]
+            col0[k] = c0
         plan, gr, tr, nbuf = self._rows_plan(op, R, 0, _tb(1, C, O.fmt), 0, op.operation.name)
         b = self.b
         for core in range(gr):
@@ -973,7 +979,7 @@ class Emitter:
                     while j < r0 + n and which[j] == which[i]:
                         j += 1
                     sub = Tile(T.addr + (i - r0) * T.pitch, j - i, C, O.fmt)
-                    load_gather(b, core, sub, srcs[which[i]], rows[i:j], loc=loc)
+                    load_gather(b, core, sub, srcs[which[i]], rows[i:j], col0=col0[which[i]], loc=loc)
                     i = j
 
             def work(k, r0, n, core=core, Ts=Ts):

@@ -81,10 +81,12 @@ def store_rows(b, core, tile, t: DevTensor, row0: int, col0: int = 0, loc=None):
                 (0, t.pitch), (0, tile.pitch), loc=loc)
 
 
-def load_gather(b, core, tile, t: DevTensor, src_rows, loc=None):
-    """tile row i <- t row src_rows[i] (any pattern, e.g. a broadcast): consecutive rows with a constant
-    source stride (0 for a repeated row) become one DMA, and equal runs at a constant distance one 3-D DMA."""
+def load_gather(b, core, tile, t: DevTensor, src_rows, col0: int = 0, loc=None):
+    """tile row i <- t row src_rows[i] (any pattern, e.g. a broadcast), from column ``col0`` (on a stick
+    boundary): consecutive rows with a constant source stride (0 for a repeated row) become one DMA, and
+    equal runs at a constant distance one 3-D DMA."""
     src_rows = np.asarray(src_rows, dtype=np.int64)
+    base = t.addr + (_col_bytes(t, col0) if col0 else 0)
     runs = []     # (first tile row, first source row, count, source stride)
     i, n = 0, len(src_rows)
     while i < n:
@@ -108,7 +110,7 @@ def load_gather(b, core, tile, t: DevTensor, src_rows, loc=None):
                 m += 1
         else:
             ds = 0
-        b.dma_load(core, t.addr + s0 * t.pitch, tile.addr + r0 * tile.pitch, (m, cnt, tile.pitch),
+        b.dma_load(core, base + s0 * t.pitch, tile.addr + r0 * tile.pitch, (m, cnt, tile.pitch),
                    (ds * t.pitch, st * t.pitch), (cnt * tile.pitch, tile.pitch), loc=loc)
         k += m
 

@@ -196,18 +196,21 @@ def test_listing_names_every_instruction():
 
 
 def test_data_movement_by_dma():
-    """Transposes that keep the innermost dim, slices taking all of it and concats along outer dims are row
-    gathers by DMA on the device; a transpose of the innermost dim stays on the host."""
+    """Transposes that keep the innermost dim, slices taking all of it (or whole sticks of it) and concats
+    along outer dims are row gathers by DMA on the device; a transpose of the innermost dim stays on the
+    host."""
     ir_text = """
-func.func @main(%x: tensor<2x3x4x64xf32>, %y: tensor<2x5x4x64xf32>) -> (tensor<2x4x3x64xf32>, tensor<2x2x2x64xf32>, tensor<2x8x4x64xf32>, tensor<2x3x64x4xf32>) {
+func.func @main(%x: tensor<2x3x4x64xf32>, %y: tensor<2x5x4x64xf32>) -> (tensor<2x4x3x64xf32>, tensor<2x2x2x64xf32>, tensor<2x8x4x64xf32>, tensor<2x3x64x4xf32>, tensor<2x3x4x32xf32>) {
   %t = "spyre.transpose"(%x) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x3x4x64xf32>) -> tensor<2x4x3x64xf32>
   %s = "spyre.slice"(%x) {offsets = array<i64: 0, 1, 0, 0>, sizes = array<i64: 2, 2, 2, 64>, strides = array<i64: 1, 1, 2, 1>} : (tensor<2x3x4x64xf32>) -> tensor<2x2x2x64xf32>
   %c = "spyre.concat"(%x, %y) {dim = 1 : i64} : (tensor<2x3x4x64xf32>, tensor<2x5x4x64xf32>) -> tensor<2x8x4x64xf32>
   %h = "spyre.transpose"(%x) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x3x4x64xf32>) -> tensor<2x3x64x4xf32>
-  return %t, %s, %c, %h : tensor<2x4x3x64xf32>, tensor<2x2x2x64xf32>, tensor<2x8x4x64xf32>, tensor<2x3x64x4xf32>
+  %k = "spyre.slice"(%x) {offsets = array<i64: 0, 0, 0, 32>, sizes = array<i64: 2, 3, 4, 32>, strides = array<i64: 1, 1, 1, 1>} : (tensor<2x3x4x64xf32>) -> tensor<2x3x4x32xf32>
+  return %t, %s, %c, %h, %k : tensor<2x4x3x64xf32>, tensor<2x2x2x64xf32>, tensor<2x8x4x64xf32>, tensor<2x3x64x4xf32>, tensor<2x3x4x32xf32>
 }"""
     x, y = rand(2, 3, 4, 64), rand(2, 5, 4, 64)
-    (t, s, c, h), em, _ = run(ir_text, [x, y], cores=4)
+    (t, s, c, h, k), em, _ = run(ir_text, [x, y], cores=4)
+    np.testing.assert_array_equal(k, x[..., 32:])          # whole sticks of the innermost dim: plain DMA
     np.testing.assert_array_equal(t, x.transpose(0, 2, 1, 3))
     np.testing.assert_array_equal(s, x[:, 1:3, 0:4:2])
     np.testing.assert_array_equal(c, np.concatenate([x, y], axis=1))
