@@ -33,7 +33,7 @@ check: setup
 	$(MAKE) --no-print-directory check-pytest
 
 bench: setup
-	$(BIN)/python bench/run.py
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf build $(VENV) *.egg-info
