@@ -489,8 +489,27 @@ class Emitter:
 
     # ---- host -------------------------------------------------------------------------------------------
 
+    def _native_host_op(self, op):
+        """(op, attrs) of the runtime's own host ops that compute ``op`` (a gather of rows, a transpose or
+        reshape as a copy), so such binaries load anywhere without registering spyre_mlir.eval; else None."""
+        name = op.operation.name
+        shape, elt = _tensor_type(op.operation.results[0]) if op.operation.results else (None, None)
+        if shape is None:
+            return None
+        ishape, ielt = _tensor_type(op.operation.operands[0])
+        if name == "spyre.gather" and str(_tensor_type(op.operation.operands[1])[1]) in ("i64", "i32"):
+            return "gather", {}
+        if str(ielt) != str(elt):
+            return None
+        if name == "spyre.transpose":
+            return "copy", {"perm": list(_attr(op, "permutation"))}
+        if name == "spyre.reshape":
+            return "copy", {"shape": list(shape) or [1], "perm": list(range(len(shape) or 1))}
+        return None
+
     def _host(self, op, loc):
-        """Run op (a spyre.host region or a device op without a kernel) on the host via spyre_mlir.eval."""
+        """Run op (a spyre.host region or a device op without a kernel) on the host: through the runtime's
+        own gather/copy when they compute it, else through spyre_mlir.eval."""
         name = op.operation.name
         reads = _reads(op)
         if name == "spyre.host":
@@ -516,9 +535,13 @@ class Emitter:
                 buf = t.buffer
             ins.append(buf)
         res = [self.result(op, i, host=True) for i in range(len(op.operation.results))]
-        self.b.host(0, "call", ins, [t.buffer for t in res], loc=loc, fn=hostprog.HOST_FN,
-                    kwargs={"program": prog})
-        self._uses_eval = True
+        native = self._native_host_op(op) if name != "spyre.host" else None
+        if native is not None:
+            self.b.host(0, native[0], ins, [t.buffer for t in res], loc=loc, **native[1])
+        else:
+            self.b.host(0, "call", ins, [t.buffer for t in res], loc=loc, fn=hostprog.HOST_FN,
+                        kwargs={"program": prog})
+            self._uses_eval = True
         self.host_ops.append(f"{name}" + (f" ({reason})" if reason else ""))
         if self.cores > 1:
             self.barrier(loc)

@@ -73,14 +73,14 @@ func.func @main(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<64x!spyre.dlf16>) -> t
 
 // -----
 
-// A host region (and a reshape that changes the innermost dim, which is not a free alias) run on the
-// host through the runtime's `call` op; barriers fence them from the cores.
+// A host region runs on the host through the runtime's `call` op (the numpy program spyre_mlir.eval); a
+// reshape of int64 data that changes the innermost dim uses the runtime's own `copy`. Barriers fence them.
 // CHECK-LABEL: // program: 2 core(s), {{[0-9]+}} B device memory, 2 host op(s)
 // CHECK: core 0:
 // CHECK: barrier
 // CHECK: host
 // CHECK: // host_op 0: call ['in0'] -> ['t0'] fn=spyre_mlir.eval
-// CHECK: // host_op 1: call ['t0'] -> ['out0'] fn=spyre_mlir.eval
+// CHECK: // host_op 1: copy ['t0'] -> ['out0']
 func.func @main(%x: tensor<4x16xi64>) -> tensor<64xi64> {
   %h = "spyre.host"() ({
     %c = arith.constant dense<1> : tensor<4x16xi64>
