@@ -145,6 +145,8 @@ class Emitter:
         self._next_storage = 0
         self._uses_eval = False
         self._fold_results: set = set()   # values the placement pre-pass found computable at compile time
+        self._synced = True          # no device work since the last barrier
+        self._force_barrier = False  # the kernel just emitted split work differently than planned
 
     # ---- names and memory ---------------------------------------------------------------------------------
 
@@ -182,6 +184,7 @@ class Emitter:
     def barrier(self, loc=None) -> None:
         if self.cores > 1:
             self.b.barrier(loc=loc)
+        self._synced = True
         for s in self._pending_free:
             s[2] = True
         self._pending_free = []
@@ -410,16 +413,37 @@ class Emitter:
                 self._host(op, loc)
                 return
         self.kernels.append(name)
+        if not self._synced and self.cores > 1 and not self._row_aligned(op):
+            # spyre-schedule places barriers by grids; an op reading rows outside its own row block (data
+            # movement, broadcasts, pooling, matmul operands) also needs its producers to have finished.
+            self.barrier(loc)
         try:
             getattr(self, f"_k_{name[6:]}")(op, loc)
         except (TileError, ValueError) as e:
             raise EmitError(str(e), op.operation.location) from None
+        self._synced = False
         barrier = _attr(op, "spyre.barrier")
         if barrier is None:
             # After spyre-schedule a missing flag means "no data crosses cores here"; before it, be safe.
             barrier = self.cores > 1 and _attr(op, "spyre.double_buffer") is None
-        if barrier:
+        if barrier or (self._force_barrier and self.cores > 1):
+            self._force_barrier = False
             self.barrier(loc)
+
+    def _row_aligned(self, op) -> bool:
+        """True when every row the op reads from a non-constant operand is a row it writes itself (same 2-D
+        view): then the same row split on both sides keeps the data on one core."""
+        o = op.operation
+        name = o.name
+        shape, _ = _tensor_type(o.results[0])
+        if name in ("spyre.softmax", "spyre.layernorm", "spyre.rmsnorm", "spyre.cast"):
+            return True
+        if name == "spyre.reduce":
+            ishape, _ = _tensor_type(o.operands[0])
+            return sorted(d % len(ishape) for d in _attr(op, "dims")) == [len(ishape) - 1]
+        if name == "spyre.map":
+            return all(v in self.known or tuple(_tensor_type(v)[0]) == tuple(shape) for v in o.operands)
+        return False
 
     # ---- folding --------------------------------------------------------------------------------------
 
@@ -610,10 +634,12 @@ class Emitter:
         bias_t = self.tensor(bias) if bias is not None else None
         grid = _attr(op, "spyre.grid")
         tile = _attr(op, "spyre.tile")
-        used, _, _ = kernels.matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
+        used, g, _ = kernels.matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
                                     grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
                                     double_buffer=_attr(op, "spyre.double_buffer", True),
                                     offsets=_attr(op, "spyre.scratchpad"), loc=loc)
+        if grid and tuple(grid) != tuple(g):
+            self._force_barrier = True      # not the split spyre-schedule planned barriers for
         return len(used)
 
     def _rhs(self, op, rhs, transpose: bool, batch=False):
@@ -679,10 +705,11 @@ class Emitter:
         mm_grid = tuple(grid[1:]) if grid else kernels.choose_matmul_grid(M, N, K, max(1, self.cores // nb)
                                                                           if nb < self.cores else 1,
                                                                           A.fmt, B.fmt, O.fmt)
-        used, _, _ = kernels.matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
+        used, g, _ = kernels.matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
                                     tile=tuple(tile[1:]) if tile else None,
                                     double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
                                     offsets=_attr(op, "spyre.scratchpad"), loc=loc)
+        self._force_barrier = True          # batches map to cores by this kernel's own rule
         return len(used)
 
     def _rows_plan(self, op, rows, once, buffered, fixed, what):

@@ -147,7 +147,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     nk = -(-kb // tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
-        base = (bi_ % ngroups) * group
+        base = (bi_ * ngroups // len(batches)) * group      # contiguous blocks of batches per core group
         for blk in range(gm * gn):
             bm, bn = divmod(blk, gn)
             members = [base + blk * gk + kk for kk in range(gk)]
