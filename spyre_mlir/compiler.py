@@ -91,10 +91,16 @@ def cache_key(imported, precision, cores, target) -> str:
 def _cache_dir(cache_dir):
     if cache_dir is False:
         return None
+    explicit = cache_dir is not None
     if cache_dir is None:
         cache_dir = os.environ.get("SPYRE_MLIR_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
                                                                           "spyre-mlir")
-    os.makedirs(cache_dir, exist_ok=True)
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+    except OSError as e:
+        if explicit:
+            raise CompileError(f"cannot use cache directory {cache_dir}: {e}") from None
+        return None          # the default location is not writable here: compile without a cache
     return cache_dir
 
 
@@ -165,13 +171,15 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
     cached = os.path.join(cdir, key + ".spyre") if cdir else None
     hit = cached is not None and os.path.exists(cached)
     host_ops = []
-    if hit and output and output != cached:
-        import shutil
-
-        tmp = output + ".tmp"
-        shutil.copyfile(cached, tmp)
-        os.replace(tmp, output)
-    elif not hit:
+    if hit:
+        try:
+            with open(cached[:-len(".spyre")] + ".json") as f:
+                host_ops = json.load(f).get("host_ops", [])
+        except (OSError, ValueError):
+            pass
+        if output and output != cached:
+            _atomic_copy(cached, output)
+    else:
         kernel = kernel_module_text(_graph_text(imported.linalg_ir), precision, cores, target)
         dest = output or cached
         if dest is None:
@@ -181,14 +189,34 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
         em = emit_text(kernel, tgt, imported.params, [s.name for s in imported.inputs],
                        [s.name for s in imported.outputs], output=dest)
         host_ops = list(em.host_ops)
-        if cached and dest != cached:
-            import shutil
-
-            shutil.copyfile(dest, cached + ".tmp")
-            os.replace(cached + ".tmp", cached)
+        if cached:
+            if dest != cached:
+                _atomic_copy(dest, cached)
+            # What runs on the host (with reasons) is not in the binary: keep it beside the cached copy.
+            _atomic_write(cached[:-len(".spyre")] + ".json", json.dumps({"host_ops": host_ops}))
     path = output or cached or dest
     info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key)
     return path, tgt, info
+
+
+def _atomic_write(path: str, text: str) -> None:
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _atomic_copy(src: str, dst: str) -> None:
+    """Copy so that readers (and concurrent compiles of the same model) never see half a file."""
+    import shutil
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(dst)), prefix=".", suffix=".tmp")
+    os.close(fd)
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
 
 
 def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cores: int | None = None,
