@@ -329,9 +329,13 @@ class Emitter:
             return "device" if self._reshape_is_alias(op) or self._col_terms(op) is not None else "host"
         if name in ("spyre.matmul", "spyre.batch_matmul", "spyre.map", "spyre.reduce", "spyre.softmax",
                     "spyre.layernorm", "spyre.rmsnorm", "spyre.cast", "spyre.transpose", "spyre.slice",
-                    "spyre.concat", "spyre.pool2d") and self._has_kernel(op):
+                    "spyre.concat", "spyre.pool2d", "spyre.conv2d") and self._has_kernel(op):
             return "device"
         return "host"
+
+    def _is_known(self, v) -> bool:
+        """Known at compile time (during the placement pre-pass: or computable then)."""
+        return v in self.known or v in self._fold_results
 
     def _foldable_value(self, v) -> bool:
         return v in self._fold_results
@@ -350,6 +354,8 @@ class Emitter:
         res_shape, res_elt = _tensor_type(op.operation.results[0])
         if name in ("spyre.transpose", "spyre.slice", "spyre.concat"):
             return self._row_sources(op) is not None or self._col_terms(op) is not None
+        if name == "spyre.conv2d":
+            return self._conv_plan(op) is not None
         if name == "spyre.pool2d":
             ishape, ielt = _tensor_type(op.operation.operands[0])
             return (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
@@ -1046,6 +1052,184 @@ class Emitter:
         return self._k_rows(op, loc) if self._row_sources(op) is not None else self._k_cols(op, loc)
 
     _k_transpose = _k_slice = _k_concat = _k_reshape = _k_move
+
+    def _conv_plan(self, op):
+        """The geometry of a conv2d the device runs (groups 1, dlf16/fp8 data, known weights and bias, and
+        working tiles that fit), else None (it runs on the host)."""
+        o = op.operation
+        x, w = o.operands[0], o.operands[1]
+        bias = o.operands[2] if len(o.operands) > 2 else None
+        (n_, c_, h, wd), xelt = _tensor_type(x)
+        (f_, cg, kh, kw), _ = _tensor_type(w)
+        (_, _, oh, ow), oelt = _tensor_type(o.results[0])
+        fmt = format_of(xelt)
+        groups = _attr(op, "groups", 1)
+        depthwise = groups == c_ == f_ and cg == 1
+        if ((groups != 1 and not depthwise) or fmt not in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2)
+                or format_of(oelt) not in (Format.DLF16, Format.FP32) or not self._is_known(w)
+                or (bias is not None and not self._is_known(bias))):
+            return None
+        t = _tb
+        if depthwise:
+            rows = n_ * c_ * oh
+            need = (t(rows, wd, fmt) + 2 * t(rows, ow, "fp32") + kw * t(wd, ow, fmt) + t(rows, 1, fmt)
+                    + t(rows, 1, "fp32") + t(rows, ow, format_of(oelt)))
+            if need > self.target.scratchpad_usable_bytes:
+                return None
+            return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, depthwise=True)
+        need = (t(oh * c_, wd, fmt) + t(oh * c_, ow, "fp32") + t(oh * c_, ow, fmt) + kw * t(wd, ow, fmt)
+                + kh * kw * t(f_, c_, fmt) + oh * t(f_, ow, "fp32") + t(f_, ow, format_of(oelt))
+                + t(f_, 1, "fp32"))
+        if need > self.target.scratchpad_usable_bytes:
+            return None
+        return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, depthwise=False)
+
+    def _k_conv2d(self, op, loc):
+        """conv2d (groups 1) on the PT array, on core 0: per kernel tap (i, j) and output row oh,
+
+        1. Z[(oh, c), :] = x[n, c, oh*sh + i*dh - pt, :] gathered by DMA (rows in the padding are zeros),
+        2. Y = Z @ S_j picks columns ow*sw + j*dw - pl (an exact 0/1 matmul; the W padding drops out),
+        3. acc_oh [F, OW] += W_ij [F, C] @ Y[(oh, .)] contracts the channels, accumulating in fp32,
+
+        then bias per row (SFU), one rounding, and acc_oh is stored to the rows (n, f, oh)."""
+        g = self._conv_plan(op)
+        o = op.operation
+        X = self.tensor(o.operands[0])
+        O = self.result(op)
+        wv = np.asarray(self.known[o.operands[1]], np.float32)
+        if o.operands[1] in self.qscale:
+            wv = _dequantize(wv, *self.qscale[o.operands[1]])
+        bv = np.asarray(self.known[o.operands[2]], np.float32) if len(o.operands) > 2 else None
+        n_, c_, h, wd, f_, kh, kw, oh, ow, fmt = (g[k] for k in ("n", "c", "h", "w", "f", "kh", "kw", "oh",
+                                                               "ow", "fmt"))
+        sh, sw = _attr(op, "strides") or [1, 1]
+        dh, dw = _attr(op, "dilations") or [1, 1]
+        pt, pl, _, _ = _attr(op, "padding") or [0, 0, 0, 0]
+        b, core = self.b, 0
+
+        def const(name, arr, f=fmt):
+            return self._buffer_tensor(b.constant(self._name(f"conv{self._op_index}.{name}"), arr, f))
+
+        sel = []
+        for j in range(kw):
+            S = np.zeros((wd, ow), np.float32)
+            src = np.arange(ow) * sw + j * dw - pl
+            ok = (src >= 0) & (src < wd)
+            S[src[ok], np.arange(ow)[ok]] = 1
+            sel.append(const(f"S{j}", S))
+        if g["depthwise"]:
+            return self._depthwise(X, O, wv, bv, sel, g, (sh, dh, pt), loc)
+        wts = [const(f"W{i}{j}", wv[:, :, i, j].copy()) for i in range(kh) for j in range(kw)]
+        bias_c = const("bias", bv.reshape(f_, 1), "fp32") if bv is not None else None
+        if self.cores > 1:
+            self.barrier(loc)
+        b.reset_scratchpad(core)
+        S_t = [b.alloc(core, wd, ow, fmt) for _ in range(kw)]
+        W_t = [b.alloc(core, f_, c_, fmt) for _ in range(kh * kw)]
+        for tiles, srcs in ((S_t, sel), (W_t, wts)):
+            for t, src in zip(tiles, srcs):
+                load_rows(b, core, t, src, 0, loc=loc)
+        BI = None
+        if bias_c is not None:
+            BI = b.alloc(core, f_, 1, "fp32")
+            load_rows(b, core, BI, bias_c, 0, loc=loc)
+        Z = b.alloc(core, oh * c_, wd, fmt)
+        YC = b.alloc(core, oh * c_, ow, "fp32")
+        Y = b.alloc(core, oh * c_, ow, fmt)
+        ACC = [b.alloc(core, f_, ow, "fp32") for _ in range(oh)]
+        R = b.alloc(core, f_, ow, O.fmt)
+        rows_oh = np.repeat(np.arange(oh), c_)          # Z row (oh, c)
+        rows_c = np.tile(np.arange(c_), oh)
+        for n in range(n_):
+            tap = 0
+            for i in range(kh):
+                ih = rows_oh * sh + i * dh - pt
+                valid = (ih >= 0) & (ih < h)
+                if not valid.all():
+                    b.sfu(core, "fill", Z, imm=0.0, loc=loc)
+                src = (n * c_ + rows_c) * h + ih
+                r = 0
+                while r < len(src):              # runs of rows inside the image
+                    if not valid[r]:
+                        r += 1
+                        continue
+                    e = r
+                    while e < len(src) and valid[e]:
+                        e += 1
+                    load_gather(b, core, Tile(Z.addr + r * Z.pitch, e - r, wd, fmt), X, src[r:e], loc=loc)
+                    r = e
+                for j in range(kw):
+                    b.matmul(core, Z, S_t[j], YC, out=Y, loc=loc)
+                    for r0 in range(oh):
+                        b.matmul(core, W_t[tap], Y.row_slice(r0 * c_, (r0 + 1) * c_), ACC[r0],
+                                 accumulate=tap > 0, loc=loc)
+                    tap += 1
+            for r0 in range(oh):
+                if BI is not None:
+                    b.sfu(core, "add", ACC[r0], ACC[r0], BI, loc=loc)
+                b.sfu(core, "cast", R, ACC[r0], loc=loc)
+                store_scatter(b, core, R, O, (n * f_ + np.arange(f_)) * oh + r0, loc=loc)
+        self._force_barrier = True
+        return 1
+
+    def _depthwise(self, X, O, wv, bv, sel, g, hgeom, loc):
+        """Depthwise conv2d (one filter per channel): rows (n, c, oh) gathered per kernel row, columns picked
+        per kernel column by a 0/1 matmul, then scaled by the per-row (per channel) weight and summed on
+        the SFU in fp32 (one rounding)."""
+        b, core, fmt = self.b, 0, g["fmt"]
+        n_, c_, h, wd, kh, kw, oh, ow = (g[k] for k in ("n", "c", "h", "w", "kh", "kw", "oh", "ow"))
+        sh, dh, pt = hgeom
+        rows = n_ * c_ * oh
+        r_nc, r_oh = np.arange(rows) // oh, np.arange(rows) % oh
+        chan = r_nc % c_
+        # weights as [taps, C, 1] rows (one value per channel), gathered per output row with repeats
+        wc = self._buffer_tensor(b.constant(self._name(f"conv{self._op_index}.w"),
+                                            wv.reshape(c_, kh * kw).T.reshape(kh * kw, c_, 1).copy(), fmt))
+        bc = self._buffer_tensor(b.constant(self._name(f"conv{self._op_index}.b"), bv.reshape(c_, 1), "fp32")) \
+            if bv is not None else None
+        if self.cores > 1:
+            self.barrier(loc)
+        b.reset_scratchpad(core)
+        S_t = [b.alloc(core, wd, ow, fmt) for _ in range(kw)]
+        for t, src in zip(S_t, sel):
+            load_rows(b, core, t, src, 0, loc=loc)
+        Z = b.alloc(core, rows, wd, fmt)
+        YC, ACC = b.alloc(core, rows, ow, "fp32"), b.alloc(core, rows, ow, "fp32")
+        WT, BT = b.alloc(core, rows, 1, fmt), b.alloc(core, rows, 1, "fp32")
+        OUT = b.alloc(core, rows, ow, O.fmt)
+        tap = 0
+        for i in range(kh):
+            ih = r_oh * sh + i * dh - pt
+            valid = (ih >= 0) & (ih < h)
+            if not valid.all():
+                b.sfu(core, "fill", Z, imm=0.0, loc=loc)
+            src = r_nc * h + ih
+            r = 0
+            while r < rows:
+                if not valid[r]:
+                    r += 1
+                    continue
+                e = r
+                while e < rows and valid[e]:
+                    e += 1
+                load_gather(b, core, Tile(Z.addr + r * Z.pitch, e - r, wd, fmt), X, src[r:e], loc=loc)
+                r = e
+            for j in range(kw):
+                b.matmul(core, Z, S_t[j], YC, loc=loc)
+                load_gather(b, core, WT, wc, tap * c_ + chan, loc=loc)
+                if tap == 0:
+                    b.sfu(core, "mul", ACC, YC, WT, loc=loc)
+                else:
+                    b.sfu(core, "mul", YC, YC, WT, loc=loc)
+                    b.sfu(core, "add", ACC, ACC, YC, loc=loc)
+                tap += 1
+        if bc is not None:
+            load_gather(b, core, BT, bc, chan, loc=loc)
+            b.sfu(core, "add", ACC, ACC, BT, loc=loc)
+        b.sfu(core, "cast", OUT, ACC, loc=loc)
+        store_rows(b, core, OUT, O, 0, loc=loc)
+        self._force_barrier = True
+        return 1
 
     def _k_pool2d(self, op, loc):
         """Max/avg pooling without padding: for each kernel row i the input rows (n, c, oh*sh + i) are
