@@ -13,11 +13,12 @@ Walks ``@main`` in order. Every value gets one of four homes:
 * **alias**: a reshape that keeps the innermost dim is the same bytes (canonical layout), so it is free.
 
 Device kernels: matmul, batch_matmul, map (float and i1 bodies), reduce over trailing dims, softmax/layernorm
-over the last dim, rmsnorm, float casts, max/avg pool2d without padding, and data movement: transposes that
-keep the innermost dim, slices, concats and reshapes (DMA row gathers when whole sticks move, exact 0/1
-selection matmuls on the PT array when the innermost dim is cut below a stick, for dlf16/fp8 data).
-Everything else (conv2d, transposes of the innermost dim, gathers, quantizing casts of activations, every
-``spyre.host`` region) runs on the host: through the runtime's own ``gather``/``copy`` when they compute it,
+over the last dim, rmsnorm, float casts, conv2d with known weights (groups 1 or depthwise) and max/avg pool2d
+without padding on dlf16/fp8 data, and data movement: transposes that keep the innermost dim, slices,
+concats and reshapes (DMA row gathers when whole sticks move, exact 0/1 selection matmuls on the PT array
+when the innermost dim is cut below a stick, for dlf16/fp8 data). Everything else (transposes of the
+innermost dim, gathers, grouped convs, quantizing casts of activations, f32 data movement below a stick,
+every ``spyre.host`` region) runs on the host: through the runtime's own ``gather``/``copy`` when they compute it,
 else through its ``call`` op and :mod:`.hostprog` (a JSON program evaluated with numpy). With more than one
 core, a barrier follows an op whose result crosses cores (``spyre.barrier`` after spyre-schedule; every op
 before that) and fences every host op.
