@@ -11,8 +11,8 @@
 Stages (each a function of ``spyre_mlir.pipeline``): frontend -> linalg -> graph pipeline -> kernel pipeline
 -> ``spyre-emit``. Parameter values travel beside the IR (``ImportedModel.params``), through the emit pass's
 side channel. Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's
-bytes, the options, the target's fingerprint and the spyre_mlir version, so a cache hit is exactly the binary
-a fresh compile would write. The cache lives in ``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else
+bytes, the options, the target's fingerprint and the spyre_mlir version (with a hash of the compiler's
+sources), so a cache hit is exactly the binary a fresh compile would write. The cache lives in ``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else
 ``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
 """
 
@@ -45,13 +45,33 @@ class CompileInfo:
     key: str
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
+_VERSION = None
 
-        return version("spyre-mlir")
-    except Exception:
-        return "0"
+
+def _version() -> str:
+    """The spyre_mlir version plus a hash of the compiler's own sources (passes, dialect, codegen, pipelines):
+    an editable install keeps its version number while the code changes, and a cache must not outlive that."""
+    global _VERSION
+    if _VERSION is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from spyre_mlir import codegen, dialects, passes
+
+        try:
+            v = version("spyre-mlir")
+        except PackageNotFoundError:
+            v = "0"
+        h = hashlib.sha256()
+        here = os.path.dirname(os.path.abspath(__file__))
+        files = [os.path.join(here, "pipeline.py"), os.path.abspath(__file__)]
+        for pkg in (codegen, dialects, passes):
+            d = os.path.dirname(os.path.abspath(pkg.__file__))
+            files += [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".py")]
+        for f in files:
+            with open(f, "rb") as fh:
+                h.update(fh.read())
+        _VERSION = f"{v}+{h.hexdigest()[:16]}"
+    return _VERSION
 
 
 def _check_options(precision, cores, target):
