@@ -1106,7 +1106,7 @@ class Emitter:
         sh, sw = _attr(op, "strides") or [1, 1]
         dh, dw = _attr(op, "dilations") or [1, 1]
         pt, pl, _, _ = _attr(op, "padding") or [0, 0, 0, 0]
-        b, core = self.b, 0
+        b = self.b
 
         def const(name, arr, f=fmt):
             return self._buffer_tensor(b.constant(self._name(f"conv{self._op_index}.{name}"), arr, f))
@@ -1124,6 +1124,22 @@ class Emitter:
         bias_c = const("bias", bv.reshape(f_, 1), "fp32") if bv is not None else None
         if self.cores > 1:
             self.barrier(loc)
+        # Output rows oh split evenly over the cores; each core builds only its rows' windows. Every core
+        # loads all the weights, so a core gets at least 4 output rows (else the duplicated weight traffic
+        # on the shared DRAM costs more than the split saves).
+        gr = kernels.choose_rows_grid(oh, max(1, min(self.cores, oh // 4)))
+        ob = oh // gr
+        for core in range(gr):
+            self._conv_core(core, X, O, sel, wts, bias_c, g, (sh, dh, pt), range(core * ob, (core + 1) * ob), loc)
+        self._force_barrier = True
+        return gr
+
+    def _conv_core(self, core, X, O, sel, wts, bias_c, g, hgeom, ohs, loc):
+        """One core's share of a groups-1 conv2d: output rows ``ohs`` of every image and filter."""
+        b, fmt = self.b, g["fmt"]
+        n_, c_, h, wd, f_, kh, kw, oh, ow = (g[k] for k in ("n", "c", "h", "w", "f", "kh", "kw", "oh", "ow"))
+        sh, dh, pt = hgeom
+        nb = len(ohs)
         b.reset_scratchpad(core)
         S_t = [b.alloc(core, wd, ow, fmt) for _ in range(kw)]
         W_t = [b.alloc(core, f_, c_, fmt) for _ in range(kh * kw)]
@@ -1134,13 +1150,13 @@ class Emitter:
         if bias_c is not None:
             BI = b.alloc(core, f_, 1, "fp32")
             load_rows(b, core, BI, bias_c, 0, loc=loc)
-        Z = b.alloc(core, oh * c_, wd, fmt)
-        YC = b.alloc(core, oh * c_, ow, "fp32")
-        Y = b.alloc(core, oh * c_, ow, fmt)
-        ACC = [b.alloc(core, f_, ow, "fp32") for _ in range(oh)]
+        Z = b.alloc(core, nb * c_, wd, fmt)
+        YC = b.alloc(core, nb * c_, ow, "fp32")
+        Y = b.alloc(core, nb * c_, ow, fmt)
+        ACC = [b.alloc(core, f_, ow, "fp32") for _ in range(nb)]
         R = b.alloc(core, f_, ow, O.fmt)
-        rows_oh = np.repeat(np.arange(oh), c_)          # Z row (oh, c)
-        rows_c = np.tile(np.arange(c_), oh)
+        rows_oh = np.repeat(np.asarray(ohs), c_)          # Z row (oh, c)
+        rows_c = np.tile(np.arange(c_), nb)
         for n in range(n_):
             tap = 0
             for i in range(kh):
@@ -1161,23 +1177,21 @@ class Emitter:
                     r = e
                 for j in range(kw):
                     b.matmul(core, Z, S_t[j], YC, out=Y, loc=loc)
-                    for r0 in range(oh):
-                        b.matmul(core, W_t[tap], Y.row_slice(r0 * c_, (r0 + 1) * c_), ACC[r0],
+                    for k in range(nb):
+                        b.matmul(core, W_t[tap], Y.row_slice(k * c_, (k + 1) * c_), ACC[k],
                                  accumulate=tap > 0, loc=loc)
                     tap += 1
-            for r0 in range(oh):
+            for k, r0 in enumerate(ohs):
                 if BI is not None:
-                    b.sfu(core, "add", ACC[r0], ACC[r0], BI, loc=loc)
-                b.sfu(core, "cast", R, ACC[r0], loc=loc)
+                    b.sfu(core, "add", ACC[k], ACC[k], BI, loc=loc)
+                b.sfu(core, "cast", R, ACC[k], loc=loc)
                 store_scatter(b, core, R, O, (n * f_ + np.arange(f_)) * oh + r0, loc=loc)
-        self._force_barrier = True
-        return 1
 
     def _depthwise(self, X, O, wv, bv, sel, g, hgeom, loc):
         """Depthwise conv2d (one filter per channel): rows (n, c, oh) gathered per kernel row, columns picked
         per kernel column by a 0/1 matmul, then scaled by the per-row (per channel) weight and summed on
         the SFU in fp32 (one rounding)."""
-        b, core, fmt = self.b, 0, g["fmt"]
+        b, fmt = self.b, g["fmt"]
         n_, c_, h, wd, kh, kw, oh, ow = (g[k] for k in ("n", "c", "h", "w", "kh", "kw", "oh", "ow"))
         sh, dh, pt = hgeom
         rows = n_ * c_ * oh
@@ -1190,47 +1204,51 @@ class Emitter:
             if bv is not None else None
         if self.cores > 1:
             self.barrier(loc)
-        b.reset_scratchpad(core)
-        S_t = [b.alloc(core, wd, ow, fmt) for _ in range(kw)]
-        for t, src in zip(S_t, sel):
-            load_rows(b, core, t, src, 0, loc=loc)
-        Z = b.alloc(core, rows, wd, fmt)
-        YC, ACC = b.alloc(core, rows, ow, "fp32"), b.alloc(core, rows, ow, "fp32")
-        WT, BT = b.alloc(core, rows, 1, fmt), b.alloc(core, rows, 1, "fp32")
-        OUT = b.alloc(core, rows, ow, O.fmt)
-        tap = 0
-        for i in range(kh):
-            ih = r_oh * sh + i * dh - pt
-            valid = (ih >= 0) & (ih < h)
-            if not valid.all():
-                b.sfu(core, "fill", Z, imm=0.0, loc=loc)
-            src = r_nc * h + ih
-            r = 0
-            while r < rows:
-                if not valid[r]:
-                    r += 1
-                    continue
-                e = r
-                while e < rows and valid[e]:
-                    e += 1
-                load_gather(b, core, Tile(Z.addr + r * Z.pitch, e - r, wd, fmt), X, src[r:e], loc=loc)
-                r = e
-            for j in range(kw):
-                b.matmul(core, Z, S_t[j], YC, loc=loc)
-                load_gather(b, core, WT, wc, tap * c_ + chan, loc=loc)
-                if tap == 0:
-                    b.sfu(core, "mul", ACC, YC, WT, loc=loc)
-                else:
-                    b.sfu(core, "mul", YC, YC, WT, loc=loc)
-                    b.sfu(core, "add", ACC, ACC, YC, loc=loc)
-                tap += 1
-        if bc is not None:
-            load_gather(b, core, BT, bc, chan, loc=loc)
-            b.sfu(core, "add", ACC, ACC, BT, loc=loc)
-        b.sfu(core, "cast", OUT, ACC, loc=loc)
-        store_rows(b, core, OUT, O, 0, loc=loc)
+        gr = kernels.choose_rows_grid(rows, max(1, min(self.cores, rows // 32)))   # >= 32 rows per core
+        rb = rows // gr
+        for core in range(gr):
+            blk = slice(core * rb, (core + 1) * rb)
+            b.reset_scratchpad(core)
+            S_t = [b.alloc(core, wd, ow, fmt) for _ in range(kw)]
+            for t, src in zip(S_t, sel):
+                load_rows(b, core, t, src, 0, loc=loc)
+            Z = b.alloc(core, rb, wd, fmt)
+            YC, ACC = b.alloc(core, rb, ow, "fp32"), b.alloc(core, rb, ow, "fp32")
+            WT, BT = b.alloc(core, rb, 1, fmt), b.alloc(core, rb, 1, "fp32")
+            OUT = b.alloc(core, rb, ow, O.fmt)
+            tap = 0
+            for i in range(kh):
+                ih = r_oh[blk] * sh + i * dh - pt
+                valid = (ih >= 0) & (ih < h)
+                if not valid.all():
+                    b.sfu(core, "fill", Z, imm=0.0, loc=loc)
+                src = r_nc[blk] * h + ih
+                r = 0
+                while r < rb:
+                    if not valid[r]:
+                        r += 1
+                        continue
+                    e = r
+                    while e < rb and valid[e]:
+                        e += 1
+                    load_gather(b, core, Tile(Z.addr + r * Z.pitch, e - r, wd, fmt), X, src[r:e], loc=loc)
+                    r = e
+                for j in range(kw):
+                    b.matmul(core, Z, S_t[j], YC, loc=loc)
+                    load_gather(b, core, WT, wc, tap * c_ + chan[blk], loc=loc)
+                    if tap == 0:
+                        b.sfu(core, "mul", ACC, YC, WT, loc=loc)
+                    else:
+                        b.sfu(core, "mul", YC, YC, WT, loc=loc)
+                        b.sfu(core, "add", ACC, ACC, YC, loc=loc)
+                    tap += 1
+            if bc is not None:
+                load_gather(b, core, BT, bc, chan[blk], loc=loc)
+                b.sfu(core, "add", ACC, ACC, BT, loc=loc)
+            b.sfu(core, "cast", OUT, ACC, loc=loc)
+            store_rows(b, core, OUT, O, core * rb, loc=loc)
         self._force_barrier = True
-        return 1
+        return gr
 
     def _k_pool2d(self, op, loc):
         """Max/avg pooling without padding: for each kernel row i the input rows (n, c, oh*sh + i) are
