@@ -9,9 +9,8 @@ Parameter values are not in the IR, so the pass takes them from a side channel: 
 Under plain ``spyre-opt`` with neither, every parameter becomes a **binary input** named after it (the caller
 passes the weights with the activations), so emission still works on hand-written IR.
 
-Host work runs through the runtime's ``call`` host op with the function ``spyre_mlir.eval``; the compiler
-registers it before loading, and a separate process running the binary must ``import
-spyre_mlir.codegen.hostprog`` and call its ``register()`` first.
+Host work runs as the runtime's ``eval`` host op: a JSON program (``spyre_mlir.runtime.hostprog``) the runtime
+interprets with numpy, so the binary runs in a plain ``spyre-run``.
 """
 
 from __future__ import annotations

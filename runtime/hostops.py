@@ -1,12 +1,14 @@
 """Host ops: work a program places on the CPU, run with numpy on whole device-memory tensors.
 
 A HOST instruction names an entry of the metadata ``host_ops`` table: ``{"op", "inputs", "outputs",
-"attrs"}`` with buffer names. Three ops exist:
+"attrs"}`` with buffer names. Four ops exist:
 
 * ``gather``: ``out = table[indices]`` along axis 0 (embedding lookup); indices must be in range.
 * ``copy``: ``dst = src.reshape(attrs.shape).transpose(attrs.perm)`` (both optional), converting format.
 * ``call``: ``outputs = REGISTRY[attrs.fn](*inputs, **attrs.kwargs)``, the escape hatch for ops the device
   cannot run yet. Register functions with :func:`register_host_function` before loading.
+* ``eval``: ``outputs = evaluate(attrs.program, *inputs)``, a host program (:mod:`.hostprog`) the compiler
+  wrote: the host work of a compiled model travels in the binary itself.
 
 Each entry is checked at load time (:func:`check_host_op`), so a bad table is a load error, not a failure
 halfway through a run.
@@ -18,6 +20,8 @@ import math
 from typing import Callable
 
 import numpy as np
+
+from . import hostprog
 
 __all__ = ["register_host_function", "HOST_FUNCTIONS", "check_host_op", "run_host_op", "HostOpError"]
 
@@ -91,8 +95,19 @@ def check_host_op(entry, buffers: dict) -> tuple[str, list, list, dict]:
             raise HostOpError(f"host function {fn!r:.60} is not registered")
         if not isinstance(attrs.get("kwargs", {}), dict) or set(attrs) - {"fn", "kwargs"}:
             raise HostOpError("call attrs are fn and kwargs (an object)")
+    elif op == "eval":
+        if set(attrs) != {"program"}:
+            raise HostOpError("eval attrs are exactly: program")
+        prog = attrs["program"]
+        try:
+            hostprog.validate(prog)
+        except hostprog.Unsupported as e:
+            raise HostOpError(f"eval {e}") from None
+        if len(prog["args"]) != len(ins) or len(prog["results"]) != len(outs):
+            raise HostOpError(f"eval program takes {len(prog['args'])} inputs and gives {len(prog['results'])} "
+                              f"results; the entry has {len(ins)} and {len(outs)}")
     else:
-        raise HostOpError(f"unknown host op {op!r:.60} (known: gather, copy, call)")
+        raise HostOpError(f"unknown host op {op!r:.60} (known: gather, copy, call, eval)")
     return op, ins, outs, attrs
 
 
@@ -107,7 +122,13 @@ def run_host_op(op: str, attrs: dict, args: list[np.ndarray], out_shapes: list[t
     if op == "copy":
         (src,) = args
         shape = attrs.get("shape") or list(src.shape)
-        return [np.transpose(src.reshape(shape), attrs.get("perm") or None)]
+        return [np.transpose(src.reshape(shape), attrs.get("perm") or list(range(len(shape))))]
+    if op == "eval":
+        res = hostprog.evaluate(attrs["program"], *args)
+        for r, shape in zip(res, out_shapes):
+            if np.size(r) != math.prod(shape):
+                raise ValueError(f"eval program gave {np.shape(r)} for an output of shape {tuple(shape)}")
+        return res
     res = HOST_FUNCTIONS[attrs["fn"]](*args, **attrs.get("kwargs", {}))
     res = list(res) if isinstance(res, (tuple, list)) else [res]
     if len(res) != len(out_shapes):

@@ -246,12 +246,10 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
     ``example_inputs``), a model file, or an ``ImportedModel`` from ``spyre_mlir.frontend.import_model``.
     ``cores`` None: every core of the target. ``precision`` ``fp32-reference`` runs with the emulator's
     fp32-reference numerics (no rounding anywhere)."""
-    from spyre_mlir.codegen import hostprog
     from spyre_mlir.runtime import load
 
     path, tgt, info = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
                              None)
-    hostprog.register()
     exe = load(path, target=tgt, numerics="fp32-reference" if precision == "fp32-reference" else "faithful")
     exe.compile_info = info
     return exe

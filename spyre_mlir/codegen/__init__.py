@@ -52,7 +52,8 @@ def listing(program) -> str:
                          + (f"  // {dbg}" if dbg else ""))
     for k, h in enumerate(program.host_ops):
         lines.append(f"// host_op {k}: {h['op']} {h['inputs']} -> {h['outputs']}"
-                     + (f" fn={h['attrs'].get('fn')}" if h.get("attrs", {}).get("fn") else ""))
+                     + (f" fn={h['attrs'].get('fn')}" if h.get("attrs", {}).get("fn") else "")
+                     + (f" ({len(h['attrs']['program']['steps'])} steps)" if h["op"] == "eval" else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -144,7 +144,6 @@ class Emitter:
         self._slots: list = []       # [addr, nbytes, free, buffer]
         self._pending_free: list = []
         self._next_storage = 0
-        self._uses_eval = False
         self._fold_results: set = set()   # values the placement pre-pass found computable at compile time
         self._synced = True          # no device work since the last barrier
         self._force_barrier = False  # the kernel just emitted split work differently than planned
@@ -306,8 +305,6 @@ class Emitter:
             self._emit_op(op, placement[i])
             self._free_dead(i, op)
         self._emit_outputs(outs, ret)
-        if self._uses_eval:
-            hostprog.register()
         return self.b
 
     def _free_dead(self, i, op):
@@ -526,7 +523,7 @@ class Emitter:
 
     def _native_host_op(self, op):
         """(op, attrs) of the runtime's own host ops that compute ``op`` (a gather of rows, a transpose or
-        reshape as a copy), so such binaries load anywhere without registering spyre_mlir.eval; else None."""
+        reshape as a copy); else None (the op runs as an eval host program)."""
         name = op.operation.name
         shape, elt = _tensor_type(op.operation.results[0]) if op.operation.results else (None, None)
         if shape is None:
@@ -574,9 +571,7 @@ class Emitter:
         if native is not None:
             self.b.host(0, native[0], ins, [t.buffer for t in res], loc=loc, **native[1])
         else:
-            self.b.host(0, "call", ins, [t.buffer for t in res], loc=loc, fn=hostprog.HOST_FN,
-                        kwargs={"program": prog})
-            self._uses_eval = True
+            self.b.host(0, "eval", ins, [t.buffer for t in res], loc=loc, program=prog)
         self.host_ops.append(f"{name}" + (f" ({reason})" if reason else ""))
         if self.cores > 1:
             self.barrier(loc)

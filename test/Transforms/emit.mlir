@@ -73,13 +73,13 @@ func.func @main(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<64x!spyre.dlf16>) -> t
 
 // -----
 
-// A host region runs on the host through the runtime's `call` op (the numpy program spyre_mlir.eval); a
+// A host region runs on the host as the runtime's `eval` op (a numpy host program carried by the binary); a
 // reshape of int64 data that changes the innermost dim uses the runtime's own `copy`. Barriers fence them.
 // CHECK-LABEL: // program: 2 core(s), {{[0-9]+}} B device memory, 2 host op(s)
 // CHECK: core 0:
 // CHECK: barrier
 // CHECK: host
-// CHECK: // host_op 0: call ['in0'] -> ['t0'] fn=spyre_mlir.eval
+// CHECK: // host_op 0: eval ['in0'] -> ['t0'] (2 steps)
 // CHECK: // host_op 1: copy ['t0'] -> ['out0']
 func.func @main(%x: tensor<4x16xi64>) -> tensor<64xi64> {
   %h = "spyre.host"() ({

@@ -8,12 +8,10 @@ import numpy as np
 import pytest
 
 from spyre_mlir import codegen
-from spyre_mlir.codegen import hostprog
 from spyre_mlir.context import make_context
 from spyre_mlir.runtime import load_bytes
 from spyre_mlir.target import load_target
 
-hostprog.register()
 
 
 def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference"):
@@ -321,7 +319,7 @@ def test_conv2d_on_the_pt_array(C, F, G, S):
     |err| <= 2^-9 * sum |x||w| (dlf16 weights and output) on dlf16 inputs."""
     from spyre_mlir.runtime.formats import dlf16_round
 
-    from spyre_mlir.codegen.hostprog import _conv2d
+    from spyre_mlir.runtime.hostprog import _conv2d
 
     OH, OW = (9 + 2 - 3) // S + 1, (10 + 2 - 3) // S + 1
     x = dlf16_round(rand(2, C, 9, 10))
