@@ -72,6 +72,8 @@ class ReducePrecisionPass(SpyrePass):
             for func in function_ops(module):
                 for block in func.regions[0].blocks:
                     _Retyper(act, weight, func).run(block)
+            # Later stages (the emitter records it in the binary) need to know the policy.
+            module.attributes["spyre.precision"] = ir.StringAttr.get(self.precision)
 
 
 # ----------------------------------------------------------------------------------------------------------------

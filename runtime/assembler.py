@@ -74,6 +74,7 @@ class ProgramBuilder:
     def __init__(self, target, producer: str = "spyre_mlir.runtime.assembler"):
         self.target = target
         self.producer = producer
+        self.numerics = "faithful"   # the numerics the program is meant to run with (recorded in the file)
         self.buffers: list[Buffer] = []
         self.constants: dict[str, bytes] = {}
         self.host_ops: list[dict] = []
@@ -334,7 +335,8 @@ class ProgramBuilder:
             device_bytes=max(self._next_addr, BUFFER_ALIGN), buffers=list(self.buffers),
             inputs=[b.name for b in self.buffers if b.kind == "input"],
             outputs=[b.name for b in self.buffers if b.kind == "output"], constants=dict(self.constants),
-            host_ops=list(self.host_ops), code=code, debug=debug, producer=self.producer)
+            host_ops=list(self.host_ops), code=code, debug=debug, producer=self.producer,
+            numerics=self.numerics)
 
     def to_bytes(self) -> bytes:
         """The .spyre image."""
@@ -344,7 +346,7 @@ class ProgramBuilder:
         """Write the .spyre file atomically."""
         write_program(self.program(), path)
 
-    def load(self, numerics: str = "faithful"):
+    def load(self, numerics: str | None = None):
         """Serialize, then load through the full validating loader (what a real run does)."""
         from .loader import load_bytes
         return load_bytes(self.to_bytes(), target=self.target, numerics=numerics)

@@ -123,6 +123,8 @@ class Program:
     code: list[np.ndarray]
     debug: list[list[tuple[str, str]]] | None = None
     producer: str = ""
+    # How the compiler meant the program to run: "fp32-reference" for programs compiled without rounding.
+    numerics: str = "faithful"
 
     def buffer(self, name: str) -> Buffer:
         """The buffer called ``name`` (KeyError if there is none)."""
@@ -252,7 +254,8 @@ def program_to_bytes(prog: Program) -> bytes:
     for off, data in blobs:
         const_blob[off:off + len(data)] = data
     meta = {
-        "producer": prog.producer, "num_cores": prog.num_cores, "device_bytes": prog.device_bytes,
+        "producer": prog.producer, "numerics": prog.numerics, "num_cores": prog.num_cores,
+        "device_bytes": prog.device_bytes,
         "buffers": [b.to_json() for b in prog.buffers], "inputs": list(prog.inputs),
         "outputs": list(prog.outputs), "constants": const_table, "host_ops": prog.host_ops,
     }
@@ -424,5 +427,8 @@ def program_from_bytes(data: bytes | memoryview) -> Program:
                 raise BinaryFormatError(f"debug core {c}: expected {len(code[c])} [op, location] string pairs")
             debug.append([(d[0], d[1]) for d in core])
     producer = meta.get("producer", "")
+    numerics = meta.get("numerics", "faithful")
+    if numerics not in ("faithful", "fp32-reference"):
+        raise BinaryFormatError(f"metadata.numerics: {numerics!r:.40} is not faithful or fp32-reference")
     return Program(ncores, fp, device_bytes, buffers, io["inputs"], io["outputs"], constants, host_ops,
-                   code, debug, producer if isinstance(producer, str) else "")
+                   code, debug, producer if isinstance(producer, str) else "", numerics)

@@ -771,11 +771,12 @@ def _device_limit() -> int:
         return DEFAULT_MAX_DEVICE_BYTES
 
 
-def load_bytes(data: bytes | memoryview, target=None, numerics: str = "faithful") -> Executable:
+def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = None) -> Executable:
     """Validate and prepare a .spyre image held in memory. See :func:`load`."""
-    if numerics not in NUMERICS:
+    if numerics is not None and numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
     prog = program_from_bytes(data)
+    numerics = numerics or prog.numerics
     from spyre_mlir.target import TargetError, load_target
     if isinstance(target, (str, os.PathLike)):
         target = load_target(target, cores=prog.num_cores)      # a bad target file is a TargetError
@@ -815,11 +816,12 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str = "faithful"
     return Executable(prog, target, numerics, streams, steps)
 
 
-def load(path, target=None, numerics: str = "faithful") -> Executable:
+def load(path, target=None, numerics: str | None = None) -> Executable:
     """Load a .spyre file for ``target``: a Target, a target file path (narrowed to the file's core count),
     or None for the packaged Spyre target. Raises BinaryFormatError (a ValueError) naming the problem if
     anything is wrong with the file.
-    ``numerics``: "faithful" (device rounding) or "fp32-reference" (same program, no rounding)."""
+    ``numerics``: "faithful" (device rounding) or "fp32-reference" (same program, no rounding); None takes
+    what the binary records (what it was compiled for)."""
     path = os.fspath(path)
     # Constants cannot exceed device memory; allow 1 GiB more for code, metadata and debug info.
     max_file = _device_limit() + (1 << 30)

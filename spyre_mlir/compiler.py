@@ -250,7 +250,7 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
 
     path, tgt, info = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
                              None)
-    exe = load(path, target=tgt, numerics="fp32-reference" if precision == "fp32-reference" else "faithful")
+    exe = load(path, target=tgt)  # the binary records the numerics its precision needs
     exe.compile_info = info
     return exe
 

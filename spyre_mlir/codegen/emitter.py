@@ -132,6 +132,9 @@ class Emitter:
         self.input_names = input_names
         self.output_names = output_names
         self.b = ProgramBuilder(target, producer=producer)
+        if "spyre.precision" in module.operation.attributes and \
+                str(module.operation.attributes["spyre.precision"]) == '"fp32-reference"':
+            self.b.numerics = "fp32-reference"   # compiled without rounding: run it without rounding
         self.known: dict = {}        # value -> numpy array
         self.qscale: dict = {}       # value -> (scales array, axis or None) of a quantized known value
         self.qfmt: dict = {}         # value -> storage Format of a quantized known value (int8 / fp8)

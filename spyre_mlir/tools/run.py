@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true", help="print the modeled profile as a table")
     p.add_argument("--json", action="store_true", help="print outputs summary and profile as JSON")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
-    p.add_argument("--numerics", choices=("faithful", "fp32-reference"), default="faithful")
+    p.add_argument("--numerics", choices=("faithful", "fp32-reference"), default=None,
+                   help="default: what the binary was compiled for")
     p.add_argument("--target", help="target TOML file (default: the packaged Spyre target)")
     p.add_argument("--disassemble", action="store_true",
                    help="list buffers and instructions (container checks only) instead of running")
@@ -166,7 +167,7 @@ def _report(args, exe, outs) -> None:
     if args.json:
         doc = {"outputs": [{"name": n, "shape": list(o.shape), "dtype": str(o.dtype)}
                            for n, o in zip(exe.output_names, outs)],
-               "numerics": args.numerics, "profile": exe.profile.to_dict()}
+               "numerics": exe.numerics, "profile": exe.profile.to_dict()}
         print(json.dumps(doc, indent=2))
     else:
         for i, (n, o) in enumerate(zip(exe.output_names, outs)):

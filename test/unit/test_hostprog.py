@@ -73,3 +73,21 @@ def test_compiled_host_work_runs_in_plain_spyre_run(tmp_path):
     assert done.returncode == 0, done.stderr
     y = np.load(tmp_path / "out.npz")["output_0"]
     np.testing.assert_allclose(y, ArgmaxScale()(x).numpy(), rtol=1e-6)
+
+
+def test_binary_records_its_numerics():
+    """A program compiled without rounding runs without rounding unless the caller asks otherwise."""
+    b = ProgramBuilder(load_target(cores=1))
+    x = b.input("x", (4,), "int32")
+    y = b.output("y", (4,), "int32")
+    b.host(0, "eval", [x], [y], program=ADD_ONE)
+    b.numerics = "fp32-reference"
+    data = b.to_bytes()
+    assert load_bytes(data).numerics == "fp32-reference"
+    assert load_bytes(data, numerics="faithful").numerics == "faithful"
+    from spyre_mlir.runtime.binary import program_from_bytes, program_to_bytes
+
+    prog = program_from_bytes(data)
+    prog.numerics = "fp64-reference"
+    with pytest.raises(BinaryFormatError, match="metadata.numerics"):
+        load_bytes(program_to_bytes(prog))
