@@ -6,7 +6,8 @@
 
 The compiler is a list of named stages (``STAGES``); ``--emit=NAME`` runs the stages up to NAME and prints
 (or writes, with ``-o``) that stage's output: IR for torch/linalg/spyre/kernel, the instruction listing for
-``program``, and for ``binary`` the .spyre file itself (``-o`` required, written atomically). A stage is
+``program``, and for ``binary`` (the default) the .spyre file itself, written atomically to ``-o`` or to
+``<model name>.spyre`` in the current directory. A stage is
 ``def _stage_x(job, previous_output) -> str`` appended as ``("x", _stage_x)`` to ``STAGES``.
 
 ``--dump-dir DIR`` keeps every stage's output (``01-torch.mlir``, ``02-linalg.mlir``, ...). When a stage
@@ -14,7 +15,7 @@ fails it also writes the stage's input IR (``NN-<stage>.input.mlir``) and the ex
 the failure (``NN-<stage>.repro.sh``).
 
 Exit status: 0 success; 1 a stage failed (e.g. a tile that cannot fit); 2 bad usage (unknown precision,
-impossible core count, unreadable target file, ``--emit=binary`` without ``-o``) or a model file that
+impossible core count, unreadable target file) or a model file that
 cannot be loaded (the message names the file and the accepted formats; no traceback).
 """
 
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--emit",
         choices=[name for name, _ in STAGES] + PLANNED_STAGES,
-        default="spyre",
+        default="binary",
         help="stage whose output to print or write (default: %(default)s)",
     )
     p.add_argument("-o", "--output", help="write the output here (atomically) instead of stdout")
@@ -182,8 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"spyre-compile: stage {args.emit!r} is not built yet (built stages: {built})", file=sys.stderr)
         return 1
     if args.emit == "binary" and not args.output:
-        print("spyre-compile: error: --emit=binary writes a file: give it with -o model.spyre", file=sys.stderr)
-        return 2
+        # Like a C compiler's a.out: the binary lands beside the user, named after the model.
+        args.output = os.path.splitext(os.path.basename(args.model))[0] + ".spyre"
     from spyre_mlir.target import TargetError, load_target
 
     try:

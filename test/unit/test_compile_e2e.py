@@ -178,6 +178,23 @@ def test_cli_binary_and_errors(tmp_path):
         assert r.returncode == 2 and "Traceback" not in r.stderr and "error" in r.stderr, bad
 
 
+def test_cli_default_compiles_to_a_binary_spyre_run_runs(tmp_path):
+    """`spyre-compile model.pt` then `spyre-run model.spyre`: PyTorch's answer at the target's precision."""
+    m, ex = _example("mlp")
+    pt = tmp_path / "model.pt"
+    torch.export.save(torch.export.export(m, ex), str(pt))
+    bindir = os.path.dirname(sys.executable)
+    r = subprocess.run([os.path.join(bindir, "spyre-compile"), str(pt), "--cores", "4"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    np.savez(tmp_path / "in.npz", *[t.numpy() for t in ex])
+    r = subprocess.run([os.path.join(bindir, "spyre-run"), "model.spyre", "-i", "in.npz", "-o", "out.npz"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    y, ref = np.load(tmp_path / "out.npz")["output_0"], m(*ex).detach().numpy()
+    assert np.abs(y - ref).max() <= 8 * 2.0**-10 * np.abs(ref).max()
+
+
 def test_import_stays_light():
     code = "import sys, spyre_mlir; assert 'torch' not in sys.modules and 'torch_mlir' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
