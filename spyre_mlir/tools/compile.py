@@ -138,7 +138,6 @@ STAGES: list[tuple[str, Callable[[Job, str | None], str]]] = [
     ("program", _stage_program),
     ("binary", _stage_binary),
 ]
-PLANNED_STAGES: list[str] = []
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="torch.export archive (.pt2/.pt), TorchScript file, or pickle (--trust-pickle)")
     p.add_argument(
         "--emit",
-        choices=[name for name, _ in STAGES] + PLANNED_STAGES,
+        choices=[name for name, _ in STAGES],
         default="binary",
         help="stage whose output to print or write (default: %(default)s)",
     )
@@ -178,10 +177,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.emit in PLANNED_STAGES:
-        built = ", ".join(name for name, _ in STAGES)
-        print(f"spyre-compile: stage {args.emit!r} is not built yet (built stages: {built})", file=sys.stderr)
-        return 1
     if args.emit == "binary" and not args.output:
         # Like a C compiler's a.out: the binary lands beside the user, named after the model.
         args.output = os.path.splitext(os.path.basename(args.model))[0] + ".spyre"

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from spyre_mlir.tools.compile import PLANNED_STAGES, main
+from spyre_mlir.tools.compile import main
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
 
@@ -94,12 +94,6 @@ def test_bad_file_exits_2(models, capsys, name, reason):
 def test_pickle_with_opt_in(models, capsys):
     assert main([str(models / "pickled.pt"), "--trust-pickle", "--input-shape", "2x4xf32", "--emit=linalg"]) == 0
     assert "linalg.matmul" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("stage", PLANNED_STAGES)
-def test_planned_stages_are_not_built_yet(capsys, stage):
-    assert main(["model.pt2", f"--emit={stage}"]) == 1
-    assert f"stage {stage!r} is not built yet" in capsys.readouterr().err
 
 
 def test_unknown_stage_is_a_usage_error(capsys):
