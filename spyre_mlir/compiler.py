@@ -128,7 +128,7 @@ def kernel_module_text(spyre_ir: str, precision: str, cores: int, target_path: s
     """Run the kernel pipeline on graph-level IR text (what ``--emit=kernel`` prints)."""
     from torch_mlir import ir
 
-    from spyre_mlir.context import make_context
+    from spyre_mlir.context import asm, make_context
     from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
     from spyre_mlir.pipeline import kernel_pipeline
 
@@ -139,7 +139,7 @@ def kernel_module_text(spyre_ir: str, precision: str, cores: int, target_path: s
             run_pipeline(module, pipeline)
         except (ir.MLIRError, PipelineError) as e:
             raise CompileError(f"kernel pipeline failed: {e}") from None
-        return str(module)
+        return asm(module)
 
 
 def emit_text(kernel_ir: str, target, params, input_names=None, output_names=None, output=None):
@@ -164,7 +164,7 @@ def emit_text(kernel_ir: str, target, params, input_names=None, output_names=Non
 def _graph_text(linalg_ir: str) -> str:
     from torch_mlir import ir
 
-    from spyre_mlir.context import make_context
+    from spyre_mlir.context import asm, make_context
     from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
     from spyre_mlir.pipeline import graph_pipeline
 
@@ -174,7 +174,7 @@ def _graph_text(linalg_ir: str) -> str:
             run_pipeline(module, graph_pipeline())
         except (ir.MLIRError, PipelineError) as e:
             raise CompileError(f"graph pipeline failed: {e}") from None
-        return str(module)
+        return asm(module)
 
 
 def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output):

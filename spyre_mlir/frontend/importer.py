@@ -169,7 +169,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _asm(module) -> str:
-    return module.operation.get_asm(large_elements_limit=None, enable_debug_info=False)
+    # Locations are the model's source lines (the FX importer's); later stages and the binary keep them.
+    return module.operation.get_asm(large_elements_limit=None, enable_debug_info=True)
 
 
 def _parameters_as_arguments(ep: torch.export.ExportedProgram):

@@ -67,7 +67,7 @@ def _stage_spyre(job: Job, linalg_ir: str) -> str:
     """linalg-on-tensors -> spyre graph ops, the rest placed on the host (spyre_mlir.pipeline.graph_pipeline)."""
     from torch_mlir import ir
 
-    from spyre_mlir.context import make_context
+    from spyre_mlir.context import asm, make_context
     from spyre_mlir.frontend.errors import StageError
     from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
     from spyre_mlir.pipeline import graph_pipeline
@@ -79,7 +79,7 @@ def _stage_spyre(job: Job, linalg_ir: str) -> str:
             run_pipeline(module, pipeline)
         except (ir.MLIRError, PipelineError) as e:
             raise StageError(str(e), input_ir=linalg_ir, pipeline=pipeline) from None
-        return str(module)
+        return asm(module)
 
 
 def _stage_kernel(job: Job, spyre_ir: str) -> str:
@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow loading a whole-module torch.save pickle (unpickling runs code from the file)",
     )
     p.add_argument("--dump-dir", help="keep every stage's IR here, and a reproducer when a stage fails")
+    p.add_argument("--mlir-print-debuginfo", action="store_true",
+                   help="print the IR with its locations (the model's source lines)")
     p.add_argument("--precision", default="dlf16", choices=["dlf16", "fp8", "int8-weights", "fp32-reference"],
                    help="number formats of device tensors (kernel stage on; default: %(default)s)")
     p.add_argument("--cores", type=int, help="cores to use (default: all cores of the target)")
@@ -227,11 +229,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.emit == "binary":
         sys.stderr.write(ir_text)
-    elif args.output:
+        return 0
+    if args.emit != "program" and not args.mlir_print_debuginfo:
+        ir_text = _without_locations(ir_text)
+    if args.output:
         _write_atomic(args.output, ir_text)
     else:
         sys.stdout.write(ir_text)
     return 0
+
+
+def _without_locations(text: str) -> str:
+    """Stages hand each other IR with the model's source locations; users read it without, like mlir-opt."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import torch as torch_d
+
+    from spyre_mlir.context import make_context
+
+    with make_context() as ctx:
+        torch_d.register_dialect(ctx)
+        return ir.Module.parse(text).operation.get_asm(large_elements_limit=None)
 
 
 def _write_atomic(path: str, text: str) -> None:
