@@ -79,6 +79,8 @@ class Profile:
     sfu_elements: int
     peak_flops: float                       # DLFloat16 peak of the cores in use, FLOP/s
     dram_bytes_per_s: float
+    scratchpad_peak_bytes: int = 0          # highest scratchpad byte any core's program touches (+1)
+    usable_scratchpad_bytes: int = 0        # the target's usable scratchpad per core
     events: tuple[Event, ...] = dataclasses.field(repr=False, default=())
     wall_seconds: float | None = None
 
@@ -140,6 +142,7 @@ class Profile:
             "flops": self.flops, "achieved_flops_per_s": self.achieved_flops, "peak_flops_per_s": self.peak_flops,
             "intensity_flops_per_byte": None if math.isinf(self.intensity) else self.intensity,
             "ridge_flops_per_byte": self.ridge, "bound": self.bound,
+            "scratchpad_peak_bytes": self.scratchpad_peak_bytes,
         }
 
 

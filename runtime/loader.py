@@ -571,7 +571,9 @@ class Executable:
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
         self._plan = [f for f in map(self._prepare, steps) if f is not None]
-        self.static_profile: Profile = model_program(prog, target, steps)
+        self.static_profile: Profile = dataclasses.replace(model_program(prog, target, steps),
+                                                           scratchpad_peak_bytes=max(sp_size),
+                                                           usable_scratchpad_bytes=target.scratchpad_usable_bytes)
         self.profile: Profile | None = None
 
     def __repr__(self) -> str:

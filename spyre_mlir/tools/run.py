@@ -109,6 +109,9 @@ def print_profile(profile, file=None) -> None:
         ("achieved / peak", f"{_si(profile.achieved_flops, 'FLOP/s')} / {_si(profile.peak_flops, 'FLOP/s')}"),
         ("intensity / ridge", f"{profile.intensity:,.1f} / {profile.ridge:,.1f} FLOP/B"),
         ("roofline bound", profile.bound),
+        ("scratchpad peak", f"{_si(profile.scratchpad_peak_bytes, 'B')} per core (of "
+                            f"{_si(profile.usable_scratchpad_bytes, 'B')} usable)"
+         if profile.usable_scratchpad_bytes else _si(profile.scratchpad_peak_bytes, 'B')),
     ]
     for r in rows:
         t.add_row(*r)
@@ -117,9 +120,23 @@ def print_profile(profile, file=None) -> None:
     per.add_column("core", justify="right")
     for u in UNITS:
         per.add_column(u, justify="right")
+    idle = [c for c, row in enumerate(profile.busy) if not any(row)]
     for c, row in enumerate(profile.busy):
-        per.add_row(str(c), *[f"{v:,.0f}" for v in row])
+        if any(row):
+            per.add_row(str(c), *[f"{v:,.0f}" for v in row])
+    if idle:
+        per.caption = f"{len(idle)} idle core(s) not shown: {_ranges(idle)}"
     con.print(per)
+
+
+def _ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start = [], ids[0]
+    for prev, cur in zip(ids, ids[1:] + [None]):
+        if cur != prev + 1:
+            out.append(f"{start}-{prev}" if prev > start else f"{start}")
+            start = cur
+    return ", ".join(out)
 
 
 def main(argv=None) -> int:

@@ -94,7 +94,8 @@ def _check(name, exe, ex, ref, precision, cores):
         err = float(np.max(np.abs(o - r)))
         scale = float(np.max(np.abs(r)))
         print(f"{name} {precision} {cores} cores: max abs err {err:.3e} ({err / scale:.2e} of max|ref|), "
-              f"{exe.profile.cycles:.0f} cycles, host ops {len(exe.compile_info.host_ops)}")
+              f"{exe.profile.cycles:.0f} cycles, scratchpad peak {exe.profile.scratchpad_peak_bytes} B, "
+              f"host ops {len(exe.compile_info.host_ops)}")
         if precision == "fp32-reference":
             np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5 * scale)
         elif precision == "dlf16":
@@ -102,6 +103,7 @@ def _check(name, exe, ex, ref, precision, cores):
         else:
             assert err <= LOOSE[precision] * scale
     assert exe.profile.cycles > 0
+    assert 0 < exe.profile.scratchpad_peak_bytes <= exe.target.scratchpad_usable_bytes
 
 
 @pytest.mark.parametrize("cores", [1, 4, 32])
