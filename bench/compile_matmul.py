@@ -3,7 +3,10 @@
 The model is ``torch.nn.Linear(1024, 1024, bias=False)`` on a [1024, 1024] input, compiled end to end (frontend,
 graph and kernel pipelines, spyre-emit) for DLFloat16; the emulator runs each binary once and checks it
 against numpy, and the cycle model gives the modeled latency. The speedup printed is modeled 1-core cycles over
-modeled 32-core cycles (not wall time: the emulator runs cores one after another).
+modeled 32-core cycles (not wall time: the emulator runs cores one after another), for the whole program (which
+also converts the fp32 input to DLFloat16 and the result back, two memory-bound row-wise ops) and for the matmul
+kernel alone (first to last instruction at the matmul's source location); DRAM and ring bytes are the
+program's.
 
     .venv/bin/python bench/compile_matmul.py [--cores 1 8 32]
 """
@@ -32,9 +35,10 @@ def main(argv=None) -> int:
     imported = import_model(model, (x,))
     with torch.no_grad():
         ref = model(x).numpy()
-    base = None
+    base = mm_base = None
     print(f"{'cores':>5} {'compile s':>9} {'modeled cycles':>15} {'modeled us':>10} {'speedup':>8} "
-          f"{'PT util':>8} {'bound':>8} {'max rel err':>11}")
+          f"{'matmul cycles':>14} {'speedup':>8} {'DRAM MB':>8} {'ring MB':>8} {'PT util':>8} {'bound':>8} "
+          f"{'max rel err':>11}")
     with tempfile.TemporaryDirectory() as cache:
         for cores in args.cores:
             t0 = time.perf_counter()
@@ -43,8 +47,13 @@ def main(argv=None) -> int:
             (y,) = exe(x)
             p = exe.profile
             base = base or p.cycles
+            mm = [e for e in p.events if e.loc.startswith("spyre.matmul")]
+            mm_cycles = max(e.end for e in mm) - min(e.start for e in mm)
+            mm_base = mm_base or mm_cycles
+            dram = (p.dram_read_bytes + p.dram_write_bytes) / 2**20
             err = float(np.max(np.abs(y - ref)) / np.max(np.abs(ref)))
             print(f"{cores:5d} {t1:9.2f} {p.cycles:15,.0f} {p.seconds * 1e6:10.1f} {base / p.cycles:7.1f}x "
+                  f"{mm_cycles:14,.0f} {mm_base / mm_cycles:7.1f}x {dram:8.1f} {p.ring_bytes / 2**20:8.1f} "
                   f"{p.utilization['PT']:8.1%} {p.bound:>8} {err:11.2e}", flush=True)
     return 0
 

@@ -11,7 +11,9 @@ Splits are even and stick-aligned (M in multiples of the PT rows, N and K in who
 `spyre_mlir.cost`), the product is at most N (default: the target's cores) and each core's slice of device
 memory stays within the target's 256 MB span. Among the legal divisions the cost model picks the cheapest, so
 a tiny op stays on one core (DRAM bandwidth is shared, and every core pays its own transfers and the barrier
-at the op's end) and K is split only when M and N cannot use the cores. `cores` outside 1..max_cores is an error, as is an op no division can fit.
+at the op's end) and K is split only when M and N cannot use the cores. An M/N-split matmul is costed as the
+emitted kernel runs it: the cores of a grid row / column share A / B tiles over the ring, so more cores do not
+mean more device-memory traffic. `cores` outside 1..max_cores is an error, as is an op no division can fit.
 
 This module also holds the IR analysis the later kernel passes share: `device_ops(module)` and
 `op_model(op)`, which turns an op into the cost model's description of its kernel.

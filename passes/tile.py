@@ -67,7 +67,7 @@ class TilePass(SpyrePass):
             block = (model.M // gm, model.N // gn, model.K // gk)
             force = _force(op, block, (self.tile_m, self.tile_n, self.tile_k), ("tile-m", "tile-n", "tile-k"))
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
-                                 bias=model.bias, active=gb * gm * gn * gk, force=force)
+                                 bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn))
             if fit is None:
                 cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt)
                 tile = tuple(f or min(c) for f, c in zip(force, cands))

@@ -13,6 +13,11 @@ runtime's cycle model (``runtime/cycles.py``) term by term, at the granularity o
 * overlap: with double buffering the next tile loads while the PT array or SFU works on this one, so a core
   takes ``max(compute, dma)`` plus the part that cannot overlap (the first load, the last compute: ``min /
   tiles``); with single buffers, or a single tile, ``compute + dma``.
+* operand sharing (M/N splits, ``gk = 1``): each K step is a barrier segment in which every core loads 1/gn of
+  its A tile and 1/gm of its B tile at the read bandwidth shared by all the group's cores and ring-sends its
+  parts to the rest of its grid row / column (the A sends overlap the B load), while the PT array works on the
+  previous step; a segment takes the longer of the two plus the barrier, the first load and the last multiply
+  and store (alone, at the write bandwidth) do not overlap.
 * split-K: each output tile's fp32 partial sums meet in a ring reduce-sum (bytes / ``ring_bytes_per_cycle``
   plus a hop per member), then the root rounds on the SFU; this is not overlapped.
 * SFU (row-wise ops): elements x the sum of the op's per-element passes weighted by their cost class
@@ -20,8 +25,9 @@ runtime's cycle model (``runtime/cycles.py``) term by term, at the granularity o
 * sync: the cores of a multi-core op meet at a barrier at its end (a fixed latency plus a ring hop per core),
   so splitting a tiny op is not free.
 
-Kernels follow ``runtime/kernels.py``: a matmul core walks its [mb, nb] output block in [tm, tn] tiles and its
-K slice in tk steps, with A/B tiles double-buffered, an fp32 accumulator and an output tile; a row-wise core
+Kernels follow ``runtime/kernels.py`` and ``codegen/kernels.py``: a matmul core walks its [mb, nb] output block
+in [tm, tn] tiles and its K slice in tk steps, with A/B tiles double-buffered (shared across an M/N grid), an
+fp32 accumulator and an output tile; a row-wise core
 walks its rows in tiles of tr rows, with streamed inputs/outputs double-buffered and fp32 temporaries.
 :func:`pack` places a kernel's buffers with liveness-based reuse; the tile search and the allocator share it,
 so a tile chosen to fit is exactly what gets allocated.
@@ -199,6 +205,9 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     tm, tn, tk = tile or (mb, nb, kb)
     tiles = bb * _ceil(mb, tm) * _ceil(nb, tn)
     steps = _ceil(kb, tk)
+    if gk == 1 and gm * gn > 1:
+        return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
+                                     double_buffer, active or gb * gm * gn)
     pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
                           / pt_rate(target, fmt) + PT_LATENCY)
     loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, fmt))
@@ -217,6 +226,43 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
         sfu = tiles * (tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + SFU_LATENCY)
     total = _overlap(pt + sfu, dma, tiles * steps, double_buffer) + ring + sync_cycles(gb * gm * gn * gk)
     return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
+
+
+def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
+                          fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int) -> Cycles:
+    """The M/N-split kernel with operand sharing (``codegen/kernels.py``): each of the ``tiles * steps`` steps
+    is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and ring-sends
+    its parts to the cores of its grid row / column, while the PT array multiplies the previous step; the
+    output tile of a finished step is stored in the next segment."""
+    tm, tn, tk = tile
+    n = tiles * steps
+    a_part, b_part = tile_bytes(_ceil(tm, gn), tk, fmt), tile_bytes(_ceil(tk, gm), tn, fmt)
+    read_bw = target.dram_read_gbps / target.clock_ghz / max(1, active)
+    mixed_bw = _bytes_per_cycle(target, active)
+    rate = target.ring_bytes_per_cycle
+    ring_a = (gn - 1) * (a_part / rate + HOP_LATENCY)
+    ring_b = (gm - 1) * (b_part / rate + HOP_LATENCY)
+    loads = a_part + b_part + (tile_bytes(1, tn, FP32) / steps if bias else 0.0)
+
+    def fetch(bw):
+        dma_a = a_part / bw + DMA_LATENCY
+        dma_b = b_part / bw + DMA_LATENCY
+        return dma_a + max(dma_b, ring_a) + ring_b
+
+    pt_step = _pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, fmt) + PT_LATENCY
+    out = tile_bytes(tm, tn, out_fmt)
+    store = out / mixed_bw + DMA_LATENCY
+    plain, with_store = fetch(read_bw), fetch(mixed_bw) + store
+    stores_mid = max(0, tiles - 1)            # segments that also store a finished tile
+    if double_buffer and n > 1:
+        mid = (n - 1 - stores_mid) * max(pt_step, plain) + stores_mid * max(pt_step, with_store)
+    else:
+        mid = (n - 1 - stores_mid) * (pt_step + plain) + stores_mid * (pt_step + with_store)
+    # The last segment stores alone (write bandwidth), after the last multiply.
+    last = pt_step + out * active / (target.dram_write_gbps / target.clock_ghz) + DMA_LATENCY
+    total = plain + mid + last + n * BARRIER_LATENCY + sync_cycles(active)
+    dma = n * loads / read_bw + tiles * tile_bytes(tm, tn, out_fmt) / mixed_bw + (2 * n + tiles) * DMA_LATENCY
+    return Cycles(pt=n * pt_step, dma=dma, ring=n * (ring_a + ring_b), total=total)
 
 
 def matmul_span(M: int, N: int, K: int, grid: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None,
@@ -260,11 +306,14 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
 
 def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out_fmt: str | None = None, *,
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
-              force: Sequence[int | None] = (None, None, None)) -> tuple[tuple[int, int, int], int] | None:
+              force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None
+              ) -> tuple[tuple[int, int, int], int] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
     with its buffer count (2: double-buffered); None when nothing fits. Ties go to the larger tile.
 
     ``force`` pins any of the three sizes (0/None: free). ``active`` is the number of cores sharing DRAM.
+    ``grid`` = (gm, gn): the block's place in an M/N split, whose cores share A and B tiles over the ring
+    (costed as that kernel); None or a split-K block: the block as a one-core problem.
     """
     out_fmt = out_fmt or fmt
     cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt)
@@ -274,8 +323,10 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
         plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias)
         if plan is None:
             continue
-        # The block as a one-core problem with the DRAM share of `active` cores.
-        c = matmul_cycles(mb, nb, kb, (1, 1, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
+        gm, gn = grid if grid and split_k == 1 else (1, 1)
+        # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
+        # `active` cores.
+        c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
                           double_buffer=plan[0] == 2, active=active)
         key = (c.total, -math.prod(tile))
         if best is None or key < best[0]:
@@ -312,7 +363,7 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
             continue
         active = gb * gm * gn * gk
         fit = best_tile(M // gm, N // gn, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
-                        active=active)
+                        active=active, grid=(gm, gn))
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2)

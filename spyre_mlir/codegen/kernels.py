@@ -5,7 +5,10 @@ They generalise the reference kernels of ``spyre_mlir.runtime.kernels`` to arbit
 * :func:`matmul` (also each batch of ``batch_matmul``): a ``[gm, gn, gk]`` grid of cores, output tiles
   ``[tm, tn]`` walked in ``tk`` steps with fp32 accumulation, ping-pong A/B tiles when double buffering, split-K
   partial sums combined by a ring reduce-sum on the group's first core, bias (and per-column weight scales of
-  fp8/int8 weights) applied on write-back.
+  fp8/int8 weights) applied on write-back. An M/N split shares operands over the ring: the cores of a grid row
+  load one part each of their common A tile and exchange the parts (all-gather), the cores of a grid column
+  likewise for B, in barrier-separated segments that overlap the exchange of step s with the multiply of
+  step s - 1 (:func:`_shared_group`).
 * :func:`rowwise`: the skeleton of every row-wise op (map, reduce, softmax, layernorm, rmsnorm, cast): rows of
   the 2-D view split over ``[gr]`` cores in ``tr``-row tiles, with a per-op ``body`` emitting SFU work.
 
@@ -145,6 +148,12 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
         t["BI"] = b.alloc(c, 1, tn, bias.fmt) if bias is not None else None
         t["CS"] = b.alloc(c, 1, tn, colscale.fmt) if colscale is not None else None
     nk = -(-kb // tk)
+    if gk == 1 and gm * gn > 1:
+        for g in range(ngroups):
+            mine = [bt for bi_, bt in enumerate(batches) if bi_ * ngroups // len(batches) == g]
+            _shared_group(b, T, A, B, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
+                          scale, loc)
+        return list(used), (gm, gn, gk), (tm, tn, tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
         base = (bi_ * ngroups // len(batches)) * group      # contiguous blocks of batches per core group
@@ -198,6 +207,105 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
                     store_rows(b, root, _sub(t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
+
+
+def _parts(n: int, g: int) -> list[tuple[int, int]]:
+    """Rows [lo, hi) of each of ``g`` near-equal parts of ``n`` rows (trailing parts may be empty)."""
+    chunk = -(-n // g)
+    return [(min(n, p * chunk), min(n, (p + 1) * chunk)) for p in range(g)]
+
+
+def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
+                  loc):
+    """One core group of an M/N-split matmul with operand sharing over the ring.
+
+    Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
+    The cores of a grid row need the same A tile: each loads 1/gn of its rows from device memory and
+    RING_SENDs that part to the other cores of the row (all-gather); B likewise within a grid column, in
+    1/gm parts. A send lands at the group's next barrier, so the kernel runs in barrier-separated segments:
+    segment s loads and exchanges the tiles of step s while the PT array multiplies step s - 1 (double
+    buffering: the two steps use different buffers; single-buffered, the loads follow the multiply). The
+    output tile of a finished step is stored in the next segment, overlapping the next multiply. Every core
+    multiplies exactly the tiles, in the order, of the unshared kernel, so results are bit-identical."""
+    nk = -(-kb // tk)
+    cores = list(range(base, base + gm * gn))
+    steps = []
+    for a0, b0, o0 in batches:
+        for i in range(0, mb, tm):
+            rows = min(tm, mb - i)
+            for j in range(0, nb, tn):
+                cols = min(tn, nb - j)
+                for s in range(nk):
+                    depth = min(tk, kb - s * tk)
+                    steps.append((a0, b0, o0, i, j, s * tk, rows, cols, depth, s == 0, s == nk - 1))
+
+    def fetch(n):
+        """Load this core's parts of step n's A and B tiles and send them to the cores that share them."""
+        a0, b0, _, i, j, k0, rows, cols, depth, _, _ = steps[n]
+        sends = []
+        for core in cores:
+            bm, bn = divmod(core - base, gn)
+            t = T[core]
+            At = _sub(t["A"][n % nbuf], rows, depth)
+            Bt = _sub(t["B"][n % nbuf], depth, cols)
+            lo, hi = _parts(rows, gn)[bn]
+            if hi > lo:
+                load_rows(b, core, At.row_slice(lo, hi), A, a0 + bm * mb + i + lo, k0, loc=loc)
+            blo, bhi = _parts(depth, gm)[bm]
+            if bhi > blo:
+                load_rows(b, core, Bt.row_slice(blo, bhi), B, b0 + k0 + blo, bn * nb + j, loc=loc)
+            if hi > lo:
+                part = At.row_slice(lo, hi)
+                sends += [(core, base + bm * gn + q, part) for q in range(gn) if q != bn]
+            if bhi > blo:
+                part = Bt.row_slice(blo, bhi)
+                sends += [(core, base + q * gn + bn, part) for q in range(gm) if q != bm]
+        for core, peer, part in sends:
+            b.ring_send(core, peer, part.addr, part, loc=loc)
+
+    def multiply(n):
+        _, _, _, _, j, _, rows, cols, depth, first, fin = steps[n]
+        for core in cores:
+            bn = (core - base) % gn
+            t = T[core]
+            c0 = bn * nb + j
+            At = _sub(t["A"][n % nbuf], rows, depth)
+            Bt = _sub(t["B"][n % nbuf], depth, cols)
+            if fin and t["BI"] is not None:
+                load_rows(b, core, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
+            if fin and t["CS"] is not None:
+                load_rows(b, core, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
+            if t["PA"] is not None:
+                At = _cast(b, core, _sub(t["PA"], rows, depth), At, loc)
+            if t["PB"] is not None:
+                Bt = _cast(b, core, _sub(t["PB"], depth, cols), Bt, loc)
+            b.matmul(core, At, Bt, _sub(t["C"], rows, cols), accumulate=not first,
+                     out=_sub(t["O"], rows, cols) if fin else None,
+                     bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
+                     col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
+                     scale=scale if fin else None, loc=loc)
+
+    def store(n):
+        _, _, o0, i, j, _, rows, cols, _, _, fin = steps[n]
+        if not fin:
+            return
+        for core in cores:
+            bm, bn = divmod(core - base, gn)
+            store_rows(b, core, _sub(T[core]["O"], rows, cols), O, o0 + bm * mb + i, bn * nb + j, loc=loc)
+
+    S = len(steps)
+    for seg in range(S + 1):
+        if seg < S and nbuf > 1:
+            fetch(seg)
+        if seg >= 2:
+            store(seg - 2)          # before the next multiply overwrites the output tile
+        if seg >= 1:
+            multiply(seg - 1)
+        if seg < S:
+            if nbuf == 1:
+                fetch(seg)
+            b.barrier(cores, loc=loc)
+    store(S - 1)
 
 
 def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, usable):

@@ -7,7 +7,7 @@
 // 1024^3 matmul: many K steps per core, so A/B are double-buffered; its result leaves the device.
 // CHECK-LABEL: func.func @matmul_1024
 // CHECK: "spyre.matmul"
-// CHECK-SAME: spyre.barrier = true, spyre.double_buffer = true, spyre.grid = array<i64: 2, 4, 1>
+// CHECK-SAME: spyre.barrier = true, spyre.double_buffer = true, spyre.grid = array<i64: 2, 16, 1>
 func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16> {
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
   return %r : tensor<1024x1024x!spyre.dlf16>
@@ -15,10 +15,10 @@ func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x
 
 // -----
 
-// 64x64 matmul: one core, one tile, nothing to prefetch.
+// 64x64 matmul: one tile per core, nothing to prefetch.
 // CHECK-LABEL: func.func @matmul_64
 // CHECK: "spyre.matmul"
-// CHECK-SAME: spyre.barrier = true, spyre.double_buffer = false, spyre.grid = array<i64: 1, 1, 1>
+// CHECK-SAME: spyre.barrier = true, spyre.double_buffer = false, spyre.grid = array<i64: 4, 1, 1>
 func.func @matmul_64(%a: tensor<64x64x!spyre.dlf16>, %b: tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
   return %r : tensor<64x64x!spyre.dlf16>
@@ -49,11 +49,11 @@ func.func @softmax_map(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x
 
 // -----
 
-// A matmul feeding a map with a different grid ([2,1,1] vs [16]): barrier between them.
+// A matmul feeding a map with a different grid ([32,1,1] vs [16]): barrier between them.
 // CHECK-LABEL: func.func @matmul_map
 // CHECK: "spyre.matmul"
 // CHECK-SAME: spyre.barrier = true
-// CHECK-SAME: spyre.grid = array<i64: 2, 1, 1>
+// CHECK-SAME: spyre.grid = array<i64: 32, 1, 1>
 // CHECK: "spyre.map"
 // CHECK: spyre.barrier = true
 // CHECK-SAME: spyre.grid = array<i64: 16>
