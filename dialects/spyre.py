@@ -790,6 +790,3 @@ class YieldOp(SpyreOp, name="yield", traits=[ir.IsTerminatorTrait]):
         parent = self.operation.parent
         if parent is None or parent.name not in ("spyre.map", "spyre.host"):
             raise _Invalid("must be nested in spyre.map or spyre.host")
-
-
-GRAPH_OPS = tuple(Spyre.operations)
