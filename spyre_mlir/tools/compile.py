@@ -79,7 +79,21 @@ def _stage_spyre(job: Job, linalg_ir: str) -> str:
             run_pipeline(module, pipeline)
         except (ir.MLIRError, PipelineError) as e:
             raise StageError(str(e), input_ir=linalg_ir, pipeline=pipeline) from None
+        if not job.args.placement_report:
+            _placement_summary(module)
         return asm(module)
+
+
+def _placement_summary(module) -> None:
+    """Nothing lands on the host silently: one line when anything does (the full table with --placement-report)."""
+    from spyre_mlir.passes.place_host import placement_report
+
+    rows = placement_report(module)
+    host = [r for r in rows if r["placement"] == "host"]
+    if host:
+        reasons = sorted({r["reason"] for r in host})
+        print(f"spyre-compile: {len(rows) - len(host)} ops on the device, {len(host)} on the host "
+              f"({'; '.join(reasons)}); --placement-report lists them", file=sys.stderr)
 
 
 def _stage_kernel(job: Job, spyre_ir: str) -> str:
