@@ -105,3 +105,11 @@ def test_unknown_stage_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["model.pt2", "--emit=nonsense"])
     assert e.value.code == 2
+
+
+def test_placement_summary_names_host_work(models):
+    r = spyre_compile(str(models / "tf.pt"), "--emit=spyre")
+    assert r.returncode == 0, r.stderr
+    assert "ops on the device" in r.stderr and "on the host (int64 index math" in r.stderr
+    r = spyre_compile(str(models / "tf.pt"), "--emit=spyre", "--placement-report")
+    assert "host: linalg.generic at loc(" in r.stderr and "transformer.py" in r.stderr
