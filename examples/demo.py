@@ -9,8 +9,12 @@ output magnitude (see test/unit/test_compile_e2e.py for why that bound holds).
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
+
+# torch.export warns about its own internals (deprecations users cannot act on); spyre-compile hides them too.
+warnings.filterwarnings("ignore", category=FutureWarning)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOLERANCE = 8 * 2.0**-10
