@@ -3,10 +3,11 @@
 The model is ``torch.nn.Linear(1024, 1024, bias=False)`` on a [1024, 1024] input, compiled end to end (frontend,
 graph and kernel pipelines, spyre-emit) for DLFloat16; the emulator runs each binary once and checks it
 against numpy, and the cycle model gives the modeled latency. The speedup printed is modeled 1-core cycles over
-modeled 32-core cycles (not wall time: the emulator runs cores one after another), for the whole program (which
-also converts the fp32 input to DLFloat16 and the result back, two memory-bound row-wise ops) and for the matmul
-kernel alone (first to last instruction at the matmul's source location); DRAM and ring bytes are the
-program's.
+modeled 32-core cycles (not wall time: the emulator runs cores one after another), for the whole program and
+for the matmul kernel alone (first to last instruction at the matmul's source location); DRAM and ring bytes are
+the program's. spyre-fuse folds the conversion of the fp32 input to DLFloat16 and of the result back into the
+matmul kernel (converted on the scratchpad), so the program is the matmul kernel, reading the input and writing
+the result in fp32 once.
 
     .venv/bin/python bench/compile_matmul.py [--cores 1 8 32]
 """

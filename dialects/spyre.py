@@ -139,6 +139,21 @@ def _same_elt(a: ir.RankedTensorType, b: ir.RankedTensorType, what: str) -> None
         raise _Invalid(f"{what}: element types differ ({a.element_type} vs {b.element_type})")
 
 
+def _matmul_operands_elt(op, a: ir.RankedTensorType, b: ir.RankedTensorType) -> None:
+    """lhs and rhs multiply in one element type: their own, or what `spyre.convert_operands = {lhs = T, rhs = T}`
+    (set by spyre-fuse) converts them to on the scratchpad."""
+    conv = _attr(op, "spyre.convert_operands")
+    ea, eb = a.element_type, b.element_type
+    if conv is not None:
+        if not isinstance(conv, ir.DictAttr):
+            raise _Invalid(f"attribute 'spyre.convert_operands' must be a dictionary, got {conv}")
+        d = {na.name: na.attr for na in ir.DictAttr(conv)}
+        ea = ir.TypeAttr(d["lhs"]).value if "lhs" in d else ea
+        eb = ir.TypeAttr(d["rhs"]).value if "rhs" in d else eb
+    if ea != eb:
+        raise _Invalid(f"lhs and rhs: element types differ ({ea} vs {eb})")
+
+
 def _expect_shape(t: ir.RankedTensorType, shape: Sequence[int], what: str) -> None:
     if _shape(t) != list(shape):
         raise _Invalid(f"{what} shape {_fmt(_shape(t))} does not match expected {_fmt(shape)}")
@@ -266,7 +281,8 @@ class MatmulOp(SpyreOp, name="matmul"):
             : (tensor<32x64xf32>, tensor<64x16xf32>, tensor<16xf32>) -> tensor<32x16xf32>
 
     Operands: lhs [M, K], rhs [K, N] (or [N, K] with `transpose_rhs = true`), optional bias [N].
-    `lhs` and `rhs` share an element type; the result may be wider (accumulation format).
+    `lhs` and `rhs` share an element type (after `spyre.convert_operands`, see docs/compiler.md); the result
+    may be wider (accumulation format).
     """
 
     lhs: Operand[Any]
@@ -278,7 +294,7 @@ class MatmulOp(SpyreOp, name="matmul"):
         a, b, r = _tensor(self.lhs, "lhs"), _tensor(self.rhs, "rhs"), _result(self)
         _rank(a, "lhs", 2)
         _rank(b, "rhs", 2)
-        _same_elt(a, b, "lhs and rhs")
+        _matmul_operands_elt(self, a, b)
         m, k = a.shape
         kb, n = reversed(b.shape) if _bool_attr(self, "transpose_rhs") else b.shape
         if k != kb:
@@ -307,7 +323,7 @@ class BatchMatmulOp(SpyreOp, name="batch_matmul"):
             raise _Invalid(f"lhs must be rank 3 or more, got rank {a.rank}")
         if b.rank != a.rank:
             raise _Invalid(f"lhs and rhs ranks differ ({a.rank} vs {b.rank})")
-        _same_elt(a, b, "lhs and rhs")
+        _matmul_operands_elt(self, a, b)
         if a.shape[:-2] != b.shape[:-2]:
             raise _Invalid(f"batch dimensions differ: {_fmt(a.shape[:-2])} vs {_fmt(b.shape[:-2])}")
         m, k = a.shape[-2:]

@@ -13,7 +13,8 @@ a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer
 * matmul / batch_matmul: `a0 a1` A tile [tm, tk] x2 (lhs format), `b0 b1` B tile [tk, tn] x2, `pa` / `pb`
   DLFloat16 copies of the A / B tile when their format is not a PT-array format (fp32, bf16), `acc` fp32
   [tm, tn], `red` fp32 [tm, tn] ring reduce-sum destination (split-K only, gk > 1), `out` [tm, tn] result
-  format, `bias` fp32 [1, tn] (with a bias operand).
+  format (the `spyre.convert_result` format when there is one), `outf` [tm, tn] result format (the widened
+  copy of `out` that is stored, with `spyre.convert_result` only), `bias` fp32 [1, tn] (with a bias operand).
 * conv2d: `a0 a1` input patch [channels x input rows, padded W] x2, `b0 b1` filters [C/g*KH*KW, tf] x2,
   `acc` fp32 and `out` [tf x toh, OW], `bias` fp32 [1, tf].
 * row-wise ops, for a tile of tr rows: streamed inputs `in0 in1` (first operand), `inb0 inb1`, `inc0 inc1`,
@@ -75,7 +76,8 @@ def plan_single(model, grid, tile) -> list[cost.Buffer]:
     """The single-buffered buffers of a tile, to say how much it would need."""
     if model.kind == "matmul":
         gk = model.grid4(grid)[3]
-        return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias)
+        return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias,
+                                   b_fmt=model.b_fmt, round_fmt=model.round_fmt)
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, 1)
     return cost.rowwise_buffers(model.rows, tile[0], 1)

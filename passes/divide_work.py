@@ -133,6 +133,20 @@ class OpModel:
     out_fmt: str = "dlf16"
     bias: bool = False
     batched: bool = False
+    b_fmt: str | None = None          # matmul rhs format (None: fmt)
+    round_fmt: str | None = None      # matmul spyre.convert_result: rounded to this, then widened to out_fmt
+    converts: tuple[str | None, str | None] = (None, None)   # spyre.convert_operands formats (lhs, rhs)
+
+    @property
+    def fused(self) -> bool:
+        """A matmul with conversions spyre-fuse folded into it."""
+        return self.round_fmt is not None or any(self.converts)
+
+    def reference(self) -> "OpModel":
+        """The model of the unfused op (operands already converted, result not widened): its K split and K
+        tile fix the order of the fp32 accumulation, which the fused op keeps so results stay bit-identical."""
+        return dataclasses.replace(self, fmt=self.converts[0] or self.fmt, b_fmt=self.converts[1] or self.b_fmt,
+                                   out_fmt=self.round_fmt or self.out_fmt, round_fmt=None, converts=(None, None))
     rows: cost.RowKernel | None = None
     conv: cost.ConvKernel | None = None
     chunked: tuple[int, ...] = ()
@@ -146,9 +160,12 @@ class OpModel:
         return f"{self.op.name} with {self.rows.rows} rows"
 
     def best_grid(self, cores: int, target: Target) -> tuple[int, ...] | None:
+        if self.kind == "matmul" and self.fused:
+            # The grid of the unfused op: the same K split (accumulation order) and division of the work.
+            return self.reference().best_grid(cores, target)
         if self.kind == "matmul":
             g = cost.best_batch_matmul_grid(self.B, self.M, self.N, self.K, cores, target, self.fmt, self.out_fmt,
-                                            self.bias)
+                                            self.bias, b_fmt=self.b_fmt, round_fmt=self.round_fmt)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
             return cost.best_conv_grid(self.conv, cores, target)
@@ -172,9 +189,19 @@ def _matmul(op: ir.Operation) -> OpModel:
     sa, sb = _shape(a), _shape(b)
     trans = "transpose_rhs" in op.attributes and ir.BoolAttr(op.attributes["transpose_rhs"]).value
     batched = op.name == "spyre.batch_matmul"
+    # spyre-fuse: operands in another format are converted on the scratchpad (A / B tiles move in their own
+    # format), a result rounded to `spyre.convert_result` is widened on the scratchpad before its store.
+    rnd = ir.TypeAttr(op.attributes["spyre.convert_result"]).value if "spyre.convert_result" in op.attributes \
+        else None
+    conv = {}
+    if "spyre.convert_operands" in op.attributes:
+        conv = {na.name: fmt_of(ir.TypeAttr(na.attr).value, op)
+                for na in ir.DictAttr(op.attributes["spyre.convert_operands"])}
     return OpModel(op, "matmul", B=math.prod(sa[:-2]), M=sa[-2], K=sa[-1], N=sb[-2] if trans else sb[-1],
                    fmt=fmt_of(a.type, op), out_fmt=fmt_of(op.results[0].type, op),
-                   bias=len(op.operands) > 2, batched=batched)
+                   bias=len(op.operands) > 2, batched=batched, b_fmt=fmt_of(b.type, op),
+                   round_fmt=fmt_of(rnd, op) if rnd is not None else None,
+                   converts=(conv.get("lhs"), conv.get("rhs")))
 
 
 def _conv(op: ir.Operation) -> OpModel:

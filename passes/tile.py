@@ -66,12 +66,23 @@ class TilePass(SpyrePass):
             gb, gm, gn, gk = model.grid4(grid)
             block = (model.M // gm, model.N // gn, model.K // gk)
             force = _force(op, block, (self.tile_m, self.tile_n, self.tile_k), ("tile-m", "tile-n", "tile-k"))
+            if model.fused and not force[2]:
+                # spyre-fuse: keep the K tile of the unfused op, which fixes the order of the fp32 accumulation
+                # (results bit-identical); M and N tiles are free.
+                ref = model.reference()
+                rfit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, batch=model.B // gb, split_k=gk,
+                                      bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
+                                      b_fmt=ref.b_fmt)
+                if rfit is not None:
+                    force = (force[0], force[1], rfit[0][2])
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
-                                 bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn))
+                                 bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
+                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt)
             if fit is None:
-                cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt)
+                cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt, model.b_fmt)
                 tile = tuple(f or min(c) for f, c in zip(force, cands))
-                bufs = cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias)
+                bufs = cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias,
+                                           b_fmt=model.b_fmt, round_fmt=model.round_fmt)
                 _no_fit(op, target, tile, cost.footprint(bufs, target), any(force))
             return (1, *fit[0]) if model.batched else fit[0]
         if model.kind == "conv":
@@ -105,7 +116,8 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
         gb, gm, gn, gk = model.grid4(grid)
         tm, tn, tk = tile[-3:]
         return cost.matmul_plan(model.M // gm, model.N // gn, model.K // gk, (tm, tn, tk), target, model.fmt,
-                                model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias)
+                                model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
+                                b_fmt=model.b_fmt, round_fmt=model.round_fmt)
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)

@@ -170,10 +170,13 @@ def _bytes_per_cycle(target: Target, active: int) -> float:
 
 
 def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None, *, nbuf: int = 2,
-                   split_k: int = 1, bias: bool = False, b_fmt: str | None = None) -> list[Buffer]:
+                   split_k: int = 1, bias: bool = False, b_fmt: str | None = None,
+                   round_fmt: str | None = None) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn]), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
-    split-K only), out ([tm,tn] result format), bias (fp32 [1,tn]). All live throughout."""
+    split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
+    ([tm,tn] result format, the widened copy of out, with ``round_fmt`` only), bias (fp32 [1,tn]). All live
+    throughout."""
     tm, tn, tk = tile
     out_fmt = out_fmt or fmt
     b_fmt = b_fmt or fmt
@@ -187,7 +190,9 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
     bufs.append(Buffer("acc", tile_bytes(tm, tn, FP32)))
     if split_k > 1:
         bufs.append(Buffer("red", tile_bytes(tm, tn, FP32)))
-    bufs.append(Buffer("out", tile_bytes(tm, tn, out_fmt)))
+    bufs.append(Buffer("out", tile_bytes(tm, tn, round_fmt or out_fmt)))
+    if round_fmt:
+        bufs.append(Buffer("outf", tile_bytes(tm, tn, out_fmt)))
     if bias:
         bufs.append(Buffer("bias", tile_bytes(1, tn, FP32)))
     return bufs
@@ -195,22 +200,28 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
 
 def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
                   fmt: str = "dlf16", out_fmt: str | None = None, *, batch: int = 1, bias: bool = False,
-                  double_buffer: bool = True, active: int | None = None) -> Cycles:
+                  double_buffer: bool = True, active: int | None = None, b_fmt: str | None = None,
+                  round_fmt: str | None = None) -> Cycles:
     """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
     ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
-    grid's)."""
+    grid's). ``fmt`` / ``b_fmt`` are A's / B's formats in device memory (a format the PT array does not multiply
+    is converted to DLFloat16 on the SFU every step); ``round_fmt``: the result is rounded to it on write-back
+    and widened to ``out_fmt`` on the SFU before the store (spyre.convert_result)."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
     out_fmt = out_fmt or fmt
+    b_fmt = b_fmt or fmt
     bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
     tm, tn, tk = tile or (mb, nb, kb)
     tiles = bb * _ceil(mb, tm) * _ceil(nb, tn)
     steps = _ceil(kb, tk)
     if gk == 1 and gm * gn > 1:
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
-                                     double_buffer, active or gb * gm * gn)
+                                     double_buffer, active or gb * gm * gn, b_fmt, round_fmt)
     pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
-                          / pt_rate(target, fmt) + PT_LATENCY)
-    loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, fmt))
+                          / pt_rate(target, _pt_fmt(fmt)) + PT_LATENCY)
+    pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt) + tiles * _convert_out(tm, tn, target,
+                                                                                                round_fmt)
+    loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, b_fmt))
                      + (tile_bytes(1, tn, FP32) if bias else 0))
     stores = tiles * tile_bytes(tm, tn, out_fmt)
     transfers = tiles * (2 * steps + 1 + bias)
@@ -228,15 +239,37 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
 
 
+def _pt_fmt(fmt: str) -> str:
+    """The format the PT array multiplies an operand stored in ``fmt`` in (others are converted to DLFloat16)."""
+    return fmt if Format.parse(fmt) in PT_FORMATS else "dlf16"
+
+
+def _convert_step(tm: int, tn: int, tk: int, target: Target, fmt: str, b_fmt: str) -> float:
+    """SFU cycles of one K step's operand conversions (A / B tiles in a format the PT array does not multiply);
+    the kernel issues them between the loads and the multiply, so they add to the step's compute."""
+    c = 0.0
+    for elems, f in ((tm * tk, fmt), (tk * tn, b_fmt)):
+        if _pt_fmt(f) != f:
+            c += elems * target.sfu_cycles("simple") / target.sfu_lanes_per_core + SFU_LATENCY
+    return c
+
+
+def _convert_out(tm: int, tn: int, target: Target, round_fmt: str | None) -> float:
+    """SFU cycles of widening a rounded output tile before its store (spyre.convert_result)."""
+    return tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + SFU_LATENCY if round_fmt else 0.0
+
+
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
-                          fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int) -> Cycles:
+                          fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
+                          b_fmt: str | None = None, round_fmt: str | None = None) -> Cycles:
     """The M/N-split kernel with operand sharing (``codegen/kernels.py``): each of the ``tiles * steps`` steps
     is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and ring-sends
     its parts to the cores of its grid row / column, while the PT array multiplies the previous step; the
     output tile of a finished step is stored in the next segment."""
     tm, tn, tk = tile
     n = tiles * steps
-    a_part, b_part = tile_bytes(_ceil(tm, gn), tk, fmt), tile_bytes(_ceil(tk, gm), tn, fmt)
+    b_fmt = b_fmt or fmt
+    a_part, b_part = tile_bytes(_ceil(tm, gn), tk, fmt), tile_bytes(_ceil(tk, gm), tn, b_fmt)
     read_bw = target.dram_read_gbps / target.clock_ghz / max(1, active)
     mixed_bw = _bytes_per_cycle(target, active)
     rate = target.ring_bytes_per_cycle
@@ -249,7 +282,8 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
         dma_b = b_part / bw + DMA_LATENCY
         return dma_a + max(dma_b, ring_a) + ring_b
 
-    pt_step = _pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, fmt) + PT_LATENCY
+    pt_step = _pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt)) + PT_LATENCY
+    pt_step += _convert_step(tm, tn, tk, target, fmt, b_fmt) + _convert_out(tm, tn, target, round_fmt) * tiles / n
     out = tile_bytes(tm, tn, out_fmt)
     store = out / mixed_bw + DMA_LATENCY
     plain, with_store = fetch(read_bw), fetch(mixed_bw) + store
@@ -266,11 +300,11 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
 
 
 def matmul_span(M: int, N: int, K: int, grid: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None,
-                batch: int = 1) -> int:
+                batch: int = 1, b_fmt: str | None = None) -> int:
     """Device-memory bytes one core addresses: its slices of A, B and the result (whole sticks)."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
     bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
-    return bb * (tile_bytes(mb, kb, fmt) + tile_bytes(kb, nb, fmt) + tile_bytes(mb, nb, out_fmt or fmt))
+    return bb * (tile_bytes(mb, kb, fmt) + tile_bytes(kb, nb, b_fmt or fmt) + tile_bytes(mb, nb, out_fmt or fmt))
 
 
 def _split_ok(total: int, parts: int, quantum: int) -> bool:
@@ -278,11 +312,12 @@ def _split_ok(total: int, parts: int, quantum: int) -> bool:
     return parts == 1 or (total % parts == 0 and (total // parts) % quantum == 0)
 
 
-def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, out_fmt: str):
+def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, out_fmt: str,
+                           b_fmt: str | None = None):
     """Tile sizes along each dim: multiples of the PT array that keep DMA rows whole sticks (tn for B and the
     result sticked on N, tk for A sticked on K); the whole block when it cannot be cut that way."""
     pt = max(target.pt_rows, target.pt_cols)
-    qn = max(pt, stick_elems(fmt, target), stick_elems(out_fmt, target))
+    qn = max(pt, stick_elems(b_fmt or fmt, target), stick_elems(out_fmt, target))
     qk = max(pt, stick_elems(fmt, target))
     tms = [d for d in divisors(mb) if d % target.pt_rows == 0] or [mb]
     tns = [d for d in divisors(nb) if d % qn == 0] or [nb]
@@ -291,14 +326,15 @@ def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, 
 
 
 def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, fmt: str = "dlf16",
-                out_fmt: str | None = None, *, batch: int = 1, split_k: int = 1, bias: bool = False
-                ) -> tuple[int, list[Buffer]] | None:
+                out_fmt: str | None = None, *, batch: int = 1, split_k: int = 1, bias: bool = False,
+                b_fmt: str | None = None, round_fmt: str | None = None) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
     loads = batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk)
     for nbuf in (2, 1):
-        bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias)
+        bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
+                              round_fmt=round_fmt)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
@@ -306,8 +342,8 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
 
 def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out_fmt: str | None = None, *,
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
-              force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None
-              ) -> tuple[tuple[int, int, int], int] | None:
+              force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
+              b_fmt: str | None = None, round_fmt: str | None = None) -> tuple[tuple[int, int, int], int] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
     with its buffer count (2: double-buffered); None when nothing fits. Ties go to the larger tile.
 
@@ -316,18 +352,19 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
     (costed as that kernel); None or a split-K block: the block as a one-core problem.
     """
     out_fmt = out_fmt or fmt
-    cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt)
+    cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt, b_fmt)
     cands = [[f] if f else c for f, c in zip(force, cands)]
     best = None
     for tile in itertools.product(*cands):
-        plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias)
+        plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias,
+                           b_fmt=b_fmt, round_fmt=round_fmt)
         if plan is None:
             continue
         gm, gn = grid if grid and split_k == 1 else (1, 1)
         # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
         # `active` cores.
         c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
-                          double_buffer=plan[0] == 2, active=active)
+                          double_buffer=plan[0] == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt)
         key = (c.total, -math.prod(tile))
         if best is None or key < best[0]:
             best = (key, (tuple(tile), plan[0]))
@@ -335,9 +372,9 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
 
 
 def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str, out_fmt: str,
-                  allow_k: bool):
+                  allow_k: bool, b_fmt: str | None = None):
     qm = target.pt_rows
-    qn = max(stick_elems(fmt, target), stick_elems(out_fmt, target))
+    qn = max(stick_elems(b_fmt or fmt, target), stick_elems(out_fmt, target))
     qk = stick_elems(fmt, target)
     for gb in divisors(B):
         for gm in (d for d in divisors(M) if _split_ok(M, d, qm)):
@@ -348,25 +385,27 @@ def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fm
 
 
 def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str = "dlf16",
-                           out_fmt: str | None = None, bias: bool = False) -> tuple[int, int, int, int] | None:
+                           out_fmt: str | None = None, bias: bool = False, b_fmt: str | None = None,
+                           round_fmt: str | None = None) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, even stick-aligned splits (M in multiples of the PT
     rows, N in whole sticks of B and the result, K in whole sticks of A), each core's span within the target's
     ``core_span_bytes``, and a tile that fits. K is split only when the batch, M and N together cannot use
     every core. None when no division keeps each core's span in range."""
     out_fmt = out_fmt or fmt
     best = None
-    full = max((gb * gm * gn for gb, gm, gn, _ in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, False)),
-               default=0)
-    for g in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, full < cores):
+    full = max((gb * gm * gn for gb, gm, gn, _ in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, False,
+                                                                b_fmt)), default=0)
+    for g in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, full < cores, b_fmt):
         gb, gm, gn, gk = g
-        if matmul_span(M, N, K, g, fmt, out_fmt, B) > target.core_span_bytes:
+        if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt) > target.core_span_bytes:
             continue
         active = gb * gm * gn * gk
         fit = best_tile(M // gm, N // gn, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
-                        active=active, grid=(gm, gn))
+                        active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt)
         if fit is None:
             continue
-        c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2)
+        c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
+                          b_fmt=b_fmt, round_fmt=round_fmt)
         key = (c.total, gk, active)       # ties: no K split, then fewer cores
         if best is None or key < best[0]:
             best = (key, g)

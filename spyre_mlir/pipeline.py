@@ -41,6 +41,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         f"spyre-reduce-precision{{precision={precision}}}",
         # Stick layouts; restickify transposes where matmul operands need another sticked dim.
         "spyre-layout",
+        # Matmuls convert their model-typed operands/result on the scratchpad: no cast round trips through DRAM.
+        "spyre-fuse",
         # Spread each op over the cores (grid), with the cost model choosing splits.
         "spyre-divide-work" + opts(cores=cores, target=target),
         # Per-core tiles that fit the scratchpad with double buffering.

@@ -81,6 +81,17 @@ def _attr(op, name, default=None):
     return a
 
 
+def _round_fmt(op):
+    """The format a matmul's result is rounded to before it is widened to the result type
+    (``spyre.convert_result``, set by spyre-fuse), or None."""
+    from torch_mlir import ir
+
+    attrs = op.operation.attributes
+    if "spyre.convert_result" not in attrs:
+        return None
+    return format_of(ir.TypeAttr(attrs["spyre.convert_result"]).value)
+
+
 def _loc(op) -> str:
     s = str(op.operation.location)
     if s.startswith("loc(") and s.endswith(")"):
@@ -642,7 +653,7 @@ class Emitter:
         used, g, _ = kernels.matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
                                     grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
                                     double_buffer=_attr(op, "spyre.double_buffer", True),
-                                    offsets=_attr(op, "spyre.scratchpad"), loc=loc)
+                                    offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
         if grid and tuple(grid) != tuple(g):
             self._force_barrier = True      # not the split spyre-schedule planned barriers for
         return len(used)
@@ -713,7 +724,7 @@ class Emitter:
         used, g, _ = kernels.matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
                                     tile=tuple(tile[1:]) if tile else None,
                                     double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
-                                    offsets=_attr(op, "spyre.scratchpad"), loc=loc)
+                                    offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
         self._force_barrier = True          # batches map to cores by this kernel's own rule
         return len(used)
 

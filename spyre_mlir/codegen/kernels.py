@@ -66,7 +66,7 @@ def choose_matmul_grid(M, N, K, cores, fa="dlf16", fb="dlf16", fo="dlf16") -> tu
     return best[1]
 
 
-def _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, split, bias_fmt):
+def _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, split, bias_fmt, round_fmt=None):
     """Largest (tm, tn, tk) whose working set fits: prefer whole K (fewest accumulator passes), then N, then M."""
     se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
     tks = [d for d in sorted(_divisors(kb), reverse=True) if d == kb or d % se_k == 0]
@@ -75,13 +75,13 @@ def _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, split, bias_fmt):
     for tk in tks:
         for tn in tns:
             for tm in tms:
-                need = _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt)
+                need = _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt, round_fmt)
                 if need <= usable:
                     return tm, tn, tk
     raise TileError(f"no matmul tile of a {mb}x{nb}x{kb} block fits the {usable} B scratchpad")
 
 
-def _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt):
+def _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt, round_fmt=None):
     pa = fa if Format.parse(fa) in PT_FORMATS else "dlf16"
     pb = fb if Format.parse(fb) in PT_FORMATS else "dlf16"
     n = nbuf * (tile_bytes(tm, tk, fa) + tile_bytes(tk, tn, fb))
@@ -89,15 +89,22 @@ def _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt):
         n += tile_bytes(tm, tk, pa)
     if pb != fb:
         n += tile_bytes(tk, tn, pb)
-    n += tile_bytes(tm, tn, "fp32") * (2 if split else 1) + tile_bytes(tm, tn, fo)
+    n += tile_bytes(tm, tn, "fp32") * (2 if split else 1) + tile_bytes(tm, tn, round_fmt or fo)
+    if round_fmt is not None:
+        n += tile_bytes(tm, tn, fo)
     if bias_fmt is not None:
         n += 2 * tile_bytes(1, tn, "fp32")
     return n
 
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
-           scale=None, grid=None, tile=None, double_buffer=True, batches=((0, 0, 0),), offsets=None, loc=None):
+           scale=None, grid=None, tile=None, double_buffer=True, batches=((0, 0, 0),), offsets=None, loc=None,
+           round_fmt=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``.
+
+    A / B in a format the PT array does not multiply (fp32: spyre.convert_operands) are converted to DLFloat16
+    on the SFU after each load. ``round_fmt`` (spyre.convert_result): the write-back rounds to that format and
+    the SFU widens the tile to O's format before the store, so O holds exactly the rounded values.
 
     ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back.
     Batches are spread over groups of ``gm*gn*gk`` cores. ``offsets`` (spyre.scratchpad of the op) places the
@@ -122,16 +129,17 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     tile_given = bool(tile)
     if tile:
         tm, tn, tk = tile
-        if _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, gk > 1, bias_fmt) > usable:
+        if _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, gk > 1, bias_fmt, round_fmt) > usable:
             raise TileError(f"matmul tile {tm}x{tn}x{tk} does not fit the {usable} B scratchpad")
     else:
-        tm, tn, tk = _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, gk > 1, bias_fmt)
+        tm, tn, tk = _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, gk > 1, bias_fmt, round_fmt)
     pa = fa if fa in PT_FORMATS else Format.DLF16
     pb = fb if fb in PT_FORMATS else Format.DLF16
     used = range(ngroups * group)
     T = {}
+    fr = Format.parse(round_fmt) if round_fmt is not None else None
     placed = _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale,
-                           em.target.scratchpad_usable_bytes)
+                           em.target.scratchpad_usable_bytes, fr)
     for c in used:       # the same allocation order on every core: ring reduce needs equal addresses
         if placed is not None:
             T[c] = placed
@@ -144,7 +152,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
         t["PB"] = b.alloc(c, tk, tn, pb) if pb is not fb else None
         t["C"] = b.alloc(c, tm, tn, "fp32")
         t["R"] = b.alloc(c, tm, tn, "fp32") if gk > 1 else None
-        t["O"] = b.alloc(c, tm, tn, fo)
+        t["O"] = b.alloc(c, tm, tn, fr or fo)
+        t["OF"] = b.alloc(c, tm, tn, fo) if fr is not None else None
         t["BI"] = b.alloc(c, 1, tn, bias.fmt) if bias is not None else None
         t["CS"] = b.alloc(c, 1, tn, colscale.fmt) if colscale is not None else None
     nk = -(-kb // tk)
@@ -191,6 +200,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                                      bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
                                      col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
                                      scale=scale if fin else None, loc=loc)
+                            if fin and t["OF"] is not None:
+                                b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
                     t = T[root]
                     if gk > 1:
                         R, C = _sub(t["R"], rows, cols), _sub(t["C"], rows, cols)
@@ -205,7 +216,9 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             load_rows(b, root, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
                             b.sfu(root, "add", R, R, _sub(t["BI"], 1, cols), loc=loc)
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
-                    store_rows(b, root, _sub(t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
+                        if t["OF"] is not None:
+                            b.sfu(root, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
+                    store_rows(b, root, _sub(t["OF"] or t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
 
 
@@ -284,6 +297,8 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
                      bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
                      col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
                      scale=scale if fin else None, loc=loc)
+            if fin and t["OF"] is not None:
+                b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
 
     def store(n):
         _, _, o0, i, j, _, rows, cols, _, _, fin = steps[n]
@@ -291,7 +306,8 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             return
         for core in cores:
             bm, bn = divmod(core - base, gn)
-            store_rows(b, core, _sub(T[core]["O"], rows, cols), O, o0 + bm * mb + i, bn * nb + j, loc=loc)
+            t = T[core]
+            store_rows(b, core, _sub(t["OF"] or t["O"], rows, cols), O, o0 + bm * mb + i, bn * nb + j, loc=loc)
 
     S = len(steps)
     for seg in range(S + 1):
@@ -308,13 +324,20 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
     store(S - 1)
 
 
-def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, usable):
+def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, usable,
+                  fr=None):
     """The matmul tiles at spyre-allocate-scratchpad's offsets, or None when they cannot be used as is."""
     from spyre_mlir.runtime.assembler import Tile
 
-    if not offsets or not tile_given or pa is not fa or pb is not fb or colscale is not None:
+    if not offsets or not tile_given or colscale is not None:
         return None
-    want = {"a0": (tm, tk, fa), "b0": (tk, tn, fb), "acc": (tm, tn, Format.FP32), "out": (tm, tn, fo)}
+    want = {"a0": (tm, tk, fa), "b0": (tk, tn, fb), "acc": (tm, tn, Format.FP32), "out": (tm, tn, fr or fo)}
+    if pa is not fa:
+        want["pa"] = (tm, tk, pa)
+    if pb is not fb:
+        want["pb"] = (tk, tn, pb)
+    if fr is not None:
+        want["outf"] = (tm, tn, fo)
     if nbuf == 2:
         want.update(a1=(tm, tk, fa), b1=(tk, tn, fb))
     if gk > 1:
@@ -329,8 +352,9 @@ def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk,
             or any(t.addr % STICK_BYTES for t in tiles.values()):
         return None
     return {"A": [tiles["a0"]] + ([tiles["a1"]] if nbuf == 2 else []),
-            "B": [tiles["b0"]] + ([tiles["b1"]] if nbuf == 2 else []), "PA": None, "PB": None,
-            "C": tiles["acc"], "R": tiles.get("red"), "O": tiles["out"], "BI": tiles.get("bias"), "CS": None}
+            "B": [tiles["b0"]] + ([tiles["b1"]] if nbuf == 2 else []), "PA": tiles.get("pa"),
+            "PB": tiles.get("pb"), "C": tiles["acc"], "R": tiles.get("red"), "O": tiles["out"],
+            "OF": tiles.get("outf"), "BI": tiles.get("bias"), "CS": None}
 
 
 def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> bool:

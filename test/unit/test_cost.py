@@ -265,3 +265,20 @@ def test_reduction_results_split_on_stick_boundaries():
     assert (4096 // gr) % 64 == 0
     (tr,), _ = cost.best_rows_tile(k, gr, T)
     assert tr == 4096 // gr or tr % 64 == 0
+
+
+def test_fused_matmul_buffers_and_cost():
+    # spyre-fuse: an fp32 lhs converted on the scratchpad (pa), the result rounded to dlf16 (out) and widened
+    # (outf) before the store.
+    bufs = {b.name: b.nbytes for b in cost.matmul_buffers((128, 64, 256), "fp32", "fp32", nbuf=2, b_fmt="dlf16",
+                                                          round_fmt="dlf16")}
+    assert bufs == {"a0": tile_bytes(128, 256, "fp32"), "a1": tile_bytes(128, 256, "fp32"),
+                    "b0": tile_bytes(256, 64, "dlf16"), "b1": tile_bytes(256, 64, "dlf16"),
+                    "pa": tile_bytes(128, 256, "dlf16"), "acc": tile_bytes(128, 64, "fp32"),
+                    "out": tile_bytes(128, 64, "dlf16"), "outf": tile_bytes(128, 64, "fp32")}
+    plain = cost.matmul_cycles(512, 512, 512, (1, 1, 1), (128, 128, 128), T, "dlf16")
+    fused = cost.matmul_cycles(512, 512, 512, (1, 1, 1), (128, 128, 128), T, "fp32", "fp32", b_fmt="dlf16",
+                               round_fmt="dlf16")
+    # Same PT work at the DLFloat16 rate plus the SFU conversions; fp32 A tiles and result move twice the bytes.
+    assert fused.pt > plain.pt and fused.dma > plain.dma
+    assert fused.pt < 1.5 * plain.pt

@@ -1,0 +1,101 @@
+"""spyre-fuse: fold the format conversions around a matmul into the matmul's kernel.
+
+After spyre-reduce-precision a matmul on model inputs reads them through `spyre.cast` f32 -> dlf16 and returns
+through `spyre.cast` dlf16 -> f32. Run as separate kernels those casts are memory-bound round trips through
+device memory (read f32, write dlf16, read it again); the matmul kernel can do the same conversions in the
+scratchpad instead (the SFU CAST it already uses for operands in formats the PT array does not multiply), so
+device memory sees each tensor once.
+
+Rules (docs/compiler.md, "After spyre-fuse"):
+* A plain `spyre.cast` (no scale) of a float tensor to a PT format (dlf16), whose only use is the lhs or rhs of
+  a device `spyre.matmul` / `spyre.batch_matmul`, is folded into it: the matmul reads the cast's input directly
+  and records the format it converts that operand to on the scratchpad in
+  `spyre.convert_operands = {lhs = <type>, rhs = <type>}`. A cast of a compile-time value (a parameter,
+  possibly through casts, reshapes and transposes) is left alone: the emitter converts it at compile time.
+* A plain `spyre.cast` whose input is the result of such a matmul (its only use) and which only widens it
+  (dlf16 -> f32: exact) is folded into the matmul's write-back: the matmul produces the cast's type and
+  `spyre.convert_result = <type>` records the format the accumulator is rounded to first, so the values are
+  bit-identical to the unfused program.
+"""
+
+import dataclasses
+
+from torch_mlir import ir
+
+from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.base import SpyrePass
+from spyre_mlir.passes.layout import _is_param_derived
+from spyre_mlir.passes.reduce_precision import function_ops, is_device_op, is_plain_cast, producer
+
+MATMULS = ("spyre.matmul", "spyre.batch_matmul")
+CONVERT_OPERANDS = "spyre.convert_operands"
+CONVERT_RESULT = "spyre.convert_result"
+_SLOTS = ("lhs", "rhs")
+
+
+def _elt(v: ir.Value) -> ir.Type:
+    return ir.RankedTensorType(v.type).element_type
+
+
+def _widens(src: ir.Type, dst: ir.Type) -> bool:
+    """Converting src -> dst is exact (dlf16 -> f32)."""
+    return spyre.is_dlf16(src) and isinstance(dst, ir.F32Type)
+
+
+def _runtime_value(v: ir.Value, func: ir.Operation) -> bool:
+    """`v` is only known at run time: a model input or the result of a device op or host region that is not
+    computed from parameters alone (those the emitter converts at compile time)."""
+    if _is_param_derived(v, func):
+        return False
+    op = producer(v)
+    return op is None or op.name == "spyre.host" or is_device_op(op)
+
+
+def _single_use(v: ir.Value):
+    uses = list(v.uses)
+    return uses[0] if len(uses) == 1 else None
+
+
+@dataclasses.dataclass
+class FusePass(SpyrePass):
+    NAME = "spyre-fuse"
+    SUMMARY = "Fold operand/result format casts of matmuls into the matmul kernel (spyre.convert_*)"
+
+    def run(self, module: ir.Operation) -> None:
+        with module.context, ir.Location.unknown():
+            for func in function_ops(module):
+                for block in func.regions[0].blocks:
+                    for op in list(block.operations):
+                        op = op.operation
+                        if op.name in MATMULS and is_device_op(op):
+                            self._fuse(op, func)
+
+    def _fuse(self, op: ir.Operation, func: ir.Operation) -> None:
+        conv = {}
+        if CONVERT_OPERANDS in op.attributes:
+            conv = {na.name: na.attr for na in ir.DictAttr(op.attributes[CONVERT_OPERANDS])}
+        for i, slot in enumerate(_SLOTS):
+            v = op.operands[i]
+            cast = producer(v)
+            if not (is_plain_cast(cast) and is_device_op(cast)) or _single_use(v) is None:
+                continue
+            x = cast.operands[0]
+            src, dst = _elt(x), _elt(v)
+            if not isinstance(src, ir.FloatType) or not spyre.is_dlf16(dst) or not _runtime_value(x, func):
+                continue
+            op.operands[i] = x
+            conv[slot] = ir.TypeAttr.get(dst)
+            cast.erase()
+        if conv:
+            op.attributes[CONVERT_OPERANDS] = ir.DictAttr.get(conv)
+        r = op.results[0]
+        use = _single_use(r)
+        if use is None or CONVERT_RESULT in op.attributes:
+            return
+        cast = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if not (is_plain_cast(cast) and is_device_op(cast)) or not _widens(_elt(r), _elt(cast.results[0])):
+            return
+        op.attributes[CONVERT_RESULT] = ir.TypeAttr.get(_elt(r))
+        r.set_type(cast.results[0].type)
+        cast.results[0].replace_all_uses_with(r)
+        cast.erase()

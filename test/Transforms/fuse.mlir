@@ -1,0 +1,72 @@
+// RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-fuse)' | filecheck %s
+// RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-fuse,spyre-divide-work{cores=32},spyre-tile,spyre-allocate-scratchpad)' | filecheck %s --check-prefix=KERNEL
+
+// A model input cast to dlf16 for a matmul lhs and the cast of its result back to f32 fold into the matmul:
+// it reads the f32 input (converted on the scratchpad) and writes f32 rounded to dlf16 first. The weight's
+// cast and restickify stay (compile-time values: the emitter converts them).
+// CHECK-LABEL: func.func @linear
+// CHECK-NEXT: %[[W:.*]] = "spyre.cast"(%arg1)
+// CHECK-NEXT: %[[T:.*]] = "spyre.transpose"(%[[W]])
+// CHECK-NEXT: %[[MM:.*]] = "spyre.matmul"(%arg0, %[[T]])
+// CHECK-SAME: spyre.convert_operands = {lhs = !spyre.dlf16}, spyre.convert_result = !spyre.dlf16
+// CHECK-SAME: (tensor<256x512xf32>, tensor<512x128x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<256x128xf32>
+// CHECK-NEXT: return %[[MM]] : tensor<256x128xf32>
+// The fused op keeps the unfused op's grid and K tile (the fp32 accumulation order), with fp32 A tiles, their
+// DLFloat16 copy `pa`, and the rounded `out` tile widened into `outf`.
+// KERNEL-LABEL: func.func @linear
+// KERNEL: "spyre.matmul"
+// KERNEL-SAME: spyre.grid = array<i64: [[GM:[0-9]+]], [[GN:[0-9]+]], 1>
+// KERNEL-SAME: spyre.scratchpad = {a0 = {{.*}}outf = {{.*}}pa = {{.*}}}
+func.func @linear(%x: tensor<256x512xf32>, %w: tensor<128x512xf32> {spyre.param = "w"}) -> tensor<256x128xf32> {
+  %0 = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<256x512xf32>) -> tensor<256x512x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %1 = "spyre.cast"(%w) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<128x512xf32>) -> tensor<128x512x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %2 = "spyre.transpose"(%1) {permutation = array<i64: 1, 0>, restickify = true, spyre.const_fold = true} : (tensor<128x512x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<512x128x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %3 = "spyre.matmul"(%0, %2) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<256x512x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<512x128x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<256x128x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %4 = "spyre.cast"(%3) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<256x128x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<256x128xf32>
+  return %4 : tensor<256x128xf32>
+}
+
+// -----
+
+// Both operands of a batch_matmul are model inputs: both casts fold.
+// CHECK-LABEL: func.func @bmm
+// CHECK-NEXT: %[[R:.*]] = "spyre.batch_matmul"(%arg0, %arg1)
+// CHECK-SAME: spyre.convert_operands = {lhs = !spyre.dlf16, rhs = !spyre.dlf16}, spyre.convert_result = !spyre.dlf16
+// CHECK-SAME: (tensor<4x64x128xf32>, tensor<4x128x64xf32>) -> tensor<4x64x64xf32>
+// CHECK-NEXT: return %[[R]]
+func.func @bmm(%a: tensor<4x64x128xf32>, %b: tensor<4x128x64xf32>) -> tensor<4x64x64xf32> {
+  %0 = "spyre.cast"(%a) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<4x64x128xf32>) -> tensor<4x64x128x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %1 = "spyre.cast"(%b) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<4x128x64xf32>) -> tensor<4x128x64x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %2 = "spyre.batch_matmul"(%0, %1) {acc_type = f32} : (tensor<4x64x128x!spyre.dlf16, #spyre.stick<2 : i64>>, tensor<4x128x64x!spyre.dlf16, #spyre.stick<2 : i64>>) -> tensor<4x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %3 = "spyre.cast"(%2) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<4x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>) -> tensor<4x64x64xf32>
+  return %3 : tensor<4x64x64xf32>
+}
+
+// -----
+
+// Nothing folds when a cast has another user (the input's dlf16 copy is read twice, the result is read by a
+// map too), or when the result cast is not a widening.
+// CHECK-LABEL: func.func @shared
+// CHECK-NEXT: %[[X:.*]] = "spyre.cast"(%arg0)
+// CHECK-NEXT: %[[MM:.*]] = "spyre.matmul"(%[[X]], %[[X]])
+// CHECK-NOT: spyre.convert
+// CHECK-SAME: -> tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>
+// CHECK-NEXT: "spyre.map"
+// CHECK: %[[B:.*]] = "spyre.cast"(%[[MM]])
+// CHECK: %[[MM2:.*]] = "spyre.matmul"
+// CHECK-NOT: spyre.convert_result
+// CHECK-SAME: -> tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>
+// CHECK-NEXT: "spyre.cast"(%[[MM2]]) {{.*}} -> tensor<64x64xf8E4M3FN>
+func.func @shared(%x: tensor<64x64xf32>) -> (tensor<64x64xf32>, tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<64x64xf8E4M3FN>) {
+  %0 = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<64x64xf32>) -> tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %1 = "spyre.matmul"(%0, %0) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %2 = "spyre.map"(%1) ({
+  ^bb0(%a: f32):
+    %t = arith.addf %a, %a : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %3 = "spyre.cast"(%1) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<64x64xf32>
+  %4 = "spyre.matmul"(%2, %2) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %5 = "spyre.cast"(%4) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<64x64xf8E4M3FN>
+  return %3, %2, %5 : tensor<64x64xf32>, tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<64x64xf8E4M3FN>
+}
