@@ -2,7 +2,7 @@
 // -> program. Each stage's pipeline is plain spyre-opt input.
 // RUN: spyre-opt %s -p 'builtin.module(canonicalize,spyre-convert-linalg,canonicalize,cse,spyre-place-host)' > %t.graph.mlir
 // RUN: filecheck %s --check-prefix=GRAPH < %t.graph.mlir
-// RUN: spyre-opt %t.graph.mlir -p 'builtin.module(spyre-reduce-precision{precision=dlf16},spyre-layout,spyre-divide-work{cores=4},spyre-tile,spyre-allocate-scratchpad,spyre-schedule)' > %t.kernel.mlir
+// RUN: spyre-opt %t.graph.mlir -p 'builtin.module(spyre-reduce-precision{precision=dlf16},spyre-layout,spyre-fuse,spyre-divide-work{cores=4},spyre-tile,spyre-allocate-scratchpad,spyre-schedule)' > %t.kernel.mlir
 // RUN: filecheck %s --check-prefix=KERNEL < %t.kernel.mlir
 // RUN: spyre-opt %t.kernel.mlir -p 'builtin.module(spyre-emit{cores=4 listing=-})' | filecheck %s --check-prefix=PROGRAM
 
@@ -13,10 +13,11 @@
 // GRAPH-NOT: linalg.
 
 // KERNEL: module attributes {spyre.precision = "dlf16", spyre.scratchpad_peak = {{[0-9]+}} : i64}
-// KERNEL: "spyre.cast"(%arg0)
-// KERNEL-SAME: -> tensor<64x128x!spyre.dlf16, #spyre.stick<1 : i64>>
-// KERNEL: "spyre.matmul"
+// The f32 inputs' casts fuse into the matmul's loads (spyre-fuse).
+// KERNEL-NOT: "spyre.cast"(%arg0)
+// KERNEL: "spyre.matmul"(%arg0, %arg1)
 // KERNEL-SAME: acc_type = f32
+// KERNEL-SAME: spyre.convert_operands = {lhs = !spyre.dlf16, rhs = !spyre.dlf16}
 // KERNEL-SAME: spyre.grid = array<i64:
 // KERNEL-SAME: spyre.scratchpad = {
 // KERNEL-SAME: spyre.tile = array<i64:
