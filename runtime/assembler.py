@@ -210,6 +210,28 @@ class ProgramBuilder:
         """Store ``tile`` to ``buf[*index, row0:..., col0:...]`` (whole sticks, padding included)."""
         return self._tile_dma(Op.DMA_STORE, core, tile, buf, row0, col0, index, loc)
 
+    def restick(self, core: int, src, dst, shape=None, fmt=None, loc=None) -> int:
+        """RESTICK on ``core``'s DMA engine: device ``dst[b, j, i] = src[b, i, j]`` (a transpose of the last
+        two dims through device memory, canonical stick layout on both sides). ``src`` and ``dst`` are
+        buffers (``shape`` defaults to the source buffer's: [.., n, k], batch = product of the leading dims)
+        or device byte addresses (then ``shape`` = (m, n, k) or (n, k), and ``fmt`` are required)."""
+        if shape is None:
+            if not isinstance(src, Buffer):
+                raise ValueError("restick: give shape (and fmt) with raw addresses")
+            shape = src.shape if len(src.shape) >= 2 else (1,) + tuple(src.shape)
+        shape = tuple(int(d) for d in shape)
+        if len(shape) < 2:
+            raise ValueError(f"restick needs at least 2 dims, got {shape}")
+        m, n, k = int(np.prod(shape[:-2], dtype=np.int64)), shape[-2], shape[-1]
+        fmt = _fmt(fmt if fmt is not None else src.fmt)
+        for b_ in (src, dst):
+            if isinstance(b_, Buffer) and b_.fmt is not fmt:
+                raise ValueError(f"buffer '{b_.name}' is {b_.fmt.key}, the restick moves {fmt.key}")
+        s = src.addr if isinstance(src, Buffer) else int(src)
+        d = dst.addr if isinstance(dst, Buffer) else int(dst)
+        return self.emit(core, Op.RESTICK, loc or _caller_loc(), dev=s, a0=d & 0xFFFFFFFF, a1=d >> 32, m=m, n=n,
+                         k=k, f0=int(fmt))
+
     # ---- compute ----------------------------------------------------------------------------------------
 
     def matmul(self, core: int, a: Tile, b: Tile, c: Tile, accumulate: bool = False, out: Tile | None = None,

@@ -15,6 +15,10 @@ Durations (cycles), from the target file; fixed latencies are [assumed] model co
   first every core with DMA work in the barrier segment, then (REFINE_PASSES times) the time-averaged
   number of cores whose transfers overlap this one in the previous pass. Bandwidth is the read, write or
   mixed figure depending on what the segment moves.
+* RESTICK (on the DMA unit): the larger of its source and destination bytes / (restickify bandwidth /
+  cores transferring at the same time) + DMA_LATENCY. It shares DRAM like a DMA and counts as both a read
+  and a write of its segment (so DMAs next to it see the mixed bandwidth); its source bytes count as DRAM
+  reads and its destination bytes as DRAM writes.
 * PT: M and N padded to the PT array (pt_rows x pt_cols) times K, over ``macs_per_cycle(format)`` (the
   slower input format), + PT_LATENCY.
 * SFU: elements x ``sfu_cycles(class)`` / SFU lanes per core, + SFU_LATENCY; row reductions are "simple".
@@ -35,8 +39,8 @@ from .isa import ROOT_ALL, Op, tile_pitch
 __all__ = ["Profile", "Event", "UNITS", "model_program"]
 
 UNITS = ("DMA", "PT", "SFU", "RING", "HOST")
-_UNIT = {Op.DMA_LOAD: 0, Op.DMA_STORE: 0, Op.MATMUL: 1, Op.SFU: 2, Op.REDUCE: 2, Op.RING_SEND: 3,
-         Op.RING_REDUCE: 3, Op.HOST: 4}
+_UNIT = {Op.DMA_LOAD: 0, Op.DMA_STORE: 0, Op.RESTICK: 0, Op.MATMUL: 1, Op.SFU: 2, Op.REDUCE: 2,
+         Op.RING_SEND: 3, Op.RING_REDUCE: 3, Op.HOST: 4}
 
 # [assumed] fixed latencies in cycles: nothing public; small next to the bandwidth terms for real tiles.
 DMA_LATENCY = 64
@@ -179,12 +183,13 @@ def model_program(prog, target, steps) -> Profile:
     for s in steps:
         if isinstance(s, Sync):
             segs.append([set(), set()])
-        elif s.op in (Op.DMA_LOAD, Op.DMA_STORE):
+        elif s.op in (Op.DMA_LOAD, Op.DMA_STORE, Op.RESTICK):
             dmas.append(s)
             seg_of.append(len(segs) - 1)
             segs[-1][0].add(s.core)
-            segs[-1][1].add(s.op)
-    gbps = {id(s): (target.dram_mixed_gbps if len(segs[g][1]) == 2 else
+            segs[-1][1].update((Op.DMA_LOAD, Op.DMA_STORE) if s.op is Op.RESTICK else (s.op,))
+    gbps = {id(s): (target.restickify_gbps if s.op is Op.RESTICK else
+                    target.dram_mixed_gbps if len(segs[g][1]) == 2 else
                     target.dram_write_gbps if Op.DMA_STORE in segs[g][1] else target.dram_read_gbps)
             for s, g in zip(dmas, seg_of)}
     share = {id(s): float(len(segs[g][0])) for s, g in zip(dmas, seg_of)}
@@ -199,10 +204,12 @@ def model_program(prog, target, steps) -> Profile:
 
     ops = [s for s in steps if not isinstance(s, Sync)]
     total = lambda op_set, attr: sum(getattr(s, attr) for s in ops if s.op in op_set)   # noqa: E731
+    rst = [s.restick for s in ops if s.op is Op.RESTICK]
     return Profile(
         target=target.name, num_cores=C, clock_ghz=target.clock_ghz, cycles=float(free.max()),
         busy=tuple(tuple(float(x) for x in row) for row in busy),
-        dram_read_bytes=total({Op.DMA_LOAD}, "nbytes"), dram_write_bytes=total({Op.DMA_STORE}, "nbytes"),
+        dram_read_bytes=total({Op.DMA_LOAD}, "nbytes") + sum(r[4] for r in rst),
+        dram_write_bytes=total({Op.DMA_STORE}, "nbytes") + sum(r[5] for r in rst),
         ring_bytes=total({Op.RING_SEND, Op.RING_REDUCE}, "nbytes"), host_bytes=total({Op.HOST}, "nbytes"),
         pt_macs=total({Op.MATMUL}, "useful_macs"), pt_padded_macs=total({Op.MATMUL}, "macs"),
         sfu_elements=total({Op.SFU, Op.REDUCE}, "elems"),
@@ -215,6 +222,8 @@ def _duration(ins, C: int, target, gbps: dict, share: dict, per_cycle: float) ->
     op, lanes = ins.op, target.sfu_lanes_per_core
     if op in (Op.DMA_LOAD, Op.DMA_STORE):
         return ins.nbytes * share[id(ins)] / (gbps[id(ins)] * per_cycle) + DMA_LATENCY
+    if op is Op.RESTICK:
+        return max(ins.restick[4], ins.restick[5]) * share[id(ins)] / (gbps[id(ins)] * per_cycle) + DMA_LATENCY
     if op is Op.MATMUL:
         return ins.macs / target.macs_per_cycle(ins.pt_fmt) + PT_LATENCY
     if op is Op.SFU:

@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 from .formats import Format, decode, encode
 from .isa import ReduceFn, SfuFn, tile_pitch
 
-__all__ = ["Memory", "TileView", "DmaCopy", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS",
+__all__ = ["Memory", "TileView", "DmaCopy", "Restick", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS",
            "SpyreRuntimeError"]
 
 NUMERICS = ("faithful", "fp32-reference")
@@ -144,6 +144,39 @@ class DmaCopy:
         np.copyto(self.dst, self.src)
         if self.ssrc is not None:
             np.copyto(self.sdst, self.ssrc)
+
+
+class Restick:
+    """RESTICK: device [m, n, k] -> device [m, k, n] in one format, both in the canonical stick layout. Moves
+    bits (no decode, no rounding): the element codes are permuted, the destination's row padding is zeroed,
+    and in fp32-reference mode the shadow values travel with their elements."""
+
+    def __init__(self, mem: Memory, src: int, dst: int, shape, fmt: Format):
+        m, n, k = shape
+        self.shape, self.fmt = (m, n, k), fmt
+        self.src = TileView(mem, src, m * n, k, fmt)
+        self.dst = TileView(mem, dst, m * k, n, fmt)
+
+    def _codes(self, view: TileView, cols: int) -> np.ndarray:
+        if self.fmt is Format.INT4:            # packed nibbles, low first: one uint8 code per element
+            raw = view.raw
+            return np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(raw.shape[0], -1)[:, :cols]
+        return view.store
+
+    def __call__(self) -> None:
+        m, n, k = self.shape
+        codes = self._codes(self.src, k).reshape(m, n, k).transpose(0, 2, 1).reshape(m * k, n)
+        if self.fmt is Format.INT4:
+            if n % 2:
+                codes = np.concatenate([codes, np.zeros((m * k, 1), np.uint8)], axis=1)
+            self.dst.raw[...] = codes[:, 0::2] | codes[:, 1::2] << 4
+        else:
+            self.dst.store[...] = codes
+        self.dst.pad[...] = 0
+        if self.src.shadow is not None:
+            # As TileView.write: an element's value sits in the slot of its first byte; padding is zero.
+            self.dst.shadow[...] = self.src.shadow.reshape(m, n, k).transpose(0, 2, 1).reshape(m * k, n)
+            self.dst.shadow_pad[...] = 0
 
 
 # ---------------------------------------------------------------------------------------------------------

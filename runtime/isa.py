@@ -53,6 +53,7 @@ class Op(enum.IntEnum):
     RING_SEND = 8    # copy scratchpad bytes into another core's scratchpad over the ring
     RING_REDUCE = 9  # reduce-sum of a tile across a group of cores (split-K)
     HOST = 10        # run entry k of the metadata host_ops table on the host (numpy)
+    RESTICK = 11     # device memory -> device memory: swap the last two dims of [m, n, k] (DMA engine)
 
 
 class SfuFn(enum.IntEnum):
@@ -170,6 +171,10 @@ FIELDS: dict[Op, dict[str, str]] = {
                      "n": "cols", "a0": "dst [m,n] (on the receivers)", "f0": "dst format",
                      "a1": "src [m,n]", "f1": "src format"},
     Op.HOST: {"k": "index into the metadata host_ops table"},
+    Op.RESTICK: {"dev": "device byte address of the source [m, n, k] (canonical stick layout)",
+                 "a0": "destination device byte address, bits 0-31", "a1": "destination address, bits 32-63",
+                 "m": "batch (>= 1)", "n": "source rows (destination cols)",
+                 "k": "source cols (destination rows)", "f0": "format of both tensors"},
 }
 FIELDS[Op.DMA_STORE] = FIELDS[Op.DMA_LOAD]
 
@@ -208,6 +213,9 @@ def describe(rec) -> str:
         elif f == "flags":
             if v:
                 parts.append(f"flags=0x{int(v):x}")
+        elif op is Op.RESTICK and f in ("a0", "a1"):
+            if f == "a0":
+                parts.append(f"dst={int(rec['a0']) | int(rec['a1']) << 32}")
         elif f[0] == "a" and op in (Op.MATMUL, Op.SFU, Op.REDUCE, Op.RING_REDUCE):
             if rec["f" + f[1]]:                 # a tile operand is present when its format is
                 parts.append(f"{f}={int(v)}")

@@ -28,7 +28,8 @@ import numpy as np
 
 from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
 from .cycles import Profile, model_program
-from .emulator import INT_RANGE, NUMERICS, DmaCopy, Memory, SpyreRuntimeError, TileView, reduce_eval, sfu_eval
+from .emulator import (INT_RANGE, NUMERICS, DmaCopy, Memory, Restick, SpyreRuntimeError, TileView, reduce_eval,
+                       sfu_eval)
 from .formats import STICK_BYTES, Format
 from .hostops import HostOpError, check_host_op, run_host_op
 from .isa import (ALL_FIELDS, FIELDS, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS, SFU_SWAP,
@@ -77,6 +78,7 @@ class Ins:
     send: tuple | None = None      # (peer, dst addr, src addr, bytes)
     reduce: tuple | None = None    # (mask, root, dst, src)
     host: tuple | None = None      # (op, input buffers, output buffers, attrs)
+    restick: tuple | None = None   # (src addr, dst addr, (m, n, k), Format, src bytes, dst bytes)
     # Per-executable state of ring instructions: the bytes in flight, the contribution to a reduce.
     stage: np.ndarray | None = None
     stage_shadow: np.ndarray | None = None
@@ -375,6 +377,43 @@ class _Decoder:
         ins.nbytes = m * tile_pitch(n, src[3])
         ins.reduce = (mask, root, dst, src)
 
+    def _device_range(self, f: str, lo: int, hi: int, write: bool) -> Buffer:
+        """[lo, hi) of device memory: stick aligned, inside one allocated buffer (writable for ``write``)
+        and inside a core's span."""
+        if lo % STICK_BYTES:
+            self.fail(f, f"device address {lo} is not stick ({STICK_BYTES} B) aligned")
+        if hi > self.prog.device_bytes:
+            self.fail(f, f"device range [{lo}, {hi}) is outside device memory ({self.prog.device_bytes} B)")
+        buf = self._containing(lo, hi)
+        if buf is None:
+            self.fail(f, f"device range [{lo}, {hi}) is not inside one allocated buffer")
+        if hi - lo > self.target.core_span_bytes:
+            self.fail(f, f"device range spans {hi - lo} B, more than a core addresses "
+                         f"({self.target.core_span_bytes} B)")
+        if write and buf.kind not in ("output", "scratch"):
+            self.fail(f, f"writes into '{buf.name}', a read-only {buf.kind} buffer")
+        return buf
+
+    def _restick(self, ins):
+        m, n, k = self.u("m"), self.u("n"), self.u("k")
+        fmt = self.fmt("f0")
+        if m < 1:
+            self.fail("m", "batch must be >= 1")
+        for f, v in (("n", n), ("k", k)):
+            if not 1 <= v <= MAX_TILE_DIM:
+                self.fail(f, f"{v} out of range 1..{MAX_TILE_DIM}")
+        src, dst = self.u("dev"), self.u("a0") | self.u("a1") << 32
+        src_bytes, dst_bytes = m * n * tile_pitch(k, fmt), m * k * tile_pitch(n, fmt)
+        self._device_range("dev", src, src + src_bytes, write=False)
+        self._device_range("a0", dst, dst + dst_bytes, write=True)
+        if src < dst + dst_bytes and dst < src + src_bytes:
+            self.fail("a0", f"destination [{dst}, {dst + dst_bytes}) overlaps the source "
+                            f"[{src}, {src + src_bytes})")
+        ins.dev_reads = _sticks(src, src + src_bytes)
+        ins.dev_writes = _sticks(dst, dst + dst_bytes)
+        ins.nbytes = src_bytes + dst_bytes
+        ins.restick = (src, dst, (m, n, k), fmt, src_bytes, dst_bytes)
+
     def _host(self, ins):
         k = self.u("k")
         if k >= len(self.host_ops):
@@ -598,6 +637,9 @@ class Executable:
             if s.op is Op.DMA_LOAD:
                 return DmaCopy(dev, daddr, dstr, sp, saddr, sstr, shape)
             return DmaCopy(sp, saddr, sstr, dev, daddr, dstr, shape)
+        if s.op is Op.RESTICK:
+            src, dst, shape, fmt, _, _ = s.restick
+            return Restick(dev, src, dst, shape, fmt)
         if s.op is Op.MATMUL:
             fl, a, b, acc, out, bias, cs, imm, ints = s.mm
             A, B, C = self._tile(c, a), self._tile(c, b), self._tile(c, acc)

@@ -16,12 +16,14 @@ Device kernels: matmul, batch_matmul, map (float and i1 bodies), reduce over tra
 over the last dim, rmsnorm, float casts, conv2d with known weights (groups 1 or depthwise) and max/avg pool2d
 without padding on dlf16/fp8 data, and data movement: transposes that keep the innermost dim, slices,
 concats and reshapes (DMA row gathers when whole sticks move, exact 0/1 selection matmuls on the PT array
-when the innermost dim is cut below a stick, for dlf16/fp8 data). Everything else (transposes of the
-innermost dim, gathers, grouped convs, quantizing casts of activations, f32 data movement below a stick,
-every ``spyre.host`` region) runs on the host: through the runtime's own ``gather``/``copy`` when they compute it,
-else through its ``call`` op and :mod:`.hostprog` (a JSON program evaluated with numpy). With more than one
-core, a barrier follows an op whose result crosses cores (``spyre.barrier`` after spyre-schedule; every op
-before that) and fences every host op.
+when the innermost dim is cut below a stick, for dlf16/fp8 data), and transposes of the last two dims (the
+innermost dim moving) as RESTICK instructions: a restickify through device memory on core 0's DMA engine,
+fenced by barriers (so does a non-constant ``transpose_rhs`` matmul operand). Everything else (other
+transposes of the innermost dim, gathers, grouped convs, quantizing casts of activations, f32 data movement
+below a stick, every ``spyre.host`` region) runs on the host: through the runtime's own ``gather``/``copy``
+when they compute it, else through its ``call`` op and :mod:`.hostprog` (a JSON program evaluated with
+numpy). With more than one core, a barrier follows an op whose result crosses cores (``spyre.barrier`` after
+spyre-schedule; every op before that) and fences every host op.
 """
 
 from __future__ import annotations
@@ -365,7 +367,8 @@ class Emitter:
         name = op.operation.name
         res_shape, res_elt = _tensor_type(op.operation.results[0])
         if name in ("spyre.transpose", "spyre.slice", "spyre.concat"):
-            return self._row_sources(op) is not None or self._col_terms(op) is not None
+            return (self._row_sources(op) is not None or self._restick_shape(op) is not None
+                    or self._col_terms(op) is not None)
         if name == "spyre.conv2d":
             return self._conv_plan(op) is not None
         if name == "spyre.pool2d":
@@ -693,18 +696,16 @@ class Emitter:
             shape, elt = _tensor_type(rhs)
             perm = list(range(len(shape)))
             perm[-1], perm[-2] = perm[-2], perm[-1]
-            src = B
-            if tuple(src.buffer.shape) != tuple(shape) or src.addr != src.buffer.addr:
-                src = self._materialize_for_host(rhs, src, _loc(op))
             tshape = tuple(shape[p] for p in perm)
-            buf = self.b.scratch(self._name(f"t{self._op_index}.T"), tshape, src.fmt)
+            buf = self.b.scratch(self._name(f"t{self._op_index}.T"), tshape, B.fmt)
+            T = self._buffer_tensor(buf)
             if self.cores > 1:
                 self.barrier(_loc(op))
-            self.b.host(0, "copy", [src.buffer], [buf], loc=_loc(op), perm=perm)
-            self.host_ops.append("transpose of a non-constant matmul rhs (copy)")
+            # A restickify in device memory (B is in the canonical layout: a slot, a buffer or an alias).
+            self._restick(B, T, math.prod(shape[:-2]), shape[-2], shape[-1], _loc(op))
             if self.cores > 1:
                 self.barrier(_loc(op))
-            B = self._buffer_tensor(buf)
+            B = T
         return B, colscale, scale
 
     def _k_batch_matmul(self, op, loc):
@@ -1059,7 +1060,54 @@ class Emitter:
         return gr
 
     def _k_move(self, op, loc):
-        return self._k_rows(op, loc) if self._row_sources(op) is not None else self._k_cols(op, loc)
+        if self._row_sources(op) is not None:
+            return self._k_rows(op, loc)
+        if self._restick_shape(op) is not None:
+            return self._k_restick(op, loc)
+        return self._k_cols(op, loc)
+
+    def _restick_shape(self, op):
+        """(batch, rows, cols) of the source of a transpose that swaps the last two dims (any rank: batch is
+        the product of the leading dims) of one on-device format, which RESTICK does in device memory;
+        else None."""
+        o = op.operation
+        if o.name != "spyre.transpose":
+            return None
+        oshape, elt = _tensor_type(o.results[0])
+        ishape, ielt = _tensor_type(o.operands[0])
+        if oshape is None or ishape is None or len(ishape) < 2 or str(ielt) != str(elt):
+            return None
+        try:
+            fmt = format_of(elt)
+        except ValueError:
+            return None
+        rank = len(ishape)
+        if not fmt.on_device or list(_attr(op, "permutation")) != list(range(rank - 2)) + [rank - 1, rank - 2]:
+            return None
+        n, k = ishape[-2], ishape[-1]
+        span = self.target.core_span_bytes
+        if n * _tb(1, k, fmt) > span or k * _tb(1, n, fmt) > span:     # one batch per instruction at least
+            return None
+        return math.prod(ishape[:-2]), n, k
+
+    def _restick(self, S: DevTensor, O: DevTensor, m: int, n: int, k: int, loc) -> None:
+        """O[b] = S[b]^T for b < m, by RESTICK on core 0's DMA engine, in batch chunks a core can address.
+        The caller fences it with barriers (it reads what other cores wrote and is read by them)."""
+        fmt = S.fmt
+        sb, db = n * _tb(1, k, fmt), k * _tb(1, n, fmt)
+        per = max(1, self.target.core_span_bytes // max(sb, db))
+        for b0 in range(0, m, per):
+            nb = min(per, m - b0)
+            self.b.restick(0, S.addr + b0 * sb, O.addr + b0 * db, (nb, n, k), fmt, loc=loc)
+
+    def _k_restick(self, op, loc):
+        """A transpose of the last two dims (the innermost dim moves): a restickify in device memory."""
+        m, n, k = self._restick_shape(op)
+        S = self.tensor(op.operation.operands[0])
+        O = self.result(op)
+        self._restick(S, O, m, n, k, loc)
+        self._force_barrier = True      # one core wrote all of it: every consumer waits
+        return 1
 
     _k_transpose = _k_slice = _k_concat = _k_reshape = _k_move
 

@@ -73,6 +73,24 @@ func.func @main(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<64x!spyre.dlf16>) -> t
 
 // -----
 
+// A transpose of the last two dims (the innermost dim moves: a restickify) is one RESTICK on core 0's DMA
+// engine, device memory to device memory (batch 2 = the leading dim), straight into the output; barriers
+// fence it, since other cores may produce its source and consume its result.
+// CHECK-LABEL: // program: 2 core(s), {{[0-9]+}} B device memory, 0 host op(s)
+// CHECK: // buffer out0: output dlf16[2, 64, 16]
+// CHECK: core 0:
+// CHECK-NEXT: restick {{.*}}a0={{[0-9]+}} m=2 n=16 k=64 f0=1
+// CHECK-NEXT: barrier mask=3
+// CHECK: core 1:
+// CHECK-NEXT: barrier mask=3
+// CHECK-NEXT: end
+func.func @main(%x: tensor<2x16x64x!spyre.dlf16>) -> tensor<2x64x16x!spyre.dlf16> {
+  %t = "spyre.transpose"(%x) {permutation = array<i64: 0, 2, 1>, restickify = true} : (tensor<2x16x64x!spyre.dlf16>) -> tensor<2x64x16x!spyre.dlf16>
+  return %t : tensor<2x64x16x!spyre.dlf16>
+}
+
+// -----
+
 // A host region runs on the host as the runtime's `eval` op (a numpy host program carried by the binary); a
 // reshape of int64 data that changes the innermost dim uses the runtime's own `copy`. Barriers fence them.
 // CHECK-LABEL: // program: 2 core(s), {{[0-9]+}} B device memory, 2 host op(s)

@@ -359,3 +359,63 @@ def test_scratch_buffers_may_alias_each_other_only():
     meta_fix = lambda m: m["buffers"][2].update(addr=m["buffers"][0]["addr"])   # noqa: E731  s1 onto x
     with pytest.raises(BinaryFormatError, match=r"scratch 's1' overlaps 'x'"):
         load_bytes(_with_meta(program_to_bytes(prog), meta_fix), target=t)
+
+
+def _restick_program(mutate=None, shape=(2, 8, 64)):
+    """x -> RESTICK -> scratch s -> RESTICK back into y (so the second one reads what the first wrote)."""
+    b = ProgramBuilder(T2)
+    x = b.input("x", shape, "dlf16")
+    s = b.scratch("s", shape[:-2] + (shape[-1], shape[-2]), "dlf16")
+    y = b.output("y", shape, "dlf16")
+    b.restick(0, x, s)
+    b.barrier()
+    b.restick(1, s, y)
+    prog = b.program()
+    if mutate:
+        mutate(prog, x, s, y)
+    return _reseal(prog)
+
+
+def _rs(core, field, value):
+    def mutate(prog, x, s, y):
+        prog.code[core][_find(prog, core, Op.RESTICK)][field] = value(x, s, y) if callable(value) else value
+    return mutate
+
+
+@pytest.mark.parametrize("mutate,pattern", [
+    (_rs(0, "f0", 99), r"restick.*field 'f0': unknown format code 99"),
+    (_rs(0, "f0", 9), r"restick.*field 'f0': format int64 is not allowed here"),
+    (_rs(0, "m", 0), r"restick.*field 'm': batch must be >= 1"),
+    (_rs(0, "n", 0), r"restick.*field 'n': 0 out of range"),
+    (_rs(0, "k", 1 << 21), r"restick.*field 'k': 2097152 out of range"),
+    (_rs(0, "fn", 1), r"restick.*field 'fn': must be zero for restick"),
+    (_rs(0, "a2", 128), r"restick.*field 'a2': must be zero for restick"),
+    (_rs(0, "dev", lambda x, s, y: x.addr + 64), r"restick.*field 'dev': device address \d+ is not stick"),
+    (_rs(0, "m", 3), r"restick.*field 'dev': device range \[\d+, \d+\) is not inside one allocated buffer"),
+    (_rs(0, "a0", lambda x, s, y: s.addr + 2048), r"restick.*field 'a0': device range .* not inside one"),
+    (_rs(0, "a1", 1), r"restick.*field 'a0': device range .* outside device memory"),
+    (_rs(1, "a0", lambda x, s, y: s.addr), r"restick.*field 'a0': .*overlaps the source"),
+    (_rs(1, "a0", lambda x, s, y: x.addr), r"restick.*field 'a0': writes into 'x', a read-only input buffer"),
+])
+def test_restick_field_checks(mutate, pattern):
+    assert load_bytes(_restick_program(), target=T2)
+    with pytest.raises(BinaryFormatError, match=pattern):
+        load_bytes(_restick_program(mutate), target=T2)
+
+
+def test_restick_source_must_be_written_and_destination_counts_as_written():
+    b = ProgramBuilder(T2)
+    x = b.input("x", (8, 64), "fp32")
+    s = b.scratch("s", (8, 64), "fp32")
+    t = b.scratch("t", (64, 8), "fp32")
+    y = b.output("y", (8, 64), "fp32")
+    b.restick(0, s, t)                                        # s was never written
+    b.restick(0, t, y)
+    with pytest.raises(BinaryFormatError, match=r"core 0 instruction 0 \(restick at .*\): reads device bytes"):
+        b.load()
+    b = ProgramBuilder(T2)
+    x, t, y = b.input("x", (8, 64), "fp32"), b.scratch("t", (64, 8), "fp32"), b.output("y", (8, 64), "fp32")
+    b.restick(0, x, t)
+    b.restick(0, t, y)                                        # y fully written by the restick
+    xv = np.arange(8 * 64, dtype=np.float32).reshape(8, 64) - 100.5
+    assert np.array_equal(b.load()(xv)[0], xv)

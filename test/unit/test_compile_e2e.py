@@ -114,9 +114,9 @@ def test_model_matches_pytorch(model, precision, cores, tmp_path):
     assert exe.compile_info.cores == cores and exe.program.num_cores == cores
     _check(name, exe, ex, ref, precision, cores)
     if precision == "dlf16":
-        # Everything of these models has a device kernel; the transformer keeps its embedding gather and the
-        # two k^T transposes (the innermost dim moving) on the host.
-        assert len(exe.compile_info.host_ops) == {"transformer": 3, "attention": 1}.get(name, 0), \
+        # Everything of these models has a device kernel; the transformer keeps its embedding gather on the
+        # host (the k^T transposes, the innermost dim moving, are RESTICKs in device memory).
+        assert len(exe.compile_info.host_ops) == {"transformer": 1}.get(name, 0), \
             exe.compile_info.host_ops
 
 

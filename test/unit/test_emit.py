@@ -10,6 +10,7 @@ import pytest
 from spyre_mlir import codegen
 from spyre_mlir.context import make_context
 from spyre_mlir.runtime import load_bytes
+from spyre_mlir.runtime.isa import Op
 from spyre_mlir.target import load_target
 
 
@@ -67,16 +68,18 @@ def test_matmul_faithful_dlf16_bound():
     assert np.all(np.abs(y - (a @ b + bias)) <= bound)
 
 
-def test_batch_matmul_transposed_rhs_is_copied_on_host():
+def test_batch_matmul_transposed_rhs_is_resticked_on_device():
     ir_text = """
 func.func @main(%a: tensor<3x8x64xf32>, %b: tensor<3x32x64xf32>) -> tensor<3x8x32xf32> {
   %r = "spyre.batch_matmul"(%a, %b) {transpose_rhs = true} : (tensor<3x8x64xf32>, tensor<3x32x64xf32>) -> tensor<3x8x32xf32>
   return %r : tensor<3x8x32xf32>
 }"""
     a, b = rand(3, 8, 64), rand(3, 32, 64)
-    (y,), em, _ = run(ir_text, [a, b], cores=2)
+    (y,), em, exe = run(ir_text, [a, b], cores=2)
     np.testing.assert_allclose(y, a @ b.transpose(0, 2, 1), rtol=1e-5, atol=1e-4)
-    assert any("transpose" in h for h in em.host_ops)
+    assert em.host_ops == []
+    rst = [r for r in exe.program.code[0] if r["op"] == Op.RESTICK]
+    assert len(rst) == 1 and (int(rst[0]["m"]), int(rst[0]["n"]), int(rst[0]["k"])) == (3, 32, 64)
 
 
 def test_map_broadcasts_and_rewrites():
@@ -195,25 +198,30 @@ def test_listing_names_every_instruction():
 
 def test_data_movement_by_dma():
     """Transposes that keep the innermost dim, slices taking all of it (or whole sticks of it) and concats
-    along outer dims are row gathers by DMA on the device; a transpose of the innermost dim stays on the
-    host."""
+    along outer dims are row gathers by DMA on the device; a transpose of the last two dims is a RESTICK
+    (device memory to device memory, fenced by barriers); another transpose of the innermost dim stays on
+    the host."""
     ir_text = """
-func.func @main(%x: tensor<2x3x4x64xf32>, %y: tensor<2x5x4x64xf32>) -> (tensor<2x4x3x64xf32>, tensor<2x2x2x64xf32>, tensor<2x8x4x64xf32>, tensor<2x3x64x4xf32>, tensor<2x3x4x32xf32>) {
+func.func @main(%x: tensor<2x3x4x64xf32>, %y: tensor<2x5x4x64xf32>) -> (tensor<2x4x3x64xf32>, tensor<2x2x2x64xf32>, tensor<2x8x4x64xf32>, tensor<2x3x64x4xf32>, tensor<2x3x4x32xf32>, tensor<2x64x4x3xf32>) {
   %t = "spyre.transpose"(%x) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x3x4x64xf32>) -> tensor<2x4x3x64xf32>
   %s = "spyre.slice"(%x) {offsets = array<i64: 0, 1, 0, 0>, sizes = array<i64: 2, 2, 2, 64>, strides = array<i64: 1, 1, 2, 1>} : (tensor<2x3x4x64xf32>) -> tensor<2x2x2x64xf32>
   %c = "spyre.concat"(%x, %y) {dim = 1 : i64} : (tensor<2x3x4x64xf32>, tensor<2x5x4x64xf32>) -> tensor<2x8x4x64xf32>
   %h = "spyre.transpose"(%x) {permutation = array<i64: 0, 1, 3, 2>} : (tensor<2x3x4x64xf32>) -> tensor<2x3x64x4xf32>
   %k = "spyre.slice"(%x) {offsets = array<i64: 0, 0, 0, 32>, sizes = array<i64: 2, 3, 4, 32>, strides = array<i64: 1, 1, 1, 1>} : (tensor<2x3x4x64xf32>) -> tensor<2x3x4x32xf32>
-  return %t, %s, %c, %h, %k : tensor<2x4x3x64xf32>, tensor<2x2x2x64xf32>, tensor<2x8x4x64xf32>, tensor<2x3x64x4xf32>, tensor<2x3x4x32xf32>
+  %p = "spyre.transpose"(%x) {permutation = array<i64: 0, 3, 2, 1>} : (tensor<2x3x4x64xf32>) -> tensor<2x64x4x3xf32>
+  return %t, %s, %c, %h, %k, %p : tensor<2x4x3x64xf32>, tensor<2x2x2x64xf32>, tensor<2x8x4x64xf32>, tensor<2x3x64x4xf32>, tensor<2x3x4x32xf32>, tensor<2x64x4x3xf32>
 }"""
     x, y = rand(2, 3, 4, 64), rand(2, 5, 4, 64)
-    (t, s, c, h, k), em, _ = run(ir_text, [x, y], cores=4)
+    (t, s, c, h, k, p), em, exe = run(ir_text, [x, y], cores=4)
     np.testing.assert_array_equal(k, x[..., 32:])          # whole sticks of the innermost dim: plain DMA
     np.testing.assert_array_equal(t, x.transpose(0, 2, 1, 3))
     np.testing.assert_array_equal(s, x[:, 1:3, 0:4:2])
     np.testing.assert_array_equal(c, np.concatenate([x, y], axis=1))
     np.testing.assert_array_equal(h, x.transpose(0, 1, 3, 2))
-    assert em.kernels.count("spyre.transpose") == 1 and len(em.host_ops) == 1
+    np.testing.assert_array_equal(p, x.transpose(0, 3, 2, 1))
+    assert em.kernels.count("spyre.transpose") == 2 and len(em.host_ops) == 1
+    rst = [r for r in exe.program.code[0] if r["op"] == Op.RESTICK]
+    assert len(rst) == 1 and (int(rst[0]["m"]), int(rst[0]["n"]), int(rst[0]["k"])) == (6, 4, 64)
 
 
 def test_mask_maps_on_the_sfu():

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from spyre_mlir.runtime import InputError, ProgramBuilder, load, register_host_function
-from spyre_mlir.runtime.formats import dlf16_encode, dlf16_round, encode
+from spyre_mlir.runtime.formats import decode, dlf16_encode, dlf16_round, encode
 from spyre_mlir.runtime.kernels import build_layernorm, build_matmul, build_rmsnorm, build_softmax
 from spyre_mlir.target import load_target
 from spyre_mlir.tools.run import main as spyre_run
@@ -519,3 +519,68 @@ def test_dram_sharing_counts_overlapping_transfers():
     from spyre_mlir.runtime.cycles import _mean_concurrency
     conc = _mean_concurrency(np.array([0.0, 0.0, 5.0, 20.0]), np.array([10.0, 10.0, 15.0, 30.0]))
     assert conc.tolist() == [2.5, 2.5, 2.0, 1.0]
+
+
+@pytest.mark.parametrize("fmt", ["dlf16", "fp32", "fp8_e4m3", "int8", "int4", "int32", "bool"])
+@pytest.mark.parametrize("shape", [(3, 5, 70), (2, 33, 130), (64, 64)])
+def test_restick_transposes_bits(targets, fmt, shape):
+    """RESTICK moves element codes: the stored bits of y are those of x transposed (last two dims), with the
+    destination's padding zero, and in fp32-reference mode the exact (unrounded) values travel along."""
+    t = targets[2]
+    b = ProgramBuilder(t)
+    x = b.input("x", shape, fmt)
+    s = b.scratch("s", shape, fmt)
+    y = b.output("y", shape[:-2] + (shape[-1], shape[-2]), fmt)
+    T = b.alloc(0, math.prod(shape[:-1]), shape[-1], fmt)
+    # x -> scratchpad -> (an SFU op that keeps exact values in the shadow for float formats) -> s -> RESTICK
+    b.dma_load(0, x.addr, T.addr, (T.rows, T.pitch), (0, x.pitch), (0, T.pitch))
+    floats = fmt in ("dlf16", "fp32", "fp8_e4m3")
+    if floats:
+        b.sfu(0, "mul", T, T, 1.0 / 3.0)
+    b.dma_store(0, s.addr, T.addr, (T.rows, T.pitch), (0, s.pitch), (0, T.pitch))
+    b.barrier()
+    b.restick(1, s, y)
+    rng = _rng(3)
+    if fmt == "bool":
+        a = rng.integers(0, 2, shape).astype(bool)
+    elif not floats:
+        lo, hi = {"int8": (-128, 128), "int4": (-8, 8), "int32": (-2**31, 2**31)}[fmt]
+        a = rng.integers(lo, hi, shape)
+    else:
+        a = rng.standard_normal(shape).astype(np.float32) * 100
+    exe = b.load()
+    (out,) = exe(a)
+    third = np.float32(1.0 / 3.0)
+    scaled = decode(fmt, encode(fmt, a), shape[-1]) * third if floats else a     # what the SFU computes
+    want = np.swapaxes(decode(fmt, encode(fmt, scaled), shape[-1]) if floats else scaled, -1, -2)
+    assert np.array_equal(out, want)
+    # Bit level: y's device image holds s's element codes transposed, in the canonical layout (padding zero).
+    dev = exe.device.bytes
+    simg = dev[s.addr:s.addr + s.nbytes].reshape(-1, s.pitch)
+    yimg = dev[y.addr:y.addr + y.nbytes].reshape(-1, y.pitch)
+    srb, yrb = s.fmt.nbytes(shape[-1]), y.fmt.nbytes(shape[-2])
+    assert not yimg[:, yrb:].any()
+    if fmt != "int4":
+        dt = np.dtype(f"u{max(1, s.fmt.bits // 8)}")
+        sc = np.ascontiguousarray(simg[:, :srb]).view(dt).reshape(shape)
+        yc = np.ascontiguousarray(yimg[:, :yrb]).view(dt).reshape(y.shape)
+        assert np.array_equal(yc, np.swapaxes(sc, -1, -2))
+    # fp32-reference: the shadow carries the exact values through the restick.
+    (ref,) = b.load(numerics="fp32-reference")(a)
+    exact = np.swapaxes(a.astype(np.float32) * third if floats else a, -1, -2)
+    assert np.array_equal(np.asarray(ref, dtype=np.float64), np.asarray(exact, dtype=np.float64))
+
+
+def test_restick_cycle_model(targets):
+    """A RESTICK runs on the DMA unit at the target's restickify bandwidth and counts as DRAM read + write."""
+    t = targets[1]
+    b = ProgramBuilder(t)
+    x, y = b.input("x", (4, 256, 512), "dlf16"), b.output("y", (4, 512, 256), "dlf16")
+    b.restick(0, x, y)
+    p = b.load().static_profile
+    nbytes = 4 * 256 * 1024
+    assert p.dram_read_bytes == p.dram_write_bytes == nbytes
+    ev = [e for e in p.events if e.name == "restick"]
+    assert len(ev) == 1 and ev[0].unit == "DMA"
+    from spyre_mlir.runtime.cycles import DMA_LATENCY
+    assert ev[0].end - ev[0].start == pytest.approx(nbytes / (t.restickify_gbps / t.clock_ghz) + DMA_LATENCY)

@@ -25,15 +25,19 @@ T1, T2 = load_target(cores=1), load_target(cores=2)
 
 
 def _host_and_ring(t):
-    """Host gather + ring send + elementwise work, so those paths get fuzzed too."""
+    """Host gather + restick there and back + ring send + elementwise work, so those paths get fuzzed too."""
     b = ProgramBuilder(t)
     ids = b.input("ids", (4,), "int32")
     emb = b.constant("emb", np.linspace(-1, 1, 16 * 64, dtype=np.float32).reshape(16, 64), "dlf16")
     g = b.scratch("g", (4, 64), "dlf16")
+    gt = b.scratch("gt", (64, 4), "dlf16")
+    g2 = b.scratch("g2", (4, 64), "dlf16")
     y = b.output("y", (4, 64), "dlf16")
     b.host(0, "gather", [emb, ids], [g])
+    b.restick(0, g, gt)
+    b.restick(0, gt, g2)
     T0, T1_ = b.alloc(0, 4, 64), b.alloc(1, 4, 64)
-    b.load_tile(0, T0, g)
+    b.load_tile(0, T0, g2)
     b.sfu(0, "gelu_tanh", T0, T0)
     b.ring_send(0, 1, T1_.addr, T0)
     b.barrier()
