@@ -190,18 +190,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             step += 1
                             load_rows(b, core, At, A, a0 + r0, k0, loc=loc)
                             load_rows(b, core, Bt, B, b0 + k0, c0, loc=loc)
-                            if t["PA"] is not None:
-                                At = _cast(b, core, _sub(t["PA"], rows, depth), At, loc)
-                            if t["PB"] is not None:
-                                Bt = _cast(b, core, _sub(t["PB"], depth, cols), Bt, loc)
                             fin = s == nk - 1 and last_here
-                            b.matmul(core, At, Bt, _sub(t["C"], rows, cols), accumulate=s > 0,
-                                     out=_sub(t["O"], rows, cols) if fin else None,
-                                     bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
-                                     col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
-                                     scale=scale if fin else None, loc=loc)
-                            if fin and t["OF"] is not None:
-                                b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
+                            _multiply(b, core, t, At, Bt, rows, cols, depth, s > 0, fin, scale, loc)
                     t = T[root]
                     if gk > 1:
                         R, C = _sub(t["R"], rows, cols), _sub(t["C"], rows, cols)
@@ -288,17 +278,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
                 load_rows(b, core, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
             if fin and t["CS"] is not None:
                 load_rows(b, core, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
-            if t["PA"] is not None:
-                At = _cast(b, core, _sub(t["PA"], rows, depth), At, loc)
-            if t["PB"] is not None:
-                Bt = _cast(b, core, _sub(t["PB"], depth, cols), Bt, loc)
-            b.matmul(core, At, Bt, _sub(t["C"], rows, cols), accumulate=not first,
-                     out=_sub(t["O"], rows, cols) if fin else None,
-                     bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
-                     col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
-                     scale=scale if fin else None, loc=loc)
-            if fin and t["OF"] is not None:
-                b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
+            _multiply(b, core, t, At, Bt, rows, cols, depth, not first, fin, scale, loc)
 
     def store(n):
         _, _, o0, i, j, _, rows, cols, _, _, fin = steps[n]
@@ -361,6 +341,22 @@ def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> bool:
     gm, gn, gk = grid
     return (gm * gn * gk <= cores and M % gm == 0 and N % gn == 0 and K % gk == 0
             and (gn == 1 or (N // gn) % se_n == 0) and (gk == 1 or (K // gk) % se_k == 0))
+
+
+def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc):
+    """One K step on the PT array: convert operands the PT array cannot multiply, multiply-accumulate, and on
+    the last step write back (bias, column scale, scale) and widen to the result type if asked."""
+    if t["PA"] is not None:
+        At = _cast(b, core, _sub(t["PA"], rows, depth), At, loc)
+    if t["PB"] is not None:
+        Bt = _cast(b, core, _sub(t["PB"], depth, cols), Bt, loc)
+    b.matmul(core, At, Bt, _sub(t["C"], rows, cols), accumulate=accumulate,
+             out=_sub(t["O"], rows, cols) if fin else None,
+             bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
+             col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
+             scale=scale if fin else None, loc=loc)
+    if fin and t["OF"] is not None:
+        b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
 
 
 def _sub(tile, rows, cols):
