@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # Keep lit's per-test timeout generous: CI machines are shared and noisy.
 LIT_OPTS ?= -sv
 
-.PHONY: setup demo check check-lit check-pytest bench clean
+.PHONY: setup demo check check-lit check-pytest bench sweep sweep-shard sweep-report clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,27 @@ check-pytest: setup
 check: setup
 	$(MAKE) --no-print-directory check-lit
 	$(MAKE) --no-print-directory check-pytest
+
+# PyTorch's op database, every op and dtype, at two precisions (docs/coverage.md). Shard it across machines with
+# `make sweep-shard SHARD=i/n` (results in build/opdb/), then `make sweep-report` where the files are gathered.
+SHARDS ?= 2
+SAMPLES ?= 2
+SWEEP_PRECISIONS ?= fp32-reference dlf16
+sweep: setup
+	mkdir -p build/opdb
+	for p in $(SWEEP_PRECISIONS); do for i in $$(seq 0 $$(($(SHARDS) - 1))); do \
+	  $(BIN)/python test/opdb/sweep.py --precision $$p --samples $(SAMPLES) --shard $$i/$(SHARDS) \
+	    --out build/opdb/$$p-$$i.jsonl & \
+	done; wait; done
+	$(BIN)/python test/opdb/report.py build/opdb/*.jsonl
+
+sweep-shard: setup
+	mkdir -p build/opdb
+	for p in $(SWEEP_PRECISIONS); do $(BIN)/python test/opdb/sweep.py --precision $$p --samples $(SAMPLES) \
+	  --shard $(SHARD) --out build/opdb/$$p-$$(echo $(SHARD) | tr / -).jsonl || exit 1; done
+
+sweep-report: setup
+	$(BIN)/python test/opdb/report.py build/opdb/*.jsonl
 
 bench: setup
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done

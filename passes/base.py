@@ -6,8 +6,10 @@ from typing import ClassVar
 
 from torch_mlir import ir
 
+from spyre_mlir.errors import SpyreError
 
-class PassError(Exception):
+
+class PassError(SpyreError):
     """A pass cannot transform its input. `location` places the diagnostic (an op's location, usually)."""
 
     def __init__(self, message: str, location: ir.Location | None = None):
@@ -15,7 +17,7 @@ class PassError(Exception):
         self.location = location
 
 
-class OptionError(ValueError):
+class OptionError(SpyreError, ValueError):
     pass
 
 

@@ -78,7 +78,13 @@ class ConvertLinalgPass(SpyrePass):
                 if table is _MOVEMENT and _unused(op):
                     op.erase()
                     continue
-                if table is _MOVEMENT and any(_is_int64(_elt(r)) for r in op.results if _static_tensor(r)):
+                bad = non_device_type(op)
+                if bad == "f64" and op.name == "linalg.generic":
+                    bad = ""   # layer-norm variance chains are f64: fusion makes them f32 norms; spyre-place-host
+                    #            sends what stays f64 to the host
+                if bad:
+                    why = f"{bad} has no device format"
+                elif table is _MOVEMENT and any(_is_int64(_elt(r)) for r in op.results if _static_tensor(r)):
                     why = INT64_MOVEMENT  # moving index data to the device would only bounce it back
                 else:
                     why = table[op.name](op)
@@ -89,6 +95,25 @@ class ConvertLinalgPass(SpyrePass):
         for fuse in _FUSIONS:
             while any(fuse(op) for op in reversed(_collect(module, ("spyre.map",)))):
                 pass
+
+
+# Element types the device holds: floats it computes on (f16/bf16 become DLFloat16), i1 masks, and int64 indices
+# (gathers; index math on them is declined by the converters themselves). Anything else (f64, complex, i8,
+# i16, i32, unsigned) is declined here, so no device pass ever sees a type it cannot hold.
+DEVICE_ELEMENT_TYPES = ("f32", "f16", "bf16", "i1", "i64")
+
+
+def non_device_type(op: ir.Operation) -> str:
+    """The first element type of op's tensor operands/results the device cannot hold, or ''."""
+    for v in list(op.operands) + list(op.results):
+        t = v.type
+        if isinstance(t, ir.RankedTensorType) or isinstance(t, ir.ShapedType):
+            e = str(ir.ShapedType(t).element_type)
+            if e not in DEVICE_ELEMENT_TYPES:
+                return e
+            if 0 in ir.ShapedType(t).shape:
+                return "an empty tensor"
+    return ""
 
 
 def _collect(module: ir.Operation, names) -> list[ir.Operation]:

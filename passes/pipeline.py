@@ -11,12 +11,14 @@ from torch_mlir import ir
 from torch_mlir.passmanager import PassManager
 
 from spyre_mlir import passes
+
+from spyre_mlir.errors import SpyreError
 from spyre_mlir.passes.base import OptionError
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
-class PipelineError(ValueError):
+class PipelineError(SpyreError, ValueError):
     pass
 
 

@@ -8,7 +8,8 @@ function at host boundaries and the placement report can explain every op. Nothi
 
 Rules, for the ops directly in a function body:
 
-* spyre ops stay (device), and so do `func.return`, `arith.constant` and `tensor.empty`: they are free (a
+* spyre ops stay (device), unless they hold an element type the device cannot (an f64 map no fusion absorbed):
+  those are wrapped like any other op. So do `func.return`, `arith.constant` and `tensor.empty`: they are free (a
   literal or a shape), a host region reads them from above like any other value.
 * every other op is wrapped, one `spyre.host` per result, because a host op has exactly one result (IRDL cannot
   type a variadic group of different tensors). A multi-result op whose results are used is cloned into one host
@@ -32,6 +33,7 @@ from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.base import SpyrePass
+from spyre_mlir.passes.convert_linalg import non_device_type
 
 UNCONVERTED_ATTR = "spyre.unconverted"
 FREE_OPS = ("func.return", "arith.constant", "tensor.empty")
@@ -48,7 +50,12 @@ class PlaceHostPass(SpyrePass):
         for block in _function_blocks(module):
             for op in list(block.operations):
                 name = op.operation.name
-                if name.startswith("spyre.") or name in FREE_OPS or not list(op.operation.results):
+                if name in ("spyre.host", "spyre.yield") or name in FREE_OPS or not list(op.operation.results):
+                    continue
+                if name.startswith("spyre."):
+                    bad = non_device_type(op.operation)
+                    if bad:    # e.g. an f64 map no fusion absorbed: the device cannot hold its data
+                        _wrap(op.operation, f"{bad} has no device format")
                     continue
                 _wrap(op.operation, host_reason(op.operation))
         if self.report:

@@ -78,6 +78,8 @@ class ProgramBuilder:
         self.buffers: list[Buffer] = []
         self.constants: dict[str, bytes] = {}
         self.host_ops: list[dict] = []
+        self.host_code = ""          # LLVM-dialect MLIR of the host functions that ``jit`` host ops call
+        self.output_order: list[str] | None = None   # outputs in call-result order (default: declaration order)
         self._records: list[list[dict]] = [[] for _ in range(target.num_cores)]
         self._debug: list[list[tuple[str, str]]] = [[] for _ in range(target.num_cores)]
         self._next_addr = 0
@@ -85,7 +87,7 @@ class ProgramBuilder:
 
     # ---- device buffers ---------------------------------------------------------------------------------
 
-    def _buffer(self, name: str, kind: str, shape, fmt, addr: int | None = None) -> Buffer:
+    def _buffer(self, name: str, kind: str, shape, fmt, addr: int | None = None, dtype: str = "") -> Buffer:
         if any(b.name == name for b in self.buffers):
             raise ValueError(f"buffer {name!r} already declared")
         fmt = _fmt(fmt)
@@ -97,18 +99,20 @@ class ProgramBuilder:
             addr = self._next_addr
         elif addr % BUFFER_ALIGN:
             raise ValueError(f"buffer {name!r}: address {addr} is not {BUFFER_ALIGN}-byte aligned")
-        buf = Buffer(name, kind, fmt, shape, addr, nbytes, strides)
+        buf = Buffer(name, kind, fmt, shape, addr, nbytes, strides, dtype)
         self._next_addr = max(self._next_addr, addr + -(-nbytes // BUFFER_ALIGN) * BUFFER_ALIGN)
         self.buffers.append(buf)
         return buf
 
-    def input(self, name: str, shape, fmt="dlf16") -> Buffer:
-        """Declare an input tensor; callers pass values, the runtime encodes them into ``fmt``."""
-        return self._buffer(name, "input", shape, fmt)
+    def input(self, name: str, shape, fmt="dlf16", dtype: str = "") -> Buffer:
+        """Declare an input tensor; callers pass values, the runtime encodes them into ``fmt``. ``dtype``: the
+        numpy dtype callers use for it when it is not the format's own (float16 data held as dlf16)."""
+        return self._buffer(name, "input", shape, fmt, dtype=dtype)
 
-    def output(self, name: str, shape, fmt="dlf16") -> Buffer:
-        """Declare an output tensor; the program must write all of it."""
-        return self._buffer(name, "output", shape, fmt)
+    def output(self, name: str, shape, fmt="dlf16", dtype: str = "") -> Buffer:
+        """Declare an output tensor; the program must write all of it. The runtime returns it as ``dtype``
+        (default: the format's value dtype)."""
+        return self._buffer(name, "output", shape, fmt, dtype=dtype)
 
     def scratch(self, name: str, shape, fmt="dlf16", addr: int | None = None) -> Buffer:
         """Declare device memory for intermediates (readable only after the program wrote it). ``addr`` places
@@ -356,9 +360,10 @@ class ProgramBuilder:
             num_cores=self.target.num_cores, fingerprint=self.target.fingerprint(),
             device_bytes=max(self._next_addr, BUFFER_ALIGN), buffers=list(self.buffers),
             inputs=[b.name for b in self.buffers if b.kind == "input"],
-            outputs=[b.name for b in self.buffers if b.kind == "output"], constants=dict(self.constants),
+            outputs=self.output_order or [b.name for b in self.buffers if b.kind == "output"],
+            constants=dict(self.constants),
             host_ops=list(self.host_ops), code=code, debug=debug, producer=self.producer,
-            numerics=self.numerics)
+            numerics=self.numerics, host_code=self.host_code)
 
     def to_bytes(self) -> bytes:
         """The .spyre image."""

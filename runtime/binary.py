@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from spyre_mlir.errors import SpyreError
+
 from .formats import STICK_BYTES, Format
 from .isa import INSTR_BYTES, INSTR_DTYPE
 
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 MAGIC = b"SPYREBIN"
-VERSION = (1, 1)  # 1.1: RESTICK, host op eval, metadata numerics
+VERSION = (1, 2)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype
 _HEADER = struct.Struct("<8sHHIII32sQII8x")      # 80 bytes
 _CRC_OFFSET = 64                                 # where the header checksum sits
 _ENTRY = struct.Struct("<IIQQII")                # 32 bytes
@@ -49,7 +51,7 @@ MAX_JSON_BYTES = 64 << 20
 BUFFER_KINDS = ("input", "output", "constant", "scratch")
 
 
-class BinaryFormatError(ValueError):
+class BinaryFormatError(SpyreError, ValueError):
     """A .spyre file (or a program about to be written) is malformed; the message says where and why."""
 
 
@@ -72,6 +74,9 @@ class Buffer:
     addr: int
     nbytes: int
     strides: tuple[int, ...]
+    # The numpy dtype callers see (inputs and outputs: float16 data held as DLFloat16, say); "" means the
+    # format's own value dtype.
+    dtype: str = ""
 
     @property
     def row_bytes(self) -> int:
@@ -90,7 +95,12 @@ class Buffer:
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "format": self.fmt.key, "shape": list(self.shape),
-                "addr": self.addr, "nbytes": self.nbytes, "strides": list(self.strides)}
+                "addr": self.addr, "nbytes": self.nbytes, "strides": list(self.strides),
+                **({"dtype": self.dtype} if self.dtype else {})}
+
+
+IO_DTYPES = ("", "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+             "complex64", "complex128")
 
 
 def buffer_layout(shape: tuple[int, ...], fmt: Format) -> tuple[tuple[int, ...], int]:
@@ -125,6 +135,8 @@ class Program:
     producer: str = ""
     # How the compiler meant the program to run: "fp32-reference" for programs compiled without rounding.
     numerics: str = "faithful"
+    # The host work as MLIR (LLVM dialect) text, compiled by LLVM when the binary is loaded; "" if none.
+    host_code: str = ""
 
     def buffer(self, name: str) -> Buffer:
         """The buffer called ``name`` (KeyError if there is none)."""
@@ -258,6 +270,7 @@ def program_to_bytes(prog: Program) -> bytes:
         "device_bytes": prog.device_bytes,
         "buffers": [b.to_json() for b in prog.buffers], "inputs": list(prog.inputs),
         "outputs": list(prog.outputs), "constants": const_table, "host_ops": prog.host_ops,
+        **({"host_code": prog.host_code} if prog.host_code else {}),
     }
     sections = [(Section.METADATA, 0, json.dumps(meta, separators=(",", ":")).encode()),
                 (Section.CONSTANTS, 0, bytes(const_blob))]
@@ -349,7 +362,10 @@ def _parse_buffers(meta: dict, device_bytes: int) -> list[Buffer]:
             raise BinaryFormatError(f"{w}.addr: {addr} is not {BUFFER_ALIGN}-byte aligned")
         if addr + nbytes > device_bytes:
             raise BinaryFormatError(f"{w}: [{addr}, {addr + nbytes}) exceeds device_bytes {device_bytes}")
-        bufs.append(Buffer(name, kind, fmt, shape, addr, nbytes, strides))
+        dtype = b.get("dtype", "")
+        if dtype not in IO_DTYPES:
+            raise BinaryFormatError(f"{w}.dtype: {dtype!r:.40} is not one of {', '.join(filter(None, IO_DTYPES))}")
+        bufs.append(Buffer(name, kind, fmt, shape, addr, nbytes, strides, dtype))
     # Scratch buffers may share memory with each other (liveness-based reuse); nothing else may overlap.
     spans = sorted((b.addr, b.addr + b.nbytes, b.name) for b in bufs if b.kind != "scratch")
     for (a0, a1, n0), (b0, b1, n1) in zip(spans, spans[1:]):
@@ -430,5 +446,8 @@ def program_from_bytes(data: bytes | memoryview) -> Program:
     numerics = meta.get("numerics", "faithful")
     if numerics not in ("faithful", "fp32-reference"):
         raise BinaryFormatError(f"metadata.numerics: {numerics!r:.40} is not faithful or fp32-reference")
+    host_code = meta.get("host_code", "")
+    if not isinstance(host_code, str):
+        raise BinaryFormatError("metadata.host_code: expected a string")
     return Program(ncores, fp, device_bytes, buffers, io["inputs"], io["outputs"], constants, host_ops,
-                   code, debug, producer if isinstance(producer, str) else "", numerics)
+                   code, debug, producer if isinstance(producer, str) else "", numerics, host_code)

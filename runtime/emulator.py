@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from spyre_mlir.errors import SpyreError
+
 from .formats import Format, decode, encode
 from .isa import ReduceFn, SfuFn, tile_pitch
 
@@ -31,7 +33,7 @@ __all__ = ["Memory", "TileView", "DmaCopy", "Restick", "to_storage", "INT_RANGE"
 NUMERICS = ("faithful", "fp32-reference")
 
 
-class SpyreRuntimeError(RuntimeError):
+class SpyreRuntimeError(SpyreError, RuntimeError):
     """A run failed on data the loader could not see (e.g. a gather index out of range)."""
 
 
@@ -50,7 +52,7 @@ INT_RANGE = {Format.INT8: (-128, 127), Format.INT4: (-8, 7), Format.INT32: (-(2*
 def to_storage(fmt: Format, x) -> np.ndarray:
     """Values -> the format's storage array, the way a unit writes them: floats round (DLFloat16 bit-exact,
     saturating), integers round half to even and saturate (NaN -> 0), bool is ``x != 0``."""
-    if fmt.is_float:
+    if fmt.is_float or fmt.exact_storage:
         return encode(fmt, x)
     x = np.asarray(x)
     if fmt is Format.BOOL:
@@ -93,7 +95,7 @@ class TileView:
         self.pad = region[:, rb:]
         self.store = self.raw if fmt in (Format.INT4, Format.BOOL) else self.raw.view(fmt.storage_dtype)
         self.shadow = self.shadow_pad = None
-        if mem.shadow is not None and fmt is not Format.INT4:
+        if mem.shadow is not None and fmt is not Format.INT4 and not fmt.exact_storage:
             sreg = mem.shadow[addr:addr + rows * pitch].reshape(rows, pitch)
             self.shadow = sreg[:, 0:rb:fmt.bits // 8]
             self.shadow_pad = sreg[:, rb:]

@@ -269,6 +269,12 @@ class Format(enum.IntEnum):
     INT32 = 8
     INT64 = 9    # host only: the device narrows int64 to int32
     BOOL = 10
+    # Host-only formats: device memory holds their bytes for host code; no device unit reads them.
+    FP64 = 11
+    INT16 = 12
+    UINT8 = 13
+    COMPLEX64 = 14
+    COMPLEX128 = 15
 
     @property
     def key(self) -> str:
@@ -300,7 +306,12 @@ class Format(enum.IntEnum):
 
     @property
     def on_device(self) -> bool:
-        return self is not Format.INT64
+        return self not in HOST_ONLY
+
+    @property
+    def exact_storage(self) -> bool:
+        """Stored as the values themselves (no rounding; no fp32 shadow needed, or wanted: it would round)."""
+        return self in HOST_ONLY
 
     @property
     def elems_per_stick(self) -> int:
@@ -338,7 +349,15 @@ _INFO = {
     Format.INT32: (32, np.int32, np.int32),
     Format.INT64: (64, np.int64, np.int64),
     Format.BOOL: (8, np.bool_, np.bool_),
+    Format.FP64: (64, np.float64, np.float64),
+    Format.INT16: (16, np.int16, np.int16),
+    Format.UINT8: (8, np.uint8, np.uint8),
+    Format.COMPLEX64: (64, np.complex64, np.complex64),
+    Format.COMPLEX128: (128, np.complex128, np.complex128),
 }
+
+HOST_ONLY = frozenset({Format.INT64, Format.FP64, Format.INT16, Format.UINT8, Format.COMPLEX64,
+                       Format.COMPLEX128})
 
 FORMATS: dict[str, Format] = {f.key: f for f in Format}
 
@@ -366,6 +385,8 @@ def encode(fmt: "Format | str | int", x, saturate: bool = True) -> np.ndarray:
         return bf16_encode(x)
     if f is Format.BOOL:
         return np.asarray(x).astype(np.bool_)
+    if f in HOST_ONLY:
+        return np.asarray(x).astype(f.storage_dtype)   # integer wrap-around, as the host's types do
     a = np.asarray(x)
     if a.dtype.kind not in "iub":
         raise TypeError(f"{f.key} encode expects integer codes, got {a.dtype}; quantize first")

@@ -9,6 +9,8 @@ A HOST instruction names an entry of the metadata ``host_ops`` table: ``{"op", "
   cannot run yet. Register functions with :func:`register_host_function` before loading.
 * ``eval``: ``outputs = evaluate(attrs.program, *inputs)``, a host program (:mod:`.hostprog`) the compiler
   wrote: the host work of a compiled model travels in the binary itself.
+* ``jit``: ``outputs = attrs.fn(*inputs)``, a function of the binary's host code (:mod:`.hostjit`), native code
+  compiled at load; ``in_dtypes``/``out_dtypes`` are the numpy dtypes it takes and gives.
 
 Each entry is checked at load time (:func:`check_host_op`), so a bad table is a load error, not a failure
 halfway through a run.
@@ -21,14 +23,18 @@ from typing import Callable
 
 import numpy as np
 
+from spyre_mlir.errors import SpyreError
+
 from . import hostprog
 
 __all__ = ["register_host_function", "HOST_FUNCTIONS", "check_host_op", "run_host_op", "HostOpError"]
 
 HOST_FUNCTIONS: dict[str, Callable] = {}
+_JIT_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+               "complex64", "complex128")
 
 
-class HostOpError(ValueError):
+class HostOpError(SpyreError, ValueError):
     """A host-op table entry is malformed (raised at load time, turned into BinaryFormatError)."""
 
 
@@ -52,8 +58,9 @@ def _cumsum(x, axis=-1):
     return np.cumsum(np.asarray(x, np.float32), axis=axis, dtype=np.float32)
 
 
-def check_host_op(entry, buffers: dict) -> tuple[str, list, list, dict]:
-    """Validate one table entry against the declared buffers; returns (op, inputs, outputs, attrs)."""
+def check_host_op(entry, buffers: dict, host_functions=frozenset()) -> tuple[str, list, list, dict]:
+    """Validate one table entry against the declared buffers (and the host code's functions); returns
+    (op, inputs, outputs, attrs)."""
     if not isinstance(entry, dict):
         raise HostOpError("expected an object")
     op, ins, outs, attrs = entry.get("op"), entry.get("inputs"), entry.get("outputs"), entry.get("attrs", {})
@@ -106,8 +113,17 @@ def check_host_op(entry, buffers: dict) -> tuple[str, list, list, dict]:
         if len(prog["args"]) != len(ins) or len(prog["results"]) != len(outs):
             raise HostOpError(f"eval program takes {len(prog['args'])} inputs and gives {len(prog['results'])} "
                               f"results; the entry has {len(ins)} and {len(outs)}")
+    elif op == "jit":
+        if set(attrs) != {"fn", "in_dtypes", "out_dtypes"}:
+            raise HostOpError("jit attrs are exactly: fn, in_dtypes, out_dtypes")
+        if attrs["fn"] not in host_functions:
+            raise HostOpError(f"jit function {attrs['fn']!r:.60} is not in the binary's host code")
+        for key, bufs in (("in_dtypes", ins), ("out_dtypes", outs)):
+            dts = attrs[key]
+            if not isinstance(dts, list) or len(dts) != len(bufs) or not all(d in _JIT_DTYPES for d in dts):
+                raise HostOpError(f"jit {key} must list one known dtype per buffer ({len(bufs)})")
     else:
-        raise HostOpError(f"unknown host op {op!r:.60} (known: gather, copy, call, eval)")
+        raise HostOpError(f"unknown host op {op!r:.60} (known: gather, copy, call, eval, jit)")
     return op, ins, outs, attrs
 
 

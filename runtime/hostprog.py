@@ -17,10 +17,12 @@ import math
 
 import numpy as np
 
+from spyre_mlir.errors import SpyreError
+
 __all__ = ["Unsupported", "validate", "evaluate", "ELEMENTWISE", "CASTS"]
 
 
-class Unsupported(ValueError):
+class Unsupported(SpyreError, ValueError):
     """An op or construct the host interpreter does not know (the message names it)."""
 
 

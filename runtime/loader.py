@@ -26,11 +26,14 @@ import warnings
 
 import numpy as np
 
+from spyre_mlir.errors import SpyreError
+
 from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
 from .cycles import Profile, model_program
 from .emulator import (INT_RANGE, NUMERICS, DmaCopy, Memory, Restick, SpyreRuntimeError, TileView, reduce_eval,
                        sfu_eval)
 from .formats import STICK_BYTES, Format
+from .hostjit import HostCode, HostCodeError, host_dtype
 from .hostops import HostOpError, check_host_op, run_host_op
 from .isa import (ALL_FIELDS, FIELDS, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS, SFU_SWAP,
                   Bcast, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch)
@@ -43,7 +46,7 @@ DEFAULT_MAX_DEVICE_BYTES = 4 << 30
 MAX_TILE_DIM = 1 << 20
 
 
-class InputError(ValueError):
+class InputError(SpyreError, ValueError):
     """Inputs given to an Executable do not match the program (missing, unknown, wrong shape or type)."""
 
 
@@ -583,8 +586,9 @@ class Executable:
     """A loaded, validated, prepared program. Call it with inputs (positional in declaration order, or by
     name); it returns a tuple of numpy outputs and sets :attr:`profile`. Not thread-safe: one machine."""
 
-    def __init__(self, prog: Program, target, numerics: str, streams, steps):
+    def __init__(self, prog: Program, target, numerics: str, streams, steps, host_code=None):
         self.program, self.target, self.numerics = prog, target, numerics
+        self.host_code = host_code
         self.input_buffers = [prog.buffer(n) for n in prog.inputs]
         self.output_buffers = [prog.buffer(n) for n in prog.outputs]
         self.steps = steps
@@ -703,10 +707,18 @@ class Executable:
             views = [self._buffer_view(b) for b in ins_bufs]
             outs = [self._buffer_view(b) for b in out_bufs]
 
+            if op == "jit":
+                call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
+                                           [b.shape for b in out_bufs])
+                run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
+            else:
+                run = run_host_op
+
             def host():
-                args = [v.read().reshape(b.shape) for v, b in zip(views, ins_bufs)]
+                args = [(v.read() if v.shadow is not None else v.read_bytes()).reshape(b.shape)
+                        for v, b in zip(views, ins_bufs)]
                 try:
-                    res = run_host_op(op, attrs, args, [b.shape for b in out_bufs])
+                    res = run(op, attrs, args, [b.shape for b in out_bufs])
                 except Exception as e:   # user functions may raise anything: report where it happened
                     raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
                 for v, r, b in zip(outs, res, out_bufs):
@@ -770,9 +782,11 @@ class Executable:
             shape = b.shape if b.shape else (1,)
             if a.shape != shape and not (a.size == 1 and np.prod(shape) == 1):
                 raise InputError(f"input '{b.name}': shape {a.shape} does not match {shape}")
-            if a.dtype.kind not in "biuf":
+            if a.dtype.kind not in "biufc" and a.dtype.name != "bfloat16":
                 raise InputError(f"input '{b.name}': dtype {a.dtype} is not numeric")
-            if not b.fmt.is_float and b.fmt is not Format.BOOL:
+            if b.fmt.exact_storage:
+                a = a.astype(b.fmt.value_dtype)     # held as is; integers wrap like the model's dtype
+            elif not b.fmt.is_float and b.fmt is not Format.BOOL:
                 if a.dtype.kind == "f":
                     if not np.all(np.isfinite(a)) or not np.all(a == np.rint(a)):
                         raise InputError(f"input '{b.name}': format {b.fmt.key} needs integer values")
@@ -793,12 +807,18 @@ class Executable:
             v.write(a.reshape(v.rows, v.cols))
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            for step in self._plan:
-                step()
+            try:
+                for step in self._plan:
+                    step()
+            except SpyreError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a defect of the runtime: one error family for callers
+                raise SpyreRuntimeError(f"internal error while running: {type(e).__name__}: {e}") from e
         outs = []
         for v, b in zip(self._out_views, self.output_buffers):
-            r = v.read() if b.fmt.is_float else v.read_bytes()
-            outs.append(np.array(r).reshape(b.shape))
+            r = v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()
+            r = np.array(r).reshape(b.shape)
+            outs.append(r.astype(host_dtype(b.dtype)) if b.dtype else r)
         self.profile = dataclasses.replace(self.static_profile, wall_seconds=time.perf_counter() - t0)
         return tuple(outs)
 
@@ -840,10 +860,17 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = Non
                                 f"SPYRE_EMU_MAX_DEVICE_BYTES)")
     dec = _Decoder(prog, target)
     bufs = {b.name: b for b in prog.buffers}
+    host_code = None
+    if prog.host_code:
+        try:
+            host_code = HostCode(prog.host_code)
+        except HostCodeError as e:
+            raise BinaryFormatError(f"metadata.host_code: {e}") from None
+    dec.host_code = host_code
     dec.host_ops = []
     for j, entry in enumerate(prog.host_ops):
         try:
-            dec.host_ops.append(check_host_op(entry, bufs))
+            dec.host_ops.append(check_host_op(entry, bufs, host_code.functions if host_code else frozenset()))
         except HostOpError as e:
             raise BinaryFormatError(f"metadata.host_ops[{j}]: {e}") from None
     streams = []
@@ -857,7 +884,7 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = Non
         streams.append([dec.decode(c, i, code[i]) for i in range(len(code))])
     steps = _schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
-    return Executable(prog, target, numerics, streams, steps)
+    return Executable(prog, target, numerics, streams, steps, host_code)
 
 
 def load(path, target=None, numerics: str | None = None) -> Executable:

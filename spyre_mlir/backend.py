@@ -5,20 +5,30 @@
     fast = torch.compile(model, backend=spyre_mlir.backend.make_backend(precision="fp32-reference", cores=4))
 
 Each captured FX graph goes through the same path as any model (torch.export -> Torch-MLIR -> spyre -> binary);
-graph breaks give several binaries. Outputs come back as torch tensors of the graph's dtypes. Shapes are static:
+graph breaks give several binaries (Dynamo splits a graph at ``.item()`` and other data-dependent Python); a graph
+torch.export or Torch-MLIR cannot take runs eagerly, with a warning. Outputs come back as torch tensors of the graph's dtypes. Shapes are static:
 Dynamo recompiles on a new shape, and so does this backend (the compile cache keeps earlier binaries).
 """
+
+import warnings
 
 import torch
 
 from spyre_mlir.compiler import compile as _compile
+from spyre_mlir.errors import UnsupportedModelError
 
 
 def make_backend(**options):
     """A backend callable with `spyre_mlir.compile` options (precision, cores, target, cache_dir)."""
 
     def spyre_backend(gm: torch.fx.GraphModule, example_inputs):
-        exe = _compile(gm, tuple(example_inputs), **options)
+        try:
+            exe = _compile(gm, tuple(example_inputs), **options)
+        except UnsupportedModelError as e:
+            # torch.export or Torch-MLIR cannot take this graph: run it eagerly, as torch.compile's own
+            # backends do with what they cannot compile, so the user still gets eager's answer.
+            warnings.warn(f"spyre: running a captured graph eagerly: {e}", stacklevel=2)
+            return gm.forward
 
         def run(*args):
             outs = exe(*args)

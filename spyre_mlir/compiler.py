@@ -24,12 +24,13 @@ import json
 import os
 import time
 
+from spyre_mlir.errors import InternalError, SpyreError
 from spyre_mlir.pipeline import PRECISIONS
 
 __all__ = ["compile", "compile_to_file", "CompileError", "PRECISIONS"]
 
 
-class CompileError(Exception):
+class CompileError(SpyreError):
     """A request the compiler cannot satisfy (bad option, impossible core count, a tile that cannot fit, a
     pipeline failure); the message says which."""
 
@@ -43,6 +44,7 @@ class CompileInfo:
     path: str
     host_ops: list
     key: str
+    device_ops: list = dataclasses.field(default_factory=list)   # kernels run on the device
 
 
 _VERSION = None
@@ -178,6 +180,18 @@ def _graph_text(linalg_ir: str) -> str:
 
 
 def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output):
+    """Compile (or take from the cache); only SpyreError subclasses leave it."""
+    try:
+        return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
+                                output)
+    except SpyreError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a defect: report it as one, with the original chained
+        raise InternalError(f"internal error in spyre-mlir while compiling: {type(e).__name__}: {e}. This is a "
+                            f"bug; please report it with the model.") from e
+
+
+def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output):
     from spyre_mlir.frontend import import_model
 
     t0 = time.perf_counter()
@@ -190,11 +204,12 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
     cdir = _cache_dir(cache_dir)
     cached = os.path.join(cdir, key + ".spyre") if cdir else None
     hit = cached is not None and os.path.exists(cached)
-    host_ops = []
+    host_ops, device_ops = [], []
     if hit:
         try:
             with open(cached[:-len(".spyre")] + ".json") as f:
-                host_ops = json.load(f).get("host_ops", [])
+                report = json.load(f)
+            host_ops, device_ops = report.get("host_ops", []), report.get("device_ops", [])
         except (OSError, ValueError):
             pass
         if output and output != cached:
@@ -208,14 +223,15 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
             dest = os.path.join(tempfile.mkdtemp(prefix="spyre-"), "model.spyre")
         em = emit_text(kernel, tgt, imported.params, [s.name for s in imported.inputs],
                        [s.name for s in imported.outputs], output=dest)
-        host_ops = list(em.host_ops)
+        host_ops, device_ops = list(em.host_ops), list(em.kernels)
         if cached:
             if dest != cached:
                 _atomic_copy(dest, cached)
             # What runs on the host (with reasons) is not in the binary: keep it beside the cached copy.
-            _atomic_write(cached[:-len(".spyre")] + ".json", json.dumps({"host_ops": host_ops}))
+            _atomic_write(cached[:-len(".spyre")] + ".json", json.dumps({"host_ops": host_ops,
+                                                                        "device_ops": device_ops}))
     path = output or cached or dest
-    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key)
+    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops)
     return path, tgt, info
 
 
@@ -250,7 +266,13 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
 
     path, tgt, info = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
                              None)
-    exe = load(path, target=tgt)  # the binary records the numerics its precision needs
+    try:
+        exe = load(path, target=tgt)  # the binary records the numerics its precision needs
+    except SpyreError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise InternalError(f"internal error in spyre-mlir while loading the compiled program: "
+                            f"{type(e).__name__}: {e}") from e
     exe.compile_info = info
     return exe
 

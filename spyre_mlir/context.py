@@ -12,7 +12,15 @@ def asm(module) -> str:
 
 
 def make_context() -> ir.Context:
-    """A fresh Context with the spyre dialect loaded (upstream dialects register themselves on creation)."""
+    """A fresh Context with every dialect a compile meets: upstream ones (registered on creation), torch-mlir's
+    (torch, torch_c, tm_tensor: linalg-on-tensors keeps tm_tensor.sort/scatter/scan) and spyre."""
+    from torch_mlir._mlir_libs import _torchMlir
+    from torch_mlir.passmanager import PassManager
+
     ctx = ir.Context()
+    _torchMlir.register_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        # tm_tensor has no Python registration hook; a pass depending on it loads it (~1 ms, on an empty module).
+        PassManager.parse("builtin.module(func.func(tm-tensor-bufferize))").run(ir.Module.create().operation)
     spyre.load(ctx)
     return ctx

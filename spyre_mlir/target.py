@@ -19,13 +19,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from spyre_mlir.errors import SpyreError
+
 __all__ = ["Target", "TargetError", "load_target", "default_target_path", "MARKS"]
 
 MARKS = frozenset({"public", "measured", "assumed"})
 SCHEMA_VERSION = 1
 
 
-class TargetError(ValueError):
+class TargetError(SpyreError, ValueError):
     """A target file is missing, malformed, or asks for something the target cannot do."""
 
 

@@ -32,6 +32,8 @@ import math
 
 import numpy as np
 
+from spyre_mlir.errors import SpyreError
+
 from spyre_mlir.runtime.assembler import ProgramBuilder
 from spyre_mlir.runtime.assembler import Tile
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
@@ -39,13 +41,14 @@ from spyre_mlir.runtime.formats import Format, quantize_int, symmetric_scale
 
 from . import hostprog, kernels
 from .kernels import TileError, _sub, broadcast_rows
-from .memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
+from .hostcode import HostModule
+from .memory import DevTensor, format_of, io_dtype, load_gather, load_rows, store_rows, store_scatter
 from .sfu import NotOnSfu, live_temps, translate
 
 __all__ = ["Emitter", "EmitError", "TileError"]
 
 
-class EmitError(Exception):
+class EmitError(SpyreError):
     """The module cannot be emitted; ``location`` is the offending op's location."""
 
     def __init__(self, message, location=None):
@@ -163,6 +166,7 @@ class Emitter:
         self._fold_results: set = set()   # values the placement pre-pass found computable at compile time
         self._synced = True          # no device work since the last barrier
         self._force_barrier = False  # the kernel just emitted split work differently than planned
+        self.hostmod = HostModule(module.context if hasattr(module, "context") else module.operation.context)
 
     # ---- names and memory ---------------------------------------------------------------------------------
 
@@ -246,7 +250,7 @@ class Emitter:
         fmt = format_of(elt)
         if v in self._out_name and v not in self._out_taken:
             self._out_taken.add(v)
-            t = self._buffer_tensor(self.b.output(self._out_name[v], shape or (1,), fmt))
+            t = self._buffer_tensor(self.b.output(self._out_name[v], shape, fmt, dtype=io_dtype(elt, fmt)))
         elif host or v in self._host_read:
             t = self._buffer_tensor(self.b.scratch(self._name(f"t{self._op_index}"), shape or (1,), fmt))
         else:
@@ -302,7 +306,7 @@ class Emitter:
             else:
                 name = pname
             fmt = format_of(elt)
-            self.dev[a] = self._buffer_tensor(self.b.input(self._name(name), shape or (1,), fmt))
+            self.dev[a] = self._buffer_tensor(self.b.input(self._name(name), shape, fmt, dtype=io_dtype(elt, fmt)))
         # Liveness: the last op index reading each value; which values a host op reads.
         body = ops[:-1]
         self._last_use = {}
@@ -321,6 +325,10 @@ class Emitter:
             self._emit_op(op, placement[i])
             self._free_dead(i, op)
         self._emit_outputs(outs, ret)
+        try:
+            self.b.host_code = self.hostmod.lower()
+        except hostprog.Unsupported as e:
+            raise EmitError(str(e)) from None
         return self.b
 
     def _free_dead(self, i, op):
@@ -414,10 +422,15 @@ class Emitter:
 
     def _emit_op(self, op, where):
         name = op.operation.name
-        if where == "fold":
-            self._fold(op)
-            return
         loc = _loc(op)
+        if where == "fold":
+            if all(v in self.known for v in _reads(op)):
+                try:
+                    self._fold(op)
+                    return
+                except hostprog.Unsupported:
+                    pass     # the numpy folder cannot compute it: the host code computes it at run time
+            where = "host"
         if where == "host":
             self._host(op, loc)
             return
@@ -486,10 +499,7 @@ class Emitter:
                 vals.append(_dequantize(self.known[v], s, axis))
             else:
                 vals.append(self.known[v])
-        try:
-            res = hostprog.evaluate(prog, *vals)
-        except hostprog.Unsupported as e:
-            raise EmitError(f"cannot fold {name}: {e}", op.operation.location) from None
+        res = hostprog.evaluate(prog, *vals)
         for r, val in zip(op.operation.results, res):
             self.known[r] = val
             src = reads[0] if reads else None
@@ -568,24 +578,35 @@ class Emitter:
         else:
             ops, outs = [op], list(op.operation.results)
             reason = "no device kernel yet"
-        try:
-            prog = hostprog.translate_ops(ops, reads, outs)
-        except hostprog.Unsupported as e:
-            raise EmitError(f"cannot run {name} on the host: {e}", op.operation.location) from None
+        jit = prog = None
+        if name == "spyre.host":
+            try:
+                jit = self.hostmod.add(ops, reads, outs, op.operation.location)
+                reads = jit[1]
+            except hostprog.Unsupported:
+                jit = None
+        if jit is None:
+            try:
+                prog = hostprog.translate_ops(ops, reads, outs)
+            except hostprog.Unsupported as e:
+                raise EmitError(f"cannot run {name} on the host: {e}", op.operation.location) from None
         if self.cores > 1:
             self.barrier(loc)
         ins = []
         for v in reads:
             t = self.tensor(v)
             buf = t.buffer
-            if tuple(buf.shape) != (tuple(t.shape) or (1,)) or buf.fmt is not t.fmt or buf.addr != t.addr:
+            if (tuple(buf.shape) or (1,)) != (tuple(t.shape) or (1,)) or buf.fmt is not t.fmt or buf.addr != t.addr:
                 # An alias (reshape view) or a slot: give the host its own copy of the right shape.
                 t = self._materialize_for_host(v, t, loc)
                 buf = t.buffer
             ins.append(buf)
         res = [self.result(op, i, host=True) for i in range(len(op.operation.results))]
         native = self._native_host_op(op) if name != "spyre.host" else None
-        if native is not None:
+        if jit is not None:
+            self.b.host(0, "jit", ins, [t.buffer for t in res], loc=loc, fn=jit[0], in_dtypes=jit[2],
+                        out_dtypes=jit[3])
+        elif native is not None:
             self.b.host(0, native[0], ins, [t.buffer for t in res], loc=loc, **native[1])
         else:
             self.b.host(0, "eval", ins, [t.buffer for t in res], loc=loc, program=prog)
@@ -612,18 +633,21 @@ class Emitter:
 
     def _emit_outputs(self, outs, ret):
         """Every returned value must end in its output buffer; values that are not there yet (inputs,
-        constants, aliases, a value returned twice) are copied there on the host."""
+        constants, aliases, a value returned twice) are copied there on the host. The program's outputs are
+        listed in return order."""
         done = set()
+        order = []
         loc = _loc(ret)
         for i, v in enumerate(outs):
             t = self.dev.get(v)
             if (t is not None and v not in done and t.buffer.kind == "output" and t.addr == t.buffer.addr
-                    and t.buffer.name == self._out_name[v] and tuple(t.buffer.shape) == (tuple(t.shape) or (1,))):
+                    and t.buffer.name == self._out_name[v] and (tuple(t.buffer.shape) or (1,)) == (tuple(t.shape) or (1,))):
                 done.add(v)
+                order.append(t.buffer.name)
                 continue
             shape, elt = _tensor_type(v)
             src = self.tensor(v)
-            if tuple(src.buffer.shape) != (tuple(src.shape) or (1,)) or src.addr != src.buffer.addr:
+            if (tuple(src.buffer.shape) or (1,)) != (tuple(src.shape) or (1,)) or src.addr != src.buffer.addr:
                 src = self._materialize_for_host(v, src, loc)
             if v in self._out_taken or v in done:
                 name = self.output_names[i] if self.output_names and i < len(self.output_names) else f"out{i}"
@@ -633,11 +657,13 @@ class Emitter:
                 self._out_taken.add(v)
             if self.cores > 1:
                 self.barrier(loc)
-            out = self.b.output(oname, shape or (1,), format_of(elt))
+            out = self.b.output(oname, shape, format_of(elt), dtype=io_dtype(elt, format_of(elt)))
             # perm is always explicit: the runtime's copy treats a missing perm as numpy's default (reverse).
             self.b.host(0, "copy", [src.buffer], [out], loc=loc, perm=list(range(len(out.shape))))
             self.host_ops.append("copy to output " + oname)
             done.add(v)
+            order.append(oname)
+        self.b.output_order = order
 
     # ---- kernels ----------------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from spyre_mlir.errors import SpyreError
+
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
 
@@ -30,7 +32,7 @@ from .memory import DevTensor, load_rows, store_rows
 __all__ = ["matmul", "rowwise", "choose_matmul_grid", "choose_rows_grid", "TileError"]
 
 
-class TileError(ValueError):
+class TileError(SpyreError, ValueError):
     """No tile fits the scratchpad (the message names the sizes)."""
 
 

@@ -22,13 +22,24 @@ __all__ = ["DevTensor", "format_of", "load_rows", "store_rows", "load_gather"]
 def format_of(elt) -> Format:
     """The device format of an MLIR element type (the model's own types; reduce-precision decides them)."""
     s = str(elt)
-    table = {"f32": Format.FP32, "f64": Format.FP32, "!spyre.dlf16": Format.DLF16, "f16": Format.DLF16,
-             "bf16": Format.DLF16, "f8E4M3FN": Format.FP8_E4M3, "f8E5M2": Format.FP8_E5M2, "i8": Format.INT8,
-             "i4": Format.INT4, "i32": Format.INT32, "i64": Format.INT64, "index": Format.INT64,
-             "i1": Format.BOOL}
-    if s not in table:
+    if s not in _FORMATS:
         raise ValueError(f"no device format for element type {s}")
-    return table[s]
+    return _FORMATS[s]
+
+
+# f16 and bf16 data live as DLFloat16 (what the device computes on); f64, complex, i16 and ui8 only on the host.
+_FORMATS = {"f32": Format.FP32, "f64": Format.FP64, "!spyre.dlf16": Format.DLF16, "f16": Format.DLF16,
+            "bf16": Format.DLF16, "f8E4M3FN": Format.FP8_E4M3, "f8E5M2": Format.FP8_E5M2, "i8": Format.INT8,
+            "i4": Format.INT4, "i16": Format.INT16, "ui8": Format.UINT8, "i32": Format.INT32, "i64": Format.INT64,
+            "index": Format.INT64, "i1": Format.BOOL, "complex<f32>": Format.COMPLEX64,
+            "complex<f64>": Format.COMPLEX128}
+_IO_DTYPES = {"f16": "float16", "bf16": "bfloat16"}
+
+
+def io_dtype(elt, fmt: Format) -> str:
+    """The dtype callers see for an input/output of element type ``elt`` held in ``fmt`` ('' when it is the
+    format's own value dtype)."""
+    return _IO_DTYPES.get(str(elt), "")
 
 
 @dataclasses.dataclass

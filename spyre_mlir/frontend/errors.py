@@ -3,8 +3,10 @@
 Kept in its own torch-free module so the CLI can catch it without paying for a torch import.
 """
 
+from spyre_mlir.errors import SpyreError, UnsupportedModelError
 
-class FrontendError(Exception):
+
+class FrontendError(SpyreError):
     """A model could not be loaded or imported, for a reason the user can act on.
 
     The message is a single paragraph meant to be printed as is (the CLI prints it and exits 2,
@@ -12,7 +14,11 @@ class FrontendError(Exception):
     """
 
 
-class StageError(FrontendError):
+class ExportError(FrontendError, UnsupportedModelError):
+    """torch.export could not trace the model (data-dependent control flow, ``.item()``, unsupported Python)."""
+
+
+class StageError(FrontendError, UnsupportedModelError):
     """A compiler stage failed on a model that loaded fine (the compiler's failure, not the input's).
 
     Carries what a reproducer needs: ``input_ir``, the IR the failing pass pipeline ran on, and

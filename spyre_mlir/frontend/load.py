@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .errors import FrontendError
+from .errors import ExportError, FrontendError
 
 ACCEPTED_FORMATS = (
     "a torch.export.save archive (.pt2 or .pt), a TorchScript file from torch.jit.save "
@@ -170,7 +170,7 @@ def _export(module: torch.nn.Module, inputs: tuple, what: str) -> torch.export.E
     try:
         return torch.export.export(module, inputs, strict=False)
     except Exception as e:  # torch.export raises many types; all mean "this model did not trace"
-        raise FrontendError(
+        raise ExportError(
             f"torch.export could not trace {what} with inputs of shapes "
             f"{[tuple(getattr(t, 'shape', ())) for t in inputs]}: {type(e).__name__}: {_first_line(e)}"
         ) from e

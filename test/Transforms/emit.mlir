@@ -91,13 +91,14 @@ func.func @main(%x: tensor<2x16x64x!spyre.dlf16>) -> tensor<2x64x16x!spyre.dlf16
 
 // -----
 
-// A host region runs on the host as the runtime's `eval` op (a numpy host program carried by the binary); a
-// reshape of int64 data that changes the innermost dim uses the runtime's own `copy`. Barriers fence them.
+// A host region runs on the host as the runtime's `jit` op (a function of the binary's host code, lowered to
+// the LLVM dialect at compile time); a reshape of int64 data that changes the innermost dim uses the runtime's
+// own `copy`. Barriers fence them.
 // CHECK-LABEL: // program: 2 core(s), {{[0-9]+}} B device memory, 2 host op(s)
 // CHECK: core 0:
 // CHECK: barrier
 // CHECK: host
-// CHECK: // host_op 0: eval ['in0'] -> ['t0'] (2 steps)
+// CHECK: // host_op 0: jit ['in0'] -> ['t0'] fn=host0
 // CHECK: // host_op 1: copy ['t0'] -> ['out0']
 func.func @main(%x: tensor<4x16xi64>) -> tensor<64xi64> {
   %h = "spyre.host"() ({

@@ -290,7 +290,8 @@ def test_int4_pack_unpack():
 
 def test_format_codes_are_stable():
     want = {"dlf16": 1, "fp32": 2, "fp8_e4m3": 3, "fp8_e5m2": 4, "bf16": 5, "int8": 6, "int4": 7,
-            "int32": 8, "int64": 9, "bool": 10}
+            "int32": 8, "int64": 9, "bool": 10, "fp64": 11, "int16": 12, "uint8": 13, "complex64": 14,
+            "complex128": 15}
     assert {k: int(v) for k, v in F.FORMATS.items()} == want
     assert Format.parse("DLF16") is Format.DLF16 and Format.parse(7) is Format.INT4
     with pytest.raises(ValueError):
@@ -299,10 +300,12 @@ def test_format_codes_are_stable():
 
 def test_format_sizes():
     per_stick = {"dlf16": 64, "fp32": 32, "fp8_e4m3": 128, "fp8_e5m2": 128, "bf16": 64, "int8": 128,
-                 "int4": 256, "int32": 32, "int64": 16, "bool": 128}
+                 "int4": 256, "int32": 32, "int64": 16, "bool": 128, "fp64": 16, "int16": 64, "uint8": 128,
+                 "complex64": 16, "complex128": 8}
     assert {k: f.elems_per_stick for k, f in F.FORMATS.items()} == per_stick
     assert Format.INT4.bytes_per_element == 0.5 and Format.INT4.nbytes(7) == 4
     assert not Format.INT64.on_device and Format.DLF16.on_device
+    assert all(not f.on_device and f.exact_storage for f in (Format.FP64, Format.COMPLEX64, Format.UINT8))
     for f in Format:
         assert f.storage_dtype.itemsize * 8 == f.bits or f is Format.INT4
 

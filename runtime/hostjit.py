@@ -1,0 +1,105 @@
+"""Host code: the host functions a binary carries (``metadata.host_code``), JIT-compiled once at load.
+
+The compiler lowered them to the LLVM dialect (:mod:`spyre_mlir.codegen.hostcode`); each is
+``_mlir_ciface_<fn>(in0*, ..., out0*, ...)`` taking one memref descriptor per argument, inputs first, results
+written in place. Here the text is parsed and handed to MLIR's ExecutionEngine (bundled with torch-mlir), and
+every ``jit`` host op gets a :class:`HostCall` with its staging arrays and descriptors built once, so a call
+only converts data in, calls native code and converts data out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from spyre_mlir.errors import SpyreError
+
+__all__ = ["HostCode", "HostCall", "HostCodeError", "host_dtype"]
+
+
+class HostCodeError(SpyreError, ValueError):
+    """The host code section cannot be used (does not parse, names a missing function, bad dtypes)."""
+
+
+def host_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return np.dtype(name)
+    except TypeError:
+        raise HostCodeError(f"unknown dtype {name!r:.40}") from None
+
+
+class HostCode:
+    """Parsed and JIT-compiled host functions of one binary."""
+
+    def __init__(self, text: str):
+        try:
+            from torch_mlir import ir
+            from torch_mlir.execution_engine import ExecutionEngine
+        except ImportError as e:  # pragma: no cover - torch-mlir is a dependency
+            raise HostCodeError(f"running host code needs torch-mlir's ExecutionEngine: {e}") from None
+        self._context = ir.Context()
+        try:
+            module = ir.Module.parse(text, self._context)
+        except ir.MLIRError as e:
+            raise HostCodeError(f"host code does not parse: {str(e).splitlines()[0]}") from None
+        self.functions = set()
+        for op in module.body.operations:
+            if op.operation.name == "llvm.func":
+                name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+                if name.startswith("_mlir_ciface_"):
+                    self.functions.add(name[len("_mlir_ciface_"):])
+        try:
+            self._engine = ExecutionEngine(module, opt_level=2)
+        except Exception as e:  # the engine reports LLVM failures as plain exceptions
+            raise HostCodeError(f"host code does not compile: {type(e).__name__}: {e}") from None
+        self._module = module
+
+    def call(self, fn: str, in_dtypes: list, out_dtypes: list, out_shapes: list) -> "HostCall":
+        if fn not in self.functions:
+            raise HostCodeError(f"host function {fn!r:.60} is not in the host code")
+        return HostCall(self._engine, fn, [host_dtype(d) for d in in_dtypes], [host_dtype(d) for d in out_dtypes],
+                        out_shapes)
+
+
+class HostCall:
+    """One host function bound to staging arrays: ``run(args)`` returns its results (views of the staging
+    arrays, valid until the next run)."""
+
+    def __init__(self, engine, fn: str, in_dtypes: list, out_dtypes: list, out_shapes: list):
+        self.engine, self.fn = engine, fn
+        self.in_dtypes = in_dtypes
+        self.outs = [np.zeros(tuple(s), d) for s, d in zip(out_shapes, out_dtypes)]
+        self._ins: list[np.ndarray] | None = None
+        self._args = None
+
+    def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
+        staged = [np.ascontiguousarray(np.asarray(a).astype(d, copy=False)) for a, d in zip(args, self.in_dtypes)]
+        ptrs = [ctypes.pointer(ctypes.pointer(_descriptor(a))) for a in staged + self.outs]
+        self.engine.invoke(self.fn, *ptrs)
+        return self.outs
+
+
+_DESCRIPTORS: dict[int, type] = {}
+
+
+def _descriptor(a: np.ndarray):
+    """A ranked memref descriptor over ``a``'s memory (element type does not matter to its layout)."""
+    rank = a.ndim
+    cls = _DESCRIPTORS.get(rank)
+    if cls is None:
+        fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_longlong)]
+        if rank:
+            fields += [("sizes", ctypes.c_longlong * rank), ("strides", ctypes.c_longlong * rank)]
+        cls = _DESCRIPTORS[rank] = type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
+    d = cls()
+    d.allocated = d.aligned = a.ctypes.data
+    d.offset = 0
+    if rank:
+        d.sizes = (ctypes.c_longlong * rank)(*a.shape)
+        d.strides = (ctypes.c_longlong * rank)(*[s // a.itemsize if a.itemsize else 0 for s in a.strides])
+    return d

@@ -1,0 +1,177 @@
+"""Host code: host regions compiled to native code through MLIR's LLVM lowering.
+
+Whatever the device cannot run stays in ``spyre.host`` regions of linalg, tensor, arith, math, scf and
+tm_tensor ops, on any element type (f64, f16, bf16, complex, every integer width, i1). Each region becomes one
+function of a host module, in destination-passing style::
+
+    func.func @host3(%in0: memref<4x8xf64>, ..., %out0: memref<4xf64>, ...) attributes {llvm.emit_c_interface}
+
+and the module is lowered here, at compile time, to the LLVM dialect with upstream passes (bufferization,
+loops, LLVM conversion). The binary carries that text; the runtime only JIT-compiles it once at load
+(:mod:`spyre_mlir.runtime.hostjit`). Semantics per element type are therefore MLIR's lowering of
+torch-mlir's own output: integer wrap-around and division, NaN propagation, bool results, f16/bf16 rounding per
+op, exactly as torch-mlir's reference backend computes them.
+
+Constants and ``tensor.empty`` a region reads from above are cloned into its function; every other value it
+reads is an argument. A region whose types the host cannot represent (spyre element types or encodings) is
+refused with :class:`Unsupported` (the emitter then tries the numpy host interpreter).
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.dialects import func
+
+from spyre_mlir.runtime.hostprog import Unsupported
+
+__all__ = ["HostModule", "Unsupported", "LOWERING", "numpy_dtype"]
+
+# Upstream passes only, in order: bufferize (functions become memref in/out arguments), lower structured ops
+# to loops, then everything to the LLVM dialect with a C interface per function.
+LOWERING = ",".join([
+    "func.func(convert-elementwise-to-linalg)",          # arith/math on whole tensors -> linalg.generic
+    "func.func(refback-generalize-tensor-pad)",          # tensor.pad -> fill + insert_slice
+    "func.func(refback-generalize-tensor-concat)",       # tensor.concat -> insert_slices
+    "one-shot-bufferize{allow-unknown-ops bufferize-function-boundaries "
+    "function-boundary-type-conversion=identity-layout-map}",
+    "func.func(tm-tensor-bufferize)",                    # sort/topk/scatter/scan (unknown to one-shot)
+    "canonicalize",
+    "buffer-results-to-out-params{modify-public-functions=true hoist-static-allocs=true}",
+    "func.func(buffer-deallocation-pipeline)",          # temporaries are freed: calls do not leak
+    "func.func(tm-tensor-to-loops)",
+    "func.func(refback-munge-memref-copy)",              # memref.copy needs no runtime library
+    "func.func(convert-linalg-to-loops)",
+    "func.func(lower-affine)",
+    "convert-scf-to-cf",
+    "func.func(refback-expand-ops-for-llvm)",
+    "func.func(arith-expand)",
+    "func.func(convert-math-to-llvm)",
+    "convert-math-to-libm",
+    "expand-strided-metadata",
+    "finalize-memref-to-llvm",
+    "lower-affine",
+    "convert-bufferization-to-memref",
+    "finalize-memref-to-llvm",
+    "func.func(convert-arith-to-llvm)",
+    "convert-func-to-llvm",
+    "convert-cf-to-llvm",
+    "convert-complex-to-llvm",
+    "reconcile-unrealized-casts",
+])
+
+_NUMPY = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "i1": "bool", "i8": "int8",
+          "ui8": "uint8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int64",
+          "complex<f32>": "complex64", "complex<f64>": "complex128"}
+_FREE = ("arith.constant", "tensor.empty")
+
+
+def numpy_dtype(t: ir.Type) -> str:
+    """The numpy dtype name of a tensor type's elements on the host; Unsupported for anything else."""
+    if not isinstance(t, ir.RankedTensorType):
+        raise Unsupported(f"a host function argument of type {t} (host arguments are ranked tensors)")
+    rt = ir.RankedTensorType(t)
+    if rt.encoding is not None:
+        raise Unsupported(f"tensor type {t} with an encoding")
+    e = str(rt.element_type)
+    if e not in _NUMPY:
+        raise Unsupported(f"element type {e} on the host")
+    return _NUMPY[e]
+
+
+# Dialects the lowering takes to LLVM; spyre ops (a device op placed on the host) go to the numpy interpreter.
+_LOWERABLE = ("linalg.", "tensor.", "arith.", "math.", "scf.", "tm_tensor.", "complex.", "cf.", "bufferization.")
+
+
+def _builtin_types_only(op: ir.Operation) -> None:
+    bad = []
+
+    def visit(o):
+        if not o.name.startswith(_LOWERABLE):
+            bad.append(f"op {o.name}")
+            return ir.WalkResult.INTERRUPT
+        for v in list(o.operands) + list(o.results):
+            s = str(v.type)
+            if "!spyre" in s or "#spyre" in s:
+                bad.append(s)
+        return ir.WalkResult.INTERRUPT if bad else ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    if bad:
+        raise Unsupported(f"{bad[0]} in host code")
+
+
+class HostModule:
+    """The host functions of one program, built in the emitted module's context."""
+
+    def __init__(self, context: ir.Context):
+        self.context = context
+        with context, ir.Location.unknown():
+            self.module = ir.Module.create()
+        self.count = 0
+
+    def add(self, ops: list, reads: list, outs: list, loc: ir.Location) -> tuple[str, list, list, list]:
+        """Add a function computing ``outs`` from ``reads`` with ``ops`` (in order). Returns (its name, the read
+        values that are its arguments, argument dtypes, result dtypes)."""
+        args = [v for v in reads if not _free(v)]
+        in_dtypes = [numpy_dtype(v.type) for v in args]
+        out_dtypes = [numpy_dtype(v.type) for v in outs]
+        for op in ops:
+            _builtin_types_only(op.operation)
+        name = f"host{self.count}"
+        with self.context, loc:
+            ftype = ir.FunctionType.get([v.type for v in args], [v.type for v in outs])
+            with ir.InsertionPoint(self.module.body):
+                f = func.FuncOp(name, ftype)
+            f.operation.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+            entry = f.add_entry_block()
+            mapping = dict(zip(args, entry.arguments))
+            with ir.InsertionPoint(entry):
+                for v in reads:
+                    if _free(v):
+                        _clone(v.owner.operation, mapping)
+                for op in ops:
+                    _clone(op.operation, mapping)
+                func.ReturnOp([mapping[v] for v in outs])
+        self.count += 1
+        return name, args, in_dtypes, out_dtypes
+
+    def lower(self) -> str:
+        """The host module lowered to the LLVM dialect, as text ('' when there are no host functions)."""
+        if not self.count:
+            return ""
+        from torch_mlir._mlir_libs import _torchMlir  # noqa: F401  (registers torch-mlir's passes)
+        from torch_mlir.passmanager import PassManager
+
+        with self.context:
+            try:
+                PassManager.parse(f"builtin.module({LOWERING})").run(self.module.operation)
+            except ir.MLIRError as e:
+                raise Unsupported(f"lowering host code to LLVM failed: {_first(e)}") from None
+        return self.module.operation.get_asm(large_elements_limit=None)
+
+
+def _free(v: ir.Value) -> bool:
+    owner = v.owner
+    return not isinstance(owner, ir.Block) and owner.operation.name in _FREE
+
+
+def _clone(op: ir.Operation, mapping: dict) -> None:
+    """Clone ``op`` at the current insertion point, its operands (and values its regions read from above)
+    replaced through ``mapping``; its results join the mapping."""
+    new = op.clone()
+
+    def remap(o):
+        for i, v in enumerate(o.operands):
+            w = mapping.get(v)
+            if w is not None:
+                o.operands[i] = w
+        return ir.WalkResult.ADVANCE
+
+    new.walk(remap)
+    for old, r in zip(op.results, new.results):
+        mapping[old] = r
+
+
+def _first(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return " | ".join(lines[:4])[:400]
