@@ -79,7 +79,7 @@ class ConvertLinalgPass(SpyrePass):
                     op.erase()
                     continue
                 bad = non_device_type(op)
-                if bad == "f64" and op.name == "linalg.generic":
+                if bad == "f64" and op.name == "linalg.generic" and _norm_arith(op):
                     bad = ""   # layer-norm variance chains are f64: fusion makes them f32 norms; spyre-place-host
                     #            sends what stays f64 to the host
                 if bad:
@@ -101,6 +101,15 @@ class ConvertLinalgPass(SpyrePass):
 # (gathers; index math on them is declined by the converters themselves). Anything else (f64, complex, i8,
 # i16, i32, unsigned) is declined here, so no device pass ever sees a type it cannot hold.
 DEVICE_ELEMENT_TYPES = ("f32", "f16", "bf16", "i1", "i64")
+
+
+_NORM_ARITH = ("arith.extf", "arith.truncf", "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "math.sqrt",
+               "math.rsqrt", "arith.constant", "linalg.yield")
+
+
+def _norm_arith(op: ir.Operation) -> bool:
+    """A generic whose body only holds the arithmetic of a norm's statistics (what its f64 variance uses)."""
+    return all(o.operation.name in _NORM_ARITH for o in op.regions[0].blocks[0].operations)
 
 
 def non_device_type(op: ir.Operation) -> str:

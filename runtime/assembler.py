@@ -92,8 +92,8 @@ class ProgramBuilder:
             raise ValueError(f"buffer {name!r} already declared")
         fmt = _fmt(fmt)
         shape = tuple(int(d) for d in shape)
-        if not all(d >= 1 for d in shape):
-            raise ValueError(f"buffer {name!r}: dims must be >= 1, got {shape}")
+        if not all(d >= 0 for d in shape):
+            raise ValueError(f"buffer {name!r}: dims must be >= 0, got {shape}")
         strides, nbytes = buffer_layout(shape, fmt)
         if addr is None:
             addr = self._next_addr

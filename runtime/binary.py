@@ -349,9 +349,9 @@ def _parse_buffers(meta: dict, device_bytes: int) -> list[Buffer]:
         except ValueError as e:
             raise BinaryFormatError(f"{w}.format: {e}") from None
         shape = _get(b, "shape", list, w)
-        if len(shape) > 8 or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 1 << 40
+        if len(shape) > 8 or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= 1 << 40
                                      for d in shape):
-            raise BinaryFormatError(f"{w}.shape: expected up to 8 positive dims, got {shape!r:.80}")
+            raise BinaryFormatError(f"{w}.shape: expected up to 8 dims of 0 or more, got {shape!r:.80}")
         shape = tuple(shape)
         strides, nbytes = buffer_layout(shape, fmt)
         addr = _get(b, "addr", int, w)

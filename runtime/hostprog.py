@@ -39,7 +39,10 @@ ELEMENTWISE = {
     "math.sin": "sin", "math.cos": "cos", "math.tan": "tan", "math.atan": "atan", "math.absf": "abs",
     "math.absi": "abs", "math.powf": "pow", "math.fpowi": "pow", "math.ipowi": "pow", "math.floor": "floor",
     "math.ceil": "ceil", "math.round": "round", "math.roundeven": "rint", "math.trunc": "trunc",
-    "math.atan2": "atan2", "math.sinh": "sinh", "math.cosh": "cosh",
+    "math.atan2": "atan2", "math.sinh": "sinh", "math.cosh": "cosh", "math.acos": "acos", "math.asin": "asin",
+    "math.acosh": "acosh", "math.asinh": "asinh", "math.atanh": "atanh", "math.cbrt": "cbrt",
+    "math.isnan": "isnan", "math.isinf": "isinf", "math.isfinite": "isfinite", "math.copysign": "copysign",
+    "arith.remui": "remsi", "arith.ceildivsi": "ceildiv", "arith.shli": "shl", "arith.shrsi": "shr",
 }
 # Conversions: the result's dtype says everything.
 CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui",
@@ -135,7 +138,9 @@ def _unary(fn, x):
         "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "erf": _erf,
         "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan, "abs": np.abs, "floor": np.floor,
         "ceil": np.ceil, "round": lambda v: np.sign(v) * np.floor(np.abs(v) + 0.5), "rint": np.rint,
-        "trunc": np.trunc, "sinh": np.sinh, "cosh": np.cosh,
+        "trunc": np.trunc, "sinh": np.sinh, "cosh": np.cosh, "acos": np.arccos, "asin": np.arcsin,
+        "acosh": np.arccosh, "asinh": np.arcsinh, "atanh": np.arctanh, "cbrt": np.cbrt, "isnan": np.isnan,
+        "isinf": np.isinf, "isfinite": np.isfinite,
     }[fn](x)
 
 
@@ -149,7 +154,8 @@ def _binary(fn, a, b):
         "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "remf": np.fmod,
         "floordiv": np.floor_divide, "maximum": np.maximum, "minimum": np.minimum, "fmax": np.fmax,
         "fmin": np.fmin, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "pow": np.power,
-        "atan2": np.arctan2,
+        "atan2": np.arctan2, "copysign": np.copysign, "ceildiv": lambda x, y: -((-x) // y),
+        "shl": np.left_shift, "shr": np.right_shift,
     }[fn](a, b)
 
 
@@ -234,7 +240,8 @@ def _spyre(step, args, env):
             r = r + args[2]
         return r
     if name == "map":
-        ins = [np.broadcast_to(v, shape) for v in args]
+        # A rank-0 value may live in a one-element buffer: shape [1] broadcasts to a rank-0 map as its scalar.
+        ins = [np.broadcast_to(np.reshape(v, ()) if not shape and np.size(v) == 1 else v, shape) for v in args]
         return np.broadcast_to(_run(step["body"], ins, None, env)[0], shape)
     if name == "reshape":
         return np.reshape(x, shape)

@@ -583,13 +583,14 @@ class Emitter:
             try:
                 jit = self.hostmod.add(ops, reads, outs, op.operation.location)
                 reads = jit[1]
-            except hostprog.Unsupported:
-                jit = None
+            except hostprog.Unsupported as e:
+                jit, why_not_jit = None, str(e)
         if jit is None:
             try:
                 prog = hostprog.translate_ops(ops, reads, outs)
             except hostprog.Unsupported as e:
-                raise EmitError(f"cannot run {name} on the host: {e}", op.operation.location) from None
+                why = f"{why_not_jit}; {e}" if name == "spyre.host" else str(e)
+                raise EmitError(f"cannot run {name} on the host: {why}", op.operation.location) from None
         if self.cores > 1:
             self.barrier(loc)
         ins = []
