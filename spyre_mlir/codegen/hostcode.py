@@ -44,7 +44,8 @@ LOWERING = ",".join([
     "func.func(lower-affine)",
     "convert-scf-to-cf",
     "func.func(refback-expand-ops-for-llvm)",
-    "func.func(arith-expand)",
+    # bf16 arithmetic as f32 rounded back per op (PyTorch's CPU kernels do the same); its casts as integer ops.
+    "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},arith-expand{include-bf16=true})",
     "func.func(convert-math-to-llvm)",
     "convert-math-to-libm",
     "expand-strided-metadata",
@@ -142,12 +143,34 @@ class HostModule:
         from torch_mlir._mlir_libs import _torchMlir  # noqa: F401  (registers torch-mlir's passes)
         from torch_mlir.passmanager import PassManager
 
+        _safe_integer_division(self.module.operation)
         with self.context:
             try:
                 PassManager.parse(f"builtin.module({LOWERING})").run(self.module.operation)
             except ir.MLIRError as e:
                 raise Unsupported(f"lowering host code to LLVM failed: {_first(e)}") from None
         return self.module.operation.get_asm(large_elements_limit=None)
+
+
+_INT_DIV = ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.floordivsi", "arith.ceildivsi")
+
+
+def _safe_integer_division(module: ir.Operation) -> None:
+    """Integer division by zero is undefined in LLVM (a SIGFPE on x86, killing the process): divide by 1
+    instead. PyTorch raises for it eagerly; index arithmetic over empty dims divides by zero-sized dims."""
+    from torch_mlir.dialects import arith
+
+    todo = []
+    module.walk(lambda o: (todo.append(o) if o.name in _INT_DIV else None) or ir.WalkResult.ADVANCE)
+    for op in todo:
+        b = op.operands[1]
+        if not (isinstance(b.type, ir.IntegerType) or isinstance(b.type, ir.IndexType)):
+            continue
+        with ir.InsertionPoint(op), op.location:
+            zero = arith.ConstantOp(b.type, 0).result
+            one = arith.ConstantOp(b.type, 1).result
+            is_zero = arith.CmpIOp(arith.CmpIPredicate.eq, b, zero).result
+            op.operands[1] = arith.SelectOp(is_zero, one, b).result
 
 
 def _free(v: ir.Value) -> bool:

@@ -36,7 +36,7 @@ from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_MLIR_TYPE, FxImporter, FxImporterHooks
 from torch_mlir.passmanager import PassManager
 
-from .errors import FrontendError, StageError
+from .errors import ExportError, FrontendError, StageError
 
 # Lifted tensor constants with at most this many elements stay in the IR as dense literals; larger ones
 # become parameters like weights.
@@ -247,6 +247,10 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
     for i, (spec, arg) in enumerate(zip(user_outputs, out_node.args[0])):
         val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
         if isinstance(val, torch.Tensor):
+            if not all(isinstance(d, int) for d in val.shape):
+                raise ExportError(f"output {i} has a data-dependent shape {tuple(val.shape)} (nonzero, boolean "
+                                  f"masking, unique...); the Spyre compiler needs static shapes. Under "
+                                  f"torch.compile the spyre backend runs such graphs eagerly.")
             outputs.append(TensorSpec(f"output_{i}", tuple(int(d) for d in val.shape), _dtype_name(val.dtype)))
     return graph, params, inputs, outputs
 

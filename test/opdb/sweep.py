@@ -41,16 +41,20 @@ def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
 
-def iter_cases(samples: int = 2):
-    """(case id, OpInfo, dtype, sample index, SampleInput) for every case of the sweep, in a stable order."""
+def iter_cases(samples: int = 2, stride: int = 1):
+    """(case id, OpInfo, dtype, sample index, SampleInput) for every case of the sweep, in a stable order;
+    ``stride`` > 1 keeps every stride-th (op, dtype) pair only (a spread-out slice)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
+    k = 0
     for op in op_db:
         supported = op.supported_dtypes("cpu")
         for dt in DTYPES:
             if dt not in supported:
                 continue
-            yield from _op_cases(op, dt, samples)
+            k += 1
+            if (k - 1) % stride == 0:
+                yield from _op_cases(op, dt, samples)
 
 
 def _op_cases(op, dt, samples):
