@@ -59,28 +59,27 @@ class HostCode:
             raise HostCodeError(f"host code does not compile: {type(e).__name__}: {e}") from None
         self._module = module
 
-    def call(self, fn: str, in_dtypes: list, out_dtypes: list, out_shapes: list) -> "HostCall":
+    def call(self, fn: str, in_dtypes: list, out_dtypes: list, in_shapes: list, out_shapes: list) -> "HostCall":
         if fn not in self.functions:
             raise HostCodeError(f"host function {fn!r:.60} is not in the host code")
-        return HostCall(self._engine, fn, [host_dtype(d) for d in in_dtypes], [host_dtype(d) for d in out_dtypes],
-                        out_shapes)
+        return HostCall(self._engine, fn, [np.zeros(tuple(s), host_dtype(d)) for s, d in zip(in_shapes, in_dtypes)],
+                        [np.zeros(tuple(s), host_dtype(d)) for s, d in zip(out_shapes, out_dtypes)])
 
 
 class HostCall:
-    """One host function bound to staging arrays: ``run(args)`` returns its results (views of the staging
-    arrays, valid until the next run)."""
+    """One host function bound to staging arrays and their descriptors (built once): ``run(args)`` copies the
+    arguments in (converting dtype), calls the native code and returns the result arrays (reused by the next
+    run)."""
 
-    def __init__(self, engine, fn: str, in_dtypes: list, out_dtypes: list, out_shapes: list):
-        self.engine, self.fn = engine, fn
-        self.in_dtypes = in_dtypes
-        self.outs = [np.zeros(tuple(s), d) for s, d in zip(out_shapes, out_dtypes)]
-        self._ins: list[np.ndarray] | None = None
-        self._args = None
+    def __init__(self, engine, fn: str, ins: list[np.ndarray], outs: list[np.ndarray]):
+        self.engine, self.fn, self.ins, self.outs = engine, fn, ins, outs
+        self._descriptors = [_descriptor(a) for a in ins + outs]     # kept alive: the pointers refer to them
+        self._ptrs = [ctypes.pointer(ctypes.pointer(d)) for d in self._descriptors]
 
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
-        staged = [np.ascontiguousarray(np.asarray(a).astype(d, copy=False)) for a, d in zip(args, self.in_dtypes)]
-        ptrs = [ctypes.pointer(ctypes.pointer(_descriptor(a))) for a in staged + self.outs]
-        self.engine.invoke(self.fn, *ptrs)
+        for dst, a in zip(self.ins, args):
+            np.copyto(dst, np.reshape(a, dst.shape), casting="unsafe")
+        self.engine.invoke(self.fn, *self._ptrs)
         return self.outs
 
 

@@ -709,7 +709,7 @@ class Executable:
 
             if op == "jit":
                 call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
-                                           [b.shape for b in out_bufs])
+                                           [b.shape for b in ins_bufs], [b.shape for b in out_bufs])
                 run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
             else:
                 run = run_host_op

@@ -97,6 +97,11 @@ def _round_fmt(op):
     return format_of(ir.TypeAttr(attrs["spyre.convert_result"]).value)
 
 
+def _same_dims(a, b) -> bool:
+    """Same buffer dims, a rank-0 tensor counting as one element."""
+    return (tuple(a) or (1,)) == (tuple(b) or (1,))
+
+
 def _loc(op) -> str:
     s = str(op.operation.location)
     if s.startswith("loc(") and s.endswith(")"):
@@ -250,7 +255,7 @@ class Emitter:
         fmt = format_of(elt)
         if v in self._out_name and v not in self._out_taken:
             self._out_taken.add(v)
-            t = self._buffer_tensor(self.b.output(self._out_name[v], shape, fmt, dtype=io_dtype(elt, fmt)))
+            t = self._buffer_tensor(self.b.output(self._out_name[v], shape, fmt, dtype=io_dtype(elt)))
         elif host or v in self._host_read:
             t = self._buffer_tensor(self.b.scratch(self._name(f"t{self._op_index}"), shape or (1,), fmt))
         else:
@@ -306,7 +311,7 @@ class Emitter:
             else:
                 name = pname
             fmt = format_of(elt)
-            self.dev[a] = self._buffer_tensor(self.b.input(self._name(name), shape, fmt, dtype=io_dtype(elt, fmt)))
+            self.dev[a] = self._buffer_tensor(self.b.input(self._name(name), shape, fmt, dtype=io_dtype(elt)))
         # Liveness: the last op index reading each value; which values a host op reads.
         body = ops[:-1]
         self._last_use = {}
@@ -597,7 +602,7 @@ class Emitter:
         for v in reads:
             t = self.tensor(v)
             buf = t.buffer
-            if (tuple(buf.shape) or (1,)) != (tuple(t.shape) or (1,)) or buf.fmt is not t.fmt or buf.addr != t.addr:
+            if not _same_dims(buf.shape, t.shape) or buf.fmt is not t.fmt or buf.addr != t.addr:
                 # An alias (reshape view) or a slot: give the host its own copy of the right shape.
                 t = self._materialize_for_host(v, t, loc)
                 buf = t.buffer
@@ -642,13 +647,13 @@ class Emitter:
         for i, v in enumerate(outs):
             t = self.dev.get(v)
             if (t is not None and v not in done and t.buffer.kind == "output" and t.addr == t.buffer.addr
-                    and t.buffer.name == self._out_name[v] and (tuple(t.buffer.shape) or (1,)) == (tuple(t.shape) or (1,))):
+                    and t.buffer.name == self._out_name[v] and _same_dims(t.buffer.shape, t.shape)):
                 done.add(v)
                 order.append(t.buffer.name)
                 continue
             shape, elt = _tensor_type(v)
             src = self.tensor(v)
-            if (tuple(src.buffer.shape) or (1,)) != (tuple(src.shape) or (1,)) or src.addr != src.buffer.addr:
+            if not _same_dims(src.buffer.shape, src.shape) or src.addr != src.buffer.addr:
                 src = self._materialize_for_host(v, src, loc)
             if v in self._out_taken or v in done:
                 name = self.output_names[i] if self.output_names and i < len(self.output_names) else f"out{i}"
@@ -658,7 +663,7 @@ class Emitter:
                 self._out_taken.add(v)
             if self.cores > 1:
                 self.barrier(loc)
-            out = self.b.output(oname, shape, format_of(elt), dtype=io_dtype(elt, format_of(elt)))
+            out = self.b.output(oname, shape, format_of(elt), dtype=io_dtype(elt))
             # perm is always explicit: the runtime's copy treats a missing perm as numpy's default (reverse).
             self.b.host(0, "copy", [src.buffer], [out], loc=loc, perm=list(range(len(out.shape))))
             self.host_ops.append("copy to output " + oname)

@@ -36,9 +36,9 @@ _FORMATS = {"f32": Format.FP32, "f64": Format.FP64, "!spyre.dlf16": Format.DLF16
 _IO_DTYPES = {"f16": "float16", "bf16": "bfloat16"}
 
 
-def io_dtype(elt, fmt: Format) -> str:
-    """The dtype callers see for an input/output of element type ``elt`` held in ``fmt`` ('' when it is the
-    format's own value dtype)."""
+def io_dtype(elt) -> str:
+    """The dtype callers see for an input/output of element type ``elt`` when its format's value dtype is not it
+    ('' otherwise)."""
     return _IO_DTYPES.get(str(elt), "")
 
 
