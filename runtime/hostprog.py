@@ -235,7 +235,7 @@ def _spyre(step, args, env):
         lhs, rhs = args[0], args[1]
         if a.get("transpose_rhs"):
             rhs = np.swapaxes(rhs, -1, -2)
-        r = np.matmul(lhs.astype(np.float32), rhs.astype(np.float32))
+        r = np.matmul(_wide(lhs), _wide(rhs))
         if name == "matmul" and len(args) > 2:
             r = r + args[2]
         return r
@@ -260,7 +260,7 @@ def _spyre(step, args, env):
         return np.pad(x, list(zip(a["low"], a["high"])), constant_values=a["value"])
     if name == "reduce":
         fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}[a["kind"]]
-        return fn(x.astype(np.float32) if x.dtype.kind == "f" else x, axis=tuple(a["dims"]),
+        return fn(_wide(x) if x.dtype.kind == "f" else x, axis=tuple(a["dims"]),
                   keepdims=bool(a.get("keepdim")))
     if name == "softmax":
         e = np.exp(x - np.max(x, axis=a["dim"], keepdims=True))
@@ -285,6 +285,12 @@ def _spyre(step, args, env):
     if name == "pool2d":
         return _pool2d(x, a)
     raise Unsupported(f"spyre.{name} has no host implementation")
+
+
+def _wide(x):
+    """Floats accumulate in at least fp32 (as the device does); f64 data keeps f64."""
+    x = np.asarray(x)
+    return x if x.dtype == np.float64 else x.astype(np.float32)
 
 
 def _cast(step, args):
