@@ -87,7 +87,7 @@ def check_host_op(entry, buffers: dict, host_functions=frozenset()) -> tuple[str
             raise HostOpError("copy takes one input, one output, attrs shape/perm")
         src, dst = ins[0], outs[0]
         shape = attrs.get("shape") or list(src.shape)
-        if (not isinstance(shape, list) or not all(type(d) is int and d > 0 for d in shape)
+        if (not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape)
                 or math.prod(shape) != math.prod(src.shape)):
             raise HostOpError(f"copy shape {shape!r:.60} does not hold {src.shape}")
         perm = attrs.get("perm") or list(range(len(shape)))

@@ -715,7 +715,8 @@ class Executable:
                 run = run_host_op
 
             def host():
-                args = [(v.read() if v.shadow is not None else v.read_bytes()).reshape(b.shape)
+                # Integers and bools as stored (their fp32 shadow is no integer); floats as the numerics see them.
+                args = [(v.read() if b.fmt.is_float else v.read_bytes()).reshape(b.shape)
                         for v, b in zip(views, ins_bufs)]
                 try:
                     res = run(op, attrs, args, [b.shape for b in out_bufs])

@@ -32,12 +32,19 @@ def make_backend(**options):
 
         def run(*args):
             outs = exe(*args)
-            return tuple(torch.from_numpy(o.copy()) for o in outs)
+            return tuple(_to_torch(o) for o in outs)
 
         run.executable = exe
         return run
 
     return spyre_backend
+
+
+def _to_torch(a) -> torch.Tensor:
+    """numpy -> torch, bfloat16 (ml_dtypes, which torch.from_numpy does not know) by its bits."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view("int16").copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
 
 
 spyre_backend = make_backend()

@@ -97,6 +97,13 @@ def _round_fmt(op):
     return format_of(ir.TypeAttr(attrs["spyre.convert_result"]).value)
 
 
+def _io_unsigned(attrs) -> bool:
+    """An input/result the frontend marked ``spyre.dtype = "uint8"`` (linalg's i8 does not say unsigned)."""
+    from torch_mlir import ir
+
+    return "spyre.dtype" in attrs and ir.StringAttr(attrs["spyre.dtype"]).value == "uint8"
+
+
 def _same_dims(a, b) -> bool:
     """Same buffer dims, a rank-0 tensor counting as one element."""
     return (tuple(a) or (1,)) == (tuple(b) or (1,))
@@ -255,7 +262,8 @@ class Emitter:
         fmt = format_of(elt)
         if v in self._out_name and v not in self._out_taken:
             self._out_taken.add(v)
-            t = self._buffer_tensor(self.b.output(self._out_name[v], shape, fmt, dtype=io_dtype(elt)))
+            t = self._buffer_tensor(self.b.output(self._out_name[v], shape, self._out_fmt.get(v, fmt),
+                                                  dtype=io_dtype(elt)))
         elif host or v in self._host_read:
             t = self._buffer_tensor(self.b.scratch(self._name(f"t{self._op_index}"), shape or (1,), fmt))
         else:
@@ -281,7 +289,12 @@ class Emitter:
         outs = list(ret.operation.operands)
         self._out_name = {}
         self._out_taken = set()
+        # Unsigned results (linalg types them as signless i8): their output buffers hold uint8.
+        self._out_fmt = {}
+        res_attrs = main.operation.attributes["res_attrs"] if "res_attrs" in main.operation.attributes else None
         for i, v in enumerate(outs):
+            if res_attrs is not None and _io_unsigned(ir.DictAttr(res_attrs[i])):
+                self._out_fmt[v] = Format.UINT8
             if v not in self._out_name:
                 name = self.output_names[i] if self.output_names and i < len(self.output_names) else f"out{i}"
                 self._out_name[v] = self._name(name)
@@ -310,7 +323,7 @@ class Emitter:
                 n_in += 1
             else:
                 name = pname
-            fmt = format_of(elt)
+            fmt = Format.UINT8 if arg_attrs is not None and _io_unsigned(ir.DictAttr(arg_attrs[i])) else format_of(elt)
             self.dev[a] = self._buffer_tensor(self.b.input(self._name(name), shape, fmt, dtype=io_dtype(elt)))
         # Liveness: the last op index reading each value; which values a host op reads.
         body = ops[:-1]
@@ -663,7 +676,7 @@ class Emitter:
                 self._out_taken.add(v)
             if self.cores > 1:
                 self.barrier(loc)
-            out = self.b.output(oname, shape, format_of(elt), dtype=io_dtype(elt))
+            out = self.b.output(oname, shape, self._out_fmt.get(v, format_of(elt)), dtype=io_dtype(elt))
             # perm is always explicit: the runtime's copy treats a missing perm as numpy's default (reverse).
             self.b.host(0, "copy", [src.buffer], [out], loc=loc, perm=list(range(len(out.shape))))
             self.host_ops.append("copy to output " + oname)

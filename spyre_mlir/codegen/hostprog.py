@@ -88,6 +88,31 @@ def _affine(e) -> list:
     raise Unsupported(f"affine expression {e}")
 
 
+def dense_values(a) -> np.ndarray:
+    """A dense elements attribute as a numpy array. bf16 (which the bindings cannot hand to numpy) is read from
+    its printed form: a hex blob of the raw bits, or a nested list of decimal values."""
+    from torch_mlir import ir
+
+    try:
+        return np.array(a)
+    except (TypeError, ValueError):
+        pass
+    t = ir.RankedTensorType(a.type)
+    if str(t.element_type) != "bf16":
+        raise Unsupported(f"constant of type {a.type}")
+    import ml_dtypes
+
+    body = str(a).split(":")[0].strip()[len("dense<"):-1]
+    n = math.prod(t.shape)
+    if body.startswith('"0x'):
+        bits = np.frombuffer(bytes.fromhex(body[3:-1]), dtype="<u2")
+        vals = bits.view(ml_dtypes.bfloat16).astype(np.float32)
+    else:
+        vals = np.array([float(v) for v in body.replace("[", " ").replace("]", " ").replace(",", " ").split()],
+                        np.float32)
+    return (vals.reshape(t.shape) if vals.size == n else np.full(tuple(t.shape), vals.reshape(-1)[0], np.float32))
+
+
 class _Translator:
     def __init__(self):
         self.ids: dict = {}
@@ -134,9 +159,10 @@ class _Translator:
             a = o.attributes["value"]
             if isinstance(a, (ir.DenseElementsAttr,)) or isinstance(a, ir.DenseFPElementsAttr) or \
                     isinstance(a, ir.DenseIntElementsAttr):
-                arr = np.array(a)
-                attrs["value"] = arr.reshape(-1).tolist() if not a.is_splat else [arr.reshape(-1)[0].item()]
-                attrs["splat"] = bool(a.is_splat)
+                arr = dense_values(a)
+                splat = bool(a.is_splat) and arr.size > 0
+                attrs["value"] = [arr.reshape(-1)[0].item()] if splat else arr.reshape(-1).tolist()
+                attrs["splat"] = splat
             else:
                 attrs["value"] = [_attr_py(a)]
                 attrs["splat"] = True

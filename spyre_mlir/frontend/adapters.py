@@ -10,6 +10,12 @@ version (20261001):
   cannot map; Hugging Face models use it to build position ids from the attention mask.
 * ``aten.cummax``, ``aten.cummin`` and ``aten.median.dim`` fail in the torch backend pipeline ("failed to legalize
   operation 'torch.operator'").
+* ``aten.maximum`` / ``aten.minimum`` lower to ``cmpf ogt`` + ``select``, which drops a NaN in the first operand
+  (PyTorch propagates NaN from either side).
+* Arithmetic, comparisons and reductions on int8/uint8 tensors **crash the process** (a segfault in
+  TorchToLinalg building 8-bit scalar ops, e.g. ``uint8 * 7``, ``// 3``, ``.max()``). They are computed in int32
+  and converted back (:func:`widen_narrow_integers`): exact, since 8-bit wrap-around is int32 arithmetic
+  truncated, and comparisons, division and extrema do not depend on the width.
 
 To add an adapter: write the decomposition, add an :class:`Adapter` to ``ADAPTERS`` with its reason, and a
 test in ``test/unit/test_adapters.py`` comparing the adapted program with eager PyTorch.
@@ -122,7 +128,30 @@ def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[to
     return values, indices
 
 
+def _nan_propagating(x: torch.Tensor, y: torch.Tensor, take_x: torch.Tensor) -> torch.Tensor:
+    dtype = torch.result_type(x, y)
+    x, y = x.to(dtype), y.to(dtype)
+    if dtype.is_floating_point:
+        take_x = take_x | x.isnan()
+    return torch.where(take_x, x, y)
+
+
+def maximum_propagating_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``maximum(x, y)`` with PyTorch's NaN rule (a NaN on either side is the result)."""
+    return _nan_propagating(x, y, x > y)
+
+
+def minimum_propagating_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``minimum(x, y)`` with PyTorch's NaN rule."""
+    return _nan_propagating(x, y, x < y)
+
+
 ADAPTERS: list[Adapter] = [
+    Adapter(
+        name="maximum-propagating-nan",
+        why="aten.maximum lowers to cmpf ogt + select, which loses a NaN first operand",
+        decompositions={aten.maximum.default: maximum_propagating_nan, aten.minimum.default: minimum_propagating_nan},
+    ),
     Adapter(
         name="cumsum-as-triangular-matmul",
         why="aten.cumsum lowers to tm_tensor.scan (a sequential scan outside linalg); Hugging Face models "
@@ -169,6 +198,68 @@ def select_adapters(ep: torch.export.ExportedProgram, adapters: list[Adapter] | 
     return chosen
 
 
+NARROW_INTEGERS = (torch.int8, torch.uint8)
+# Ops that only move or relabel 8-bit data (and the conversion the widening itself uses): left as they are.
+_MOVES_ONLY = {"_to_copy", "to", "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "expand",
+               "slice", "select", "cat", "stack", "clone", "copy", "alias", "lift_fresh_copy", "detach",
+               "squeeze", "unsqueeze", "flatten", "unflatten", "contiguous", "index", "gather", "index_select",
+               "_assert_tensor_metadata", "split", "split_with_sizes", "chunk", "narrow", "empty", "zeros_like",
+               "ones_like", "full_like", "empty_like", "sym_size", "sym_numel", "sym_stride", "constant_pad_nd",
+               "flip", "roll", "repeat", "unbind", "as_strided", "diagonal", "movedim", "tensor_split", "_local_scalar_dense"}
+_ARITH = ("add", "sub", "mul", "div", "floor_divide", "remainder", "fmod", "neg", "abs", "sign", "pow", "clamp",
+          "clamp_min", "clamp_max", "maximum", "minimum", "max", "min", "amax", "amin", "sum", "prod", "mean",
+          "argmax", "argmin", "eq", "ne", "lt", "le", "gt", "ge", "where", "bitwise_and", "bitwise_or",
+          "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "__lshift__", "__rshift__",
+          "cumsum", "cumprod", "sort", "topk", "mm", "bmm", "matmul", "addmm", "square")
+
+
+def _narrow_int(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype in NARROW_INTEGERS
+
+
+def _widened(target, fallback):
+    """``target`` computed in int32 when an int8/uint8 tensor is among its arguments, then narrowed back to
+    the dtype PyTorch's promotion gives; otherwise ``fallback`` (the table's own decomposition, if any)."""
+    from torch.utils import _pytree as pytree
+
+    def decomposition(*args, **kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        narrow = [a for a in flat if _narrow_int(a)]
+        if not narrow:
+            return fallback(*args, **kwargs) if fallback is not None else NotImplemented
+        promoted = narrow[0].dtype
+        for a in flat:
+            if isinstance(a, torch.Tensor):
+                promoted = torch.promote_types(promoted, a.dtype)
+            elif isinstance(a, (bool, int, float)):
+                promoted = torch.result_type(torch.empty((), dtype=promoted), a)
+        wide_args, wide_kwargs = pytree.tree_unflatten(
+            [a.to(torch.int32) if _narrow_int(a) else a for a in flat], spec)
+        result = target(*wide_args, **wide_kwargs)
+        return pytree.tree_map(
+            lambda r: r.to(promoted) if isinstance(r, torch.Tensor) and r.dtype == torch.int32 else r, result)
+
+    return decomposition
+
+
+def widen_narrow_integers(ep: torch.export.ExportedProgram, table: dict) -> bool:
+    """Wrap, in ``table``, every op of ``ep`` (and the common arithmetic overloads decompositions produce) so
+    that it computes in int32 when given int8/uint8 tensors. Returns False (nothing done) when the program holds
+    no 8-bit integer tensor."""
+    nodes = [n for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes]
+    if not any(_narrow_int(n.meta.get("val")) for n in nodes):
+        return False
+    targets = {n.target for n in nodes if isinstance(n.target, torch._ops.OpOverload)}
+    for name in _ARITH:
+        packet = getattr(aten, name, None)
+        if packet is not None:
+            targets.update(getattr(packet, o) for o in packet.overloads())
+    for t in targets:
+        if t.__name__.split(".")[0] not in _MOVES_ONLY:
+            table[t] = _widened(t, table.get(t))
+    return True
+
+
 def adapt(
     ep: torch.export.ExportedProgram, adapters: list[Adapter] | None = None
 ) -> tuple[torch.export.ExportedProgram, list[str]]:
@@ -181,4 +272,7 @@ def adapt(
     table = decomposition_table()
     for adapter in chosen:
         table.update(adapter.decompositions)
-    return ep.run_decompositions(table), [a.name for a in chosen]
+    names = [a.name for a in chosen]
+    if widen_narrow_integers(ep, table):
+        names.append("int8-computes-in-int32")
+    return ep.run_decompositions(table), names

@@ -43,6 +43,8 @@ from .errors import ExportError, FrontendError, StageError
 INLINE_CONSTANT_MAX_ELEMENTS = 64
 
 PARAM_ATTR = "spyre.param"
+DTYPE_ATTR = "spyre.dtype"
+UNSIGNED = ("uint8",)
 
 TORCH_PIPELINE = (
     "builtin.module(func.func(torch-match-quantized-custom-ops), "
@@ -99,7 +101,7 @@ def import_model(
     ep = load_program(model_or_path, example_inputs, input_shapes, trust_pickle)
     imported = import_program(ep)
     if stage == "linalg":
-        imported.linalg_ir = lower_to_linalg(imported.torch_ir)
+        imported.linalg_ir = lower_to_linalg(imported.torch_ir, isolate=_has_empty_tensor(ep))
     elif stage != "torch":
         raise ValueError(f"stage must be 'torch' or 'linalg', not {stage!r}")
     return imported
@@ -113,6 +115,7 @@ def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
         ep, applied = adapt(ep)
     except Exception as e:
         raise StageError(f"decomposing the exported program failed: {type(e).__name__}: {_first_line(e)}") from e
+    _check_static_shapes(ep)
     graph, params, inputs, outputs = _parameters_as_arguments(ep)
 
     context = ir.Context()
@@ -122,7 +125,7 @@ def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
         func_op = importer.import_stateless_graph(graph, func_name="main")
     except Exception as e:
         raise StageError(f"Torch-MLIR's FX importer failed: {type(e).__name__}: {_first_line(e)}") from e
-    _mark_params(func_op, len(inputs), list(params), context)
+    _mark_params(func_op, inputs, list(params), outputs, context)
     module = importer.module
     run_pipeline(module, TORCH_PIPELINE, "torch")
     return ImportedModel(
@@ -130,8 +133,41 @@ def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
     )
 
 
-def lower_to_linalg(torch_ir: str) -> str:
-    """Run the upstream torch -> linalg-on-tensors pipeline on torch backend IR text."""
+# The child that lowers in its own process: torch_mlir only (no torch import), IR text in and out.
+_CHILD = """
+import sys
+from torch_mlir import ir
+from torch_mlir.dialects import torch as torch_d
+from torch_mlir.passmanager import PassManager
+context = ir.Context()
+torch_d.register_dialect(context)
+module = ir.Module.parse(sys.stdin.read(), context)
+try:
+    with context:
+        PassManager.parse(sys.argv[1]).run(module.operation)
+except ir.MLIRError as e:
+    sys.stderr.write(str(e))
+    sys.exit(3)
+sys.stdout.write(module.operation.get_asm(large_elements_limit=None, enable_debug_info=True))
+"""
+
+
+def lower_to_linalg(torch_ir: str, isolate: bool = False) -> str:
+    """Run the upstream torch -> linalg-on-tensors pipeline on torch backend IR text. ``isolate`` runs it in a
+    child process: Torch-MLIR's lowering dies of a native signal on some programs (integer division by zero in
+    its folders on zero-size dims), and a crash there must be an error, not the end of the caller's process."""
+    if isolate:
+        import subprocess
+        import sys
+
+        r = subprocess.run([sys.executable, "-c", _CHILD, LINALG_PIPELINE], input=torch_ir, capture_output=True,
+                           text=True)
+        if r.returncode:
+            detail = (r.stderr.strip() or "no message").splitlines()
+            what = f"crashed (signal {-r.returncode})" if r.returncode < 0 else "failed"
+            raise StageError(f"the linalg stage {what}: {' | '.join(detail[:4])[:600]}", input_ir=torch_ir,
+                             pipeline=LINALG_PIPELINE)
+        return r.stdout
     context = ir.Context()
     torch_d.register_dialect(context)
     module = ir.Module.parse(torch_ir, context)
@@ -247,12 +283,30 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
     for i, (spec, arg) in enumerate(zip(user_outputs, out_node.args[0])):
         val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
         if isinstance(val, torch.Tensor):
-            if not all(isinstance(d, int) for d in val.shape):
-                raise ExportError(f"output {i} has a data-dependent shape {tuple(val.shape)} (nonzero, boolean "
-                                  f"masking, unique...); the Spyre compiler needs static shapes. Under "
-                                  f"torch.compile the spyre backend runs such graphs eagerly.")
             outputs.append(TensorSpec(f"output_{i}", tuple(int(d) for d in val.shape), _dtype_name(val.dtype)))
     return graph, params, inputs, outputs
+
+
+def _has_empty_tensor(ep: torch.export.ExportedProgram) -> bool:
+    vals = [v for n in ep.graph.nodes for v in (n.meta.get("val") if isinstance(n.meta.get("val"), (list, tuple))
+                                                 else [n.meta.get("val")])]
+    return any(isinstance(v, torch.Tensor) and v.numel() == 0 for v in vals)
+
+
+def _check_static_shapes(ep: torch.export.ExportedProgram) -> None:
+    """Refuse data-dependent shapes (boolean masking, nonzero, unique) anywhere in the program, naming the op
+    and its source line: the Spyre compiler plans static shapes (and Torch-MLIR's lowering does not finish on
+    some of them)."""
+    for node in ep.graph.nodes:
+        vals = node.meta.get("val")
+        vals = vals if isinstance(vals, (list, tuple)) else [vals]
+        for v in vals:
+            if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+                trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+                where = f" at {trace[-2].strip()}" if len(trace) >= 2 else ""
+                raise ExportError(f"{node.target} gives a data-dependent shape {tuple(v.shape)}{where}; the Spyre "
+                                  f"compiler needs static shapes (under torch.compile the spyre backend runs such "
+                                  f"graphs eagerly).")
 
 
 def _numpy_view(t: torch.Tensor) -> np.ndarray:
@@ -271,12 +325,18 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _mark_params(func_op, num_inputs: int, names: list[str], context) -> None:
-    """Attach ``spyre.param = "<name>"`` to the trailing arguments of ``@main``."""
+def _mark_params(func_op, inputs: list[TensorSpec], names: list[str], outputs: list[TensorSpec], context) -> None:
+    """Attach ``spyre.param = "<name>"`` to the trailing arguments of ``@main``, and ``spyre.dtype = "uint8"`` to
+    the inputs and results whose signedness linalg's signless i8 loses."""
+    def io(spec):
+        return {DTYPE_ATTR: ir.StringAttr.get(spec.dtype)} if spec.dtype in UNSIGNED else {}
+
     with context:
-        attrs = [ir.DictAttr.get({}) for _ in range(num_inputs)]
+        attrs = [ir.DictAttr.get(io(spec)) for spec in inputs]
         attrs += [ir.DictAttr.get({PARAM_ATTR: ir.StringAttr.get(name)}) for name in names]
         func_op.arg_attrs = ir.ArrayAttr.get(attrs)
+        if any(spec.dtype in UNSIGNED for spec in outputs):
+            func_op.result_attrs = ir.ArrayAttr.get([ir.DictAttr.get(io(spec)) for spec in outputs])
 
 
 class _DenseLiteralHooks(FxImporterHooks):

@@ -127,3 +127,47 @@ func.func @argmax(%x: tensor<4x16xf32>) -> (tensor<4xf32>, tensor<4xi64>) {
   } -> (tensor<4xf32>, tensor<4xi64>)
   return %r#0, %r#1 : tensor<4xf32>, tensor<4xi64>
 }
+
+// -----
+
+// Element types the device cannot hold never reach it: an f64 computation (not a norm's statistics: asinh) and
+// a complex one stay linalg ops and go to the host with the type as the reason; the f64 sum, converted because
+// norm statistics use the same arithmetic, is wrapped after conversion because no fusion absorbed it.
+// CHECK-LABEL: func.func @host_types
+// CHECK: "spyre.host"() ({
+// CHECK-NEXT: linalg.generic
+// CHECK: math.asinh
+// CHECK: }) {reason = "f64 has no device format"} : () -> tensor<4x8xf64>
+// CHECK: "spyre.host"() ({
+// CHECK-NEXT: "spyre.reduce"
+// CHECK: }) {reason = "f64 has no device format"} : () -> tensor<4xf64>
+// CHECK: "spyre.host"() ({
+// CHECK-NEXT: linalg.generic
+// CHECK: complex.mul
+// CHECK: }) {reason = "complex<f32> has no device format"} : () -> tensor<4xcomplex<f32>>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#id1 = affine_map<(d0) -> (d0)>
+func.func @host_types(%x: tensor<4x8xf64>, %c: tensor<4xcomplex<f32>>) -> (tensor<4xf64>, tensor<4xcomplex<f32>>) {
+  %e = tensor.empty() : tensor<4x8xf64>
+  %a = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xf64>) outs(%e : tensor<4x8xf64>) {
+  ^bb0(%in: f64, %out: f64):
+    %v = math.asinh %in : f64
+    linalg.yield %v : f64
+  } -> tensor<4x8xf64>
+  %z = arith.constant 0.0 : f64
+  %e1 = tensor.empty() : tensor<4xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e1 : tensor<4xf64>) -> tensor<4xf64>
+  %s = linalg.generic {indexing_maps = [#id2, #row], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<4x8xf64>) outs(%f : tensor<4xf64>) {
+  ^bb0(%in: f64, %out: f64):
+    %v = arith.addf %in, %out : f64
+    linalg.yield %v : f64
+  } -> tensor<4xf64>
+  %ec = tensor.empty() : tensor<4xcomplex<f32>>
+  %m = linalg.generic {indexing_maps = [#id1, #id1], iterator_types = ["parallel"]} ins(%c : tensor<4xcomplex<f32>>) outs(%ec : tensor<4xcomplex<f32>>) {
+  ^bb0(%in: complex<f32>, %out: complex<f32>):
+    %v = complex.mul %in, %in : complex<f32>
+    linalg.yield %v : complex<f32>
+  } -> tensor<4xcomplex<f32>>
+  return %s, %m : tensor<4xf64>, tensor<4xcomplex<f32>>
+}

@@ -214,7 +214,7 @@ def _first(e: BaseException, lines: int = 1) -> str:
 def _selected(a):
     i, n = (int(x) for x in a.shard.split("/"))
     only = set(filter(None, a.ops.split(",")))
-    for k, case in enumerate(iter_cases(a.samples)):
+    for k, case in enumerate(iter_cases(a.samples, a.stride)):
         if k % n == i and (not only or case[0].split("/")[0] in only):
             yield case
 
@@ -247,6 +247,7 @@ def main(argv=None) -> int:
     p.add_argument("--cores", type=int, default=4)
     p.add_argument("--samples", type=int, default=2, help="sample inputs per (op, dtype)")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th case starting at i")
+    p.add_argument("--stride", type=int, default=1, help="only every stride-th (op, dtype) pair (a quick slice)")
     p.add_argument("--ops", default="", help="comma-separated op names (default: every op)")
     p.add_argument("--limit", type=int, default=0, help="stop after this many cases")
     p.add_argument("--out", required=True, help="JSON lines file")

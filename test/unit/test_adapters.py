@@ -57,6 +57,12 @@ CASES = {
         (lambda x: torch.cummin(x, -1), (torch.randint(-9, 9, (3, 5), dtype=torch.int32),),
          [(torch.full((3, 5), 7, dtype=torch.int32),)]),
     ],
+    "maximum-propagating-nan": [
+        (torch.maximum, (torch.tensor([1.0, float("nan"), -2.0, 0.5]), torch.tensor([0.0, 0.0, float("nan"), 1.0])),
+         [(torch.randn(4), torch.randn(4))]),
+        (torch.minimum, (torch.tensor([1.0, float("nan"), -2.0]), torch.tensor([0.0, 0.0, float("nan")])), []),
+        (torch.maximum, (torch.arange(6), torch.full((6,), 2, dtype=torch.int32)), []),   # int: promotion kept
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),

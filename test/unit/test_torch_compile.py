@@ -44,3 +44,25 @@ def test_new_shape_recompiles():
     x2 = torch.randn(2 * x.shape[0], *x.shape[1:], generator=torch.Generator().manual_seed(4))
     assert _rel_err(fast(x), model(x)) < 1e-5
     assert _rel_err(fast(x2), model(x2)) < 1e-5
+
+
+def test_graph_breaks_give_eagers_answer():
+    """Data-dependent Python (.item()) and shapes (boolean masking) split the graph; the pieces compile (or run
+    eagerly when torch.export cannot take them) and the answer is eager's."""
+
+    def fn(x):
+        s = x.sum().item()                      # a graph break: a Python float from a tensor
+        y = x * s
+        return y[y > 0].sum() + y.double().mean()
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))
+    fast = torch.compile(fn, backend=spyre_mlir.backend.make_backend(precision="fp32-reference", cores=2))
+    torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_bf16_outputs_come_back_as_bf16():
+    fast = torch.compile(lambda a: a * 2 + 1, backend=spyre_mlir.backend.make_backend(precision="fp32-reference"))
+    a = torch.randn(3, 5).bfloat16()
+    y = fast(a)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, a * 2 + 1)
