@@ -15,6 +15,7 @@ import warnings
 import torch
 
 from spyre_mlir.compiler import compile as _compile
+from spyre_mlir.compiler import to_torch
 from spyre_mlir.errors import UnsupportedModelError
 
 
@@ -32,19 +33,12 @@ def make_backend(**options):
 
         def run(*args):
             outs = exe(*args)
-            return tuple(_to_torch(o) for o in outs)
+            return tuple(to_torch(o) for o in outs)
 
         run.executable = exe
         return run
 
     return spyre_backend
-
-
-def _to_torch(a) -> torch.Tensor:
-    """numpy -> torch, bfloat16 (ml_dtypes, which torch.from_numpy does not know) by its bits."""
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view("int16").copy()).view(torch.bfloat16)
-    return torch.from_numpy(a.copy())
 
 
 spyre_backend = make_backend()

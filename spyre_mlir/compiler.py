@@ -45,6 +45,8 @@ class CompileInfo:
     host_ops: list
     key: str
     device_ops: list = dataclasses.field(default_factory=list)   # kernels run on the device
+    # In-place updates as data flow: (kind "buffer" | "input", target name, input index, output index).
+    state: list = dataclasses.field(default_factory=list)
 
 
 _VERSION = None
@@ -231,7 +233,9 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             _atomic_write(cached[:-len(".spyre")] + ".json", json.dumps({"host_ops": host_ops,
                                                                         "device_ops": device_ops}))
     path = output or cached or dest
-    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops)
+    names = [spec.name for spec in imported.inputs]
+    state = [(st.kind, st.target, names.index(st.target), st.output) for st in imported.state]
+    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops, state)
     return path, tgt, info
 
 
@@ -274,7 +278,64 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
         raise InternalError(f"internal error in spyre-mlir while loading the compiled program: "
                             f"{type(e).__name__}: {e}") from e
     exe.compile_info = info
+    if info.state:
+        return StatefulExecutable(exe, model_or_path if hasattr(model_or_path, "get_buffer") else None)
     return exe
+
+
+class StatefulExecutable:
+    """An executable whose model updates state in place (batch-norm statistics in training mode, a counter
+    buffer, ``x.mul_(2)`` on an input). As under torch.compile, the compiled program returns the new values;
+    a call passes the module's current buffers, writes the new values back into them (and into mutated
+    inputs) and returns the user outputs only. Everything else is the wrapped Executable's."""
+
+    def __init__(self, exe, module):
+        self._exe, self._module = exe, module
+        self._n_user = len(exe.output_buffers) - len(exe.compile_info.state)
+
+    def __getattr__(self, name):
+        return getattr(self._exe, name)
+
+    def __call__(self, *args):
+        state = self._exe.compile_info.state
+        buffers = {target: self._module.get_buffer(target) for kind, target, _, _ in state
+                   if kind == "buffer" and self._module is not None}
+        n_in = len(self._exe.input_buffers)
+        full = list(args) + [None] * (n_in - len(args))
+        for kind, target, i, _ in state:
+            if kind == "buffer" and full[i] is None:
+                if target not in buffers:
+                    raise CompileError(f"the program updates buffer '{target}': pass its current value as "
+                                       f"input {i}")
+                full[i] = buffers[target]
+        outs = self._exe(*full)
+        for kind, target, i, o in state:
+            dst = buffers.get(target) if kind == "buffer" else args[i]
+            if dst is not None:
+                _write_back(dst, outs[o])
+        return outs[:self._n_user]
+
+
+def _write_back(dst, value) -> None:
+    """Copy a program's new value of a state tensor into the caller's tensor or array, in place."""
+    import numpy as np
+
+    if hasattr(dst, "copy_"):
+        import torch
+
+        with torch.no_grad():
+            dst.copy_(to_torch(value))
+    else:
+        np.copyto(dst, value, casting="unsafe")
+
+
+def to_torch(a):
+    """A numpy result as a torch tensor (bfloat16, from ml_dtypes, by its bits: torch.from_numpy lacks it)."""
+    import torch
+
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view("int16").copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
 
 
 def compile_to_file(model_or_path, example_inputs=None, *, output: str, precision: str = "dlf16",

@@ -64,12 +64,24 @@ class TensorSpec:
     dtype: str
 
 
+@dataclasses.dataclass(frozen=True)
+class StateSpec:
+    """An in-place update ``forward`` makes, turned into data flow (as torch.compile does): ``kind`` "buffer" (a
+    module buffer, by its path ``target``, which is also an input of that name after the user inputs) or "input"
+    (the user input named ``target``); its new value is output number ``output``. Callers write it back."""
+
+    kind: str
+    target: str
+    output: int
+
+
 @dataclasses.dataclass
 class ImportedModel:
     """A model imported to MLIR, with its weights kept outside the IR.
 
-    ``@main``'s arguments are ``inputs`` in order, then one argument per entry of ``params`` (same order),
-    carrying ``{spyre.param = "<name>"}``. ``linalg_ir`` is None when import stopped at the torch stage.
+    ``@main``'s arguments are ``inputs`` in order (user inputs, then buffers the program updates in place), then
+    one argument per entry of ``params`` (same order), carrying ``{spyre.param = "<name>"}``. Its results are
+    the user outputs, then the updated values listed in ``state``. ``linalg_ir`` is None when import stopped at the torch stage.
     """
 
     torch_ir: str
@@ -78,6 +90,8 @@ class ImportedModel:
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     adapters: list[str] = dataclasses.field(default_factory=list)
+    # In-place updates the program makes (buffers and user inputs), returned as extra outputs.
+    state: list["StateSpec"] = dataclasses.field(default_factory=list)
 
     @property
     def param_names(self) -> list[str]:
@@ -116,7 +130,7 @@ def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
     except Exception as e:
         raise StageError(f"decomposing the exported program failed: {type(e).__name__}: {_first_line(e)}") from e
     _check_static_shapes(ep)
-    graph, params, inputs, outputs = _parameters_as_arguments(ep)
+    graph, params, inputs, outputs, state = _parameters_as_arguments(ep)
 
     context = ir.Context()
     torch_d.register_dialect(context)
@@ -129,7 +143,8 @@ def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
     module = importer.module
     run_pipeline(module, TORCH_PIPELINE, "torch")
     return ImportedModel(
-        torch_ir=_asm(module), linalg_ir=None, params=params, inputs=inputs, outputs=outputs, adapters=applied
+        torch_ir=_asm(module), linalg_ir=None, params=params, inputs=inputs, outputs=outputs, adapters=applied,
+        state=state,
     )
 
 
@@ -214,18 +229,16 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
     placeholders (unused ones dropped). Returns (graph, params as numpy views, input specs, output specs)."""
     sig = ep.graph_signature
     old_placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    mutated_buffers = {spec.target for spec in sig.output_specs if spec.kind == OutputKind.BUFFER_MUTATION}
     for spec in sig.output_specs:
-        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
-            raise FrontendError(
-                f"the model updates {spec.target or spec.arg.name!r} in place during forward (for example "
-                f"batch-norm statistics in training mode, or a KV cache); only inference graphs without state "
-                f"updates can be compiled. Call model.eval() and remove in-place state updates before export."
-            )
+        if spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+            raise FrontendError(f"unsupported program output {spec.kind.name} {spec.target!r}")
 
     graph = torch.fx.Graph()
     val_map: dict[torch.fx.Node, Any] = {}
     inputs: list[TensorSpec] = []
     trailing: list[tuple[torch.fx.Node, str, torch.Tensor]] = []
+    state_inputs: list[tuple[torch.fx.Node, str]] = []
     for spec in sig.input_specs:
         node = old_placeholders.get(spec.arg.name) if hasattr(spec.arg, "name") else None
         if spec.kind == InputKind.USER_INPUT:
@@ -247,7 +260,9 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
             new = graph.placeholder(node.name)
             new.meta = dict(node.meta)
             val_map[node] = new
-            inputs.append(TensorSpec(node.name, tuple(int(d) for d in val.shape), _dtype_name(val.dtype)))
+            inputs.append(_spec(node.name, val))
+        elif spec.kind == InputKind.BUFFER and spec.target in mutated_buffers:
+            state_inputs.append((node, spec.target))   # state: an input, since each call changes it
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             if spec.target in ep.state_dict:
                 value = ep.state_dict[spec.target]
@@ -262,6 +277,12 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
                 trailing.append((node, spec.target, value))
         else:
             raise FrontendError(f"unsupported program input {spec.kind.name} {spec.target!r}")
+    # Mutated buffers follow the user inputs, named by their module path.
+    for node, target in state_inputs:
+        new = graph.placeholder(node.name)
+        new.meta = dict(node.meta)
+        val_map[node] = new
+        inputs.append(_spec(target, node.meta["val"]))
 
     params: dict[str, np.ndarray] = {}
     for node, name, value in trailing:
@@ -275,16 +296,29 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
 
     # graph_copy skips nodes already in val_map; the remaining placeholders are all mapped above.
     out = graph.graph_copy(ep.graph, val_map, return_output_node=True)
-    graph.output(out[0] if isinstance(out, tuple) else out)
-
-    outputs = []
-    user_outputs = [s for s in sig.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    copied = list(out[0] if isinstance(out, tuple) else out)
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
-    for i, (spec, arg) in enumerate(zip(user_outputs, out_node.args[0])):
-        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    originals = list(out_node.args[0])
+    # User outputs first, then the new value of every mutated buffer and user input (state outputs).
+    user = [i for i, s in enumerate(sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+    mutations = [i for i, s in enumerate(sig.output_specs) if s.kind != OutputKind.USER_OUTPUT]
+    graph.output(tuple(copied[i] for i in user + mutations))
+
+    outputs, state = [], []
+    for k, i in enumerate(user):
+        val = originals[i].meta.get("val") if isinstance(originals[i], torch.fx.Node) else None
         if isinstance(val, torch.Tensor):
-            outputs.append(TensorSpec(f"output_{i}", tuple(int(d) for d in val.shape), _dtype_name(val.dtype)))
-    return graph, params, inputs, outputs
+            outputs.append(_spec(f"output_{k}", val))
+    for i in mutations:
+        spec = sig.output_specs[i]
+        kind = "buffer" if spec.kind == OutputKind.BUFFER_MUTATION else "input"
+        outputs.append(_spec(f"{spec.target}.updated", originals[i].meta["val"]))
+        state.append(StateSpec(kind, spec.target, len(outputs) - 1))
+    return graph, params, inputs, outputs, state
+
+
+def _spec(name: str, val: torch.Tensor) -> TensorSpec:
+    return TensorSpec(name, tuple(int(d) for d in val.shape), _dtype_name(val.dtype))
 
 
 def _has_empty_tensor(ep: torch.export.ExportedProgram) -> bool:

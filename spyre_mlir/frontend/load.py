@@ -166,7 +166,8 @@ def _resolve_inputs(example_inputs, input_shapes, what: str, fallback=None) -> t
 
 
 def _export(module: torch.nn.Module, inputs: tuple, what: str) -> torch.export.ExportedProgram:
-    module.eval()
+    # The module's own mode, as torch.compile keeps it: training-mode batch norm updates its statistics (state
+    # outputs written back after each call); call model.eval() for inference.
     try:
         return torch.export.export(module, inputs, strict=False)
     except Exception as e:  # torch.export raises many types; all mean "this model did not trace"

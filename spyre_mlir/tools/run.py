@@ -5,7 +5,9 @@
     spyre-run model.spyre --disassemble
 
 Inputs are matched by name (npz keys equal to the program's input names), else by order. Outputs are saved
-as output_0, output_1, ... Errors print one line ``spyre-run: error: ...`` and exit 1 (2 for usage errors).
+by the program's output names: output_0, output_1, ..., then ``<buffer>.updated`` for state the model updates in
+place (feed it back as the input ``<buffer>`` of the next call). Errors print one line ``spyre-run: error: ...``
+and exit 1 (2 for usage errors).
 Only numpy, the runtime and (for --profile) rich are imported: no torch, so start-up stays fast.
 """
 
@@ -34,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Run a .spyre binary on the Spyre emulator.")
     p.add_argument("model", help="the .spyre file")
     p.add_argument("-i", "--inputs", help=".npz with the inputs (by name, else in order)")
-    p.add_argument("-o", "--output", help="write outputs to this .npz (output_0, output_1, ...)")
+    p.add_argument("-o", "--output", help="write outputs to this .npz, by output name (output_0, ..., <buffer>.updated)")
     p.add_argument("--profile", action="store_true", help="print the modeled profile as a table")
     p.add_argument("--json", action="store_true", help="print outputs summary and profile as JSON")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
@@ -73,10 +75,10 @@ def _inputs(exe, path: str | None) -> list[np.ndarray]:
                      f"the program takes {', '.join(names)})")
 
 
-def _save(path: str, outs) -> None:
+def _save(path: str, names, outs) -> None:
     from spyre_mlir.runtime.binary import atomic_write
     buf = io.BytesIO()
-    np.savez(buf, **{f"output_{i}": o for i, o in enumerate(outs)})
+    np.savez(buf, **dict(zip(names, outs)))
     atomic_write(path, buf.getvalue())
 
 
@@ -154,7 +156,7 @@ def main(argv=None) -> int:
         exe = load(args.model, target=args.target, numerics=args.numerics)
         outs = exe(*_inputs(exe, args.inputs))
         if args.output:
-            _save(args.output, outs)
+            _save(args.output, exe.output_names, outs)
         if args.trace:
             write_trace(exe.profile, args.trace)
     except BrokenPipeError:       # e.g. `spyre-run --disassemble m.spyre | head`: the reader left, fine

@@ -141,9 +141,11 @@ class Counter(torch.nn.Module):
         return x + self.steps
 
 
-def test_state_updates_are_refused():
-    with pytest.raises(FrontendError, match="in place"):
-        import_model(Counter(), (torch.randn(2),), stage="torch")
+def test_state_updates_become_inputs_and_outputs():
+    result = import_model(Counter(), (torch.randn(2),), stage="torch")
+    assert [s.name for s in result.inputs] == ["x", "steps"] and not result.params
+    assert [s.name for s in result.outputs] == ["output_0", "steps.updated"]
+    assert [(s.kind, s.target, s.output) for s in result.state] == [("buffer", "steps", 1)]
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
@@ -155,7 +157,7 @@ def test_rebuilt_graph_computes_the_model(name):
 
     model, inputs = EXAMPLES[name].build()
     ep, _ = adapt(torch.export.export(model, inputs))
-    graph, params, _, _ = _parameters_as_arguments(ep)
+    graph, params, _, _, _ = _parameters_as_arguments(ep)
     (out,) = torch.fx.GraphModule(torch.nn.Module(), graph)(*inputs, *map(torch.from_numpy, params.values()))
     torch.testing.assert_close(out, model(*inputs))
 
