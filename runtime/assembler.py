@@ -397,7 +397,7 @@ def _to_device_image(buf: Buffer, bits: np.ndarray) -> bytes:
     """Lay a storage array out in the buffer's stick layout (innermost rows padded with zeros)."""
     raw = np.ascontiguousarray(bits).view(np.uint8)
     rows = buf.rows
-    raw = raw.reshape(rows, -1)
+    raw = raw.reshape(rows, buf.row_bytes if raw.size == 0 else -1)   # an empty constant has no bytes to infer
     if raw.shape[1] != buf.row_bytes:
         raise ValueError(f"constant '{buf.name}': {raw.shape[1]} bytes per row, expected {buf.row_bytes}")
     img = np.zeros((rows, buf.pitch), dtype=np.uint8)

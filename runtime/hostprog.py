@@ -358,7 +358,9 @@ def _step(step, env, index):
     shape = step.get("shape")
     if name == "arith.constant":
         v = np.asarray(a["value"], dtype=dt)
-        return np.broadcast_to(v.reshape(()) if a["splat"] else v, shape).copy() if shape else v.reshape(())
+        if not shape:
+            return v.reshape(())
+        return np.broadcast_to(v.reshape(()), shape).copy() if a["splat"] else v.reshape(shape)
     if name == "cf.assert":
         return None
     if name == "tensor.empty":

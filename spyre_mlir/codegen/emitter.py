@@ -447,7 +447,10 @@ class Emitter:
                     self._fold(op)
                     return
                 except hostprog.Unsupported:
-                    pass     # the numpy folder cannot compute it: the host code computes it at run time
+                    # The numpy folder cannot compute it. A literal or an empty tensor is cloned into the host
+                    # code that reads it; anything else runs on the host at run time.
+                    if name in ("arith.constant", "tensor.empty"):
+                        return
             where = "host"
         if where == "host":
             self._host(op, loc)

@@ -108,8 +108,10 @@ def dense_values(a) -> np.ndarray:
         bits = np.frombuffer(bytes.fromhex(body[3:-1]), dtype="<u2")
         vals = bits.view(ml_dtypes.bfloat16).astype(np.float32)
     else:
-        vals = np.array([float(v) for v in body.replace("[", " ").replace("]", " ").replace(",", " ").split()],
-                        np.float32)
+        # Decimal values, or (inf, nan) the bit pattern as a hex integer.
+        tokens = body.replace("[", " ").replace("]", " ").replace(",", " ").split()
+        vals = np.array([np.array([int(v, 16)], "<u2").view(ml_dtypes.bfloat16)[0] if v.startswith("0x")
+                         else float(v) for v in tokens], np.float32)
     return (vals.reshape(t.shape) if vals.size == n else np.full(tuple(t.shape), vals.reshape(-1)[0], np.float32))
 
 

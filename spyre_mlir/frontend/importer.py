@@ -115,7 +115,7 @@ def import_model(
     ep = load_program(model_or_path, example_inputs, input_shapes, trust_pickle)
     imported = import_program(ep)
     if stage == "linalg":
-        imported.linalg_ir = lower_to_linalg(imported.torch_ir, isolate=_has_empty_tensor(ep))
+        imported.linalg_ir = lower_to_linalg(imported.torch_ir)
     elif stage != "torch":
         raise ValueError(f"stage must be 'torch' or 'linalg', not {stage!r}")
     return imported
@@ -148,46 +148,12 @@ def import_program(ep: torch.export.ExportedProgram) -> ImportedModel:
     )
 
 
-# The child that lowers in its own process: torch_mlir only (no torch import), IR text in and out.
-_CHILD = """
-import sys
-from torch_mlir import ir
-from torch_mlir.dialects import torch as torch_d
-from torch_mlir.passmanager import PassManager
-context = ir.Context()
-torch_d.register_dialect(context)
-module = ir.Module.parse(sys.stdin.read(), context)
-try:
-    with context:
-        PassManager.parse(sys.argv[1]).run(module.operation)
-except ir.MLIRError as e:
-    sys.stderr.write(str(e))
-    sys.exit(3)
-sys.stdout.write(module.operation.get_asm(large_elements_limit=None, enable_debug_info=True))
-"""
+def lower_to_linalg(torch_ir: str) -> str:
+    """Run the upstream torch -> linalg-on-tensors pipeline on torch backend IR text, in the lowering helper
+    process (:mod:`.lowering`): Torch-MLIR's lowering crashes on some programs, and that must be an error."""
+    from .lowering import lower
 
-
-def lower_to_linalg(torch_ir: str, isolate: bool = False) -> str:
-    """Run the upstream torch -> linalg-on-tensors pipeline on torch backend IR text. ``isolate`` runs it in a
-    child process: Torch-MLIR's lowering dies of a native signal on some programs (integer division by zero in
-    its folders on zero-size dims), and a crash there must be an error, not the end of the caller's process."""
-    if isolate:
-        import subprocess
-        import sys
-
-        r = subprocess.run([sys.executable, "-c", _CHILD, LINALG_PIPELINE], input=torch_ir, capture_output=True,
-                           text=True)
-        if r.returncode:
-            detail = (r.stderr.strip() or "no message").splitlines()
-            what = f"crashed (signal {-r.returncode})" if r.returncode < 0 else "failed"
-            raise StageError(f"the linalg stage {what}: {' | '.join(detail[:4])[:600]}", input_ir=torch_ir,
-                             pipeline=LINALG_PIPELINE)
-        return r.stdout
-    context = ir.Context()
-    torch_d.register_dialect(context)
-    module = ir.Module.parse(torch_ir, context)
-    run_pipeline(module, LINALG_PIPELINE, "linalg")
-    return _asm(module)
+    return lower(torch_ir, LINALG_PIPELINE)
 
 
 def run_pipeline(module, pipeline: str, stage: str) -> None:
@@ -319,12 +285,6 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
 
 def _spec(name: str, val: torch.Tensor) -> TensorSpec:
     return TensorSpec(name, tuple(int(d) for d in val.shape), _dtype_name(val.dtype))
-
-
-def _has_empty_tensor(ep: torch.export.ExportedProgram) -> bool:
-    vals = [v for n in ep.graph.nodes for v in (n.meta.get("val") if isinstance(n.meta.get("val"), (list, tuple))
-                                                 else [n.meta.get("val")])]
-    return any(isinstance(v, torch.Tensor) and v.numel() == 0 for v in vals)
 
 
 def _check_static_shapes(ep: torch.export.ExportedProgram) -> None:

@@ -5,8 +5,8 @@
     spyre-run model.spyre --disassemble
 
 Inputs are matched by name (npz keys equal to the program's input names), else by order. Outputs are saved
-by the program's output names: output_0, output_1, ..., then ``<buffer>.updated`` for state the model updates in
-place (feed it back as the input ``<buffer>`` of the next call). Errors print one line ``spyre-run: error: ...``
+as output_0, output_1, ..., and state the model updates in place under its name, ``<buffer>.updated`` (feed it
+back as the input ``<buffer>`` of the next call). Errors print one line ``spyre-run: error: ...``
 and exit 1 (2 for usage errors).
 Only numpy, the runtime and (for --profile) rich are imported: no torch, so start-up stays fast.
 """
@@ -78,7 +78,8 @@ def _inputs(exe, path: str | None) -> list[np.ndarray]:
 def _save(path: str, names, outs) -> None:
     from spyre_mlir.runtime.binary import atomic_write
     buf = io.BytesIO()
-    np.savez(buf, **dict(zip(names, outs)))
+    # Results are output_0, output_1, ...; state a model updates in place keeps its name (<buffer>.updated).
+    np.savez(buf, **{n if n.endswith(".updated") else f"output_{i}": o for i, (n, o) in enumerate(zip(names, outs))})
     atomic_write(path, buf.getvalue())
 
 
