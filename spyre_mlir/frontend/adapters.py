@@ -10,6 +10,8 @@ version (20261001):
   cannot map; Hugging Face models use it to build position ids from the attention mask.
 * ``aten.cummax``, ``aten.cummin`` and ``aten.median.dim`` fail in the torch backend pipeline ("failed to legalize
   operation 'torch.operator'").
+* ``aten.as_strided`` (from ``unfold``-style views and group norm's decomposition) breaks Torch-MLIR's FX
+  importer ("rewrite needs an owning GraphModule").
 * ``aten.maximum`` / ``aten.minimum`` lower to ``cmpf ogt`` + ``select``, which drops a NaN in the first operand
   (PyTorch propagates NaN from either side).
 * Arithmetic, comparisons and reductions on int8/uint8 tensors **crash the process** (a segfault in
@@ -128,6 +130,17 @@ def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[to
     return values, indices
 
 
+def as_strided_by_gather(x: torch.Tensor, size, stride, storage_offset=None) -> torch.Tensor:
+    """``as_strided`` of a (functional, hence contiguous) tensor as a gather from its flattened elements: the
+    element at index ``i`` is ``flat[offset + sum(i_k * stride_k)]``, with the index table built at trace time."""
+    index = torch.full(tuple(size), int(storage_offset or 0), dtype=torch.int64, device=x.device)
+    for k, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[k] = n
+        index = index + torch.arange(n, device=x.device).reshape(shape) * int(st)
+    return x.reshape(-1)[index]
+
+
 def _nan_propagating(x: torch.Tensor, y: torch.Tensor, take_x: torch.Tensor) -> torch.Tensor:
     dtype = torch.result_type(x, y)
     x, y = x.to(dtype), y.to(dtype)
@@ -147,6 +160,7 @@ def minimum_propagating_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 ADAPTERS: list[Adapter] = [
+
     Adapter(
         name="maximum-propagating-nan",
         why="aten.maximum lowers to cmpf ogt + select, which loses a NaN first operand",
@@ -273,6 +287,8 @@ def adapt(
     for adapter in chosen:
         table.update(adapter.decompositions)
     names = [a.name for a in chosen]
+    # Not selected by occurrence: other decompositions (group norm's) produce it.
+    table[aten.as_strided.default] = as_strided_by_gather
     if widen_narrow_integers(ep, table):
         names.append("int8-computes-in-int32")
     return ep.run_decompositions(table), names

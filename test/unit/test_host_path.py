@@ -69,6 +69,9 @@ CASES = {
     "empty_reduction": (lambda a: a.sum(-1), torch.randn(3, 0)),
     "nan_propagation": (lambda a: torch.maximum(a, torch.zeros_like(a)), torch.tensor([1.0, float("nan"), -2.0])),
     "comparison_is_bool": (lambda a: a > 0.25, x),
+    # aten.as_strided (group norm's decomposition, unfold-style views): was a Torch-MLIR FX importer failure
+    "group_norm": (lambda a: torch.nn.functional.group_norm(a, 2), torch.randn(2, 4, 5, generator=g)),
+    "as_strided": (lambda a: torch.as_strided(a, (3, 3), (2, 1), 1), torch.arange(12.0)),
     "several_outputs_in_order": (lambda a: (a.double().sum(-1), a * 2, (a > 0).sum()), x),
 }
 
