@@ -53,16 +53,27 @@ class HostCode:
                 name = ir.StringAttr(op.operation.attributes["sym_name"]).value
                 if name.startswith("_mlir_ciface_"):
                     self.functions.add(name[len("_mlir_ciface_"):])
+        attrs = module.operation.attributes
+        self.asserts = [ir.StringAttr(m).value for m in ir.ArrayAttr(attrs["spyre.asserts"])] \
+            if "spyre.asserts" in attrs else []
+        self.failed: list[int] = []
         try:
             self._engine = ExecutionEngine(module, opt_level=2)
         except Exception as e:  # the engine reports LLVM failures as plain exceptions
             raise HostCodeError(f"host code does not compile: {type(e).__name__}: {e}") from None
+        if self.asserts:
+            # Failed checks in host code call back here instead of aborting the process.
+            self._on_assert = ctypes.CFUNCTYPE(None, ctypes.c_int64)(self._assert_failed)
+            self._engine.register_runtime("spyre_host_assert", self._on_assert)
         self._module = module
+
+    def _assert_failed(self, k: int) -> None:
+        self.failed.append(k)
 
     def call(self, fn: str, in_dtypes: list, out_dtypes: list, in_shapes: list, out_shapes: list) -> "HostCall":
         if fn not in self.functions:
             raise HostCodeError(f"host function {fn!r:.60} is not in the host code")
-        return HostCall(self._engine, fn, [np.zeros(tuple(s), host_dtype(d)) for s, d in zip(in_shapes, in_dtypes)],
+        return HostCall(self, fn, [np.zeros(tuple(s), host_dtype(d)) for s, d in zip(in_shapes, in_dtypes)],
                         [np.zeros(tuple(s), host_dtype(d)) for s, d in zip(out_shapes, out_dtypes)])
 
 
@@ -71,15 +82,19 @@ class HostCall:
     arguments in (converting dtype), calls the native code and returns the result arrays (reused by the next
     run)."""
 
-    def __init__(self, engine, fn: str, ins: list[np.ndarray], outs: list[np.ndarray]):
-        self.engine, self.fn, self.ins, self.outs = engine, fn, ins, outs
+    def __init__(self, code: HostCode, fn: str, ins: list[np.ndarray], outs: list[np.ndarray]):
+        self.code, self.fn, self.ins, self.outs = code, fn, ins, outs
         self._descriptors = [_descriptor(a) for a in ins + outs]     # kept alive: the pointers refer to them
         self._ptrs = [ctypes.pointer(ctypes.pointer(d)) for d in self._descriptors]
 
     def run(self, args: list[np.ndarray]) -> list[np.ndarray]:
         for dst, a in zip(self.ins, args):
             np.copyto(dst, np.reshape(a, dst.shape), casting="unsafe")
-        self.engine.invoke(self.fn, *self._ptrs)
+        self.code.failed.clear()
+        self.code._engine.invoke(self.fn, *self._ptrs)
+        if self.code.failed:
+            k = self.code.failed[0]
+            raise HostCodeError(self.code.asserts[k] if 0 <= k < len(self.code.asserts) else f"check {k} failed")
         return self.outs
 
 

@@ -259,6 +259,9 @@ class Emitter:
         when a host op touches it, else a reusable slot."""
         v = op.operation.results[idx]
         shape, elt = _tensor_type(v)
+        if any(d < 0 for d in shape):
+            raise EmitError(f"{op.operation.name} has a result of dynamic shape {v.type}: the program needs static "
+                            f"shapes", op.operation.location)
         fmt = format_of(elt)
         if v in self._out_name and v not in self._out_taken:
             self._out_taken.add(v)

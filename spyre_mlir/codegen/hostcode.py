@@ -144,6 +144,7 @@ class HostModule:
         from torch_mlir.passmanager import PassManager
 
         _safe_integer_division(self.module.operation)
+        _recoverable_asserts(self.module)
         with self.context:
             try:
                 PassManager.parse(f"builtin.module({LOWERING})").run(self.module.operation)
@@ -171,6 +172,42 @@ def _safe_integer_division(module: ir.Operation) -> None:
             one = arith.ConstantOp(b.type, 1).result
             is_zero = arith.CmpIOp(arith.CmpIPredicate.eq, b, zero).result
             op.operands[1] = arith.SelectOp(is_zero, one, b).result
+
+
+ASSERT_FN = "spyre_host_assert"
+ASSERTS_ATTR = "spyre.asserts"
+
+
+def _recoverable_asserts(module: ir.Module) -> None:
+    """``cf.assert`` lowers to ``abort()``, which would end the caller's process. Each becomes a call of the
+    runtime's ``spyre_host_assert(id)`` when its condition fails (the runtime raises an error naming the
+    message after the call); the messages, with their source locations, are the module's ``spyre.asserts``."""
+    from torch_mlir.dialects import arith, scf
+
+    todo = []
+    module.operation.walk(lambda o: (todo.append(o) if o.name == "cf.assert" else None) or ir.WalkResult.ADVANCE)
+    if not todo:
+        return
+    messages = []
+    with module.context, ir.Location.unknown():
+        i64 = ir.IntegerType.get_signless(64)
+        with ir.InsertionPoint(module.body):
+            decl = func.FuncOp(ASSERT_FN, ir.FunctionType.get([i64], []), visibility="private")
+        decl.operation.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+        for op in todo:
+            msg = ir.StringAttr(op.attributes["msg"]).value if "msg" in op.attributes else "assertion failed"
+            loc = str(op.location)
+            messages.append(f"{msg} ({loc[4:-1] if loc.startswith('loc(') else loc})")
+            with ir.InsertionPoint(op), op.location:
+                true = arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result
+                failed = arith.XOrIOp(op.operands[0], true).result
+                branch = scf.IfOp(failed)
+                with ir.InsertionPoint(branch.then_block):
+                    func.CallOp([], ir.FlatSymbolRefAttr.get(ASSERT_FN),
+                                [arith.ConstantOp(i64, len(messages) - 1).result])
+                    scf.YieldOp([])
+            op.erase()
+        module.operation.attributes[ASSERTS_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(m) for m in messages])
 
 
 def _free(v: ir.Value) -> bool:

@@ -3,7 +3,8 @@
     python test/opdb/report.py build/opdb/*.jsonl [-o docs/coverage.md]
 
 Totals per precision count only the cases that reach spyre-mlir: ``unsupported`` (torch.export or Torch-MLIR
-cannot take the program to linalg) and ``skip`` (the sample does not run eagerly) are listed apart.
+cannot take the program to linalg) and ``skip`` (the sample does not run eagerly, or its output is uninitialized
+or random: nothing to compare) are listed apart.
 """
 
 from __future__ import annotations

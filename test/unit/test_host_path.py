@@ -102,3 +102,34 @@ def test_no_internal_exception_escapes():
             _compile(fn, inputs, precision="dlf16", cores=2)(*inputs)
         except SpyreError as e:
             assert not isinstance(e, InternalError), e
+
+
+def test_failed_host_check_is_an_error_not_an_abort():
+    """cf.assert in host code lowers to abort(); host code calls back into the runtime instead, which raises."""
+    from torch_mlir import ir
+
+    from spyre_mlir.codegen.hostcode import HostModule
+    from spyre_mlir.context import make_context
+    from spyre_mlir.runtime.hostjit import HostCode, HostCodeError
+
+    with make_context() as ctx, ir.Location.unknown():
+        src = ir.Module.parse("""
+          func.func @src(%x: tensor<4xi64>) -> tensor<4xi64> {
+            %i = arith.constant 0 : index
+            %v = tensor.extract %x[%i] : tensor<4xi64>
+            %z = arith.constant 0 : i64
+            %ok = arith.cmpi sgt, %v, %z : i64
+            cf.assert %ok, "the first element must be positive"
+            %y = arith.addi %x, %x : tensor<4xi64>
+            return %y : tensor<4xi64>
+          }""")
+        body = src.body.operations[0].regions[0].blocks[0]
+        ops = list(body.operations)
+        host = HostModule(ctx)
+        name, *_ = host.add(ops[:-1], [body.arguments[0]], [ops[-1].operands[0]], ir.Location.unknown())
+        text = host.lower()
+    assert "abort" not in text
+    call = HostCode(text).call(name, ["int64"], ["int64"], [(4,)], [(4,)])
+    np.testing.assert_array_equal(call.run([np.array([1, 2, 3, 4])])[0], [2, 4, 6, 8])
+    with pytest.raises(HostCodeError, match="the first element must be positive"):
+        call.run([np.array([-1, 2, 3, 4])])
