@@ -25,6 +25,7 @@ import os
 import time
 
 from spyre_mlir.errors import InternalError, SpyreError
+from spyre_mlir.frontend.errors import mlir_error_detail
 from spyre_mlir.pipeline import PRECISIONS
 
 __all__ = ["compile", "compile_to_file", "CompileError", "PRECISIONS"]
@@ -142,7 +143,7 @@ def kernel_module_text(spyre_ir: str, precision: str, cores: int, target_path: s
         try:
             run_pipeline(module, pipeline)
         except (ir.MLIRError, PipelineError) as e:
-            raise CompileError(f"kernel pipeline failed: {e}") from None
+            raise CompileError(f"kernel pipeline failed: {mlir_error_detail(str(e))}") from None
         return asm(module)
 
 
@@ -161,7 +162,7 @@ def emit_text(kernel_ir: str, target, params, input_names=None, output_names=Non
             try:
                 run_pipeline(module, f"builtin.module(spyre-emit{opt})")
             except (ir.MLIRError, PipelineError) as e:
-                raise CompileError(f"emission failed: {e}") from None
+                raise CompileError(f"emission failed: {mlir_error_detail(str(e))}") from None
             return side["emitter"]
 
 
@@ -177,7 +178,7 @@ def _graph_text(linalg_ir: str) -> str:
         try:
             run_pipeline(module, graph_pipeline())
         except (ir.MLIRError, PipelineError) as e:
-            raise CompileError(f"graph pipeline failed: {e}") from None
+            raise CompileError(f"graph pipeline failed: {mlir_error_detail(str(e))}") from None
         return asm(module)
 
 

@@ -29,3 +29,11 @@ class StageError(FrontendError, UnsupportedModelError):
         super().__init__(message)
         self.input_ir = input_ir
         self.pipeline = pipeline
+
+
+def mlir_error_detail(text: str) -> str:
+    """An MLIRError's text without its "Failure while executing pass pipeline:" preamble, so that the first line
+    says what failed and where."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith("Failure while executing")]
+    return "\n".join(useful or lines)

@@ -36,7 +36,7 @@ from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_importer import TORCH_DTYPE_TO_MLIR_TYPE, FxImporter, FxImporterHooks
 from torch_mlir.passmanager import PassManager
 
-from .errors import ExportError, FrontendError, StageError
+from .errors import ExportError, FrontendError, StageError, mlir_error_detail
 
 # Lifted tensor constants with at most this many elements stay in the IR as dense literals; larger ones
 # become parameters like weights.
@@ -174,7 +174,7 @@ def run_pipeline(module, pipeline: str, stage: str) -> None:
             PassManager.parse(pipeline).run(module.operation)
     except ir.MLIRError as e:
         # The pass manager puts its diagnostics in the exception; `errors` catches any emitted outside it.
-        detail = str(e) if not errors else "\n".join(errors[:5])
+        detail = mlir_error_detail(str(e)) if not errors else "\n".join(errors[:5])
         raise StageError(f"the {stage} stage failed: {detail}", input_ir=input_ir, pipeline=pipeline) from None
     finally:
         handler.detach()

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 
-from .errors import StageError
+from .errors import StageError, mlir_error_detail
 
 _HEADER = struct.Struct("<Q")
 
@@ -104,7 +104,7 @@ def _serve() -> None:
                 PassManager.parse(req["pipeline"]).run(module.operation)
             reply = {"ok": True, "ir": module.operation.get_asm(large_elements_limit=None, enable_debug_info=True)}
         except ir.MLIRError as e:
-            reply = {"ok": False, "error": "\n".join(errors[:5]) or str(e)}
+            reply = {"ok": False, "error": "\n".join(errors[:5]) or mlir_error_detail(str(e))}
         _send(stdout, reply)
 
 

@@ -72,6 +72,7 @@ CASES = {
     # aten.as_strided (group norm's decomposition, unfold-style views): was a Torch-MLIR FX importer failure
     "group_norm": (lambda a: torch.nn.functional.group_norm(a, 2), torch.randn(2, 4, 5, generator=g)),
     "as_strided": (lambda a: torch.as_strided(a, (3, 3), (2, 1), 1), torch.arange(12.0)),
+    "complex": (lambda a: torch.view_as_real(a * a), torch.randn(3, 4, dtype=torch.complex64, generator=g)),
     "several_outputs_in_order": (lambda a: (a.double().sum(-1), a * 2, (a > 0).sum()), x),
 }
 
