@@ -145,6 +145,8 @@ class HostModule:
 
         _safe_integer_division(self.module.operation)
         _recoverable_asserts(self.module)
+        if "bf16" in str(self.module):
+            _provide_bf16_truncation(self.module)
         with self.context:
             try:
                 PassManager.parse(f"builtin.module({LOWERING})").run(self.module.operation)
@@ -208,6 +210,37 @@ def _recoverable_asserts(module: ir.Module) -> None:
                     scf.YieldOp([])
             op.erase()
         module.operation.attributes[ASSERTS_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(m) for m in messages])
+
+
+# x86 code generation stores bf16 through f32 and calls compiler-rt's __truncsfbf2, which this process does not
+# have (no compiler-rt; libgcc before GCC 13 lacks it): the module defines it, round to nearest even, NaN quiet.
+_TRUNCSFBF2 = """
+func.func @__truncsfbf2(%x: f32) -> bf16 {
+  %b = arith.bitcast %x : f32 to i32
+  %c16 = arith.constant 16 : i32
+  %c1 = arith.constant 1 : i32
+  %bias = arith.constant 32767 : i32
+  %hi = arith.shrui %b, %c16 : i32
+  %lsb = arith.andi %hi, %c1 : i32
+  %r0 = arith.addi %b, %bias : i32
+  %r1 = arith.addi %r0, %lsb : i32
+  %r = arith.shrui %r1, %c16 : i32
+  %nan = arith.cmpf uno, %x, %x : f32
+  %qnan = arith.constant 32704 : i32
+  %q = arith.ori %hi, %qnan : i32
+  %v = arith.select %nan, %q, %r : i32
+  %t = arith.trunci %v : i32 to i16
+  %y = arith.bitcast %t : i16 to bf16
+  return %y : bf16
+}
+"""
+
+
+def _provide_bf16_truncation(module: ir.Module) -> None:
+    with module.context:
+        src = ir.Module.parse(_TRUNCSFBF2)
+        for op in src.body.operations:
+            op.operation.clone(ir.InsertionPoint(module.body))
 
 
 def _free(v: ir.Value) -> bool:
