@@ -419,8 +419,11 @@ def _convert_max_pool(op: ir.Operation) -> str | None:
         return "dilated pooling has no spyre.pool2d form"
     with ir.InsertionPoint(op), _origin(op):
         x, pad = _spatial_pad(x, _NEG_INF)
-        r = _pool(x, "max", _shape(window), _ints(attrs["strides"]) if "strides" in attrs else [1, 1], pad,
-                  op.results[0].type)
+        try:
+            r = _pool(x, "max", _shape(window), _ints(attrs["strides"]) if "strides" in attrs else [1, 1], pad,
+                      op.results[0].type)
+        except _NoPoolForm:
+            return _NO_POOL_FORM
         if _fill_value(init) != _NEG_INF:
             r = _binary_map(r, init, "arith.maximumf", r.type)
     old_inputs = list(op.operands)
@@ -430,7 +433,19 @@ def _convert_max_pool(op: ir.Operation) -> str | None:
     return None
 
 
+_NO_POOL_FORM = "pooling window geometry (ceil mode's partial windows) has no spyre.pool2d form"
+
+
+class _NoPoolForm(Exception):
+    """A pooling window geometry spyre.pool2d cannot express (e.g. ceil mode's partial windows)."""
+
+
 def _pool(x, kind, kernel, strides, pad, t) -> ir.Value:
+    n, c, h, w = _shape(x)
+    want = [n, c] + [(size + lo + hi - k) // st + 1 for size, k, st, lo, hi in
+                     zip((h, w), kernel, strides, pad[:2], pad[2:])]
+    if list(ir.RankedTensorType(t).shape) != want:
+        raise _NoPoolForm()
     p = spyre.Pool2dOp(x, t)
     p.operation.attributes["kind"] = ir.StringAttr.get(kind)
     for name, value in (("kernel", kernel), ("strides", strides), ("padding", pad)):
@@ -632,8 +647,11 @@ def _convert_avg_pool(op: ir.Operation) -> str | None:
         return "not an average pool"
     with ir.InsertionPoint(op), _origin(pool):
         x, pad = _spatial_pad(x, 0.0)
-        r = _pool(x, "avg", kernel, _ints(attrs["strides"]) if "strides" in attrs else [1, 1], pad,
-                  op.results[0].type)
+        try:
+            r = _pool(x, "avg", kernel, _ints(attrs["strides"]) if "strides" in attrs else [1, 1], pad,
+                      op.results[0].type)
+        except _NoPoolForm:
+            return _NO_POOL_FORM
     _replace(op, r)
     old_inputs = list(pool.operands)
     pool.erase()

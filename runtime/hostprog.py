@@ -40,7 +40,7 @@ ELEMENTWISE = {
     "math.absi": "abs", "math.powf": "pow", "math.fpowi": "pow", "math.ipowi": "pow", "math.floor": "floor",
     "math.ceil": "ceil", "math.round": "round", "math.roundeven": "rint", "math.trunc": "trunc",
     "math.atan2": "atan2", "math.sinh": "sinh", "math.cosh": "cosh", "math.acos": "acos", "math.asin": "asin",
-    "math.acosh": "acosh", "math.asinh": "asinh", "math.atanh": "atanh", "math.cbrt": "cbrt",
+    "math.log10": "log10", "math.erfc": "erfc", "math.acosh": "acosh", "math.asinh": "asinh", "math.atanh": "atanh", "math.cbrt": "cbrt",
     "math.isnan": "isnan", "math.isinf": "isinf", "math.isfinite": "isfinite", "math.copysign": "copysign",
     "arith.remui": "remsi", "arith.ceildivsi": "ceildiv", "arith.shli": "shl", "arith.shrsi": "shr",
 }
@@ -139,7 +139,7 @@ def _unary(fn, x):
         "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan, "abs": np.abs, "floor": np.floor,
         "ceil": np.ceil, "round": lambda v: np.sign(v) * np.floor(np.abs(v) + 0.5), "rint": np.rint,
         "trunc": np.trunc, "sinh": np.sinh, "cosh": np.cosh, "acos": np.arccos, "asin": np.arcsin,
-        "acosh": np.arccosh, "asinh": np.arcsinh, "atanh": np.arctanh, "cbrt": np.cbrt, "isnan": np.isnan,
+        "log10": np.log10, "erfc": lambda v: 1 - _erf(v), "acosh": np.arccosh, "asinh": np.arcsinh, "atanh": np.arctanh, "cbrt": np.cbrt, "isnan": np.isnan,
         "isinf": np.isinf, "isfinite": np.isfinite,
     }[fn](x)
 

@@ -43,11 +43,11 @@ LOWERING = ",".join([
     "func.func(convert-linalg-to-loops)",
     "func.func(lower-affine)",
     "convert-scf-to-cf",
+    "convert-math-to-libm",                             # erf, tan, atan2... of every width: libm calls
     "func.func(refback-expand-ops-for-llvm)",
     # bf16 arithmetic as f32 rounded back per op (PyTorch's CPU kernels do the same); its casts as integer ops.
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},arith-expand{include-bf16=true})",
     "func.func(convert-math-to-llvm)",
-    "convert-math-to-libm",
     "expand-strided-metadata",
     "finalize-memref-to-llvm",
     "lower-affine",
