@@ -197,6 +197,9 @@ def _parameters_as_arguments(ep: torch.export.ExportedProgram):
     old_placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     mutated_buffers = {spec.target for spec in sig.output_specs if spec.kind == OutputKind.BUFFER_MUTATION}
     for spec in sig.output_specs:
+        if spec.kind == OutputKind.TOKEN:
+            raise StageError("the program threads effect tokens (side-effecting ops such as linalg's error checks "
+                             "or prints), which Torch-MLIR's FX importer does not take")
         if spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION):
             raise FrontendError(f"unsupported program output {spec.kind.name} {spec.target!r}")
 
