@@ -13,6 +13,9 @@ Rules (docs/compiler.md, "After spyre-layout"):
   transpose per rhs value, placed before its first use. When the rhs is a parameter (a `spyre.param` argument
   or `spyre.weight`, possibly through the casts of spyre-reduce-precision) the transpose is marked
   `spyre.const_fold = true`: the emitter does it at compile time, so it costs nothing at run time.
+* A transpose that moves the innermost dimension to the second-to-last place and permutes the others
+  (`[0, 2, 3, 1]`: attention's K^T after the head split) becomes a transpose that keeps the innermost dim
+  (row moves) followed by a `restickify` swap of the last two dims: the two forms the device has.
 * The boundary keeps the model's types: function arguments are not touched, and a device value read by
   anything that is not a device op (`func.return`, the body of a `spyre.host`) keeps its plain type. After
   spyre-reduce-precision such values are the cast-backs to the model's types; under `fp32-reference` they are
@@ -46,6 +49,8 @@ class LayoutPass(SpyrePass):
                     for op in list(block.operations):
                         if op.operation.name in MATMULS and is_device_op(op) and _transpose_rhs(op.operation):
                             _restickify_rhs(op.operation, func, transposes)
+                        elif op.operation.name == "spyre.transpose" and is_device_op(op):
+                            _split_innermost_transpose(op.operation)
                     for op in block.operations:
                         if is_device_op(op):
                             for r in op.operation.results:
@@ -72,6 +77,24 @@ def _restickify_rhs(op: ir.Operation, func: ir.Operation, transposes: dict) -> N
         transposes[rhs] = tr.results[0]
     op.operands[1] = transposes[rhs]
     del op.attributes["transpose_rhs"]
+
+
+def _split_innermost_transpose(op: ir.Operation) -> None:
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    r = len(perm)
+    if r < 3 or perm[-1] == r - 1 or perm[-2] != r - 1 or perm[:-2] + [perm[-1], perm[-2]] == list(range(r)):
+        return      # keeps the innermost dim, is already the last-two swap, or is not of this form
+    t = ir.RankedTensorType(op.operands[0].type)
+    first = perm[:-2] + [perm[-1], perm[-2]]          # keeps the innermost dim (perm[-2] == r - 1)
+    with ir.InsertionPoint(op), op.location:
+        rows = spyre.TransposeOp(op.operands[0], ir.RankedTensorType.get([t.shape[p] for p in first],
+                                                                         t.element_type)).operation
+    rows.attributes["permutation"] = ir.DenseI64ArrayAttr.get(first)
+    swap = list(range(r))
+    swap[-2], swap[-1] = swap[-1], swap[-2]
+    op.operands[0] = rows.results[0]
+    op.attributes["permutation"] = ir.DenseI64ArrayAttr.get(swap)
+    op.attributes["restickify"] = ir.BoolAttr.get(True)
 
 
 def _is_param_derived(v: ir.Value, func: ir.Operation) -> bool:

@@ -53,7 +53,7 @@ CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fp
 _STRUCTURAL = {"arith.constant", "cf.assert", "tensor.empty", "linalg.index", "tensor.expand_shape",
                "tensor.collapse_shape", "linalg.fill", "linalg.generic", "linalg.matmul", "linalg.batch_matmul",
                "linalg.transpose", "linalg.broadcast", "tensor.extract", "tensor.from_elements", "tensor.splat",
-               "tensor.extract_slice", "tensor.insert_slice", "spyre.host", "linalg.yield", "spyre.yield"}
+               "tensor.extract_slice", "tensor.insert_slice", "tensor.concat", "spyre.host", "linalg.yield", "spyre.yield"}
 _SPYRE = {"spyre." + n for n in ("matmul", "batch_matmul", "map", "reshape", "transpose", "cast", "gather",
                                  "concat", "slice", "pad", "reduce", "softmax", "layernorm", "rmsnorm", "conv2d",
                                  "pool2d")}
@@ -252,7 +252,7 @@ def _spyre(step, args, env):
     if name == "gather":
         return np.asarray(args[0])[np.asarray(args[1], np.int64)]
     if name == "concat":
-        return np.concatenate([args[0], args[1]], axis=a["dim"])
+        return np.concatenate(list(args), axis=a["dim"])
     if name == "slice":
         st = a.get("strides") or [1] * x.ndim
         return x[tuple(slice(o, o + (s - 1) * k + 1, k) for o, s, k in zip(a["offsets"], a["sizes"], st))]
@@ -388,11 +388,14 @@ def _step(step, env, index):
         src = np.expand_dims(args[0], tuple(dims))
         return np.broadcast_to(src, shape).copy()
     if name == "tensor.extract":
-        return np.asarray(args[0])[tuple(int(i) for i in args[1:])]
+        # Inside a vectorized linalg.generic body the indices are arrays (a gather), else scalars.
+        return np.asarray(args[0])[tuple(np.asarray(i, np.intp) for i in args[1:])]
     if name == "tensor.from_elements":
         return np.array([np.asarray(v).item() for v in args], dt).reshape(shape)
     if name == "tensor.splat":
         return np.full(shape, args[0], dt)
+    if name == "tensor.concat":
+        return np.concatenate([np.asarray(x) for x in args], axis=a["dim"]).astype(dt)
     if name in ("tensor.extract_slice", "tensor.insert_slice"):
         off, size, st = a["static_offsets"], a["static_sizes"], a["static_strides"]
         src = np.asarray(args[0])

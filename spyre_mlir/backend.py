@@ -2,6 +2,7 @@
 
     import torch, spyre_mlir.backend
     fast = torch.compile(model, backend="spyre")                      # default options
+    fast = torch.compile(model, backend="spyre", options={"precision": "fp32-reference", "cores": 4})
     fast = torch.compile(model, backend=spyre_mlir.backend.make_backend(precision="fp32-reference", cores=4))
 
 Each captured FX graph goes through the same path as any model (torch.export -> Torch-MLIR -> spyre -> binary);
@@ -21,10 +22,12 @@ from spyre_mlir.errors import UnsupportedModelError
 
 def make_backend(**options):
     """A backend callable with `spyre_mlir.compile` options (precision, cores, target, cache_dir)."""
+    defaults = options
 
-    def spyre_backend(gm: torch.fx.GraphModule, example_inputs):
+    def spyre_backend(gm: torch.fx.GraphModule, example_inputs, options=None):
+        # torch.compile(..., options={...}) hands its options to the backend; they override make_backend's.
         try:
-            exe = _compile(gm, tuple(example_inputs), **options)
+            exe = _compile(gm, tuple(example_inputs), **{**defaults, **(options or {})})
         except UnsupportedModelError as e:
             # torch.export or Torch-MLIR cannot take this graph: run it eagerly, as torch.compile's own
             # backends do with what they cannot compile, so the user still gets eager's answer.

@@ -48,6 +48,7 @@ class CompileInfo:
     device_ops: list = dataclasses.field(default_factory=list)   # kernels run on the device
     # In-place updates as data flow: (kind "buffer" | "input", target name, input index, output index).
     state: list = dataclasses.field(default_factory=list)
+    host_locations: list = dataclasses.field(default_factory=list)   # MLIR location of each host op
 
 
 _VERSION = None
@@ -207,12 +208,13 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
     cdir = _cache_dir(cache_dir)
     cached = os.path.join(cdir, key + ".spyre") if cdir else None
     hit = cached is not None and os.path.exists(cached)
-    host_ops, device_ops = [], []
+    host_ops, device_ops, host_locs = [], [], []
     if hit:
         try:
             with open(cached[:-len(".spyre")] + ".json") as f:
                 report = json.load(f)
             host_ops, device_ops = report.get("host_ops", []), report.get("device_ops", [])
+            host_locs = report.get("host_locations", [])
         except (OSError, ValueError):
             pass
         if output and output != cached:
@@ -226,17 +228,19 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             dest = os.path.join(tempfile.mkdtemp(prefix="spyre-"), "model.spyre")
         em = emit_text(kernel, tgt, imported.params, [s.name for s in imported.inputs],
                        [s.name for s in imported.outputs], output=dest)
-        host_ops, device_ops = list(em.host_ops), list(em.kernels)
+        host_ops, device_ops, host_locs = list(em.host_ops), list(em.kernels), list(em.host_locations)
         if cached:
             if dest != cached:
                 _atomic_copy(dest, cached)
             # What runs on the host (with reasons) is not in the binary: keep it beside the cached copy.
             _atomic_write(cached[:-len(".spyre")] + ".json", json.dumps({"host_ops": host_ops,
-                                                                        "device_ops": device_ops}))
+                                                                        "device_ops": device_ops,
+                                                                        "host_locations": host_locs}))
     path = output or cached or dest
     names = [spec.name for spec in imported.inputs]
     state = [(st.kind, st.target, names.index(st.target), st.output) for st in imported.state]
-    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops, state)
+    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops, state,
+                       host_locs)
     return path, tgt, info
 
 

@@ -170,6 +170,7 @@ class Emitter:
         self._dequantized: dict = {}
         self.consts: dict = {}       # (id(known array), format) -> (DevTensor, array): one constant per value
         self.host_ops: list[str] = []   # what ran on the host, for the report
+        self.host_locations: list[str] = []   # the MLIR location of each (the model's source lines)
         self.kernels: list[str] = []
         self._names: set = set()
         self._slots: list = []       # [addr, nbytes, free, buffer]
@@ -636,6 +637,7 @@ class Emitter:
         else:
             self.b.host(0, "eval", ins, [t.buffer for t in res], loc=loc, program=prog)
         self.host_ops.append(f"{name}" + (f" ({reason})" if reason else ""))
+        self.host_locations.append(str(op.operation.location))
         if self.cores > 1:
             self.barrier(loc)
 
@@ -686,6 +688,7 @@ class Emitter:
             # perm is always explicit: the runtime's copy treats a missing perm as numpy's default (reverse).
             self.b.host(0, "copy", [src.buffer], [out], loc=loc, perm=list(range(len(out.shape))))
             self.host_ops.append("copy to output " + oname)
+            self.host_locations.append("")
             done.add(v)
             order.append(oname)
         self.b.output_order = order
@@ -1023,6 +1026,7 @@ class Emitter:
             self.b.host(0, "copy", [target.buffer], [O.buffer], loc=loc, shape=list(oshape),
                         perm=list(range(len(oshape))))
             self.host_ops.append("reduce result relayout (copy)")
+            self.host_locations.append(str(op.operation.location))
             self.barrier(loc)
         return gr
 

@@ -174,7 +174,7 @@ class _Translator:
                                                                  "tensor.extract_slice", "tensor.insert_slice",
                                                                  "linalg.matmul", "linalg.batch_matmul",
                                                                  "linalg.transpose", "tensor.extract",
-                                                                 "tensor.from_elements",
+                                                                 "tensor.from_elements", "tensor.concat",
                                                                  "tensor.splat", "linalg.broadcast",
                                                                  "spyre.host") or name.startswith("spyre."):
             for na in (o.attributes[i] for i in range(len(o.attributes))):

@@ -78,6 +78,16 @@ class _Body:
             return float(_FOLD[fn](a))
         return self.emit(fn, self.materialize(a), imm=imm)
 
+    def ipow(self, a, n: int):
+        """x ** n for an integer n the way PyTorch's CPU kernel computes it: products for |n| <= 3 (so
+        ``x ** 3`` is ``x * x * x``, bit for bit), a reciprocal for negative n, the POW function otherwise."""
+        if abs(n) > 3:
+            return self.unary(SfuFn.POWS, a, imm=float(n))
+        r = 1.0
+        for _ in range(abs(n)):
+            r = a if isinstance(r, float) and r == 1.0 else self.binary(SfuFn.MUL, r, a)
+        return self.binary(SfuFn.DIV, 1.0, r) if n < 0 else r
+
     def binary(self, fn, a, b):
         if isinstance(a, float) and isinstance(b, float):
             return float(_FOLD[fn](a, b)) if fn in _FOLD else float(_cmp_fold(fn, a, b))
@@ -140,6 +150,12 @@ def translate(block, kinds):
         if name == "spyre.yield":
             result = env[o.operands[0]]
             break
+        if name == "math.fpowi":
+            n = _int_constant(o.operands[1])
+            if n is None or env.get(o.operands[0]) is None:
+                raise NotOnSfu("math.fpowi with a non-constant exponent")
+            env[o.results[0]] = body.ipow(env[o.operands[0]], n)
+            continue
         args = [env.get(v) for v in o.operands]
         if any(a is None for a in args):
             raise NotOnSfu(f"'{name}' reads a value from outside the map body")
@@ -150,6 +166,8 @@ def translate(block, kinds):
                 r = float(ir.FloatAttr(a).value)
             elif isinstance(a, ir.IntegerAttr) and str(res_t) == "i1":
                 r = 1.0 if ir.IntegerAttr(a).value else 0.0
+            elif isinstance(a, ir.IntegerAttr):
+                continue       # an integer exponent of math.fpowi (read there); nothing on the SFU
             else:
                 raise NotOnSfu(f"constant {a}")
         elif str(res_t) == "i1" and name in _BOOL:
@@ -184,6 +202,19 @@ def translate(block, kinds):
             raise NotOnSfu(f"'{name}' has no SFU form")
         env[o.results[0]] = r
     return body.ops, result, body.ntemps
+
+
+def _int_constant(v):
+    """The value of an integer ``arith.constant`` (defined in the body or captured from above), else None."""
+    from torch_mlir import ir
+
+    owner = v.owner
+    if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
+        owner = owner.operation
+    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+        return None
+    a = owner.attributes["value"]
+    return ir.IntegerAttr(a).value if isinstance(a, ir.IntegerAttr) else None
 
 
 def _is_float(t) -> bool:

@@ -14,6 +14,8 @@ version (20261001):
   importer ("rewrite needs an owning GraphModule").
 * ``aten.maximum`` / ``aten.minimum`` lower to ``cmpf ogt`` + ``select``, which drops a NaN in the first operand
   (PyTorch propagates NaN from either side).
+* ``aten.view`` of a value a decomposition made non-contiguous (GPT-2's attention output after the math form
+  of SDPA) fails to re-trace; it copies first (:func:`view_of_contiguous`).
 * Arithmetic, comparisons and reductions on int8/uint8 tensors **crash the process** (a segfault in
   TorchToLinalg building 8-bit scalar ops, e.g. ``uint8 * 7``, ``// 3``, ``.max()``). They are computed in int32
   and converted back (:func:`widen_narrow_integers`): exact, since 8-bit wrap-around is int32 arithmetic
@@ -128,6 +130,17 @@ def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[to
     if not keepdim:
         values, indices = values.squeeze(dim), indices.squeeze(dim)
     return values, indices
+
+
+def view_of_contiguous(x: torch.Tensor, size) -> torch.Tensor:
+    """``view`` that copies a non-contiguous input first. A decomposition can change the strides of a value
+    the exported graph viewed: the math form of ``scaled_dot_product_attention`` returns a transposed layout
+    where the fused kernel returned a contiguous one, and GPT-2's ``x.view(-1, d)`` after
+    ``transpose(1, 2).reshape(...)`` then no longer traces. Values have no aliasing after functionalization,
+    so the copy changes nothing but the layout."""
+    if x.is_contiguous():
+        return NotImplemented          # the plain view
+    return aten.view.default(x.contiguous(), size)
 
 
 def as_strided_by_gather(x: torch.Tensor, size, stride, storage_offset=None) -> torch.Tensor:
@@ -289,6 +302,7 @@ def adapt(
     names = [a.name for a in chosen]
     # Not selected by occurrence: other decompositions (group norm's) produce it.
     table[aten.as_strided.default] = as_strided_by_gather
+    table[aten.view.default] = view_of_contiguous
     if widen_narrow_integers(ep, table):
         names.append("int8-computes-in-int32")
     return ep.run_decompositions(table), names

@@ -17,6 +17,7 @@ Formats are detected by content, never by extension. Every failure a user can ca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import re
@@ -136,7 +137,8 @@ def load_program(
 ) -> torch.export.ExportedProgram:
     """Return an ExportedProgram for an nn.Module, an ExportedProgram, or a model file (see module doc).
 
-    ``example_inputs`` (tensors) or ``input_shapes`` (``"1x16xi64"`` strings or ``(shape, dtype)``) are
+    ``example_inputs`` (a tuple of tensors, or a dict of keyword arguments such as ``{"input_ids": ids,
+    "attention_mask": mask}``) or ``input_shapes`` (``"1x16xi64"`` strings or ``(shape, dtype)``) are
     needed for an nn.Module, a TorchScript file without stored inputs, and a pickled module.
     """
     if isinstance(model_or_path, torch.export.ExportedProgram):
@@ -152,7 +154,10 @@ def load_program(
     )
 
 
-def _resolve_inputs(example_inputs, input_shapes, what: str, fallback=None) -> tuple:
+def _resolve_inputs(example_inputs, input_shapes, what: str, fallback=None):
+    """Positional example inputs as a tuple, or keyword ones as a dict (passed through)."""
+    if isinstance(example_inputs, dict):
+        return dict(example_inputs)
     if example_inputs is not None:
         return tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     if input_shapes:
@@ -165,16 +170,61 @@ def _resolve_inputs(example_inputs, input_shapes, what: str, fallback=None) -> t
     )
 
 
-def _export(module: torch.nn.Module, inputs: tuple, what: str) -> torch.export.ExportedProgram:
+def _export(module: torch.nn.Module, inputs, what: str) -> torch.export.ExportedProgram:
     # The module's own mode, as torch.compile keeps it: training-mode batch norm updates its statistics (state
     # outputs written back after each call); call model.eval() for inference.
     try:
-        return torch.export.export(module, inputs, strict=False)
+        args, kwargs = ((), dict(inputs)) if isinstance(inputs, dict) else (inputs, {})
+        with _static_experts(module):
+            return torch.export.export(module, args, kwargs={**_export_kwargs(module), **kwargs}, strict=False)
     except Exception as e:  # torch.export raises many types; all mean "this model did not trace"
         raise ExportError(
             f"torch.export could not trace {what} with inputs of shapes "
-            f"{[tuple(getattr(t, 'shape', ())) for t in inputs]}: {type(e).__name__}: {_first_line(e)}"
+            f"{_shapes(inputs)}: {type(e).__name__}: {_first_line(e)}"
         ) from e
+
+
+def _shapes(inputs):
+    if isinstance(inputs, dict):
+        return {k: tuple(getattr(t, "shape", ())) for k, t in inputs.items()}
+    return [tuple(getattr(t, "shape", ())) for t in inputs]
+
+
+def _export_kwargs(module: torch.nn.Module) -> dict:
+    """Keyword arguments for tracing a Hugging Face model as a pure function of its inputs: with
+    ``use_cache=False`` it returns its outputs (logits, hidden states) without a ``DynamicCache``, an object
+    torch.export cannot flatten. Generation with a KV cache is ``spyre_mlir.generate``'s job."""
+    import inspect
+
+    config = getattr(module, "config", None)
+    if config is None or not hasattr(config, "use_cache"):
+        return {}
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"use_cache": False} if "use_cache" in params else {}
+
+
+@contextlib.contextmanager
+def _static_experts(module: torch.nn.Module):
+    """Trace a Hugging Face mixture-of-experts model with its ``batched_mm`` experts: the default
+    ``grouped_mm`` sorts tokens by expert into groups of data-dependent sizes (``histc``, offsets), which a
+    static-shape program cannot hold; ``batched_mm`` gathers each token's expert weights and computes the
+    same sums with shapes fixed by the token count and top-k."""
+    get = getattr(module, "get_experts_implementation", None)
+    try:
+        before = get() if get is not None and getattr(module, "_can_set_experts_implementation")() else None
+    except Exception:  # noqa: BLE001 - not a model with switchable experts
+        before = None
+    if not before or all(v == "batched_mm" for v in before.values()):
+        yield
+        return
+    module.set_experts_implementation("batched_mm")
+    try:
+        yield
+    finally:
+        module.set_experts_implementation(before)
 
 
 def _load_file(path, example_inputs, input_shapes, trust_pickle) -> torch.export.ExportedProgram:

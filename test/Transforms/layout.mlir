@@ -67,6 +67,22 @@ func.func @restickify(%x: tensor<8x64xf32>, %w: tensor<32x64xf32> {spyre.param =
 
 // -----
 
+// Attention's K^T after the head split, permutation [0, 2, 3, 1], moves the innermost dim into the middle: it
+// becomes a transpose that keeps the innermost dim followed by a restickify swap of the last two dims.
+// CHECK-LABEL: func.func @key_transpose
+// CHECK-NEXT: %[[R:.*]] = "spyre.transpose"(%arg0) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16x!spyre.dlf16>) -> tensor<2x4x8x16x!spyre.dlf16, #spyre.stick<3 : i64>>
+// CHECK-NEXT: %[[T:.*]] = "spyre.transpose"(%[[R]]) {permutation = array<i64: 0, 1, 3, 2>, restickify = true} : (tensor<2x4x8x16x!spyre.dlf16, #spyre.stick<3 : i64>>) -> tensor<2x4x16x8x!spyre.dlf16>
+// CHECK-NEXT: "spyre.transpose"(%arg0) {permutation = array<i64: 0, 2, 1, 3>}
+// CHECK-NEXT: "spyre.transpose"(%arg0) {permutation = array<i64: 3, 2, 0, 1>}
+func.func @key_transpose(%k: tensor<2x8x4x16x!spyre.dlf16>) -> (tensor<2x4x16x8x!spyre.dlf16>, tensor<2x4x8x16x!spyre.dlf16>, tensor<16x4x2x8x!spyre.dlf16>) {
+  %0 = "spyre.transpose"(%k) {permutation = array<i64: 0, 2, 3, 1>} : (tensor<2x8x4x16x!spyre.dlf16>) -> tensor<2x4x16x8x!spyre.dlf16>
+  %1 = "spyre.transpose"(%k) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16x!spyre.dlf16>) -> tensor<2x4x8x16x!spyre.dlf16>
+  %2 = "spyre.transpose"(%k) {permutation = array<i64: 3, 2, 0, 1>} : (tensor<2x8x4x16x!spyre.dlf16>) -> tensor<16x4x2x8x!spyre.dlf16>
+  return %0, %1, %2 : tensor<2x4x16x8x!spyre.dlf16>, tensor<2x4x8x16x!spyre.dlf16>, tensor<16x4x2x8x!spyre.dlf16>
+}
+
+// -----
+
 // fp32-reference IR has no boundary casts: a device result read by func.return or by a host region keeps its
 // plain type (the model's); the others are sticked. A parameter argument used directly is restickified at
 // compile time. Host regions and their results are not device tensors.

@@ -186,3 +186,17 @@ def test_parse_input_shape(text, expected):
 def test_parse_input_shape_errors(text):
     with pytest.raises(FrontendError, match="cannot parse input shape"):
         parse_input_shape(text)
+
+
+def test_keyword_example_inputs_trace_by_name():
+    """A dict of example inputs is passed as keyword arguments (how Hugging Face models take attention_mask)."""
+
+    class TwoInputs(torch.nn.Module):
+        def forward(self, past=None, mask=None, ids=None):
+            return ids * 2 + mask
+
+    ep = load_program(TwoInputs(), {"ids": torch.ones(2, 3), "mask": torch.zeros(2, 3)})
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    assert user == ["ids", "mask"]          # in the order given
+    out = ep.module()(mask=torch.zeros(2, 3), ids=torch.ones(2, 3))
+    assert torch.equal(out, torch.full((2, 3), 2.0))
