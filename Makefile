@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # Keep lit's per-test timeout generous: CI machines are shared and noisy.
 LIT_OPTS ?= -sv
 
-.PHONY: setup demo check check-lit check-pytest bench sweep sweep-shard sweep-report clean
+.PHONY: setup demo check check-lit check-pytest bench sweep sweep-shard sweep-report models models-shard models-report clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ check-lit: setup
 	$(BIN)/lit $(LIT_OPTS) test
 
 check-pytest: setup
-	$(BIN)/python -m pytest test/unit
+	$(BIN)/python -m pytest -n 2 test/unit
 
 # lit first, pytest last: the runner's summary line closes the output.
 check: setup
@@ -52,6 +52,23 @@ sweep-shard: setup
 
 sweep-report: setup
 	$(BIN)/python test/opdb/report.py build/opdb/*.jsonl
+
+# The Hugging Face model matrix (docs/models.md): every family x attention x mask x entry point x precision x
+# cores. `make models-shard SHARD=i/n` runs one shard (results in build/models/), `make models-report` renders.
+MODEL_SHARDS ?= 2
+models: setup
+	mkdir -p build/models
+	for i in $$(seq 0 $$(($(MODEL_SHARDS) - 1))); do \
+	  $(BIN)/python test/models/matrix.py --shard $$i/$(MODEL_SHARDS) --out build/models/shard-$$i.jsonl & \
+	done; wait
+	$(BIN)/python test/models/report.py build/models/*.jsonl
+
+models-shard: setup
+	mkdir -p build/models
+	$(BIN)/python test/models/matrix.py --shard $(SHARD) --out build/models/shard-$$(echo $(SHARD) | tr / -).jsonl
+
+models-report: setup
+	$(BIN)/python test/models/report.py build/models/*.jsonl
 
 bench: setup
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
