@@ -3,7 +3,9 @@
 Importing this package is cheap (numpy and ml_dtypes only; torch is never imported here): tools that only
 run binaries start fast. Entry points:
 
-* :func:`load` / :func:`load_bytes` -> :class:`Executable` (call it with inputs; ``.profile`` afterwards)
+* :func:`load` / :func:`load_bytes` -> :class:`Executable` (call it with inputs; ``.profile`` afterwards), or a
+  :class:`Bundle` of them for a file with several entries (shared constants, persistent state)
+* :func:`link` joins programs into one file with entries
 * :class:`ProgramBuilder` to assemble programs (tests, and the compiler's ``spyre-emit``)
 * :class:`BinaryFormatError` for every malformed file, :class:`SpyreRuntimeError` for data-dependent failures
 """
@@ -15,7 +17,8 @@ import importlib
 _EXPORTS = {
     "ProgramBuilder": "assembler", "Tile": "assembler", "BinaryFormatError": "binary", "Program": "binary",
     "Profile": "cycles", "SpyreRuntimeError": "emulator", "register_host_function": "hostops",
-    "Executable": "loader", "InputError": "loader", "load": "loader", "load_bytes": "loader",
+    "Executable": "loader", "Bundle": "loader", "InputError": "loader", "load": "loader", "load_bytes": "loader",
+    "link": "link",
     "chrome_trace": "trace", "write_trace": "trace",
 }
 __all__ = list(_EXPORTS)

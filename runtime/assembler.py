@@ -114,6 +114,11 @@ class ProgramBuilder:
         (default: the format's value dtype)."""
         return self._buffer(name, "output", shape, fmt, dtype=dtype)
 
+    def state(self, name: str, shape, fmt="dlf16") -> Buffer:
+        """Declare persistent state (a KV cache): zero when the program is loaded, then what the last call
+        left there; programs read and write it, callers never pass or receive it."""
+        return self._buffer(name, "state", shape, fmt)
+
     def scratch(self, name: str, shape, fmt="dlf16", addr: int | None = None) -> Buffer:
         """Declare device memory for intermediates (readable only after the program wrote it). ``addr`` places
         it explicitly (4 KiB aligned): scratch buffers may share memory with each other, which is how a

@@ -32,13 +32,14 @@ from .formats import STICK_BYTES, Format
 from .isa import INSTR_BYTES, INSTR_DTYPE
 
 __all__ = [
-    "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "BUFFER_KINDS",
+    "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "Entry", "BUFFER_KINDS",
     "CONST_ALIGN", "BUFFER_ALIGN", "buffer_layout", "program_to_bytes", "program_from_bytes",
     "write_program", "read_container", "write_container", "atomic_write",
 ]
 
 MAGIC = b"SPYREBIN"
-VERSION = (1, 2)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype
+VERSION = (1, 3)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
+#                  1.3: state buffers, entries (several programs sharing constants and state)
 _HEADER = struct.Struct("<8sHHIII32sQII8x")      # 80 bytes
 _CRC_OFFSET = 64                                 # where the header checksum sits
 _ENTRY = struct.Struct("<IIQQII")                # 32 bytes
@@ -48,7 +49,9 @@ BUFFER_ALIGN = 4096    # device buffers start on 4 KiB boundaries
 SECTION_ALIGN = 64
 MAX_CORES = 32         # the core mask is 32 bits wide
 MAX_JSON_BYTES = 64 << 20
-BUFFER_KINDS = ("input", "output", "constant", "scratch")
+BUFFER_KINDS = ("input", "output", "constant", "scratch", "state")
+MAX_ENTRIES = 64
+ENTRY_SEP = ":"       # an entry's own buffers are named "<entry>:<name>" in a file with entries
 
 
 class BinaryFormatError(SpyreError, ValueError):
@@ -58,7 +61,7 @@ class BinaryFormatError(SpyreError, ValueError):
 class Section(enum.IntEnum):
     METADATA = 1
     CONSTANTS = 2
-    CODE = 3       # index = core
+    CODE = 3       # index = core, or entry * 256 + core in a file with entries
     DEBUG = 4
 
 
@@ -68,7 +71,7 @@ class Buffer:
     packed and padded to whole sticks (the canonical Spyre layout, see :func:`buffer_layout`)."""
 
     name: str
-    kind: str            # input | output | constant | scratch
+    kind: str            # input | output | constant | scratch | state (persistent: zero at load, kept across calls)
     fmt: Format
     shape: tuple[int, ...]
     addr: int
@@ -117,6 +120,21 @@ def buffer_layout(shape: tuple[int, ...], fmt: Format) -> tuple[tuple[int, ...],
 
 
 @dataclasses.dataclass
+class Entry:
+    """One program of a file with several (``Program.entries``): its own inputs, outputs, host work and code,
+    over the file's buffers. Buffers named ``"<entry>:..."`` belong to it; the others (constants, state) are
+    shared by every entry."""
+
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    host_ops: list[dict]
+    code: list[np.ndarray]
+    debug: list[list[tuple[str, str]]] | None = None
+    host_code: str = ""
+
+
+@dataclasses.dataclass
 class Program:
     """A whole program as the file holds it. ``code[c]`` is core c's instruction array (INSTR_DTYPE);
     ``constants`` maps buffer name to its device image (exactly ``nbytes`` bytes); ``debug[c][i]`` is
@@ -137,6 +155,25 @@ class Program:
     numerics: str = "faithful"
     # The host work as MLIR (LLVM dialect) text, compiled by LLVM when the binary is loaded; "" if none.
     host_code: str = ""
+    # Several programs over shared constants and state (1.3): then inputs, outputs, host_ops and code are
+    # empty and each entry has its own. Programs are called by entry name.
+    entries: list[Entry] = dataclasses.field(default_factory=list)
+
+    def entry_program(self, name: str) -> "Program":
+        """The single-entry program an entry runs: the shared buffers plus the entry's own, named without
+        the ``"<entry>:"`` prefix, and the entry's inputs, outputs, host work and code."""
+        e = next((e for e in self.entries if e.name == name), None)
+        if e is None:
+            raise KeyError(name)
+        pre = e.name + ENTRY_SEP
+        strip = lambda n: n[len(pre):] if n.startswith(pre) else n     # noqa: E731
+        bufs = [dataclasses.replace(b, name=strip(b.name)) for b in self.buffers
+                if ENTRY_SEP not in b.name or b.name.startswith(pre)]
+        host_ops = [{**h, "inputs": [strip(n) for n in h.get("inputs", [])],
+                     "outputs": [strip(n) for n in h.get("outputs", [])]} for h in e.host_ops]
+        return dataclasses.replace(self, buffers=bufs, inputs=[strip(n) for n in e.inputs],
+                                   outputs=[strip(n) for n in e.outputs], host_ops=host_ops, code=e.code,
+                                   debug=e.debug, host_code=e.host_code, entries=[])
 
     def buffer(self, name: str) -> Buffer:
         """The buffer called ``name`` (KeyError if there is none)."""
@@ -199,9 +236,10 @@ def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, 
         raise BinaryFormatError(f"header: core count {ncores} out of range 1..{MAX_CORES}")
     if flags != 0:
         raise BinaryFormatError(f"header: unknown flags 0x{flags:x}")
-    if not 2 + ncores <= nsec <= 3 + ncores:
-        raise BinaryFormatError(f"header: {nsec} sections for {ncores} cores (expected {2 + ncores} or "
-                                f"{3 + ncores})")
+    # Metadata, constants, one code section per core per entry, and maybe debug info.
+    if not any(2 + e * ncores <= nsec <= 3 + e * ncores for e in range(1, MAX_ENTRIES + 1)):
+        raise BinaryFormatError(f"header: {nsec} sections for {ncores} cores (expected 2 + {ncores} per entry, "
+                                f"+1 with debug info)")
     table_end = HEADER_BYTES + nsec * _ENTRY.size
     if table_end > size:
         raise BinaryFormatError("section table: runs past the end of the file")
@@ -218,9 +256,12 @@ def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, 
         except ValueError:
             raise BinaryFormatError(f"{where}: unknown section kind {kind}") from None
         where = f"section {i} ({kind.name.lower()}{f' core {index}' if kind == Section.CODE else ''})"
+        if kind == Section.CODE and index >= 256:
+            where = f"section {i} (code entry {index // 256} core {index % 256})"
         if reserved:
             raise BinaryFormatError(f"{where}: reserved field is not zero")
-        if (kind == Section.CODE and index >= ncores) or (kind != Section.CODE and index != 0):
+        if (kind == Section.CODE and (index % 256 >= ncores or index // 256 >= MAX_ENTRIES)) or \
+                (kind != Section.CODE and index != 0):
             raise BinaryFormatError(f"{where}: bad index {index}")
         if (kind, index) in seen:
             raise BinaryFormatError(f"{where}: duplicate section")
@@ -272,13 +313,24 @@ def program_to_bytes(prog: Program) -> bytes:
         "outputs": list(prog.outputs), "constants": const_table, "host_ops": prog.host_ops,
         **({"host_code": prog.host_code} if prog.host_code else {}),
     }
+    codes = [(c, code) for c, code in enumerate(prog.code)]
+    debug = prog.debug
+    if prog.entries:
+        meta["entries"] = [{"name": e.name, "inputs": list(e.inputs), "outputs": list(e.outputs),
+                            "host_ops": e.host_ops, **({"host_code": e.host_code} if e.host_code else {})}
+                           for e in prog.entries]
+        codes = [(j * 256 + c, code) for j, e in enumerate(prog.entries) for c, code in enumerate(e.code)]
+        debug = None if any(e.debug is None for e in prog.entries) else [e.debug for e in prog.entries]
     sections = [(Section.METADATA, 0, json.dumps(meta, separators=(",", ":")).encode()),
                 (Section.CONSTANTS, 0, bytes(const_blob))]
-    for c, code in enumerate(prog.code):
-        sections.append((Section.CODE, c, np.ascontiguousarray(code, dtype=INSTR_DTYPE).tobytes()))
-    if prog.debug is not None:
-        sections.append((Section.DEBUG, 0, json.dumps([[list(d) for d in core] for core in prog.debug],
-                                                      separators=(",", ":")).encode()))
+    for index, code in codes:
+        sections.append((Section.CODE, index, np.ascontiguousarray(code, dtype=INSTR_DTYPE).tobytes()))
+    if debug is not None:
+        if prog.entries:
+            payload = [[[list(d) for d in core] for core in e] for e in debug]
+        else:
+            payload = [[list(d) for d in core] for core in debug]
+        sections.append((Section.DEBUG, 0, json.dumps(payload, separators=(",", ":")).encode()))
     return write_container(prog.num_cores, prog.fingerprint, sections)
 
 
@@ -394,12 +446,14 @@ def program_from_bytes(data: bytes | memoryview) -> Program:
     buffers = _parse_buffers(meta, device_bytes)
     by_name = {b.name: b for b in buffers}
     io = {}
+    has_entries = "entries" in meta
     for key, kind in (("inputs", "input"), ("outputs", "output")):
         names = _get(meta, key, list, "metadata")
         for j, n in enumerate(names):
             if not isinstance(n, str) or n not in by_name or by_name[n].kind != kind:
                 raise BinaryFormatError(f"metadata.{key}[{j}]: {n!r:.60} is not a buffer of kind '{kind}'")
-        if len(set(names)) != len(names) or len(names) != sum(b.kind == kind for b in buffers):
+        top = [b for b in buffers if b.kind == kind and not (has_entries and ENTRY_SEP in b.name)]
+        if len(set(names)) != len(names) or len(names) != len(top):
             raise BinaryFormatError(f"metadata.{key}: must list every '{kind}' buffer exactly once")
         io[key] = list(names)
     blob = by_kind[(Section.CONSTANTS, 0)]
@@ -423,25 +477,18 @@ def program_from_bytes(data: bytes | memoryview) -> Program:
     if missing:
         raise BinaryFormatError(f"metadata.constants: no data for constant buffer(s) {', '.join(missing)}")
     host_ops = _get(meta, "host_ops", list, "metadata")
-    code = []
-    for c in range(ncores):
-        payload = by_kind[(Section.CODE, c)]
-        if len(payload) == 0 or len(payload) % INSTR_BYTES:
-            raise BinaryFormatError(f"code core {c}: {len(payload)} bytes is not a positive multiple of "
-                                    f"{INSTR_BYTES}")
-        code.append(np.frombuffer(payload, dtype=INSTR_DTYPE))
-    debug = None
-    if (Section.DEBUG, 0) in by_kind:
-        dbg = _json(by_kind[(Section.DEBUG, 0)], "debug")
-        if not isinstance(dbg, list) or len(dbg) != ncores:
-            raise BinaryFormatError(f"debug: expected a list of {ncores} per-core lists")
-        debug = []
-        for c, core in enumerate(dbg):
-            if (not isinstance(core, list) or len(core) != len(code[c])
-                    or not all(isinstance(d, list) and len(d) == 2 and all(isinstance(s, str) for s in d)
-                               for d in core)):
-                raise BinaryFormatError(f"debug core {c}: expected {len(code[c])} [op, location] string pairs")
-            debug.append([(d[0], d[1]) for d in core])
+    entries_meta = meta.get("entries")
+    if entries_meta is None:
+        code = _parse_code(by_kind, ncores, 0)
+        debug = _parse_debug(by_kind, code) if (Section.DEBUG, 0) in by_kind else None
+        entries = []
+    else:
+        entries = _parse_entries(entries_meta, by_kind, ncores, by_name, io, host_ops)
+        code, debug = [], None
+    missing_state = [b.name for b in buffers if b.kind == "state" and ENTRY_SEP in b.name]
+    if missing_state:
+        raise BinaryFormatError(f"metadata.buffers: state buffer '{missing_state[0]}' belongs to one entry; "
+                                f"state is shared by every entry")
     producer = meta.get("producer", "")
     numerics = meta.get("numerics", "faithful")
     if numerics not in ("faithful", "fp32-reference"):
@@ -450,4 +497,77 @@ def program_from_bytes(data: bytes | memoryview) -> Program:
     if not isinstance(host_code, str):
         raise BinaryFormatError("metadata.host_code: expected a string")
     return Program(ncores, fp, device_bytes, buffers, io["inputs"], io["outputs"], constants, host_ops,
-                   code, debug, producer if isinstance(producer, str) else "", numerics, host_code)
+                   code, debug, producer if isinstance(producer, str) else "", numerics, host_code, entries)
+
+
+def _parse_code(by_kind, ncores: int, base: int, where: str = "") -> list[np.ndarray]:
+    code = []
+    for c in range(ncores):
+        payload = by_kind.get((Section.CODE, base + c))
+        if payload is None:
+            raise BinaryFormatError(f"code{where} core {c}: section missing")
+        if len(payload) == 0 or len(payload) % INSTR_BYTES:
+            raise BinaryFormatError(f"code{where} core {c}: {len(payload)} bytes is not a positive multiple of "
+                                    f"{INSTR_BYTES}")
+        code.append(np.frombuffer(payload, dtype=INSTR_DTYPE))
+    return code
+
+
+def _check_debug(dbg, code, where: str) -> list:
+    if not isinstance(dbg, list) or len(dbg) != len(code):
+        raise BinaryFormatError(f"debug{where}: expected a list of {len(code)} per-core lists")
+    out = []
+    for c, core in enumerate(dbg):
+        if (not isinstance(core, list) or len(core) != len(code[c])
+                or not all(isinstance(d, list) and len(d) == 2 and all(isinstance(s, str) for s in d)
+                           for d in core)):
+            raise BinaryFormatError(f"debug{where} core {c}: expected {len(code[c])} [op, location] string pairs")
+        out.append([(d[0], d[1]) for d in core])
+    return out
+
+
+def _parse_debug(by_kind, code) -> list:
+    return _check_debug(_json(by_kind[(Section.DEBUG, 0)], "debug"), code, "")
+
+
+def _parse_entries(entries_meta, by_kind, ncores: int, by_name: dict, io: dict, host_ops) -> list[Entry]:
+    """Entries (1.3): each names its inputs and outputs (buffers of its own, "<entry>:..."); the top-level
+    inputs, outputs, host_ops and code are then empty."""
+    if not isinstance(entries_meta, list) or not 1 <= len(entries_meta) <= MAX_ENTRIES:
+        raise BinaryFormatError(f"metadata.entries: expected a list of 1..{MAX_ENTRIES} entries")
+    if io["inputs"] or io["outputs"] or host_ops:
+        raise BinaryFormatError("metadata.entries: a file with entries has no top-level inputs, outputs or "
+                                "host_ops")
+    dbg = _json(by_kind[(Section.DEBUG, 0)], "debug") if (Section.DEBUG, 0) in by_kind else None
+    if dbg is not None and (not isinstance(dbg, list) or len(dbg) != len(entries_meta)):
+        raise BinaryFormatError(f"debug: expected one list per entry ({len(entries_meta)})")
+    entries, names = [], set()
+    for j, e in enumerate(entries_meta):
+        w = f"metadata.entries[{j}]"
+        if not isinstance(e, dict):
+            raise BinaryFormatError(f"{w}: expected an object")
+        name = _get(e, "name", str, w)
+        if not name or ENTRY_SEP in name or name in names:
+            raise BinaryFormatError(f"{w}.name: empty, duplicate or containing '{ENTRY_SEP}': {name!r:.40}")
+        names.add(name)
+        pre = name + ENTRY_SEP
+        lists = {}
+        for key, kind in (("inputs", "input"), ("outputs", "output")):
+            ns = _get(e, key, list, w)
+            for k, n in enumerate(ns):
+                if not isinstance(n, str) or not n.startswith(pre) or n not in by_name or by_name[n].kind != kind:
+                    raise BinaryFormatError(f"{w}.{key}[{k}]: {n!r:.60} is not a '{kind}' buffer of this entry")
+            mine = [b for b in by_name.values() if b.kind == kind and b.name.startswith(pre)]
+            if len(set(ns)) != len(ns) or len(ns) != len(mine):
+                raise BinaryFormatError(f"{w}.{key}: must list every '{kind}' buffer of the entry exactly once")
+            lists[key] = list(ns)
+        hc = e.get("host_code", "")
+        if not isinstance(hc, str):
+            raise BinaryFormatError(f"{w}.host_code: expected a string")
+        code = _parse_code(by_kind, ncores, j * 256, f" entry {j}")
+        entries.append(Entry(name, lists["inputs"], lists["outputs"], _get(e, "host_ops", list, w), code,
+                             _check_debug(dbg[j], code, f" entry {j}") if dbg is not None else None, hc))
+    io_other = [b.name for b in by_name.values() if b.kind in ("input", "output") and ENTRY_SEP not in b.name]
+    if io_other:
+        raise BinaryFormatError(f"metadata.buffers: '{io_other[0]}' is an input/output of no entry")
+    return entries

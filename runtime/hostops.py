@@ -72,7 +72,7 @@ def check_host_op(entry, buffers: dict, host_functions=frozenset()) -> tuple[str
     ins = [buffers[n] for n in ins]
     outs = [buffers[n] for n in outs]
     for b in outs:
-        if b.kind not in ("output", "scratch"):
+        if b.kind not in ("output", "scratch", "state"):
             raise HostOpError(f"writes '{b.name}', a {b.kind} buffer")
     if op == "gather":
         if len(ins) != 2 or len(outs) != 1 or set(attrs) - {"axis"} or attrs.get("axis", 0) != 0:

@@ -38,7 +38,7 @@ from .hostops import HostOpError, check_host_op, run_host_op
 from .isa import (ALL_FIELDS, FIELDS, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS, SFU_SWAP,
                   Bcast, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch)
 
-__all__ = ["load", "load_bytes", "Executable", "Ins", "InputError", "DEFAULT_MAX_DEVICE_BYTES"]
+__all__ = ["load", "load_bytes", "Executable", "Bundle", "Ins", "InputError", "DEFAULT_MAX_DEVICE_BYTES"]
 
 # The emulator allocates device memory for real; refuse programs that would need more than this on the host
 # (override with SPYRE_EMU_MAX_DEVICE_BYTES). The target's own DRAM size is checked as well.
@@ -232,7 +232,7 @@ class _Decoder:
         if dev_end - dev > self.target.core_span_bytes:
             self.fail("dev", f"device range spans {dev_end - dev} B, more than a core addresses "
                                      f"({self.target.core_span_bytes} B)")
-        if store and buf.kind not in ("output", "scratch"):
+        if store and buf.kind not in ("output", "scratch", "state"):
             self.fail("dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
         ks = k // STICK_BYTES
         rel = (np.arange(m, dtype=np.int64)[:, None, None] * ss2 // STICK_BYTES
@@ -393,7 +393,7 @@ class _Decoder:
         if hi - lo > self.target.core_span_bytes:
             self.fail(f, f"device range spans {hi - lo} B, more than a core addresses "
                          f"({self.target.core_span_bytes} B)")
-        if write and buf.kind not in ("output", "scratch"):
+        if write and buf.kind not in ("output", "scratch", "state"):
             self.fail(f, f"writes into '{buf.name}', a read-only {buf.kind} buffer")
         return buf
 
@@ -457,7 +457,7 @@ def _schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_stick
     sp_init = [np.zeros(sp_sticks, dtype=bool) for _ in range(C)]
     dev_init = np.zeros(dev_sticks, dtype=bool)
     for b in prog.buffers:
-        if b.kind in ("input", "constant"):
+        if b.kind in ("input", "constant", "state"):     # state: zero at load, then what the last call left
             dev_init[b.addr // STICK_BYTES:(b.addr + b.nbytes) // STICK_BYTES] = True
     pos, ended, waiting = [0] * C, [False] * C, {}
     sends = [[] for _ in range(C)]
@@ -586,14 +586,17 @@ class Executable:
     """A loaded, validated, prepared program. Call it with inputs (positional in declaration order, or by
     name); it returns a tuple of numpy outputs and sets :attr:`profile`. Not thread-safe: one machine."""
 
-    def __init__(self, prog: Program, target, numerics: str, streams, steps, host_code=None):
+    def __init__(self, prog: Program, target, numerics: str, streams, steps, host_code=None, device=None):
         self.program, self.target, self.numerics = prog, target, numerics
         self.host_code = host_code
         self.input_buffers = [prog.buffer(n) for n in prog.inputs]
         self.output_buffers = [prog.buffer(n) for n in prog.outputs]
+        self.state_buffers = [b for b in prog.buffers if b.kind == "state"]
         self.steps = steps
         shadow = numerics == "fp32-reference"
-        self.device = Memory(prog.device_bytes, shadow)
+        # Entries of one file share device memory (constants written once, state kept between them).
+        shared = device is not None
+        self.device = device if shared else Memory(prog.device_bytes, shadow)
         sp_size = [STICK_BYTES] * prog.num_cores
         for ins in (i for s in streams for i in s):
             sp_size[ins.core] = max(sp_size[ins.core], ins.sp_end)
@@ -605,7 +608,7 @@ class Executable:
                     d = ins.reduce[2]
                     sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
         self.sp = [Memory(n, shadow) for n in sp_size]
-        for name, blob in prog.constants.items():
+        for name, blob in ({} if shared else prog.constants).items():
             b = prog.buffer(name)
             self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
             v = self._buffer_view(b)
@@ -827,6 +830,52 @@ class Executable:
         """Like calling, but returns {output name: array}."""
         return dict(zip(self.program.outputs, self(*args, **named)))
 
+    # ---- persistent state -------------------------------------------------------------------------------
+
+    def _state(self, name: str) -> Buffer:
+        for b in self.state_buffers:
+            if b.name == name:
+                return b
+        raise InputError(f"no state buffer '{name}' (state: {', '.join(b.name for b in self.state_buffers)})")
+
+    def read_state(self, name: str) -> np.ndarray:
+        """A copy of state buffer ``name`` as values (a device-to-host transfer: for inspection and tests)."""
+        b = self._state(name)
+        v = self._buffer_view(b)
+        r = v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()
+        return np.array(r).reshape(b.shape)
+
+    def reset_state(self) -> None:
+        """Zero every state buffer (what a freshly loaded program holds)."""
+        for b in self.state_buffers:
+            self._buffer_view(b).write(np.zeros((b.rows, b.shape[-1] if b.shape else 1), np.float32))
+
+
+class Bundle:
+    """The entries of a file with several programs (format 1.3), loaded over one device memory: constants are
+    loaded once and state buffers persist from call to call, whichever entry runs. ``bundle["decode"]`` is an
+    :class:`Executable`; ``bundle.entries`` lists the names."""
+
+    def __init__(self, program: Program, executables: dict[str, Executable]):
+        self.program = program
+        self._exes = executables
+        self.entries = list(executables)
+
+    def __getitem__(self, name: str) -> Executable:
+        try:
+            return self._exes[name]
+        except KeyError:
+            raise InputError(f"no entry '{name}' (entries: {', '.join(self.entries)})") from None
+
+    def __repr__(self) -> str:
+        return f"Bundle({', '.join(self.entries)})"
+
+    def read_state(self, name: str) -> np.ndarray:
+        return next(iter(self._exes.values())).read_state(name)
+
+    def reset_state(self) -> None:
+        next(iter(self._exes.values())).reset_state()
+
 
 def _device_limit() -> int:
     """Device bytes the emulator may allocate on this host (SPYRE_EMU_MAX_DEVICE_BYTES overrides)."""
@@ -836,7 +885,7 @@ def _device_limit() -> int:
         return DEFAULT_MAX_DEVICE_BYTES
 
 
-def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = None) -> Executable:
+def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = None) -> Executable | Bundle:
     """Validate and prepare a .spyre image held in memory. See :func:`load`."""
     if numerics is not None and numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
@@ -859,6 +908,23 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = Non
         raise BinaryFormatError(f"metadata.device_bytes: {prog.device_bytes} is not a stick multiple or "
                                 f"exceeds the limit {min(target.dram_bytes, limit)} (target DRAM or "
                                 f"SPYRE_EMU_MAX_DEVICE_BYTES)")
+    if prog.entries:
+        exes, device = {}, None
+        for e in prog.entries:
+            view = prog.entry_program(e.name)
+            try:
+                streams, steps, host_code = _validate(view, target)
+            except BinaryFormatError as err:
+                raise BinaryFormatError(f"entry '{e.name}': {err}") from None
+            exes[e.name] = Executable(view, target, numerics, streams, steps, host_code, device=device)
+            device = exes[e.name].device      # the first entry's view wrote every (shared) constant
+        return Bundle(prog, exes)
+    streams, steps, host_code = _validate(prog, target)
+    return Executable(prog, target, numerics, streams, steps, host_code)
+
+
+def _validate(prog: Program, target):
+    """Decode and check one program's host work and code, and order it as the emulator runs it."""
     dec = _Decoder(prog, target)
     bufs = {b.name: b for b in prog.buffers}
     host_code = None
@@ -885,7 +951,7 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = Non
         streams.append([dec.decode(c, i, code[i]) for i in range(len(code))])
     steps = _schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
-    return Executable(prog, target, numerics, streams, steps, host_code)
+    return streams, steps, host_code
 
 
 def load(path, target=None, numerics: str | None = None) -> Executable:

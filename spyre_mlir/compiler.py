@@ -96,7 +96,7 @@ def _check_options(precision, cores, target):
     return tgt.with_cores(cores), cores
 
 
-def cache_key(imported, precision, cores, target) -> str:
+def cache_key(imported, precision, cores, target, persistent_state=False) -> str:
     """sha256 over everything that determines the binary."""
     import numpy as np
 
@@ -107,7 +107,7 @@ def cache_key(imported, precision, cores, target) -> str:
         h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
         h.update(a.tobytes())
     opts = {"precision": precision, "cores": cores, "inputs": [s.name for s in imported.inputs],
-            "outputs": [s.name for s in imported.outputs]}
+            "outputs": [s.name for s in imported.outputs], "persistent_state": bool(persistent_state)}
     h.update(json.dumps(opts, sort_keys=True).encode())
     h.update(target.fingerprint().encode())
     h.update(_version().encode())
@@ -167,7 +167,7 @@ def emit_text(kernel_ir: str, target, params, input_names=None, output_names=Non
             return side["emitter"]
 
 
-def _graph_text(linalg_ir: str) -> str:
+def _graph_text(linalg_ir: str, state=None) -> str:
     from torch_mlir import ir
 
     from spyre_mlir.context import asm, make_context
@@ -176,6 +176,8 @@ def _graph_text(linalg_ir: str) -> str:
 
     with make_context():
         module = ir.Module.parse(linalg_ir)
+        if state:
+            _mark_state(module, state)
         try:
             run_pipeline(module, graph_pipeline())
         except (ir.MLIRError, PipelineError) as e:
@@ -183,11 +185,41 @@ def _graph_text(linalg_ir: str) -> str:
         return asm(module)
 
 
-def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output):
+def _mark_state(module, state) -> None:
+    """Mark the arguments and results that are persistent device state: ``state`` lists (name, input index among
+    the non-parameter arguments, result index). The emitter keeps such a buffer in device memory across calls
+    and writes the new value back there itself (docs/binary-format.md, state buffers)."""
+    from torch_mlir import ir
+
+    main = next(op for op in module.body.operations if op.operation.name == "func.func"
+                and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main").operation
+    args = main.regions[0].blocks[0].arguments
+    arg_attrs = list(ir.ArrayAttr(main.attributes["arg_attrs"])) if "arg_attrs" in main.attributes else \
+        [ir.DictAttr.get({}) for _ in args]
+    inputs = [i for i, d in enumerate(arg_attrs) if "spyre.param" not in ir.DictAttr(d)]
+    n_res = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
+    res_attrs = list(ir.ArrayAttr(main.attributes["res_attrs"])) if "res_attrs" in main.attributes else \
+        [ir.DictAttr.get({}) for _ in range(n_res)]
+
+    def add(d, name):
+        d = ir.DictAttr(d)
+        entries = {d[i].name: d[i].attr for i in range(len(d))}
+        entries["spyre.state"] = ir.StringAttr.get(name)
+        return ir.DictAttr.get(entries)
+
+    for name, i, o in state:
+        arg_attrs[inputs[i]] = add(arg_attrs[inputs[i]], name)
+        res_attrs[o] = add(res_attrs[o], name)
+    main.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs)
+    main.attributes["res_attrs"] = ir.ArrayAttr.get(res_attrs)
+
+
+def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
+           persistent_state=False):
     """Compile (or take from the cache); only SpyreError subclasses leave it."""
     try:
         return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                                output)
+                                output, persistent_state)
     except SpyreError:
         raise
     except Exception as e:  # noqa: BLE001 - a defect: report it as one, with the original chained
@@ -195,7 +227,8 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
                             f"bug; please report it with the model.") from e
 
 
-def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output):
+def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
+                     persistent_state=False):
     from spyre_mlir.frontend import import_model
 
     t0 = time.perf_counter()
@@ -204,7 +237,15 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
         imported = model_or_path       # already imported (an ImportedModel): compile it for several options
     else:
         imported = import_model(model_or_path, example_inputs, input_shapes=input_shapes)
-    key = cache_key(imported, precision, cores, tgt)
+    key = cache_key(imported, precision, cores, tgt, persistent_state)
+    names = [spec.name for spec in imported.inputs]
+    state = [(st.kind, st.target, names.index(st.target), st.output) for st in imported.state]
+    device_state = []
+    if persistent_state:
+        if any(kind != "buffer" for kind, *_ in state):
+            raise CompileError("persistent_state keeps module buffers on the device; this program also updates "
+                               "an input in place")
+        device_state, state = [(target, i, o) for _, target, i, o in state], []
     cdir = _cache_dir(cache_dir)
     cached = os.path.join(cdir, key + ".spyre") if cdir else None
     hit = cached is not None and os.path.exists(cached)
@@ -220,7 +261,7 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
         if output and output != cached:
             _atomic_copy(cached, output)
     else:
-        kernel = kernel_module_text(_graph_text(imported.linalg_ir), precision, cores, target)
+        kernel = kernel_module_text(_graph_text(imported.linalg_ir, device_state), precision, cores, target)
         dest = output or cached
         if dest is None:
             import tempfile
@@ -237,8 +278,6 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
                                                                         "device_ops": device_ops,
                                                                         "host_locations": host_locs}))
     path = output or cached or dest
-    names = [spec.name for spec in imported.inputs]
-    state = [(st.kind, st.target, names.index(st.target), st.output) for st in imported.state]
     info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops, state,
                        host_locs)
     return path, tgt, info
@@ -265,16 +304,18 @@ def _atomic_copy(src: str, dst: str) -> None:
 
 
 def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cores: int | None = None,
-            target=None, cache_dir=None, input_shapes=None):
+            target=None, cache_dir=None, input_shapes=None, persistent_state: bool = False):
     """Compile and load: returns the runtime's Executable (call it with inputs; ``.profile`` afterwards;
     ``.compile_info`` says how it was built). ``model_or_path`` is an ``nn.Module`` (with
     ``example_inputs``), a model file, or an ``ImportedModel`` from ``spyre_mlir.frontend.import_model``.
     ``cores`` None: every core of the target. ``precision`` ``fp32-reference`` runs with the emulator's
-    fp32-reference numerics (no rounding anywhere)."""
+    fp32-reference numerics (no rounding anywhere). ``persistent_state``: buffers the model updates in place
+    (a KV cache) live in device memory across calls instead of being passed in and returned (read them with
+    ``exe.read_state(name)``)."""
     from spyre_mlir.runtime import load
 
     path, tgt, info = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                             None)
+                             None, persistent_state)
     try:
         exe = load(path, target=tgt)  # the binary records the numerics its precision needs
     except SpyreError:
@@ -344,7 +385,9 @@ def to_torch(a):
 
 
 def compile_to_file(model_or_path, example_inputs=None, *, output: str, precision: str = "dlf16",
-                    cores: int | None = None, target=None, cache_dir=None, input_shapes=None) -> str:
+                    cores: int | None = None, target=None, cache_dir=None, input_shapes=None,
+                    persistent_state: bool = False) -> str:
     """Compile to a .spyre file at ``output`` (written atomically); returns the path."""
-    path, _, _ = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output)
+    path, _, _ = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
+                        persistent_state)
     return path

@@ -296,13 +296,19 @@ class Emitter:
         # Unsigned results (linalg types them as signless i8): their output buffers hold uint8.
         self._out_fmt = {}
         res_attrs = main.operation.attributes["res_attrs"] if "res_attrs" in main.operation.attributes else None
+        # Results marked spyre.state are the new value of a persistent state buffer: copied there at the end.
+        self._state_out = []
         for i, v in enumerate(outs):
+            if res_attrs is not None and "spyre.state" in ir.DictAttr(res_attrs[i]):
+                self._state_out.append((v, ir.StringAttr(ir.DictAttr(res_attrs[i])["spyre.state"]).value))
+                continue
             if res_attrs is not None and _io_unsigned(ir.DictAttr(res_attrs[i])):
                 self._out_fmt[v] = Format.UINT8
             if v not in self._out_name:
                 name = self.output_names[i] if self.output_names and i < len(self.output_names) else f"out{i}"
                 self._out_name[v] = self._name(name)
         self._const_names = {}
+        self._state_in = {}
         # Inputs and parameters.
         n_in = 0
         arg_attrs = main.operation.attributes["arg_attrs"] if "arg_attrs" in main.operation.attributes else None
@@ -328,6 +334,11 @@ class Emitter:
             else:
                 name = pname
             fmt = Format.UINT8 if arg_attrs is not None and _io_unsigned(ir.DictAttr(arg_attrs[i])) else format_of(elt)
+            if arg_attrs is not None and "spyre.state" in ir.DictAttr(arg_attrs[i]):
+                sname = ir.StringAttr(ir.DictAttr(arg_attrs[i])["spyre.state"]).value
+                self._state_in[sname] = self.b.state(sname, shape, fmt)
+                self.dev[a] = self._buffer_tensor(self._state_in[sname])
+                continue
             self.dev[a] = self._buffer_tensor(self.b.input(self._name(name), shape, fmt, dtype=io_dtype(elt)))
         # Liveness: the last op index reading each value; which values a host op reads.
         body = ops[:-1]
@@ -665,7 +676,10 @@ class Emitter:
         done = set()
         order = []
         loc = _loc(ret)
+        state_vals = {v for v, _ in self._state_out}
         for i, v in enumerate(outs):
+            if v in state_vals:
+                continue
             t = self.dev.get(v)
             if (t is not None and v not in done and t.buffer.kind == "output" and t.addr == t.buffer.addr
                     and t.buffer.name == self._out_name[v] and _same_dims(t.buffer.shape, t.shape)):
@@ -692,6 +706,35 @@ class Emitter:
             done.add(v)
             order.append(oname)
         self.b.output_order = order
+        self._emit_state_updates(loc)
+
+    def _emit_state_updates(self, loc):
+        """Copy each new state value into its state buffer, on the device: after a barrier (every reader of the
+        old value has run), each core moves its share of the rows through its scratchpad."""
+        if not self._state_out:
+            return
+        self.barrier(loc)
+        usable = self.b.target.scratchpad_usable_bytes
+        for v, name in self._state_out:
+            dst = self._state_in.get(name)
+            src = self.tensor(v)
+            if dst is None:
+                raise EmitError(f"result marked spyre.state = \"{name}\" has no argument with that state")
+            if src.fmt is not dst.fmt or tuple(src.shape) != tuple(dst.shape):
+                raise EmitError(f"state '{name}': the new value is {src.fmt.key}{list(src.shape)}, the state "
+                                f"buffer {dst.fmt.key}{list(dst.shape)}")
+            if src.addr == dst.addr:
+                continue
+            rows, pitch = src.nbytes // dst.pitch, dst.pitch
+            per_core = -(-rows // self.cores)
+            chunk = max(1, min(per_core, usable // pitch))
+            for core in range(self.cores):
+                r0, r1 = core * per_core, min(rows, (core + 1) * per_core)
+                for r in range(r0, r1, chunk):
+                    n = min(chunk, r1 - r)
+                    self.b.dma_load(core, src.addr + r * pitch, 0, (n, pitch), (0, pitch), (0, pitch), loc=loc)
+                    self.b.dma_store(core, dst.addr + r * pitch, 0, (n, pitch), (0, pitch), (0, pitch), loc=loc)
+            self.kernels.append("state update")
 
     # ---- kernels ----------------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ version (20261001):
   importer ("rewrite needs an owning GraphModule").
 * ``aten.maximum`` / ``aten.minimum`` lower to ``cmpf ogt`` + ``select``, which drops a NaN in the first operand
   (PyTorch propagates NaN from either side).
+* ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
+  (:func:`index_copy_as_selection`).
 * ``aten.view`` of a value a decomposition made non-contiguous (GPT-2's attention output after the math form
   of SDPA) fails to re-trace; it copies first (:func:`view_of_contiguous`).
 * Arithmetic, comparisons and reductions on int8/uint8 tensors **crash the process** (a segfault in
@@ -132,6 +134,24 @@ def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[to
     return values, indices
 
 
+MAX_INDEX_COPY_TABLE = 1 << 22
+
+
+def index_copy_as_selection(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """``index_copy(x, dim, index, source)`` (a KV cache written at run-time positions) as data flow: a 0/1
+    selection matrix ``S[t, l] = (index[t] == l)`` built from the positions, the new rows gathered to their
+    places with a matmul over ``t`` and selected where some ``t`` hits. No scatter: the device runs it, and the
+    positions stay an input (no recompile per step)."""
+    dim = dim % x.dim()
+    length = x.shape[dim]
+    hit = index.reshape(-1, 1) == torch.arange(length, device=x.device, dtype=index.dtype).reshape(1, -1)
+    moved = source.movedim(dim, -1)                                     # [..., T]
+    placed = torch.matmul(moved, hit.to(source.dtype)).movedim(-1, dim)   # [..., L] -> x's layout
+    shape = [1] * x.dim()
+    shape[dim] = length
+    return torch.where(hit.any(0).reshape(shape), placed, x)
+
+
 def view_of_contiguous(x: torch.Tensor, size) -> torch.Tensor:
     """``view`` that copies a non-contiguous input first. A decomposition can change the strides of a value
     the exported graph viewed: the math form of ``scaled_dot_product_attention`` returns a transposed layout
@@ -197,6 +217,14 @@ ADAPTERS: list[Adapter] = [
         why="aten.cummin fails to legalize in the torch backend pipeline",
         decompositions={aten.cummin.default: cummin_as_masked_min},
         applies=lambda node: _scan_length(node) <= MAX_TRIANGULAR_SCAN,
+    ),
+    Adapter(
+        name="index-copy-as-selection",
+        why="aten.index_copy (a static KV cache written at run-time positions) lowers to a scatter the device "
+        "cannot run; a selection matmul and a select keep the cache update on the device",
+        decompositions={aten.index_copy.default: index_copy_as_selection},
+        applies=lambda node: node.args[0].meta["val"].shape[node.args[1]] * node.args[2].meta["val"].numel()
+        <= MAX_INDEX_COPY_TABLE,
     ),
     Adapter(
         name="median-by-sort",
