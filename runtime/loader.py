@@ -425,6 +425,8 @@ class _Decoder:
         ins.dev_reads = np.concatenate([_sticks(b.addr, b.addr + b.nbytes) for b in ins_bufs] or [_EMPTY])
         ins.dev_writes = np.concatenate([_sticks(b.addr, b.addr + b.nbytes) for b in out_bufs] or [_EMPTY])
         ins.nbytes = sum(b.nbytes for b in ins_bufs + out_bufs)
+        if op == "gather":      # moves the indexed rows, not the table (an embedding lookup)
+            ins.nbytes = ins_bufs[1].nbytes + 2 * sum(b.nbytes for b in out_bufs)
         ins.name = f"host.{op}"
         ins.host = self.host_ops[k]
 

@@ -52,6 +52,8 @@ class Adapter:
     why: str
     decompositions: dict
     applies: Callable[[torch.fx.Node], bool] = lambda node: True
+    # In-place forms in the exported graph that functionalization turns into the decomposed ops.
+    inplace: tuple = ()
 
 
 def _scan_length(node: torch.fx.Node) -> int:
@@ -223,6 +225,7 @@ ADAPTERS: list[Adapter] = [
         why="aten.index_copy (a static KV cache written at run-time positions) lowers to a scatter the device "
         "cannot run; a selection matmul and a select keep the cache update on the device",
         decompositions={aten.index_copy.default: index_copy_as_selection},
+        inplace=(aten.index_copy_.default,),
         applies=lambda node: node.args[0].meta["val"].shape[node.args[1]] * node.args[2].meta["val"].numel()
         <= MAX_INDEX_COPY_TABLE,
     ),
@@ -247,7 +250,8 @@ def select_adapters(ep: torch.export.ExportedProgram, adapters: list[Adapter] | 
     nodes = [n for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes]
     chosen = []
     for adapter in adapters:
-        hits = [n for n in nodes if n.op == "call_function" and n.target in adapter.decompositions]
+        hits = [n for n in nodes if n.op == "call_function"
+                and (n.target in adapter.decompositions or n.target in adapter.inplace)]
         if hits and all(adapter.applies(n) for n in hits):
             chosen.append(adapter)
     return chosen

@@ -1,0 +1,72 @@
+"""spyre_mlir.generate: greedy tokens identical to Hugging Face's generate, with the KV cache on the device.
+
+The whole matrix of causal LM families is `make models` (entry "generate", docs/models.md); this is a slice.
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+
+import spyre_mlir
+from spyre_mlir import generation
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "models"))
+import zoo  # noqa: E402
+
+NEW = 32
+
+
+def _eager(model, x):
+    with torch.no_grad():
+        return model.generate(x["input_ids"], attention_mask=x["attention_mask"], max_new_tokens=NEW,
+                              do_sample=False)
+
+
+# Rotary + GQA (llama), learned positions and fused QKV (gpt2), sliding-window layers (gemma3).
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
+def test_greedy_tokens_identical_at_fp32_reference(family):
+    model = zoo.build(family)
+    x = zoo.example_inputs(family, mask=True)           # batch 2, the second row left-padded
+    out = spyre_mlir.generate(model, x["input_ids"], max_new_tokens=NEW, attention_mask=x["attention_mask"],
+                              precision="fp32-reference", cores=4)
+    ref = _eager(model, x)
+    assert out.shape == ref.shape and torch.equal(out, ref), (out, ref)
+
+
+def test_cache_stays_on_the_device_and_programs_are_prepared_once(monkeypatch):
+    model = zoo.build("llama")
+    x = zoo.example_inputs("llama", mask=True)
+    first = spyre_mlir.generate(model, x["input_ids"], max_new_tokens=8, attention_mask=x["attention_mask"],
+                                precision="dlf16", cores=4)
+    gen = generation._GENERATORS[model][(2, 8, 16, "dlf16", 4)]
+    decode = gen.decode_exe
+    state = {b.name for b in decode.state_buffers}
+    assert state == {f"{kv}_cache_{i}" for kv in ("key", "value") for i in range(2)}
+    assert gen.prefill_exe.state_buffers == decode.state_buffers      # one cache, shared by both programs
+    for exe in (gen.prefill_exe, decode):
+        for h in exe.program.host_ops:                                # no host op reads or writes the cache
+            assert not state & set(h["inputs"] + h["outputs"]), h
+        assert not state & set(exe.input_names + exe.output_names)
+    # The decode step's host traffic (ids, positions, the mask) is less than one layer's cache.
+    assert decode.static_profile.host_bytes < min(b.nbytes for b in decode.state_buffers)
+    # A second prompt of the same sizes reuses the loaded programs: no compile, no load.
+    calls = []
+    monkeypatch.setattr("spyre_mlir.compiler._build", lambda *a, **k: calls.append(a))
+    x2 = zoo.example_inputs("llama", mask=True, seed=7)
+    again = spyre_mlir.generate(model, x2["input_ids"], max_new_tokens=8, attention_mask=x2["attention_mask"],
+                                precision="dlf16", cores=4)
+    assert not calls and again.shape == first.shape
+    ref = _eager(model, x2)[:, :again.shape[1]]
+    assert (again[:, 8:] == ref[:, 8:]).float().mean() >= 0.9, (again, ref)
+
+
+def test_generate_rejects_what_it_cannot_run():
+    model = zoo.build("bert")
+    with pytest.raises(generation.GenerateError, match="causal language model"):
+        spyre_mlir.generate(model, torch.ones(1, 4, dtype=torch.long), max_new_tokens=2)
+    llama = zoo.build("llama")
+    with pytest.raises(generation.GenerateError, match="left padding"):
+        spyre_mlir.generate(llama, torch.ones(1, 4, dtype=torch.long), max_new_tokens=2,
+                            attention_mask=torch.tensor([[1, 1, 1, 0]]))
