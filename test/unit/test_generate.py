@@ -70,3 +70,27 @@ def test_generate_rejects_what_it_cannot_run():
     with pytest.raises(generation.GenerateError, match="left padding"):
         spyre_mlir.generate(llama, torch.ones(1, 4, dtype=torch.long), max_new_tokens=2,
                             attention_mask=torch.tensor([[1, 1, 1, 0]]))
+
+
+def test_hugging_face_generate_through_torch_compile(monkeypatch):
+    """Hugging Face's own generate with a static cache, the model's forward compiled for Spyre (the way
+    Hugging Face documents torch.compile for generation): the same greedy tokens, every graph on Spyre."""
+    import warnings
+
+    import spyre_mlir.backend as backend
+
+    compiled = []
+    real = backend._compile
+    monkeypatch.setattr(backend, "_compile", lambda *a, **k: compiled.append(1) or real(*a, **k))
+    model = zoo.build("llama")
+    x = zoo.example_inputs("llama", mask=True)
+    with torch.no_grad():
+        ref = model.generate(**x, max_new_tokens=8, do_sample=False)
+    torch._dynamo.reset()
+    model.forward = torch.compile(model.forward, backend="spyre",
+                                  options={"precision": "fp32-reference", "cores": 4, "cache_dir": False})
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = model.generate(**x, max_new_tokens=8, do_sample=False, cache_implementation="static")
+    assert torch.equal(out, ref)
+    assert compiled and not [w for w in caught if "running a captured graph eagerly" in str(w.message)]
