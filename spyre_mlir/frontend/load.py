@@ -212,19 +212,21 @@ def _static_experts(module: torch.nn.Module):
     ``grouped_mm`` sorts tokens by expert into groups of data-dependent sizes (``histc``, offsets), which a
     static-shape program cannot hold; ``batched_mm`` gathers each token's expert weights and computes the
     same sums with shapes fixed by the token count and top-k."""
-    get = getattr(module, "get_experts_implementation", None)
+    # The model itself, or the first Hugging Face model inside a wrapper (generation's cache step).
+    model = next((m for m in module.modules() if hasattr(m, "set_experts_implementation")), None)
     try:
-        before = get() if get is not None and getattr(module, "_can_set_experts_implementation")() else None
+        before = model.get_experts_implementation() if model is not None and \
+            model._can_set_experts_implementation() else None
     except Exception:  # noqa: BLE001 - not a model with switchable experts
         before = None
     if not before or all(v == "batched_mm" for v in before.values()):
         yield
         return
-    module.set_experts_implementation("batched_mm")
+    model.set_experts_implementation("batched_mm")
     try:
         yield
     finally:
-        module.set_experts_implementation(before)
+        model.set_experts_implementation(before)
 
 
 def _load_file(path, example_inputs, input_shapes, trust_pickle) -> torch.export.ExportedProgram:

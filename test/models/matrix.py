@@ -1,5 +1,7 @@
 """Run the Hugging Face model matrix: every family of :mod:`zoo` x attention x mask x entry point x precision x
-cores, each checked against eager PyTorch. One JSON line per case; ``report.py`` turns them into docs/models.md.
+cores, each checked against eager PyTorch. Entry points: ``compile`` (spyre_mlir.compile), ``torch.compile``
+(backend "spyre") and, for causal LMs, ``generate`` (spyre_mlir.generate against Hugging Face's greedy
+generate, 32 new tokens, on the padded batch). One JSON line per case; ``report.py`` turns them into docs/models.md.
 
     python test/models/matrix.py --out build/models/all.jsonl                 # everything
     python test/models/matrix.py --families llama,bert --precisions dlf16 --cores 32 --shard 0/4 --out f.jsonl
@@ -32,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
 
 PRECISIONS = ("fp32-reference", "dlf16", "fp8", "int8-weights")
-ENTRIES = ("compile", "torch.compile")
+ENTRIES = ("compile", "torch.compile", "generate")
+GEN_TOKENS = 32
 REL_BAR = 1e-4
 COS_BAR = 0.999
 ARGMAX_BAR = 0.99
@@ -70,6 +73,10 @@ def cases(families=None, precisions=PRECISIONS, cores=(1, 32), entries=ENTRIES, 
                 for entry in entries:
                     for p in precisions:
                         for c in cores:
+                            # Generation: causal LMs, the padded batch, the two bars, all cores given.
+                            if entry == "generate" and (not f.causal or not mask or c != max(cores) or
+                                                        p not in ("fp32-reference", "dlf16")):
+                                continue
                             yield Case(fam, attn, mask, entry, p, c)
 
 
@@ -144,6 +151,10 @@ def _compare(out: np.ndarray, ref: np.ndarray, keep) -> dict:
 
 
 def verdict(case: Case, m: dict) -> str:
+    if case.entry == "generate":
+        if case.precision == "fp32-reference":
+            return "pass" if m["tokens_identical"] and not m["cache_host_ops"] else "fail"
+        return "reported" if not m["cache_host_ops"] else "fail"
     if case.precision == "fp32-reference":
         return "pass" if m["rel"] <= REL_BAR else "fail"
     if case.precision == "dlf16":
@@ -163,6 +174,11 @@ def run_case(case: Case, cache_dir=False) -> dict:
         with torch.no_grad():
             ref = model(**x)[0].numpy()
         keep = x["attention_mask"].numpy().astype(bool) if case.mask and zoo.FAMILIES[case.family].causal else None
+        if case.entry == "generate":
+            rec.update(_generate(case, model, x))
+            rec["status"] = verdict(case, rec)
+            rec["seconds"] = time.perf_counter() - t0
+            return rec
         if case.entry == "compile":
             exe = spyre_mlir.compile(model, x, precision=case.precision, cores=case.cores, cache_dir=cache_dir)
             out = exe(**x)[0]
@@ -196,6 +212,33 @@ def run_case(case: Case, cache_dir=False) -> dict:
     return rec
 
 
+def _generate(case: Case, model, x) -> dict:
+    """spyre_mlir.generate against Hugging Face's greedy generate: identical tokens, agreement, the decode
+    step's modeled latency and host traffic, and whether any host op touches the KV cache (it must not)."""
+    import spyre_mlir
+    from spyre_mlir import generation
+
+    mask = x.get("attention_mask")
+    with torch.no_grad():
+        ref = model.generate(x["input_ids"], attention_mask=mask, max_new_tokens=GEN_TOKENS, do_sample=False)
+    out = spyre_mlir.generate(model, x["input_ids"], max_new_tokens=GEN_TOKENS, attention_mask=mask,
+                              precision=case.precision, cores=case.cores, cache_dir=False)
+    gen = list(generation._GENERATORS[model].values())[-1]
+    dec = gen.decode_exe
+    state = {b.name for b in dec.state_buffers}
+    touching = [h["op"] for e in (gen.prefill_exe, dec) for h in e.program.host_ops
+                if state & set(h["inputs"] + h["outputs"])]
+    n = x["input_ids"].shape[1]
+    same_len = out.shape == ref.shape
+    agree = float((out[:, n:] == ref[:, n:]).float().mean()) if same_len else 0.0
+    return {"tokens_identical": bool(same_len and torch.equal(out, ref)), "token_agreement": agree,
+            "cache_host_ops": touching, "modeled_us": dec.static_profile.seconds * 1e6,
+            "prefill_modeled_us": gen.prefill_exe.static_profile.seconds * 1e6,
+            "decode_host_bytes": dec.static_profile.host_bytes,
+            "cache_bytes": sum(b.nbytes for b in dec.state_buffers),
+            "host_ops": [{"op": h["op"], "where": "", "in_layer": False} for h in dec.program.host_ops]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", help="comma-separated (default: all)")
@@ -219,8 +262,9 @@ def main(argv=None) -> int:
             f.write(json.dumps(rec) + "\n")
             f.flush()
             bad += rec["status"] in ("fail", "error", "fallback")
-            print(f"[{k + 1}/{len(todo)}] {case.name}: {rec['status']} "
-                  f"{rec.get('error', '')}{'' if 'cosine' not in rec else 'cos=%.6f rel=%.1e' % (rec['cosine'], rec['rel'])}"
+            detail = ("cos=%.6f rel=%.1e" % (rec["cosine"], rec["rel"]) if "cosine" in rec else
+                      "tokens agree %.3f" % rec["token_agreement"] if "token_agreement" in rec else "")
+            print(f"[{k + 1}/{len(todo)}] {case.name}: {rec['status']} {rec.get('error', '')}{detail}"
                   f" ({rec['seconds']:.1f}s)", flush=True)
     print(f"{len(todo) - bad}/{len(todo)} cases pass or report")
     return 0

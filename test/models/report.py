@@ -64,6 +64,25 @@ def render(recs) -> str:
                  if r["precision"] == "dlf16" and r["entry"] == "compile" and "host_ops" in r]
         cells.append(str(max(layer)) if layer else "")
         out.append(f"| {fam} | " + " | ".join(cells) + " |")
+    gens = [r for r in recs if r["entry"] == "generate"]
+    if gens:
+        out += ["", "## Generation", "",
+                "`spyre_mlir.generate` against Hugging Face's `generate(do_sample=False)`, 32 new tokens, on the "
+                "left-padded batch of 2 (prompt bucket 8, cache bucket 64). The KV cache is a state buffer of the "
+                "linked prefill+decode file: `cache via host` counts host ops that read or write it (must be 0). "
+                "Modeled latencies are the cycle model's for one call on the card.", "",
+                "| family | attn | precision | cores | status | tokens identical | agreement | prefill µs | "
+                "decode step µs | decode host B | cache B | cache via host | error |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        fams = list(zoo.FAMILIES)
+        for r in sorted(gens, key=lambda r: (fams.index(r["family"]), r["attn"], r["precision"])):
+            err = (r.get("error") or "")[:160].replace("|", "\\|")
+            out.append(f"| {r['family']} | {r['attn']} | {r['precision']} | {r['cores']} | {r['status']} | "
+                       f"{'yes' if r.get('tokens_identical') else ('no' if 'tokens_identical' in r else '')} | "
+                       f"{_fmt(r.get('token_agreement'), '.3f')} | {_fmt(r.get('prefill_modeled_us'), '.1f')} | "
+                       f"{_fmt(r.get('modeled_us'), '.1f')} | {r.get('decode_host_bytes', '')} | "
+                       f"{r.get('cache_bytes', '')} | {len(r.get('cache_host_ops', [])) if 'cache_host_ops' in r else ''} | "
+                       f"{err} |")
     out += ["", "## Every case", "",
             "Modeled latency is the cycle model's time for one call on the emulated card; host ops count the "
             "`spyre_mlir.compile` program's host work (see the next section for what and why).", "",
@@ -75,6 +94,8 @@ def render(recs) -> str:
     recs = sorted(recs, key=lambda r: (fams.index(r["family"]), r["attn"], r["mask"], r["entry"],
                                        order.get(r["precision"], 9), r["cores"]))
     for r in recs:
+        if r["entry"] == "generate":
+            continue
         hosts = r.get("host_ops")
         h = "" if hosts is None else f"{len(hosts)} ({sum(x['in_layer'] for x in hosts)})"
         am = "" if "argmax" not in r else f"{r['argmax']:.3f} ({r['argmax_raw']:.3f})"
@@ -88,7 +109,7 @@ def render(recs) -> str:
     for fam in zoo.FAMILIES:
         seen = collections.Counter()
         for r in recs:
-            if r["family"] == fam and r["precision"] == "dlf16" and "host_ops" in r:
+            if r["family"] == fam and r["precision"] == "dlf16" and r["entry"] == "compile" and "host_ops" in r:
                 for hop in r["host_ops"]:
                     seen[(hop["op"], hop["where"], hop["in_layer"])] += 1
         if not seen:
