@@ -154,6 +154,26 @@ def index_copy_as_selection(x: torch.Tensor, dim: int, index: torch.Tensor, sour
     return torch.where(hit.any(0).reshape(shape), placed, x)
 
 
+def histc_as_counts(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:
+    """``histc`` with explicit bounds as a compare-and-sum over the bins (a static shape; Torch-MLIR has no
+    lowering). Mixture-of-experts layers count tokens per expert with it."""
+    width = (max - min) / bins
+    idx = ((x.reshape(-1) - min) / width).floor().clamp(0, bins - 1)
+    inside = (x.reshape(-1) >= min) & (x.reshape(-1) <= max)
+    hit = (idx.reshape(-1, 1) == torch.arange(bins, device=x.device, dtype=idx.dtype)) & inside.reshape(-1, 1)
+    return hit.to(x.dtype).sum(0)
+
+
+def grouped_mm_by_gather(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's ``grouped_mm_fallback`` (rows sorted by expert, ``offs`` the running row counts; a Python
+    loop over data-dependent slices) as a static computation: each row's expert is the number of offsets at or
+    below it, its weight is gathered and the rows multiplied at once; rows past the last offset are zero."""
+    rows = torch.arange(input.shape[0], device=input.device, dtype=offs.dtype)
+    expert = (offs.reshape(1, -1) <= rows.reshape(-1, 1)).to(torch.int64).sum(1).clamp(max=weight.shape[0] - 1)
+    out = torch.bmm(input.unsqueeze(1), weight[expert]).squeeze(1)
+    return torch.where((rows < offs[-1]).reshape(-1, 1), out, torch.zeros_like(out))
+
+
 def view_of_contiguous(x: torch.Tensor, size) -> torch.Tensor:
     """``view`` that copies a non-contiguous input first. A decomposition can change the strides of a value
     the exported graph viewed: the math form of ``scaled_dot_product_attention`` returns a transposed layout
@@ -335,6 +355,13 @@ def adapt(
     # Not selected by occurrence: other decompositions (group norm's) produce it.
     table[aten.as_strided.default] = as_strided_by_gather
     table[aten.view.default] = view_of_contiguous
+    # Hugging Face's default (grouped_mm) experts, as torch.compile captures them (export switches models to
+    # the static batched_mm form first; a captured graph cannot be switched).
+    table[aten.histc.default] = histc_as_counts
+    try:
+        table[torch.ops.transformers.grouped_mm_fallback.default] = grouped_mm_by_gather
+    except (AttributeError, RuntimeError):
+        pass                 # transformers not imported: no such op in any graph
     if widen_narrow_integers(ep, table):
         names.append("int8-computes-in-int32")
     return ep.run_decompositions(table), names

@@ -63,6 +63,13 @@ CASES = {
         (torch.minimum, (torch.tensor([1.0, float("nan"), -2.0]), torch.tensor([0.0, 0.0, float("nan")])), []),
         (torch.maximum, (torch.arange(6), torch.full((6,), 2, dtype=torch.int32)), []),   # int: promotion kept
     ],
+    "index-copy-as-selection": [
+        (lambda c, x, i: c.index_copy(2, i, x), (torch.zeros(2, 3, 8, 4), torch.randn(2, 3, 2, 4),
+                                                 torch.tensor([5, 1])),
+         [(torch.randn(2, 3, 8, 4), torch.randn(2, 3, 2, 4), torch.tensor([7, 0]))]),
+        (lambda c, x, i: c.index_copy(0, i, x), (torch.randn(6, 5), torch.randn(1, 5), torch.tensor([3])),
+         [(torch.randn(6, 5), torch.randn(1, 5), torch.tensor([0]))]),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),
@@ -119,3 +126,13 @@ def test_adapted_model_imports_to_linalg(name):
 def test_long_scans_are_left_alone():
     ep = torch.export.export(Fn(lambda x: x.cumsum(-1)), (torch.randn(1, MAX_TRIANGULAR_SCAN + 1),))
     assert select_adapters(ep) == []
+
+
+def test_histc_with_bounds_counts_like_eager():
+    """torch.histc (mixture-of-experts token counts) has no Torch-MLIR lowering: it is always decomposed."""
+    fn = lambda x: torch.histc(x, bins=5, min=0, max=4)  # noqa: E731
+    x = torch.tensor([0.0, 4.0, 2.0, 2.0, 3.5, -1.0, 5.0, 1.0])
+    adapted, _ = adapt(torch.export.export(Fn(fn), (x,)), [])
+    assert not [n for n in adapted.graph.nodes if n.target == aten.histc.default]
+    for args in [(x,), (torch.randint(-1, 6, (8,)).float(),)]:
+        torch.testing.assert_close(adapted.module()(*args), fn(*args))

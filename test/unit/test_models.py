@@ -33,7 +33,7 @@ def test_family(family, precision, cores):
         assert not in_layers, in_layers
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "qwen3-moe"])
 def test_family_torch_compile(family):
     rec = matrix.run_case(_case(family, "dlf16", 4, entry="torch.compile"))
     assert rec["status"] == "pass", rec.get("traceback") or rec
