@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--numerics", choices=("faithful", "fp32-reference"), default=None,
                    help="default: what the binary was compiled for")
     p.add_argument("--target", help="target TOML file (default: the packaged Spyre target)")
+    p.add_argument("--entry", help="the entry to run, in a file with several (prefill, decode, ...); state "
+                                   "starts at zero")
     p.add_argument("--disassemble", action="store_true",
                    help="list buffers and instructions (container checks only) instead of running")
     return p
@@ -155,6 +157,12 @@ def main(argv=None) -> int:
             print(disassemble(args.model))
             return 0
         exe = load(args.model, target=args.target, numerics=args.numerics)
+        if hasattr(exe, "entries"):
+            if args.entry is None:
+                raise ValueError(f"{args.model} has entries {', '.join(exe.entries)}: choose one with --entry")
+            exe = exe[args.entry]
+        elif args.entry is not None:
+            raise ValueError(f"{args.model} has a single program: --entry applies to files with several")
         outs = exe(*_inputs(exe, args.inputs))
         if args.output:
             _save(args.output, exe.output_names, outs)

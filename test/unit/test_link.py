@@ -210,3 +210,27 @@ def test_persistent_state_compiles_to_a_state_buffer(precision):
         (o,) = exe(xs, ps)
         np.testing.assert_allclose(o, r, rtol=tol, atol=tol or 1e-5)
     np.testing.assert_allclose(exe.read_state("cache"), ref.cache.numpy(), rtol=tol, atol=tol or 1e-6)
+
+
+def test_spyre_run_takes_an_entry(tmp_path, capsys):
+    from spyre_mlir.tools.run import main
+
+    path = tmp_path / "linked.spyre"
+    path.write_bytes(_linked())
+    assert main([str(path), "--target", str(_target_file(tmp_path))]) == 1
+    assert "entries write, read: choose one with --entry" in capsys.readouterr().err
+    assert main([str(path), "--entry", "read", "--target", str(_target_file(tmp_path))]) == 0
+    assert "output_0 (y): shape (4, 64)" in capsys.readouterr().out
+    assert main([str(path), "--entry", "nope", "--target", str(_target_file(tmp_path))]) == 1
+    assert "no entry 'nope'" in capsys.readouterr().err
+
+
+def _target_file(tmp_path):
+    """The packaged target narrowed to 2 cores, as a file spyre-run can take."""
+    import shutil
+
+    from spyre_mlir.target import default_target_path
+
+    dst = tmp_path / "spyre.toml"
+    shutil.copy(default_target_path(), dst)
+    return dst
