@@ -93,11 +93,18 @@ def _matching(text: str, pos: int, open_: str, close: str) -> int:
 
 
 def parse_options(text: str) -> dict[str, str]:
-    """`a=1 b=x,y c` -> {'a': '1', 'b': 'x,y', 'c': ''} (MLIR separates options with spaces)."""
+    """`a=1 b=x,y c d="x y"` -> {'a': '1', 'b': 'x,y', 'c': '', 'd': 'x y'} (MLIR separates options with
+    spaces; a quoted value may hold them, a path with spaces, say)."""
+    import shlex
+
+    try:
+        items = shlex.split(text)
+    except ValueError as e:
+        raise PipelineError(f"malformed pass options '{text}': {e}") from None
     out = {}
-    for item in text.split():
+    for item in items:
         key, _, value = item.partition("=")
-        out[key] = value.strip("'\"")
+        out[key] = value
     return out
 
 

@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shlex
 import time
 
 from spyre_mlir.errors import InternalError, SpyreError
@@ -156,7 +157,7 @@ def emit_text(kernel_ir: str, target, params, input_names=None, output_names=Non
     from spyre_mlir.passes.emit import parameters
     from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
 
-    opt = f"{{output={output}}}" if output else ""
+    opt = f"{{output={shlex.quote(output)}}}" if output else ""
     with make_context():
         module = ir.Module.parse(kernel_ir)
         with parameters(params, input_names, output_names, target) as side:

@@ -200,3 +200,14 @@ def test_cli_default_compiles_to_a_binary_spyre_run_runs(tmp_path):
 def test_import_stays_light():
     code = "import sys, spyre_mlir; assert 'torch' not in sys.modules and 'torch_mlir' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_compile_to_a_path_with_spaces(tmp_path):
+    """The output path travels as a pass option (spyre-emit{output=...}): spaces must survive it."""
+    import spyre_mlir
+
+    out = tmp_path / "my models" / "linear model.spyre"
+    out.parent.mkdir()
+    spyre_mlir.compile_to_file(torch.nn.Linear(8, 4), (torch.randn(2, 8),), output=str(out), cache_dir=False,
+                               cores=2)
+    assert out.exists() and out.stat().st_size > 0
