@@ -361,9 +361,9 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
-def _json(payload: memoryview, where: str) -> Any:
-    if len(payload) > MAX_JSON_BYTES:
-        raise BinaryFormatError(f"{where}: {len(payload)} bytes, larger than the {MAX_JSON_BYTES} limit")
+def _json(payload: memoryview, where: str, limit: int = MAX_JSON_BYTES) -> Any:
+    if len(payload) > limit:
+        raise BinaryFormatError(f"{where}: {len(payload)} bytes, larger than the {limit} limit")
     try:
         return json.loads(bytes(payload).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -526,8 +526,14 @@ def _check_debug(dbg, code, where: str) -> list:
     return out
 
 
+def _debug_limit(by_kind) -> int:
+    """Debug info grows with the code (a source location per record): 1 KiB per record beyond the base."""
+    records = sum(len(p) // INSTR_BYTES for (k, _), p in by_kind.items() if k == Section.CODE)
+    return MAX_JSON_BYTES + 1024 * records
+
+
 def _parse_debug(by_kind, code) -> list:
-    return _check_debug(_json(by_kind[(Section.DEBUG, 0)], "debug"), code, "")
+    return _check_debug(_json(by_kind[(Section.DEBUG, 0)], "debug", _debug_limit(by_kind)), code, "")
 
 
 def _parse_entries(entries_meta, by_kind, ncores: int, by_name: dict, io: dict, host_ops) -> list[Entry]:
@@ -538,7 +544,8 @@ def _parse_entries(entries_meta, by_kind, ncores: int, by_name: dict, io: dict, 
     if io["inputs"] or io["outputs"] or host_ops:
         raise BinaryFormatError("metadata.entries: a file with entries has no top-level inputs, outputs or "
                                 "host_ops")
-    dbg = _json(by_kind[(Section.DEBUG, 0)], "debug") if (Section.DEBUG, 0) in by_kind else None
+    dbg = _json(by_kind[(Section.DEBUG, 0)], "debug", _debug_limit(by_kind)) if (Section.DEBUG, 0) in by_kind \
+        else None
     if dbg is not None and (not isinstance(dbg, list) or len(dbg) != len(entries_meta)):
         raise BinaryFormatError(f"debug: expected one list per entry ({len(entries_meta)})")
     entries, names = [], set()

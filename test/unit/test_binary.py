@@ -419,3 +419,20 @@ def test_restick_source_must_be_written_and_destination_counts_as_written():
     b.restick(0, t, y)                                        # y fully written by the restick
     xv = np.arange(8 * 64, dtype=np.float32).reshape(8, 64) - 100.5
     assert np.array_equal(b.load()(xv)[0], xv)
+
+
+def test_debug_info_may_grow_with_the_code(monkeypatch):
+    """A big program's debug section (a source location per record) is bounded by its code, not by the fixed
+    JSON limit: the compiler must never write a file its own loader refuses."""
+    from spyre_mlir.runtime import binary
+
+    b = ProgramBuilder(load_target(cores=1))
+    x, y = b.input("x", (1, 64)), b.output("y", (1, 64))
+    t = b.alloc(0, 1, 64)
+    for _ in range(20):
+        b.load_tile(0, t, x, loc="a/rather/long/source/location.py:123 in some_function_name")
+    b.store_tile(0, t, y)
+    data = b.to_bytes()
+    monkeypatch.setattr(binary, "MAX_JSON_BYTES", 512)
+    assert len(json.dumps(b.program().debug)) > 512
+    load_bytes(data, target=load_target(cores=1))
