@@ -243,10 +243,6 @@ def modeled(name, module, inputs, args, tmp):
     from spyre_mlir.errors import SpyreError
     from spyre_mlir.runtime import load
 
-    # A layer's debug section (a source location per instruction) is larger than the reader's 64 MB JSON
-    # limit, which the writer does not enforce: raise it in this process only.
-    spyre_mlir.runtime.binary.MAX_JSON_BYTES = max(spyre_mlir.runtime.binary.MAX_JSON_BYTES, 1 << 31)
-    # No spaces in the path: spyre-emit's output= pass option does not survive them.
     path = os.path.join(tmp, name.replace(" ", "_").replace("+", "") + ".spyre")
     t0 = time.perf_counter()
     try:
@@ -388,12 +384,10 @@ decode layer). The prefill's host traffic (42 MB) is that construction (int64 in
 and two reshapes that split or merge the innermost dim, which have no device kernel yet. The LM head runs on
 the last position only. The cycle model reports peak-rate busy time (docs/runtime.md).
 
-## Compiler problems met on the way (worked around here, not fixed)
-* The prefill layer's debug section (a source location per instruction; 144 MB for an earlier form) exceeds the
-  loader's 64 MB JSON limit, which the writer does not check: the compiler writes a binary its own loader
-  refuses. The script raises `runtime.binary.MAX_JSON_BYTES` in its own process.
-* An output path containing a space breaks `compile_to_file`: the path goes unquoted into the `spyre-emit`
-  pass options ("pass 'spyre-emit' has no option 'prefill.spyre'").
+## Compiler problems met on the way
+* Fixed since: the prefill layer's debug section (a source location per instruction; 144 MB for an earlier
+  form) exceeded the loader's fixed 64 MB JSON limit (the limit now grows with the code), and an output path
+  containing a space broke `compile_to_file` (pass options now take quoted values).
 * A first form of `causal_gqa` (scaling, then a `view` to 5-D, then the `where`) compiled to a program the
   loader rejects ("reads device bytes [...] that were never written"): `spyre-schedule` put the barrier on
   the reshape, whose consumer has another work division, and the emitter turns that reshape into an alias
