@@ -239,7 +239,6 @@ def modeled(name, module, inputs, args, tmp):
     """Compile to a file and load it; the static profile (no call: nothing is executed). A compile or load
     error is returned as {"error": message}: that part is then excluded and the report says why."""
     import spyre_mlir
-    import spyre_mlir.runtime.binary
     from spyre_mlir.errors import SpyreError
     from spyre_mlir.runtime import load
 
