@@ -477,6 +477,9 @@ class Emitter:
             alias = self._reshape_is_alias(op)
             if alias and not (res in self._out_name or res in self._host_read):
                 self.dev[res] = self.tensor(src).reshaped(shape)
+                # No instructions, but the plan's barrier stands: the consumer may divide the work otherwise.
+                if _attr(op, "spyre.barrier"):
+                    self.barrier(loc)
                 return
             if alias or self._col_terms(op) is None:
                 # The output (or a host op) needs a buffer of this shape: copy on the host.

@@ -25,6 +25,34 @@ func.func @main(%a: tensor<64x128x!spyre.dlf16>, %b: tensor<128x128x!spyre.dlf16
 
 // -----
 
+// A reshape that keeps the innermost dim is an alias (no instructions), but a barrier the plan put on it still
+// closes the producer: the second map runs on core 0 only and reads rows core 1 wrote.
+// CHECK-LABEL: // program: 2 core(s)
+// CHECK: core 0:
+// CHECK: sfu fn=neg m=4 n=64
+// CHECK: barrier mask=3
+// CHECK: sfu fn=neg m=8 n=64
+// CHECK: core 1:
+// CHECK: sfu fn=neg m=4 n=64
+// CHECK: barrier mask=3
+// CHECK-NOT: sfu
+func.func @main(%x: tensor<8x64x!spyre.dlf16>) -> tensor<4x2x64x!spyre.dlf16> {
+  %a = "spyre.map"(%x) ({
+  ^bb0(%e: f32):
+    %n = arith.negf %e : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.barrier = false, spyre.double_buffer = false, spyre.grid = array<i64: 2>, spyre.tile = array<i64: 4>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  %v = "spyre.reshape"(%a) {spyre.barrier = true, spyre.double_buffer = false, spyre.grid = array<i64: 1>, spyre.tile = array<i64: 8>} : (tensor<8x64x!spyre.dlf16>) -> tensor<4x2x64x!spyre.dlf16>
+  %b = "spyre.map"(%v) ({
+  ^bb0(%e: f32):
+    %n = arith.negf %e : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.barrier = false, spyre.double_buffer = false, spyre.grid = array<i64: 1>, spyre.tile = array<i64: 8>} : (tensor<4x2x64x!spyre.dlf16>) -> tensor<4x2x64x!spyre.dlf16>
+  return %b : tensor<4x2x64x!spyre.dlf16>
+}
+
+// -----
+
 // Split-K over the two cores: each core accumulates half of K in 64-deep steps; the partial sums meet in a
 // ring reduce-sum on core 0, which adds the bias row (an fp32 parameter, a binary input under plain
 // spyre-opt) and rounds once.
