@@ -29,7 +29,6 @@ from torch_mlir import ir
 from spyre_mlir import cost
 from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.base import PassError, SpyrePass
-from spyre_mlir.runtime.isa import tile_bytes
 from spyre_mlir.target import Target, TargetError, load_target
 
 GRID = "spyre.grid"
@@ -337,12 +336,12 @@ def _movement(op: ir.Operation) -> OpModel:
 
 
 def _gather(op: ir.Operation) -> OpModel:
-    """Rows of the table come straight from device memory by index into the output tile."""
-    table, idx = op.operands[0], op.operands[1]
+    """Rows of the table by index into the output. The runtime's host gather reads the table (there is no
+    device kernel yet), so the table is not in any core's span: a 400 MB embedding table must not make the
+    op impossible to place."""
+    idx = op.operands[1]
     rows = max(1, math.prod(_shape(idx)))
-    ts = _shape(table)
-    table_bytes = tile_bytes(math.prod(ts[:-1]) if len(ts) > 1 else 1, ts[-1], fmt_of(table.type, op))
-    return _rows_model(op, rows, [("idx", idx, True)], chunked=(), extra_span=table_bytes)
+    return _rows_model(op, rows, [("idx", idx, True)], chunked=())
 
 
 def _pool(op: ir.Operation) -> OpModel:

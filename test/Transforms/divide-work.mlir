@@ -28,6 +28,17 @@ func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x
 
 // -----
 
+// An embedding lookup in a table larger than a core's 256 MB span (Granite-3.3-8B's: 49159 x 4096 f32): the
+// runtime's host gather reads the table, so the op is placed whatever the table's size.
+// CHECK-LABEL: func.func @big_embedding
+// CHECK: "spyre.gather"(%arg0, %arg1) {spyre.grid = array<i64: 1>}
+func.func @big_embedding(%table: tensor<49159x4096xf32>, %ids: tensor<1x16xi64>) -> tensor<1x16x4096xf32> {
+  %0 = "spyre.gather"(%table, %ids) : (tensor<49159x4096xf32>, tensor<1x16xi64>) -> tensor<1x16x4096xf32>
+  return %0 : tensor<1x16x4096xf32>
+}
+
+// -----
+
 // A 64x64 matmul: with the operands shared, a few cores still win a little (the PT work divides, the bytes
 // do not grow); more would pay more in ring hops and barriers than they save.
 // CHECK-LABEL: func.func @matmul_64
