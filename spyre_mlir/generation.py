@@ -22,6 +22,7 @@ How it runs, as a serving stack does (docs/runtime.md, "Generation"):
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import weakref
 
@@ -168,7 +169,7 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
 
     import torch
 
-    from spyre_mlir.compiler import _build, _check_options
+    from spyre_mlir.compiler import _build, _cache_dir, _check_options
     from spyre_mlir.runtime import load
     from spyre_mlir.runtime.binary import program_from_bytes, write_program
     from spyre_mlir.runtime.link import link
@@ -181,19 +182,25 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
         return per_model[key]
     t0 = time.perf_counter()
     step = _cache_step_class()(model, batch, max_len).eval()
-    programs = {}
+    programs, keys = {}, []
     for name, t in (("prefill", prompt_len), ("decode", 1)):
         example = {"input_ids": torch.zeros(batch, t, dtype=torch.long),
                    "attention_mask": torch.ones(batch, max_len, dtype=torch.long),
                    "position_ids": torch.arange(t).expand(batch, t).contiguous(),
                    "cache_position": torch.arange(t)}
         path, _, info = _build(step, example, precision, cores, None, cache_dir, None, None, persistent_state=True)
+        keys.append(info.key)
         with open(path, "rb") as f:
             programs[name] = program_from_bytes(f.read())
-    import tempfile
+    # The linked file sits beside its parts in the compile cache (a temporary directory without one).
+    cdir = _cache_dir(cache_dir)
+    if cdir is None:
+        import tempfile
 
-    out = os.path.join(tempfile.mkdtemp(prefix="spyre-gen-"), "generate.spyre")
-    write_program(link(programs), out)
+        cdir = tempfile.mkdtemp(prefix="spyre-gen-")
+    out = os.path.join(cdir, hashlib.sha256("+".join(keys).encode()).hexdigest() + ".generate.spyre")
+    if not os.path.exists(out):
+        write_program(link(programs), out)
     gen = Generator(load(out, target=tgt), batch, prompt_len, max_len, precision, cores, out,
                     time.perf_counter() - t0)
     per_model[key] = gen
