@@ -106,13 +106,15 @@ def _cache_step_class():
                 # Through the module's attributes: torch.export traces buffers reached that way (and records
                 # their in-place updates); the layer's own references would be lifted as constants.
                 layer.keys, layer.values = getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}")
+            # Per layer type when the model has them (Gemma 2/3, Qwen2); else one mask, with the model's
+            # sliding window if it has one (Mistral, Phi-3), as Hugging Face's own mask functions do.
             types = getattr(self.config, "layer_types", None)
+            window = getattr(self.config, "sliding_window", None)
             if types:
-                window = getattr(self.config, "sliding_window", None)
                 mask = {t: self._mask(attention_mask, cache_position,
                                       window if t == "sliding_attention" else None) for t in set(types)}
             else:
-                mask = self._mask(attention_mask, cache_position)
+                mask = self._mask(attention_mask, cache_position, window)
             out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
                              cache=self.cache, use_cache=True)
             return out.logits

@@ -94,3 +94,18 @@ def test_hugging_face_generate_through_torch_compile(monkeypatch):
         out = model.generate(**x, max_new_tokens=8, do_sample=False, cache_implementation="static")
     assert torch.equal(out, ref)
     assert compiled and not [w for w in caught if "running a captured graph eagerly" in str(w.message)]
+
+
+def test_sliding_window_without_layer_types():
+    """Mistral keeps one mask for every layer, with its sliding window (no per-layer types): generation
+    past the window must use it too."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(transformers.MistralConfig(**zoo._DEC, sliding_window=4)).eval()
+    x = zoo.example_inputs("mistral", mask=True)
+    out = spyre_mlir.generate(model, x["input_ids"], max_new_tokens=16, attention_mask=x["attention_mask"],
+                              precision="fp32-reference", cores=4)
+    with torch.no_grad():
+        ref = model.generate(**x, max_new_tokens=16, do_sample=False)
+    assert torch.equal(out, ref)
