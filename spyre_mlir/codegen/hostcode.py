@@ -43,7 +43,10 @@ LOWERING = ",".join([
     "func.func(convert-linalg-to-loops)",
     "func.func(lower-affine)",
     "convert-scf-to-cf",
-    "convert-math-to-libm",                             # erf, tan, atan2... of every width: libm calls
+    # LLVM's own forms first (integer abs, exp, log, sqrt...): math-to-libm treats every math op it sees as
+    # illegal, integer ones included; then libm for erf, tan, atan2... of every width.
+    "func.func(convert-math-to-llvm)",
+    "convert-math-to-libm",
     "func.func(refback-expand-ops-for-llvm)",
     # bf16 arithmetic as f32 rounded back per op (PyTorch's CPU kernels do the same); its casts as integer ops.
     "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},arith-expand{include-bf16=true})",

@@ -139,6 +139,12 @@ def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[to
 MAX_INDEX_COPY_TABLE = 1 << 22
 
 
+def _index_copy_fits(x, dim, index, source) -> bool:
+    """Tensors with the dimension (0-d ones are left to Torch-MLIR) and a selection table of bounded size."""
+    return (x.dim() >= 1 and source.dim() == x.dim() and index.dim() <= 1
+            and x.shape[dim % x.dim()] * max(1, index.numel()) <= MAX_INDEX_COPY_TABLE)
+
+
 def index_copy_as_selection(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """``index_copy(x, dim, index, source)`` (a KV cache written at run-time positions) as data flow: a 0/1
     selection matrix ``S[t, l] = (index[t] == l)`` built from the positions, the new rows gathered to their
@@ -246,8 +252,7 @@ ADAPTERS: list[Adapter] = [
         "cannot run; a selection matmul and a select keep the cache update on the device",
         decompositions={aten.index_copy.default: index_copy_as_selection},
         inplace=(aten.index_copy_.default,),
-        applies=lambda node: node.args[0].meta["val"].shape[node.args[1]] * node.args[2].meta["val"].numel()
-        <= MAX_INDEX_COPY_TABLE,
+        applies=lambda node: _index_copy_fits(*(a.meta["val"] if hasattr(a, "meta") else a for a in node.args[:4])),
     ),
     Adapter(
         name="median-by-sort",
