@@ -485,9 +485,9 @@ def program_from_bytes(data: bytes | memoryview) -> Program:
     else:
         entries = _parse_entries(entries_meta, by_kind, ncores, by_name, io, host_ops)
         code, debug = [], None
-    missing_state = [b.name for b in buffers if b.kind == "state" and ENTRY_SEP in b.name]
-    if missing_state:
-        raise BinaryFormatError(f"metadata.buffers: state buffer '{missing_state[0]}' belongs to one entry; "
+    entry_state = [b.name for b in buffers if b.kind == "state" and ENTRY_SEP in b.name]
+    if entry_state:
+        raise BinaryFormatError(f"metadata.buffers: state buffer '{entry_state[0]}' belongs to one entry; "
                                 f"state is shared by every entry")
     producer = meta.get("producer", "")
     numerics = meta.get("numerics", "faithful")

@@ -111,16 +111,16 @@ def link(programs: dict[str, Program], producer: str = "spyre_mlir.runtime.link"
             spans.append((old.addr, old.addr + max(old.nbytes, 1), new.addr))
         spans.sort()
         starts = [s[0] for s in spans]
+        # One past the end of a buffer (an empty range) relocates with the buffer ending there.
+        ends = {hi: new + (hi - lo) for lo, hi, new in spans}
 
-        def reloc(a: int, ename=ename, spans=spans, starts=starts) -> int:
+        def reloc(a: int, ename=ename, spans=spans, starts=starts, ends=ends) -> int:
             j = bisect.bisect_right(starts, a) - 1
-            if j < 0 or a >= spans[j][1]:
-                # One past the end of a buffer (an empty range): relocate with the buffer ending there.
-                j2 = next((i for i, s in enumerate(spans) if s[1] == a), None)
-                if j2 is None:
-                    raise LinkError(f"entry '{ename}': device address {a} is in no buffer")
-                j = j2
-            return spans[j][2] + (a - spans[j][0])
+            if j >= 0 and a < spans[j][1]:
+                return spans[j][2] + (a - spans[j][0])
+            if a in ends:
+                return ends[a]
+            raise LinkError(f"entry '{ename}': device address {a} is in no buffer")
 
         rename = {old.name: new.name for old, new in shared.values()}
         for b in local:
