@@ -136,7 +136,7 @@ def kernel_module_text(spyre_ir: str, precision: str, cores: int, target_path: s
     from torch_mlir import ir
 
     from spyre_mlir.context import asm, make_context
-    from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
+    from spyre_mlir.passes.manager import PipelineError, run_pipeline
     from spyre_mlir.pipeline import kernel_pipeline
 
     pipeline = kernel_pipeline(precision, cores, target_path)
@@ -155,7 +155,7 @@ def emit_text(kernel_ir: str, target, params, input_names=None, output_names=Non
 
     from spyre_mlir.context import make_context
     from spyre_mlir.passes.emit import parameters
-    from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
+    from spyre_mlir.passes.manager import PipelineError, run_pipeline
 
     opt = f"{{output={shlex.quote(output)}}}" if output else ""
     with make_context():
@@ -172,7 +172,7 @@ def _graph_text(linalg_ir: str, state=None) -> str:
     from torch_mlir import ir
 
     from spyre_mlir.context import asm, make_context
-    from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
+    from spyre_mlir.passes.manager import PipelineError, run_pipeline
     from spyre_mlir.pipeline import graph_pipeline
 
     with make_context():

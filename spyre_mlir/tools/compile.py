@@ -69,7 +69,7 @@ def _stage_spyre(job: Job, linalg_ir: str) -> str:
 
     from spyre_mlir.context import asm, make_context
     from spyre_mlir.frontend.errors import StageError
-    from spyre_mlir.passes.pipeline import PipelineError, run_pipeline
+    from spyre_mlir.passes.manager import PipelineError, run_pipeline
     from spyre_mlir.pipeline import graph_pipeline
 
     pipeline = graph_pipeline(report=job.args.placement_report)

@@ -50,7 +50,7 @@ def _main(argv: list[str] | None) -> int:
         return 1
     filename = "<stdin>" if args.input == "-" else args.input
 
-    from spyre_mlir.passes.pipeline import PipelineError, build_pass_manager, parse_pipeline
+    from spyre_mlir.passes.manager import PipelineError, build_pass_manager, parse_pipeline
     try:
         elements = parse_pipeline(args.pipeline) if args.pipeline else []
     except PipelineError as e:

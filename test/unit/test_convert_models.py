@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from spyre_mlir.context import make_context
 from spyre_mlir.frontend import import_model
-from spyre_mlir.passes.pipeline import run_pipeline
+from spyre_mlir.passes.manager import run_pipeline
 from spyre_mlir.passes.place_host import FREE_OPS, placement_report
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))

@@ -1,4 +1,4 @@
-"""Textual pass pipelines that mix upstream MLIR passes and spyre (Python) passes in one PassManager.
+"""The pass manager behind every textual pass pipeline: upstream MLIR passes and spyre (Python) passes in one PassManager.
 
 A Python pass cannot be named inside a textual pipeline string, so the pipeline is parsed here: every upstream
 element is handed to the PassManager as text, every spyre element as a callable, in the written order.
