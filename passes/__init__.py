@@ -8,7 +8,7 @@ is used or listed, so start-up stays fast and a new pass needs no edit here.
 import importlib
 import pkgutil
 
-_NOT_PASSES = {"base", "pipeline"}
+_NOT_PASSES = {"base", "manager"}
 
 
 def _module_name(pass_name: str) -> str | None:
