@@ -235,7 +235,7 @@ def live_temps(ops, result) -> tuple[dict, int]:
     for i, op in enumerate(ops):
         d = op[1]
         # Elementwise: the destination may reuse a source dying here (in-place on the SFU).
-        for v in {op[2], op[3]}:
+        for v in dict.fromkeys((op[2], op[3])):   # ordered: a set of str-keyed tuples iterates by a per-process hash
             if isinstance(v, tuple) and v[0] == "t" and last.get(v) == i:
                 free.append(slot[v])
         if free:
