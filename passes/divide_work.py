@@ -14,6 +14,7 @@ a tiny op stays on one core (DRAM bandwidth is shared, and every core pays its o
 at the op's end) and K is split only when M and N cannot use the cores. An M/N-split matmul is costed as the
 emitted kernel runs it: the cores of a grid row / column share A / B tiles over the ring, so more cores do not
 mean more device-memory traffic. `cores` outside 1..max_cores is an error, as is an op no division can fit.
+The module records the machine: `spyre.cores = N` and, with `target=PATH`, `spyre.target = "PATH"`.
 
 This module also holds the IR analysis the later kernel passes share: `device_ops(module)` and
 `op_model(op)`, which turns an op into the cost model's description of its kernel.
@@ -61,6 +62,10 @@ class DivideWorkPass(SpyrePass):
                                 f"device memory within the {target.core_span_bytes}-byte span and its tiles "
                                 f"within the {target.scratchpad_usable_bytes}-byte scratchpad", op.location)
             op.attributes[GRID] = ir.DenseI64ArrayAttr.get(list(grid))
+        # The later stages (spyre-emit) follow the machine this division was made for.
+        module.attributes["spyre.cores"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), cores)
+        if self.target:
+            module.attributes["spyre.target"] = ir.StringAttr.get(self.target)
 
 
 def get_target(path: str, module: ir.Operation) -> Target:

@@ -1,13 +1,16 @@
 """spyre-emit: write the program (.spyre binary and/or an instruction listing) for a kernel-level module.
 
-    spyre-opt model.kernel.mlir -p 'builtin.module(spyre-emit{output=model.spyre cores=4})'
+    spyre-opt model.kernel.mlir -p 'builtin.module(spyre-emit{output=model.spyre})'
 
 The module is not changed; the work is in :mod:`spyre_mlir.codegen` (see docs/compiler.md for the contract).
+Everything the program needs is in the module: parameter values as ``spyre.value`` resources
+(:mod:`spyre_mlir.params`), buffer names as ``spyre.name`` argument/result attributes, the core count and target
+file as the module's ``spyre.cores`` / ``spyre.target`` (written by spyre-divide-work). So the printed output of
+``spyre-compile --emit=kernel`` emits, by hand, the same binary byte for byte as ``spyre-compile`` does.
 
-Parameter values are not in the IR, so the pass takes them from a side channel: :func:`parameters` (used by
-``spyre_mlir.compiler`` around the pipeline run) or the ``params=FILE.npz`` option (arrays by parameter name).
-Under plain ``spyre-opt`` with neither, every parameter becomes a **binary input** named after it (the caller
-passes the weights with the activations), so emission still works on hand-written IR.
+Options override the module: ``cores=N``, ``target=FILE``, ``params=FILE.npz`` (arrays by parameter name, for
+IR whose parameters carry no value). A parameter with no value anywhere becomes a **binary input** named after
+it (the caller passes the weights with the activations), so emission still works on hand-written IR.
 
 Host work runs as the runtime's ``eval`` host op: a JSON program (``spyre_mlir.runtime.hostprog``) the runtime
 interprets with numpy, so the binary runs in a plain ``spyre-run``.
@@ -15,48 +18,88 @@ interprets with numpy, so the binary runs in a plain ``spyre-run``.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
 
 from spyre_mlir.passes.base import PassError, SpyrePass
 
-_SIDE = threading.local()
-
-
-@contextlib.contextmanager
-def parameters(params=None, input_names=None, output_names=None, target=None):
-    """Within the block, spyre-emit uses these parameter values, buffer names and target (a Target object);
-    afterwards :func:`last_emitter` returns the emitter of the last run (its ``host_ops``, ``kernels``, ``b``)."""
-    prev = getattr(_SIDE, "ctx", None)
-    _SIDE.ctx = {"params": params, "input_names": input_names, "output_names": output_names,
-                 "target": target, "emitter": None}
-    try:
-        yield _SIDE.ctx
-    finally:
-        _SIDE.ctx = prev
+CORES = "spyre.cores"
+TARGET = "spyre.target"
+NAME = "spyre.name"
 
 
 def _grid_cores(module) -> int:
-    """The largest core count any op's spyre.grid uses (1 without grids)."""
+    """The largest core count any op's spyre.grid uses (1 without grids): hand-written IR without spyre.cores."""
     from torch_mlir import ir
 
     best = [1]
 
-    def walk(op):
-        attrs = op.attributes
-        if "spyre.grid" in attrs:
+    def visit(op):
+        if "spyre.grid" in op.attributes:
             n = 1
-            for g in ir.DenseI64ArrayAttr(attrs["spyre.grid"]):
+            for g in ir.DenseI64ArrayAttr(op.attributes["spyre.grid"]):
                 n *= g
             best[0] = max(best[0], n)
-        for r in op.regions:
-            for blk in r.blocks:
-                for o in blk.operations:
-                    walk(o.operation)
+        return ir.WalkResult.ADVANCE
 
-    walk(module)
+    module.walk(visit)
     return best[0]
+
+
+def module_target(module, cores: int = 0, target: str = ""):
+    """The Target the module was compiled for (its ``spyre.target`` / ``spyre.cores``), options first."""
+    from torch_mlir import ir
+
+    from spyre_mlir.target import load_target
+
+    attrs = module.attributes
+    path = target or (ir.StringAttr(attrs[TARGET]).value if TARGET in attrs else None)
+    cores = cores or (ir.IntegerAttr(attrs[CORES]).value if CORES in attrs else _grid_cores(module))
+    return load_target(path, cores=cores)
+
+
+def _names(main) -> tuple[list, list]:
+    """``spyre.name`` of the inputs (non-parameter arguments) and of the results, in order (None: unnamed)."""
+    from torch_mlir import ir
+
+    def dicts(key, n):
+        if key not in main.attributes:
+            return [{} for _ in range(n)]
+        return [ir.DictAttr(d) for d in ir.ArrayAttr(main.attributes[key])]
+
+    block = main.regions[0].blocks[0]
+    n_res = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
+    ins = [ir.StringAttr(d[NAME]).value if NAME in d else None
+           for d in dicts("arg_attrs", len(block.arguments)) if "spyre.param" not in d]
+    outs = [ir.StringAttr(d[NAME]).value if NAME in d else None for d in dicts("res_attrs", n_res)]
+    return ins, outs
+
+
+def emit_module(module, target=None, params=None, output: str = "", listing: str = ""):
+    """Emit ``module`` (an ``ir.Operation``); returns the Emitter (its ``b``, ``host_ops``, ``kernels``...).
+    ``target``: a Target (default: :func:`module_target`); ``params``: extra values by parameter name."""
+    from spyre_mlir import codegen
+    from spyre_mlir import params as params_mod
+
+    main = params_mod._main(module)
+    if main is None:
+        raise PassError("the module has no func.func @main", module.location)
+    values = {**params_mod.values(module), **(params or {})}
+    ins, outs = _names(main)
+    em = codegen.emit(module, target or module_target(module), params=values or None,
+                      input_names=[n or f"in{i}" for i, n in enumerate(ins)],
+                      output_names=[n or f"out{i}" for i, n in enumerate(outs)])
+    if output:
+        em.b.write(output)
+    if listing:
+        text = codegen.listing(em.b.program())
+        if listing == "-":
+            import sys
+
+            sys.stdout.write(text)
+        else:
+            with open(listing, "w") as f:
+                f.write(text)
+    return em
 
 
 @dataclasses.dataclass
@@ -73,37 +116,21 @@ class EmitPass(SpyrePass):
     def run(self, module) -> None:
         import numpy as np
 
-        from spyre_mlir import codegen
         from spyre_mlir.codegen.emitter import EmitError, TileError
-        from spyre_mlir.target import TargetError, load_target
+        from spyre_mlir.params import ParamError
+        from spyre_mlir.target import TargetError
 
-        ctx = getattr(_SIDE, "ctx", None) or {}
-        params = ctx.get("params")
+        params = None
         if self.params:
             with np.load(self.params) as f:
                 params = {k: f[k] for k in f.files}
-        target = ctx.get("target")
         try:
-            if target is None or self.target or self.cores:
-                cores = self.cores or (target.num_cores if target is not None else _grid_cores(module))
-                target = load_target(self.target or None, cores=cores)
+            target = module_target(module, self.cores, self.target)
         except (TargetError, ValueError) as e:
-            raise PassError(str(e)) from None
+            raise PassError(str(e), module.location) from None
         try:
-            em = codegen.emit(module, target, params=params, input_names=ctx.get("input_names"),
-                              output_names=ctx.get("output_names"))
+            emit_module(module, target, params, self.output, self.listing)
         except (EmitError, TileError) as e:
             raise PassError(str(e), getattr(e, "location", None)) from None
-        if ctx:
-            ctx["emitter"] = em
-        if self.output:
-            em.b.write(self.output)
-        if self.listing:
-            text = codegen.listing(em.b.program())
-            if self.listing == "-":
-                import sys
-
-                sys.stdout.write(text)
-            else:
-                with open(self.listing, "w") as f:
-                    f.write(text)
+        except ParamError as e:
+            raise PassError(str(e), module.location) from None

@@ -9,8 +9,8 @@
 ``compile_to_file(..., output="model.spyre")`` writes the binary instead (atomically) and returns its path.
 
 Stages (each a function of ``spyre_mlir.pipeline``): frontend -> linalg -> graph pipeline -> kernel pipeline
--> ``spyre-emit``. Parameter values travel beside the IR (``ImportedModel.params``), through the emit pass's
-side channel. Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's
+-> ``spyre-emit``, on one module in one context (:func:`prepare_module` parses the linalg IR once). Parameter
+values travel in the IR as resources holding the arrays themselves (:mod:`spyre_mlir.params`). Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's
 bytes, the options, the target's fingerprint and the spyre_mlir version (with a hash of the compiler's
 sources), so a cache hit is exactly the binary a fresh compile would write. The cache lives in ``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else
 ``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shlex
 import time
 
 from spyre_mlir.errors import InternalError, SpyreError
@@ -131,86 +130,78 @@ def _cache_dir(cache_dir):
     return cache_dir
 
 
-def kernel_module_text(spyre_ir: str, precision: str, cores: int, target_path: str | None) -> str:
-    """Run the kernel pipeline on graph-level IR text (what ``--emit=kernel`` prints)."""
+def prepare_module(imported, device_state=()):
+    """The linalg module of ``imported``, ready for the graph pipeline (call inside a context): parameter values
+    attached as resources (:mod:`spyre_mlir.params`), inputs and results named (``spyre.name``), persistent
+    state marked. This is the one parse of a compile; every stage after it changes this module in place."""
     from torch_mlir import ir
 
-    from spyre_mlir.context import asm, make_context
+    from spyre_mlir import params
+
+    module = ir.Module.parse(imported.linalg_ir)
+    params.attach(module, imported.params)
+    args = {i: {"spyre.name": s.name} for i, s in enumerate(imported.inputs)}
+    results = {i: {"spyre.name": s.name} for i, s in enumerate(imported.outputs)}
+    for name, i, o in device_state:
+        args[i]["spyre.state"] = name
+        results.setdefault(o, {})["spyre.state"] = name
+    _mark(module, args, results)
+    return module
+
+
+def run_stage(module, pipeline: str, what: str) -> None:
+    """Run a textual pipeline on ``module``; a failure is a CompileError naming the stage and the op."""
+    from torch_mlir import ir
+
     from spyre_mlir.passes.manager import PipelineError, run_pipeline
-    from spyre_mlir.pipeline import kernel_pipeline
 
-    pipeline = kernel_pipeline(precision, cores, target_path)
-    with make_context():
-        module = ir.Module.parse(spyre_ir)
-        try:
-            run_pipeline(module, pipeline)
-        except (ir.MLIRError, PipelineError) as e:
-            raise CompileError(f"kernel pipeline failed: {mlir_error_detail(str(e))}") from None
-        return asm(module)
+    try:
+        run_pipeline(module, pipeline)
+    except (ir.MLIRError, PipelineError) as e:
+        raise CompileError(f"{what} failed: {mlir_error_detail(str(e))}") from None
 
 
-def emit_text(kernel_ir: str, target, params, input_names=None, output_names=None, output=None):
-    """Run spyre-emit on kernel-level IR text with the parameter side channel; returns the emitter."""
+def emit(module, target=None, output: str = ""):
+    """spyre-emit on a kernel-level module; returns the emitter (its ``host_ops``, ``kernels``, ``b``)."""
+    from spyre_mlir.codegen.emitter import EmitError, TileError
+    from spyre_mlir.params import ParamError
+    from spyre_mlir.passes.emit import emit_module
+
+    try:
+        return emit_module(module.operation, target, output=output)
+    except (EmitError, TileError, ParamError) as e:
+        loc = getattr(e, "location", None)
+        raise CompileError(f"emission failed: {f'{loc}: ' if loc is not None else ''}{e}") from None
+
+
+def _mark(module, args: dict, results: dict) -> None:
+    """Add attributes to ``@main``'s arguments and results: ``args`` maps an index among the *non-parameter*
+    arguments to {name: string value}, ``results`` a result index."""
     from torch_mlir import ir
 
-    from spyre_mlir.context import make_context
-    from spyre_mlir.passes.emit import parameters
-    from spyre_mlir.passes.manager import PipelineError, run_pipeline
+    from spyre_mlir.params import _main
 
-    opt = f"{{output={shlex.quote(output)}}}" if output else ""
-    with make_context():
-        module = ir.Module.parse(kernel_ir)
-        with parameters(params, input_names, output_names, target) as side:
-            try:
-                run_pipeline(module, f"builtin.module(spyre-emit{opt})")
-            except (ir.MLIRError, PipelineError) as e:
-                raise CompileError(f"emission failed: {mlir_error_detail(str(e))}") from None
-            return side["emitter"]
-
-
-def _graph_text(linalg_ir: str, state=None) -> str:
-    from torch_mlir import ir
-
-    from spyre_mlir.context import asm, make_context
-    from spyre_mlir.passes.manager import PipelineError, run_pipeline
-    from spyre_mlir.pipeline import graph_pipeline
-
-    with make_context():
-        module = ir.Module.parse(linalg_ir)
-        if state:
-            _mark_state(module, state)
-        try:
-            run_pipeline(module, graph_pipeline())
-        except (ir.MLIRError, PipelineError) as e:
-            raise CompileError(f"graph pipeline failed: {mlir_error_detail(str(e))}") from None
-        return asm(module)
-
-
-def _mark_state(module, state) -> None:
-    """Mark the arguments and results that are persistent device state: ``state`` lists (name, input index among
-    the non-parameter arguments, result index). The emitter keeps such a buffer in device memory across calls
-    and writes the new value back there itself (docs/binary-format.md, state buffers)."""
-    from torch_mlir import ir
-
-    main = next(op for op in module.body.operations if op.operation.name == "func.func"
-                and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main").operation
-    args = main.regions[0].blocks[0].arguments
+    main = _main(module)
+    block_args = main.regions[0].blocks[0].arguments
     arg_attrs = list(ir.ArrayAttr(main.attributes["arg_attrs"])) if "arg_attrs" in main.attributes else \
-        [ir.DictAttr.get({}) for _ in args]
+        [ir.DictAttr.get({}) for _ in block_args]
     inputs = [i for i, d in enumerate(arg_attrs) if "spyre.param" not in ir.DictAttr(d)]
     n_res = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
     res_attrs = list(ir.ArrayAttr(main.attributes["res_attrs"])) if "res_attrs" in main.attributes else \
         [ir.DictAttr.get({}) for _ in range(n_res)]
 
-    def add(d, name):
+    def add(d, extra):
         d = ir.DictAttr(d)
         entries = {d[i].name: d[i].attr for i in range(len(d))}
-        entries["spyre.state"] = ir.StringAttr.get(name)
+        entries.update({k: ir.StringAttr.get(v) for k, v in extra.items()})
         return ir.DictAttr.get(entries)
 
-    for name, i, o in state:
-        arg_attrs[inputs[i]] = add(arg_attrs[inputs[i]], name)
-        res_attrs[o] = add(res_attrs[o], name)
+    for i, extra in args.items():
+        if i < len(inputs):
+            arg_attrs[inputs[i]] = add(arg_attrs[inputs[i]], extra)
+    for o, extra in results.items():
+        if o < n_res:
+            res_attrs[o] = add(res_attrs[o], extra)
     main.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs)
     main.attributes["res_attrs"] = ir.ArrayAttr.get(res_attrs)
 
@@ -262,14 +253,19 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
         if output and output != cached:
             _atomic_copy(cached, output)
     else:
-        kernel = kernel_module_text(_graph_text(imported.linalg_ir, device_state), precision, cores, target)
+        from spyre_mlir.context import make_context
+        from spyre_mlir.pipeline import graph_pipeline, kernel_pipeline
+
         dest = output or cached
         if dest is None:
             import tempfile
 
             dest = os.path.join(tempfile.mkdtemp(prefix="spyre-"), "model.spyre")
-        em = emit_text(kernel, tgt, imported.params, [s.name for s in imported.inputs],
-                       [s.name for s in imported.outputs], output=dest)
+        with make_context():
+            module = prepare_module(imported, device_state)
+            run_stage(module, graph_pipeline(), "graph pipeline")
+            run_stage(module, kernel_pipeline(precision, cores, target), "kernel pipeline")
+            em = emit(module, tgt, output=dest)
         host_ops, device_ops, host_locs = list(em.host_ops), list(em.kernels), list(em.host_locations)
         if cached:
             if dest != cached:

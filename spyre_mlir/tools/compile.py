@@ -8,7 +8,10 @@ The compiler is a list of named stages (``STAGES``); ``--emit=NAME`` runs the st
 (or writes, with ``-o``) that stage's output: IR for torch/linalg/spyre/kernel, the instruction listing for
 ``program``, and for ``binary`` (the default) the .spyre file itself, written atomically to ``-o`` or to
 ``<model name>.spyre`` in the current directory. A stage is
-``def _stage_x(job, previous_output) -> str`` appended as ``("x", _stage_x)`` to ``STAGES``.
+``def _stage_x(job, previous_output)`` appended as ``("x", _stage_x)`` to ``STAGES``; it returns text (the
+frontend's stages, the listing) or the job's module (from the spyre stage on, the stages change one module in
+one context: no text round trips). IR is printed only for ``--emit`` and ``--dump-dir``, with its
+parameters as resources, so a printed stage is a complete input to the next (``spyre-opt``).
 
 ``--dump-dir DIR`` keeps every stage's output (``01-torch.mlir``, ``02-linalg.mlir``, ...). When a stage
 fails it also writes the stage's input IR (``NN-<stage>.input.mlir``) and the exact command that reproduces
@@ -41,7 +44,8 @@ class Job:
     args: argparse.Namespace
     imported: object = None  # spyre_mlir.frontend.ImportedModel
     target: object = None    # spyre_mlir.target.Target narrowed to --cores
-    kernel_input: str | None = None
+    context: object = None   # the MLIR context of the spyre stage on
+    module: object = None    # the module the spyre, kernel and program stages change in place
     program_emitter: object = None  # spyre_mlir.codegen.emitter.Emitter of the program stage
 
 
@@ -63,25 +67,37 @@ def _stage_linalg(job: Job, torch_ir: str) -> str:
     return lower_to_linalg(torch_ir)
 
 
-def _stage_spyre(job: Job, linalg_ir: str) -> str:
-    """linalg-on-tensors -> spyre graph ops, the rest placed on the host (spyre_mlir.pipeline.graph_pipeline)."""
-    from torch_mlir import ir
-
-    from spyre_mlir.context import asm, make_context
-    from spyre_mlir.frontend.errors import StageError
-    from spyre_mlir.passes.manager import PipelineError, run_pipeline
+def _stage_spyre(job: Job, linalg_ir: str):
+    """linalg-on-tensors -> spyre graph ops, the rest placed on the host (spyre_mlir.pipeline.graph_pipeline).
+    From here on the stages change one module in one context: parsed once, parameters attached as resources."""
+    from spyre_mlir.compiler import prepare_module
+    from spyre_mlir.context import make_context
     from spyre_mlir.pipeline import graph_pipeline
 
-    pipeline = graph_pipeline(report=job.args.placement_report)
-    with make_context():
-        try:
-            module = ir.Module.parse(linalg_ir)
-            run_pipeline(module, pipeline)
-        except (ir.MLIRError, PipelineError) as e:
-            raise StageError(str(e), input_ir=linalg_ir, pipeline=pipeline) from None
+    job.imported.linalg_ir = linalg_ir
+    job.context = make_context()
+    with job.context:
+        job.module = prepare_module(job.imported)
+        _run(job, graph_pipeline(report=job.args.placement_report))
         if not job.args.placement_report:
-            _placement_summary(module)
-        return asm(module)
+            _placement_summary(job.module)
+    return job.module
+
+
+def _run(job: Job, pipeline: str) -> None:
+    """Run a pipeline on the job's module; a failure is a StageError carrying the stage's input IR (kept only
+    with --dump-dir, for the reproducer: printing a module with its weights is not free)."""
+    from torch_mlir import ir
+
+    from spyre_mlir.context import asm
+    from spyre_mlir.frontend.errors import StageError, mlir_error_detail
+    from spyre_mlir.passes.manager import PipelineError, run_pipeline
+
+    before = asm(job.module) if job.args.dump_dir else None
+    try:
+        run_pipeline(job.module, pipeline)
+    except (ir.MLIRError, PipelineError) as e:
+        raise StageError(mlir_error_detail(str(e)), input_ir=before, pipeline=pipeline) from None
 
 
 def _placement_summary(module) -> None:
@@ -96,42 +112,31 @@ def _placement_summary(module) -> None:
               f"({'; '.join(reasons)}); --placement-report lists them", file=sys.stderr)
 
 
-def _stage_kernel(job: Job, spyre_ir: str) -> str:
+def _stage_kernel(job: Job, module):
     """Graph IR -> kernel level: precision, layout, work division, tiles, scratchpad, schedule
     (spyre_mlir.pipeline.kernel_pipeline)."""
-    from spyre_mlir.compiler import CompileError, kernel_module_text
-    from spyre_mlir.frontend.errors import StageError
     from spyre_mlir.pipeline import kernel_pipeline
 
     a = job.args
-    job.kernel_input = spyre_ir
-    try:
-        return kernel_module_text(spyre_ir, a.precision, job.target.num_cores, a.target)
-    except CompileError as e:
-        raise StageError(str(e), input_ir=spyre_ir,
-                         pipeline=kernel_pipeline(a.precision, job.target.num_cores, a.target)) from None
+    with job.context:
+        _run(job, kernel_pipeline(a.precision, job.target.num_cores, a.target))
+    return module
 
 
-def _emit(job: Job, kernel_ir: str, output: str | None):
-    from spyre_mlir.compiler import CompileError, emit_text
-    from spyre_mlir.frontend.errors import StageError
-
-    imp = job.imported
-    try:
-        return emit_text(kernel_ir, job.target, imp.params, [s.name for s in imp.inputs],
-                         [s.name for s in imp.outputs], output=output)
-    except CompileError as e:
-        raise StageError(str(e), input_ir=kernel_ir,
-                         pipeline=f"builtin.module(spyre-emit{{cores={job.target.num_cores}}})") from None
-
-
-def _stage_program(job: Job, kernel_ir: str) -> str:
+def _stage_program(job: Job, module) -> str:
     """Kernel IR -> the program (spyre-emit), printed as a listing: one line per instruction and core."""
     from spyre_mlir import codegen
+    from spyre_mlir.compiler import CompileError, emit
+    from spyre_mlir.context import asm
+    from spyre_mlir.frontend.errors import StageError
 
-    em = _emit(job, kernel_ir, None)
-    job.program_emitter = em
-    return codegen.listing(em.b.program())
+    with job.context:
+        before = asm(module) if job.args.dump_dir else None
+        try:
+            job.program_emitter = emit(module, job.target)
+        except CompileError as e:
+            raise StageError(str(e), input_ir=before, pipeline="builtin.module(spyre-emit)") from None
+    return codegen.listing(job.program_emitter.b.program())
 
 
 def _stage_binary(job: Job, listing: str) -> str:
@@ -143,7 +148,7 @@ def _stage_binary(job: Job, listing: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The compiler, in order. Each stage takes the previous stage's output text and returns its own.
+# The compiler, in order. Each stage takes the previous stage's output and returns its own.
 STAGES: list[tuple[str, Callable[[Job, str | None], str]]] = [
     ("torch", _stage_torch),
     ("linalg", _stage_linalg),
@@ -181,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dump-dir", help="keep every stage's IR here, and a reproducer when a stage fails")
     p.add_argument("--mlir-print-debuginfo", action="store_true",
-                   help="print the IR with its locations (the model's source lines)")
+                   help="print the IR on stdout with its locations (the model's source lines); IR written "
+                   "with -o always keeps them: a stage's file is a complete input to the next, whose "
+                   "diagnostics and binary debug info keep pointing at the model")
     p.add_argument("--precision", default="dlf16", choices=["dlf16", "fp8", "int8-weights", "fp32-reference"],
                    help="number formats of device tensors (kernel stage on; default: %(default)s)")
     p.add_argument("--cores", type=int, help="cores to use (default: all cores of the target)")
@@ -217,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = Job(args)
     job.target = target.with_cores(args.cores or target.max_cores)
     progress = _Progress(len(stages))
-    ir_text: str | None = None
+    ir_text = None
     for index, (name, stage) in enumerate(stages, start=1):
         progress.start(index, name)
         try:
@@ -233,24 +240,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BaseException as e:
             # A bug: keep the reproducer, then let the traceback through.
             progress.fail(index, name)
-            if args.dump_dir and not isinstance(e, KeyboardInterrupt):
+            if args.dump_dir and not isinstance(e, KeyboardInterrupt) and isinstance(ir_text, str):
                 _write_reproducer(args, index, name, ir_text, e)
             raise
         progress.done(index, name)
         if args.dump_dir and name != "binary":
             ext = "txt" if name == "program" else "mlir"
-            _write_atomic(os.path.join(args.dump_dir, f"{index:02d}-{name}.{ext}"), ir_text)
+            _write_atomic(os.path.join(args.dump_dir, f"{index:02d}-{name}.{ext}"), _text(job, ir_text, True))
 
     if args.emit == "binary":
         sys.stderr.write(ir_text)
         return 0
-    if args.emit != "program" and not args.mlir_print_debuginfo:
-        ir_text = _without_locations(ir_text)
+    ir_text = _text(job, ir_text, args.mlir_print_debuginfo or bool(args.output) or args.emit == "program")
     if args.output:
         _write_atomic(args.output, ir_text)
     else:
         sys.stdout.write(ir_text)
     return 0
+
+
+def _text(job: Job, out, debuginfo: bool) -> str:
+    """A stage's output as text: a module printed (with its resources), frontend IR with or without locations."""
+    if not isinstance(out, str):
+        with job.context:
+            return out.operation.get_asm(enable_debug_info=debuginfo, large_elements_limit=None)
+    return out if debuginfo else _without_locations(out)
 
 
 def _without_locations(text: str) -> str:

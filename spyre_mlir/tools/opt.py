@@ -85,6 +85,7 @@ def _process(chunk, first_line, filename, elements, args, build_pass_manager, Pi
     """Parse and transform one chunk. Returns (printed IR or None, success)."""
     from torch_mlir import ir
 
+    from spyre_mlir import params
     from spyre_mlir.context import make_context
 
     ctx = make_context()
@@ -100,7 +101,7 @@ def _process(chunk, first_line, filename, elements, args, build_pass_manager, Pi
     with ctx:
         module = None
         try:
-            module = ir.Module.parse(padded)
+            module = params.parse(padded)   # keeps the bytes of parameter resources for spyre-emit
             if elements:
                 pm = build_pass_manager(elements, ctx)
                 if args.mlir_print_ir_after_all:

@@ -4,7 +4,7 @@
 // RUN: filecheck %s --check-prefix=GRAPH < %t.graph.mlir
 // RUN: spyre-opt %t.graph.mlir -p 'builtin.module(spyre-reduce-precision{precision=dlf16},spyre-layout,spyre-fuse,spyre-divide-work{cores=4},spyre-tile,spyre-allocate-scratchpad,spyre-schedule)' > %t.kernel.mlir
 // RUN: filecheck %s --check-prefix=KERNEL < %t.kernel.mlir
-// RUN: spyre-opt %t.kernel.mlir -p 'builtin.module(spyre-emit{cores=4 listing=-})' | filecheck %s --check-prefix=PROGRAM
+// RUN: spyre-opt %t.kernel.mlir -p 'builtin.module(spyre-emit{listing=-})' | filecheck %s --check-prefix=PROGRAM
 
 // GRAPH-LABEL: func.func @main
 // GRAPH: "spyre.matmul"
@@ -12,7 +12,8 @@
 // GRAPH: arith.maximumf
 // GRAPH-NOT: linalg.
 
-// KERNEL: module attributes {spyre.precision = "dlf16", spyre.scratchpad_peak = {{[0-9]+}} : i64}
+// The module records the machine it was divided for: spyre-emit needs no options.
+// KERNEL: module attributes {spyre.cores = 4 : i64, spyre.precision = "dlf16", spyre.scratchpad_peak = {{[0-9]+}} : i64}
 // The f32 inputs' casts fuse into the matmul's loads (spyre-fuse).
 // KERNEL-NOT: "spyre.cast"(%arg0)
 // KERNEL: "spyre.matmul"(%arg0, %arg1)

@@ -1,0 +1,150 @@
+"""Parameters travel in the IR, by reference.
+
+Each parameter argument of ``@main`` (marked ``spyre.param = "<name>"`` by the frontend) carries its value as
+``spyre.value = dense_resource<name> : tensor<...>``. In memory the resource's blob *is* the numpy array
+(``DenseResourceElementsAttr.get_from_buffer``: no copy, no ``tolist()``); printed IR carries the bytes in the
+module's ``dialect_resources`` section, so every stage's printed output is a complete input to the next
+(``spyre-compile --emit=kernel`` then ``spyre-opt -p 'builtin.module(spyre-emit{...})'`` writes the same binary
+as ``spyre-compile``).
+
+MLIR's Python bindings cannot read a resource's bytes back (no buffer access). So the arrays behind the
+resources a context holds are kept beside it: :func:`attach` records the arrays it wraps, :func:`parse` the
+blobs of the text it parses, and :func:`values` returns them by parameter name.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from torch_mlir import ir
+
+PARAM_ATTR = "spyre.param"
+VALUE_ATTR = "spyre.value"
+
+_STORE = "_spyre_blobs"        # attribute of the Python Context object: resource key -> ndarray | bytes
+_KEY = re.compile(r"dense_resource<(\"(?:[^\"\\]|\\.)*\"|[^>]+)>")
+_SECTION = re.compile(r"\{-#\s*dialect_resources:\s*\{\s*builtin:\s*\{(.*?)\}\s*\}\s*#-\}", re.S)
+_BLOB = re.compile(r"(\"(?:[^\"\\]|\\.)*\"|[^\s:\"]+)\s*:\s*\"0x([0-9A-Fa-f]*)\"")
+
+
+class ParamError(ValueError):
+    pass
+
+
+def _store(context) -> dict:
+    blobs = getattr(context, _STORE, None)
+    if blobs is None:
+        blobs = {}
+        setattr(context, _STORE, blobs)
+    return blobs
+
+
+def _main(module):
+    op = module.operation if hasattr(module, "operation") else module
+    for f in op.regions[0].blocks[0].operations:
+        if f.operation.name == "func.func" and ir.StringAttr(f.operation.attributes["sym_name"]).value == "main":
+            return f.operation
+    return None
+
+
+def _arg_attrs(main) -> list:
+    n = len(main.regions[0].blocks[0].arguments)
+    if "arg_attrs" not in main.attributes:
+        return [ir.DictAttr.get({}) for _ in range(n)]
+    return [ir.DictAttr(d) for d in ir.ArrayAttr(main.attributes["arg_attrs"])]
+
+
+def _entries(d) -> dict:
+    return {d[i].name: d[i].attr for i in range(len(d))}
+
+
+def attach(module, params: dict) -> None:
+    """Give every ``spyre.param`` argument of ``@main`` its value from ``params`` (name -> array) as a
+    ``spyre.value`` resource holding the array itself. Arguments without a value in ``params`` are left as
+    they are (the emitter then reads them as binary inputs)."""
+    main = _main(module)
+    if main is None or not params:
+        return
+    ctx = main.context
+    blobs = _store(ctx)
+    attrs = _arg_attrs(main)
+    args = main.regions[0].blocks[0].arguments
+    with ctx:
+        for i, d in enumerate(attrs):
+            if PARAM_ATTR not in d:
+                continue
+            name = ir.StringAttr(d[PARAM_ATTR]).value
+            if name not in params:
+                continue
+            arr = np.asarray(params[name])
+            if not arr.flags.c_contiguous:
+                arr = arr.copy()       # (ascontiguousarray would make a 0-d array 1-d)
+            key = re.sub(r"[^A-Za-z0-9_.]", "_", name) or "param"
+            value = ir.DenseResourceElementsAttr.get_from_buffer(arr.reshape(-1).view(np.uint8), key, args[i].type)
+            blobs[_key(value)] = arr      # the key MLIR chose (it appends _N when the name is taken)
+            attrs[i] = ir.DictAttr.get({**_entries(d), VALUE_ATTR: value})
+        main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+
+
+def _key(attr) -> str:
+    m = _KEY.search(str(attr))
+    key = m.group(1)
+    return key[1:-1] if key.startswith('"') else key
+
+
+def parse(text: str, context=None) -> ir.Module:
+    """``ir.Module.parse`` that also keeps the bytes of the text's resource blobs, for :func:`values`."""
+    module = ir.Module.parse(text, context=context) if context is not None else ir.Module.parse(text)
+    section = _SECTION.search(text)
+    if section:
+        blobs = _store(module.context)
+        for key, hexdata in _BLOB.findall(section.group(1)):
+            # A blob is its alignment (a little-endian u32), then the data.
+            blobs[key[1:-1] if key.startswith('"') else key] = bytes.fromhex(hexdata[8:])
+    return module
+
+
+def values(module) -> dict[str, np.ndarray]:
+    """Parameter name -> value of every ``@main`` argument that carries a ``spyre.value``."""
+    main = _main(module)
+    if main is None:
+        return {}
+    blobs = _store(main.context)
+    args = main.regions[0].blocks[0].arguments
+    out = {}
+    for i, d in enumerate(_arg_attrs(main)):
+        if VALUE_ATTR not in d or PARAM_ATTR not in d:
+            continue
+        name = ir.StringAttr(d[PARAM_ATTR]).value
+        key = _key(d[VALUE_ATTR])
+        if key not in blobs:
+            raise ParamError(f"parameter '{name}': the bytes of resource '{key}' are not in this module (parse IR "
+                             f"text with spyre_mlir.params.parse, or keep the resources section)")
+        arr = blobs[key]
+        if isinstance(arr, bytes):
+            arr = blobs[key] = _decode(arr, args[i].type, name)
+        out[name] = arr
+    return out
+
+
+def _decode(data: bytes, type_, name: str) -> np.ndarray:
+    t = ir.RankedTensorType(type_)
+    dtype = _dtype(str(t.element_type))
+    if dtype is None:
+        raise ParamError(f"parameter '{name}': no numpy type for element type {t.element_type}")
+    shape = tuple(t.shape)
+    if len(data) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        raise ParamError(f"parameter '{name}': resource holds {len(data)} bytes, {type_} needs "
+                         f"{int(np.prod(shape, dtype=np.int64)) * dtype.itemsize}")
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _dtype(elt: str):
+    import ml_dtypes
+
+    table = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
+             "i1": np.bool_, "i8": np.int8, "ui8": np.uint8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+             "f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}
+    d = table.get(elt)
+    return np.dtype(d) if d is not None else None
