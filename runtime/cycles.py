@@ -35,6 +35,7 @@ import numpy as np
 
 from .formats import STICK_BYTES
 from .isa import ROOT_ALL, Op, tile_pitch
+from .schedule import Sync
 
 __all__ = ["Profile", "Event", "UNITS", "model_program"]
 
@@ -169,13 +170,11 @@ def _mean_concurrency(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def model_program(prog, target, steps) -> Profile:
-    """Run the cycle model over the loader's schedule (a list of Ins and Sync steps).
+    """Run the cycle model over the static schedule (a list of Ins and Sync steps, :mod:`.schedule`).
 
     DRAM bandwidth is shared by the cores transferring at the same time. The first pass assumes every core
     with DMA work in the same barrier segment transfers at once; REFINE_PASSES more passes replace that by
     the time-averaged number of cores whose transfers overlap each transfer in the previous pass."""
-    from .loader import Sync   # the step types live with the scheduler
-
     C = prog.num_cores
     per_cycle = 1.0 / target.clock_ghz        # GB/s -> bytes/cycle is gbps * per_cycle
     # Directions moved in each barrier segment pick the read, write or mixed bandwidth.
