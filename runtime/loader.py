@@ -30,14 +30,13 @@ from spyre_mlir.errors import SpyreError
 
 from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
 from .cycles import Profile, model_program
-from .emulator import (INT_RANGE, NUMERICS, DmaCopy, Memory, Restick, SpyreRuntimeError, TileView, reduce_eval,
-                       sfu_eval)
+from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView
 from .formats import STICK_BYTES, Format
 from .hostjit import HostCode, HostCodeError, host_dtype
-from .hostops import HostOpError, check_host_op, run_host_op
+from .hostops import HostOpError, check_host_op
 from .isa import (ALL_FIELDS, FIELDS, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS, SFU_SWAP,
                   Bcast, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch)
-from .schedule import EMPTY, Ins, Sync, bits, schedule, sticks
+from .schedule import EMPTY, Ins, bits, schedule, sticks
 
 __all__ = ["load", "load_bytes", "Executable", "Bundle", "Ins", "InputError", "DEFAULT_MAX_DEVICE_BYTES"]
 
@@ -421,6 +420,7 @@ class Executable:
                     d = ins.reduce[2]
                     sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
         self.sp = [Memory(n, shadow) for n in sp_size]
+        self.machine = Machine(self.device, self.sp, numerics, host_code)
         for name, blob in ({} if shared else prog.constants).items():
             b = prog.buffer(name)
             self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
@@ -429,7 +429,7 @@ class Executable:
                 v.shadow[...] = v.read_bytes()
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
-        self._plan = [f for f in map(self._prepare, steps) if f is not None]
+        self._plan = self.machine.plan(steps)
         self.static_profile: Profile = dataclasses.replace(model_program(prog, target, steps),
                                                            scratchpad_peak_bytes=max(sp_size),
                                                            usable_scratchpad_bytes=target.scratchpad_usable_bytes)
@@ -443,132 +443,7 @@ class Executable:
     # ---- preparation ------------------------------------------------------------------------------------
 
     def _buffer_view(self, b: Buffer) -> TileView:
-        return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
-
-    def _tile(self, core: int, t) -> TileView | None:
-        return None if t is None else TileView(self.sp[core], *t)
-
-    def _prepare(self, s):
-        if isinstance(s, Sync):
-            return self._prepare_sync(s)
-        c, sp, dev = s.core, self.sp[s.core], self.device
-        if s.op in (Op.DMA_LOAD, Op.DMA_STORE):
-            daddr, dstr, saddr, sstr, shape = s.dma
-            if s.op is Op.DMA_LOAD:
-                return DmaCopy(dev, daddr, dstr, sp, saddr, sstr, shape)
-            return DmaCopy(sp, saddr, sstr, dev, daddr, dstr, shape)
-        if s.op is Op.RESTICK:
-            src, dst, shape, fmt, _, _ = s.restick
-            return Restick(dev, src, dst, shape, fmt)
-        if s.op is Op.MATMUL:
-            fl, a, b, acc, out, bias, cs, imm, ints = s.mm
-            A, B, C = self._tile(c, a), self._tile(c, b), self._tile(c, acc)
-            O, BI, CS = self._tile(c, out), self._tile(c, bias), self._tile(c, cs)
-            ints = ints and self.numerics == "faithful"
-            accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)
-
-            def matmul():
-                if ints:
-                    r = (A.read().astype(np.float64) @ B.read().astype(np.float64)).astype(np.int64)
-                    if accumulate:
-                        r += C.read().astype(np.int64)
-                    r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
-                else:
-                    r = A.read().astype(np.float32) @ B.read().astype(np.float32)
-                    if accumulate:
-                        r = C.read().astype(np.float32) + r
-                C.write(r)
-                if O is not None:
-                    v = r.astype(np.float32)
-                    if scale is not None:
-                        v = v * np.float32(scale)
-                    if CS is not None:
-                        v = v * CS.read().astype(np.float32)
-                    if BI is not None:
-                        v = v + BI.read().astype(np.float32)
-                    O.write(v)
-            return matmul
-        if s.op is Op.SFU:
-            fn, mode, swap, dst, src0, src1, imm = s.sfu
-            D, S0, S1 = self._tile(c, dst), self._tile(c, src0), self._tile(c, src1)
-            shape = (dst[1], dst[2])
-
-            def sfu():
-                D.write(sfu_eval(fn, shape, S0.read() if S0 is not None else None,
-                                 S1.read() if S1 is not None else imm, imm, swap))
-            return sfu
-        if s.op is Op.REDUCE:
-            fn, dst, src = s.red
-            D, S = self._tile(c, dst), self._tile(c, src)
-            return lambda: D.write(reduce_eval(fn, S.read()))
-        if s.op is Op.RING_SEND:
-            peer, dst, src, k = s.send
-            s.stage = np.zeros(k, dtype=np.uint8)
-            s.stage_shadow = np.zeros(k, dtype=np.float32) if sp.shadow is not None else None
-
-            def send():
-                s.stage[...] = sp.bytes[src:src + k]
-                if s.stage_shadow is not None:
-                    s.stage_shadow[...] = sp.shadow[src:src + k]
-            return send
-        if s.op is Op.RING_REDUCE:
-            S = self._tile(c, s.reduce[3])
-            s.slot = [None]
-
-            def contribute():
-                s.slot[0] = np.array(S.read(), dtype=np.float32)
-            return contribute
-        if s.op is Op.HOST:
-            op, ins_bufs, out_bufs, attrs = s.host
-            views = [self._buffer_view(b) for b in ins_bufs]
-            outs = [self._buffer_view(b) for b in out_bufs]
-
-            if op == "jit":
-                call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
-                                           [b.shape for b in ins_bufs], [b.shape for b in out_bufs])
-                run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
-            else:
-                run = run_host_op
-
-            def host():
-                # Integers and bools as stored (their fp32 shadow is no integer); floats as the numerics see them.
-                args = [(v.read() if b.fmt.is_float else v.read_bytes()).reshape(b.shape)
-                        for v, b in zip(views, ins_bufs)]
-                try:
-                    res = run(op, attrs, args, [b.shape for b in out_bufs])
-                except Exception as e:   # user functions may raise anything: report where it happened
-                    raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
-                for v, r, b in zip(outs, res, out_bufs):
-                    v.write(np.asarray(r).reshape(v.rows, v.cols))
-            return host
-        raise AssertionError(s.op)
-
-    def _prepare_sync(self, s: Sync):
-        deliveries = []
-        for snd in s.sends:
-            peer, dst, _, k = snd.send
-            mem = self.sp[peer]
-
-            def deliver(snd=snd, mem=mem, dst=dst, k=k):
-                mem.bytes[dst:dst + k] = snd.stage
-                if snd.stage_shadow is not None:
-                    mem.shadow[dst:dst + k] = snd.stage_shadow
-            deliveries.append(deliver)
-        for group in s.reduces:
-            mask, root, dst, _ = group[0].reduce
-            receivers = bits(mask) if root == ROOT_ALL else [root]
-            views = [TileView(self.sp[r], *dst) for r in receivers]
-
-            def reduce_sum(group=group, views=views):
-                total = group[0].slot[0]
-                for g in group[1:]:            # in core order, like the ring
-                    total = total + g.slot[0]
-                for v in views:
-                    v.write(total)
-            deliveries.append(reduce_sum)
-        if not deliveries:
-            return None
-        return lambda: [d() for d in deliveries]
+        return self.machine.buffer_view(b)
 
     # ---- running ----------------------------------------------------------------------------------------
 
