@@ -584,5 +584,5 @@ def test_restick_cycle_model(targets):
     assert p.dram_read_bytes == p.dram_write_bytes == nbytes
     ev = [e for e in p.events if e.name == "restick"]
     assert len(ev) == 1 and ev[0].unit == "DMA"
-    from spyre_mlir.runtime.cycles import DMA_LATENCY
-    assert ev[0].end - ev[0].start == pytest.approx(nbytes / (t.restickify_gbps / t.clock_ghz) + DMA_LATENCY)
+    assert ev[0].end - ev[0].start == pytest.approx(nbytes / (t.restickify_gbps / t.clock_ghz)
+                                                    + t.dma_latency_cycles)
