@@ -385,17 +385,27 @@ class ProgramBuilder:
 
 
 def listing(prog: Program) -> str:
-    """A program as text: buffers, then every core's records (:func:`isa.describe`) with source locations.
-    What ``spyre-run --disassemble`` prints; also handy for a compiler's ``--emit=program``."""
-    lines = [f"; {prog.num_cores} cores, {prog.device_bytes} device bytes, producer {prog.producer!r}"]
-    for b in prog.buffers:
-        lines.append(f"; {b.kind:8} {b.name}: {b.fmt.key}{list(b.shape)} at {b.addr} ({b.nbytes} B)")
+    """A program as text: buffers, then per core one line per record (``core:index``, then
+    :func:`isa.describe`) with its source location, then the host ops. The one disassembler: what
+    ``spyre-run --disassemble`` and ``spyre-compile --emit=program`` print. Reads only the container (no
+    semantic checks), so half-valid files can be inspected too."""
+    lines = [f"// program: {prog.num_cores} core(s), {prog.device_bytes} B device memory, "
+             f"{len(prog.host_ops)} host op(s)"]
+    for buf in prog.buffers:
+        lines.append(f"// buffer {buf.name}: {buf.kind} {buf.fmt.key}{list(buf.shape)} @ {buf.addr} "
+                     f"({buf.nbytes} B)")
     for c, code in enumerate(prog.code):
-        lines.append(f"core {c}:")
+        lines.append(f"core {c}: {len(code)} instructions")
         for i, rec in enumerate(code):
-            loc = prog.debug[c][i][1] if prog.debug else ""
-            lines.append(f"  {i:5}: {describe(rec)}" + (f"    ; {loc}" if loc else ""))
-    return "\n".join(lines)
+            dbg = prog.debug[c][i][1] if prog.debug and c < len(prog.debug) else ""
+            lines.append(f"  {c}:{i:<5d} {describe(rec, 12)}" + (f"  // {dbg}" if dbg else ""))
+    for k, h in enumerate(prog.host_ops):
+        attrs = h.get("attrs") or {}
+        steps = attrs.get("program", {}).get("steps") if h["op"] == "eval" else None
+        lines.append(f"// host_op {k}: {h['op']} {h['inputs']} -> {h['outputs']}"
+                     + (f" fn={attrs.get('fn')}" if attrs.get("fn") else "")
+                     + (f" ({len(steps)} steps)" if steps is not None else ""))
+    return "\n".join(lines) + "\n"
 
 
 def _to_device_image(buf: Buffer, bits: np.ndarray) -> bytes:

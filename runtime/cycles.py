@@ -6,24 +6,27 @@ their instructions in program order; units of one core run concurrently, which i
 overlap comes from. An instruction starts when its unit is free and when the scratchpad sticks it touches
 are ready (read-after-write, write-after-read and write-after-write, tracked per 128-byte stick). Device
 memory needs no tracking of its own: a core's DMA unit is in order, other cores are ordered only by
-barriers (a barrier starts every unit of its members when the last member's units drain, plus a fixed
-latency; ring transfers land at that barrier), and a HOST op fences its core's units.
+barriers (a barrier starts every unit of its members when the last member's units drain, plus
+barrier_latency_cycles; ring transfers land at that barrier), and a HOST op fences its core's units.
 
-Durations (cycles), from the target file; fixed latencies are [assumed] model constants below:
+Durations (cycles), every number from the target: the one the loader checked against the binary's fingerprint,
+so the values the compiler planned with (the fixed ``*_latency_cycles`` are [assumed] entries of the target
+file, read by ``spyre_mlir/cost.py`` too):
 
-* DMA: bytes / (DRAM bandwidth / cores transferring at the same time) + DMA_LATENCY. The sharing count is
+* DMA: bytes / (DRAM bandwidth / cores transferring at the same time) + dma_latency_cycles. The sharing count is
   first every core with DMA work in the barrier segment, then (REFINE_PASSES times) the time-averaged
   number of cores whose transfers overlap this one in the previous pass. Bandwidth is the read, write or
   mixed figure depending on what the segment moves.
 * RESTICK (on the DMA unit): the larger of its source and destination bytes / (restickify bandwidth /
-  cores transferring at the same time) + DMA_LATENCY. It shares DRAM like a DMA and counts as both a read
+  cores transferring at the same time) + dma_latency_cycles. It shares DRAM like a DMA and counts as both a read
   and a write of its segment (so DMAs next to it see the mixed bandwidth); its source bytes count as DRAM
   reads and its destination bytes as DRAM writes.
 * PT: M and N padded to the PT array (pt_rows x pt_cols) times K, over ``macs_per_cycle(format)`` (the
-  slower input format), + PT_LATENCY.
-* SFU: elements x ``sfu_cycles(class)`` / SFU lanes per core, + SFU_LATENCY; row reductions are "simple".
-* RING: bytes / ring_bytes_per_cycle + hops (send) or group size - 1 (reduce) x HOP_LATENCY.
-* HOST: bytes / host link bandwidth + HOST_LATENCY (the data goes to the host and back).
+  slower input format), + pt_latency_cycles.
+* SFU: elements x ``sfu_cycles(class)`` / SFU lanes per core, + sfu_latency_cycles; row reductions are
+  "simple".
+* RING: bytes / ring_bytes_per_cycle + hops (send) or group size - 1 (reduce) x hop_latency_cycles.
+* HOST: bytes / host link bandwidth + host_latency_cycles (the data goes to the host and back).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import numpy as np
 
 from .formats import STICK_BYTES
 from .isa import ROOT_ALL, Op, tile_pitch
+from .schedule import Sync
 
 __all__ = ["Profile", "Event", "UNITS", "model_program"]
 
@@ -42,13 +46,6 @@ UNITS = ("DMA", "PT", "SFU", "RING", "HOST")
 _UNIT = {Op.DMA_LOAD: 0, Op.DMA_STORE: 0, Op.RESTICK: 0, Op.MATMUL: 1, Op.SFU: 2, Op.REDUCE: 2,
          Op.RING_SEND: 3, Op.RING_REDUCE: 3, Op.HOST: 4}
 
-# [assumed] fixed latencies in cycles: nothing public; small next to the bandwidth terms for real tiles.
-DMA_LATENCY = 64
-PT_LATENCY = 16
-SFU_LATENCY = 8
-HOP_LATENCY = 4
-BARRIER_LATENCY = 32
-HOST_LATENCY = 10_000
 REFINE_PASSES = 2      # timeline passes that re-estimate how many cores share DRAM bandwidth
 
 
@@ -169,13 +166,11 @@ def _mean_concurrency(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def model_program(prog, target, steps) -> Profile:
-    """Run the cycle model over the loader's schedule (a list of Ins and Sync steps).
+    """Run the cycle model over the static schedule (a list of Ins and Sync steps, :mod:`.schedule`).
 
     DRAM bandwidth is shared by the cores transferring at the same time. The first pass assumes every core
     with DMA work in the same barrier segment transfers at once; REFINE_PASSES more passes replace that by
     the time-averaged number of cores whose transfers overlap each transfer in the previous pass."""
-    from .loader import Sync   # the step types live with the scheduler
-
     C = prog.num_cores
     per_cycle = 1.0 / target.clock_ghz        # GB/s -> bytes/cycle is gbps * per_cycle
     # Directions moved in each barrier segment pick the read, write or mixed bandwidth.
@@ -221,21 +216,23 @@ def _duration(ins, C: int, target, gbps: dict, share: dict, per_cycle: float) ->
     """Cycles one instruction keeps its unit busy (see the module docstring)."""
     op, lanes = ins.op, target.sfu_lanes_per_core
     if op in (Op.DMA_LOAD, Op.DMA_STORE):
-        return ins.nbytes * share[id(ins)] / (gbps[id(ins)] * per_cycle) + DMA_LATENCY
+        return ins.nbytes * share[id(ins)] / (gbps[id(ins)] * per_cycle) + target.dma_latency_cycles
     if op is Op.RESTICK:
-        return max(ins.restick[4], ins.restick[5]) * share[id(ins)] / (gbps[id(ins)] * per_cycle) + DMA_LATENCY
+        return (max(ins.restick[4], ins.restick[5]) * share[id(ins)] / (gbps[id(ins)] * per_cycle)
+                + target.dma_latency_cycles)
     if op is Op.MATMUL:
-        return ins.macs / target.macs_per_cycle(ins.pt_fmt) + PT_LATENCY
+        return ins.macs / target.macs_per_cycle(ins.pt_fmt) + target.pt_latency_cycles
     if op is Op.SFU:
-        return ins.elems * target.sfu_cycles(ins.sfu_class) / lanes + SFU_LATENCY
+        return ins.elems * target.sfu_cycles(ins.sfu_class) / lanes + target.sfu_latency_cycles
     if op is Op.REDUCE:
-        return ins.elems * target.sfu_cycles("simple") / lanes + SFU_LATENCY
+        return ins.elems * target.sfu_cycles("simple") / lanes + target.sfu_latency_cycles
     if op is Op.RING_SEND:
         d = abs(ins.send[0] - ins.core)
-        return ins.nbytes / target.ring_bytes_per_cycle + min(d, C - d) * HOP_LATENCY
+        return ins.nbytes / target.ring_bytes_per_cycle + min(d, C - d) * target.hop_latency_cycles
     if op is Op.RING_REDUCE:
-        return ins.nbytes / target.ring_bytes_per_cycle + (bin(ins.reduce[0]).count("1") - 1) * HOP_LATENCY
-    return ins.nbytes / (target.host_link_gbps * per_cycle) + HOST_LATENCY
+        return (ins.nbytes / target.ring_bytes_per_cycle
+                + (bin(ins.reduce[0]).count("1") - 1) * target.hop_latency_cycles)
+    return ins.nbytes / (target.host_link_gbps * per_cycle) + target.host_latency_cycles
 
 
 def _timeline(steps, C, target, gbps, share, per_cycle, Sync):
@@ -249,7 +246,7 @@ def _timeline(steps, C, target, gbps, share, per_cycle, Sync):
     events, spans = [], {}
     for s in steps:
         if isinstance(s, Sync):
-            t = free[list(s.members)].max() + BARRIER_LATENCY
+            t = free[list(s.members)].max() + target.barrier_latency_cycles
             free[list(s.members)] = t
             for snd in s.sends:
                 spw[snd.send[0], snd.peer_sticks] = t

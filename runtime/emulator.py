@@ -2,8 +2,9 @@
 
 Memories are plain byte arrays (numpy uint8) sized to what the program declares and uses; the loader has
 already proved every access in bounds and every read initialized, so this module only moves bytes and
-computes. Operands are precomputed numpy views (:class:`TileView`, :class:`DmaCopy`) built once at load;
-a call walks the plan and each step is a handful of vectorized numpy operations per tile.
+computes. What each instruction does lives here: :class:`Machine` turns the loader's decoded instructions
+into a plan of closures over precomputed numpy views (:class:`TileView`, :class:`DmaCopy`), built once at
+load; a call walks the plan and each step is a handful of vectorized numpy operations per tile.
 
 Numerics:
 
@@ -25,10 +26,12 @@ from numpy.lib.stride_tricks import as_strided
 from spyre_mlir.errors import SpyreError
 
 from .formats import Format, decode, encode
-from .isa import ReduceFn, SfuFn, tile_pitch
+from .hostops import run_host_op
+from .isa import ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
+from .schedule import Sync, bits
 
-__all__ = ["Memory", "TileView", "DmaCopy", "Restick", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS",
-           "SpyreRuntimeError"]
+__all__ = ["Memory", "TileView", "DmaCopy", "Restick", "Machine", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval",
+           "NUMERICS", "SpyreRuntimeError"]
 
 NUMERICS = ("faithful", "fp32-reference")
 
@@ -260,3 +263,152 @@ def reduce_eval(fn: ReduceFn, x) -> np.ndarray:
     else:
         r = np.min(x, axis=1)
     return r.reshape(-1, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What each instruction does: the static schedule as a plan of closures
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Machine:
+    """The memories of one loaded program (device memory, one scratchpad per core) in a numerics mode, and what
+    each instruction does to them. :meth:`plan` turns the loader's static schedule (decoded
+    :class:`~.schedule.Ins` and :class:`~.schedule.Sync` steps, :mod:`.schedule`) into closures over
+    precomputed views, once at load; a run calls them in order."""
+
+    def __init__(self, device: Memory, sp: list[Memory], numerics: str, host_code=None):
+        self.device, self.sp, self.numerics, self.host_code = device, sp, numerics, host_code
+
+    def buffer_view(self, b) -> TileView:
+        """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
+        return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
+
+    def _tile(self, core: int, t) -> TileView | None:
+        return None if t is None else TileView(self.sp[core], *t)
+
+    def plan(self, steps) -> list:
+        """The steps of the static schedule as closures, in schedule order (a barrier with nothing to deliver
+        has none)."""
+        return [f for f in map(self._prepare, steps) if f is not None]
+
+    def _prepare(self, s):
+        if isinstance(s, Sync):
+            return self._prepare_sync(s)
+        c, sp, dev = s.core, self.sp[s.core], self.device
+        if s.op in (Op.DMA_LOAD, Op.DMA_STORE):
+            daddr, dstr, saddr, sstr, shape = s.dma
+            if s.op is Op.DMA_LOAD:
+                return DmaCopy(dev, daddr, dstr, sp, saddr, sstr, shape)
+            return DmaCopy(sp, saddr, sstr, dev, daddr, dstr, shape)
+        if s.op is Op.RESTICK:
+            src, dst, shape, fmt, _, _ = s.restick
+            return Restick(dev, src, dst, shape, fmt)
+        if s.op is Op.MATMUL:
+            fl, a, b, acc, out, bias, cs, imm, ints = s.mm
+            A, B, C = self._tile(c, a), self._tile(c, b), self._tile(c, acc)
+            O, BI, CS = self._tile(c, out), self._tile(c, bias), self._tile(c, cs)
+            ints = ints and self.numerics == "faithful"
+            accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)
+
+            def matmul():
+                if ints:
+                    r = (A.read().astype(np.float64) @ B.read().astype(np.float64)).astype(np.int64)
+                    if accumulate:
+                        r += C.read().astype(np.int64)
+                    r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
+                else:
+                    r = A.read().astype(np.float32) @ B.read().astype(np.float32)
+                    if accumulate:
+                        r = C.read().astype(np.float32) + r
+                C.write(r)
+                if O is not None:
+                    v = r.astype(np.float32)
+                    if scale is not None:
+                        v = v * np.float32(scale)
+                    if CS is not None:
+                        v = v * CS.read().astype(np.float32)
+                    if BI is not None:
+                        v = v + BI.read().astype(np.float32)
+                    O.write(v)
+            return matmul
+        if s.op is Op.SFU:
+            fn, mode, swap, dst, src0, src1, imm = s.sfu
+            D, S0, S1 = self._tile(c, dst), self._tile(c, src0), self._tile(c, src1)
+            shape = (dst[1], dst[2])
+
+            def sfu():
+                D.write(sfu_eval(fn, shape, S0.read() if S0 is not None else None,
+                                 S1.read() if S1 is not None else imm, imm, swap))
+            return sfu
+        if s.op is Op.REDUCE:
+            fn, dst, src = s.red
+            D, S = self._tile(c, dst), self._tile(c, src)
+            return lambda: D.write(reduce_eval(fn, S.read()))
+        if s.op is Op.RING_SEND:
+            peer, dst, src, k = s.send
+            s.stage = np.zeros(k, dtype=np.uint8)
+            s.stage_shadow = np.zeros(k, dtype=np.float32) if sp.shadow is not None else None
+
+            def send():
+                s.stage[...] = sp.bytes[src:src + k]
+                if s.stage_shadow is not None:
+                    s.stage_shadow[...] = sp.shadow[src:src + k]
+            return send
+        if s.op is Op.RING_REDUCE:
+            S = self._tile(c, s.reduce[3])
+            s.slot = [None]
+
+            def contribute():
+                s.slot[0] = np.array(S.read(), dtype=np.float32)
+            return contribute
+        if s.op is Op.HOST:
+            op, ins_bufs, out_bufs, attrs = s.host
+            views = [self.buffer_view(b) for b in ins_bufs]
+            outs = [self.buffer_view(b) for b in out_bufs]
+
+            if op == "jit":
+                call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
+                                           [b.shape for b in ins_bufs], [b.shape for b in out_bufs])
+                run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
+            else:
+                run = run_host_op
+
+            def host():
+                # Integers and bools as stored (their fp32 shadow is no integer); floats as the numerics see them.
+                args = [(v.read() if b.fmt.is_float else v.read_bytes()).reshape(b.shape)
+                        for v, b in zip(views, ins_bufs)]
+                try:
+                    res = run(op, attrs, args, [b.shape for b in out_bufs])
+                except Exception as e:   # user functions may raise anything: report where it happened
+                    raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
+                for v, r, b in zip(outs, res, out_bufs):
+                    v.write(np.asarray(r).reshape(v.rows, v.cols))
+            return host
+        raise AssertionError(s.op)
+
+    def _prepare_sync(self, s: Sync):
+        deliveries = []
+        for snd in s.sends:
+            peer, dst, _, k = snd.send
+            mem = self.sp[peer]
+
+            def deliver(snd=snd, mem=mem, dst=dst, k=k):
+                mem.bytes[dst:dst + k] = snd.stage
+                if snd.stage_shadow is not None:
+                    mem.shadow[dst:dst + k] = snd.stage_shadow
+            deliveries.append(deliver)
+        for group in s.reduces:
+            mask, root, dst, _ = group[0].reduce
+            receivers = bits(mask) if root == ROOT_ALL else [root]
+            views = [TileView(self.sp[r], *dst) for r in receivers]
+
+            def reduce_sum(group=group, views=views):
+                total = group[0].slot[0]
+                for g in group[1:]:            # in core order, like the ring
+                    total = total + g.slot[0]
+                for v in views:
+                    v.write(total)
+            deliveries.append(reduce_sum)
+        if not deliveries:
+            return None
+        return lambda: [d() for d in deliveries]

@@ -189,39 +189,26 @@ def tile_bytes(rows: int, cols: int, fmt: Format) -> int:
     return rows * tile_pitch(cols, fmt)
 
 
-def describe(rec) -> str:
-    """One record as text with the fields its opcode uses, e.g. ``matmul m=64 n=64 k=256 a0=0 f0=dlf16 ...``
-    (unknown opcodes show every non-zero field). For listings and debugging, not for parsing."""
+def describe(rec, width: int = 0) -> str:
+    """One record as text: the mnemonic, then every non-zero field its opcode uses as ``field=value`` in record
+    order, numbers as stored (SFU and reduce functions by name), e.g. ``matmul flags=2 m=32 n=128 k=128 a1=8192
+    f0=1 f1=1 a2=16384 f2=7``; an unknown opcode shows every non-zero field. ``width``: left-align the mnemonic
+    in that many columns (listings). For reading, not for parsing."""
     try:
         op = Op(int(rec["op"]))
+        name, fields = op.name.lower(), FIELDS[op]
     except ValueError:
-        return f"op?{int(rec['op'])} " + " ".join(f"{f}={rec[f]}" for f in ALL_FIELDS if rec[f] != 0)
-    parts = [op.name.lower()]
-    for f in FIELDS[op]:
-        v = rec[f]
-        if f == "fn":
-            enum_cls = {Op.SFU: SfuFn, Op.REDUCE: ReduceFn}[op]
-            parts.append(f"fn={_enum_name(enum_cls, v)}")
-        elif f.startswith("f") and f[1:].isdigit():
-            if v:
-                parts.append(f"{f}={_enum_name(Format, v)}")
-        elif f == "mask":
-            parts.append(f"mask=0x{int(v):x}")
-        elif f == "imm":
-            if v:
-                parts.append(f"imm={float(v):g}")
-        elif f == "flags":
-            if v:
-                parts.append(f"flags=0x{int(v):x}")
-        elif op is Op.RESTICK and f in ("a0", "a1"):
-            if f == "a0":
-                parts.append(f"dst={int(rec['a0']) | int(rec['a1']) << 32}")
-        elif f[0] == "a" and op in (Op.MATMUL, Op.SFU, Op.REDUCE, Op.RING_REDUCE):
-            if rec["f" + f[1]]:                 # a tile operand is present when its format is
-                parts.append(f"{f}={int(v)}")
-        else:
-            parts.append(f"{f}={int(v)}")
-    return " ".join(parts)
+        op, name, fields = None, f"op?{int(rec['op'])}", ALL_FIELDS
+    parts = []
+    for f in fields:
+        v = rec[f].item()
+        if f == "fn" and op in (Op.SFU, Op.REDUCE):
+            v = _enum_name(SfuFn if op is Op.SFU else ReduceFn, v)
+        if v:
+            parts.append(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}")
+    if width:
+        return f"{name:<{width}s} {' '.join(parts)}"
+    return " ".join([name] + parts)
 
 
 def _enum_name(cls, v) -> str:

@@ -6,8 +6,8 @@
 2. every instruction's opcode and fields (unused fields zero, formats known, tiles inside the usable
    scratchpad, DMA ranges inside one allocated device buffer, ...), with errors naming core, instruction
    index, op, source location and field;
-3. a static schedule: cores advance in lock-step segments between barriers; ring transfers and reduce-sums
-   complete at the next common barrier. Deadlocks and mismatched collectives are load errors;
+3. a static schedule (:mod:`.schedule`): cores advance in lock-step segments between barriers; ring transfers
+   and reduce-sums complete at the next common barrier. Deadlocks and mismatched collectives are load errors;
 4. initialization tracking over that schedule (one bit per 128-byte stick of every scratchpad and of device
    memory): a read of bytes never written, and an output the program does not fully write, are load
    errors. Programs are straight-line, so this static proof covers every run;
@@ -30,13 +30,13 @@ from spyre_mlir.errors import SpyreError
 
 from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
 from .cycles import Profile, model_program
-from .emulator import (INT_RANGE, NUMERICS, DmaCopy, Memory, Restick, SpyreRuntimeError, TileView, reduce_eval,
-                       sfu_eval)
+from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView
 from .formats import STICK_BYTES, Format
 from .hostjit import HostCode, HostCodeError, host_dtype
-from .hostops import HostOpError, check_host_op, run_host_op
+from .hostops import HostOpError, check_host_op
 from .isa import (ALL_FIELDS, FIELDS, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS, SFU_SWAP,
                   Bcast, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch)
+from .schedule import EMPTY, Ins, bits, schedule, sticks
 
 __all__ = ["load", "load_bytes", "Executable", "Bundle", "Ins", "InputError", "DEFAULT_MAX_DEVICE_BYTES"]
 
@@ -48,59 +48,6 @@ MAX_TILE_DIM = 1 << 20
 
 class InputError(SpyreError, ValueError):
     """Inputs given to an Executable do not match the program (missing, unknown, wrong shape or type)."""
-
-
-@dataclasses.dataclass(eq=False)
-class Ins:
-    """One validated instruction with everything later stages need: the raw record, the stick indices it
-    reads and writes (own scratchpad and device memory), and cost facts for the cycle model."""
-
-    core: int
-    idx: int
-    op: Op
-    rec: np.void
-    name: str
-    loc: str
-    sp_reads: np.ndarray
-    sp_writes: np.ndarray
-    dev_reads: np.ndarray
-    dev_writes: np.ndarray
-    nbytes: int = 0            # DMA / ring / host bytes moved
-    macs: int = 0              # PT multiply-accumulates (padded to the PT array)
-    useful_macs: int = 0       # M*N*K as written
-    pt_fmt: str = ""
-    elems: int = 0             # SFU elements
-    sfu_class: str = "simple"
-    peer_sticks: np.ndarray | None = None   # RING_SEND: sticks written on the destination core
-    sp_end: int = 0            # highest scratchpad byte touched on this core (+1)
-    # Decoded operands, one of these per opcode; tiles are (addr, rows, cols, Format).
-    dma: tuple | None = None       # (dev, (dev strides), sp, (sp strides), (m, n, k))
-    mm: tuple | None = None        # (flags, A, B, C, out, bias, colscale, imm, int path)
-    sfu: tuple | None = None       # (SfuFn, Bcast, swap, dst, src0, src1, imm)
-    red: tuple | None = None       # (ReduceFn, dst, src)
-    send: tuple | None = None      # (peer, dst addr, src addr, bytes)
-    reduce: tuple | None = None    # (mask, root, dst, src)
-    host: tuple | None = None      # (op, input buffers, output buffers, attrs)
-    restick: tuple | None = None   # (src addr, dst addr, (m, n, k), Format, src bytes, dst bytes)
-    # Per-executable state of ring instructions: the bytes in flight, the contribution to a reduce.
-    stage: np.ndarray | None = None
-    stage_shadow: np.ndarray | None = None
-    slot: list | None = None
-
-    @property
-    def label(self) -> str:
-        return f"core {self.core} instruction {self.idx} ({self.name}{' at ' + self.loc if self.loc else ''})"
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
-
-
-def _sticks(lo: int, hi: int) -> np.ndarray:
-    return np.arange(lo // STICK_BYTES, -(-hi // STICK_BYTES), dtype=np.int64)
-
-
-def _bits(mask: int) -> list[int]:
-    return [i for i in range(32) if mask >> i & 1]
 
 
 class _Decoder:
@@ -132,7 +79,7 @@ class _Decoder:
         except ValueError:
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': unknown opcode "
                                     f"{int(rec['op'])}") from None
-        ins = Ins(c, i, op, rec, op.name.lower(), dbg[1], _EMPTY, _EMPTY, _EMPTY, _EMPTY)
+        ins = Ins(c, i, op, rec, op.name.lower(), dbg[1], EMPTY, EMPTY, EMPTY, EMPTY)
         self.w = f"code core {c} instruction {i} ({ins.name}{' at ' + dbg[1] if dbg[1] else ''})"
         self.rec = rec
         used = FIELDS[op]
@@ -172,7 +119,7 @@ class _Decoder:
 
     def sticks_of(self, t: tuple) -> np.ndarray:
         addr, rows, cols, fmt = t
-        return _sticks(addr, addr + rows * tile_pitch(cols, fmt))
+        return sticks(addr, addr + rows * tile_pitch(cols, fmt))
 
     def _containing(self, lo: int, hi: int) -> Buffer | None:
         """A buffer holding all of [lo, hi), if any."""
@@ -332,7 +279,7 @@ class _Decoder:
         uses_imm = fn in (SfuFn.CAST, SfuFn.POWS, SfuFn.FILL, SfuFn.SELECT) or (binary and mode is Bcast.IMM)
         if np.isnan(imm) or (not uses_imm and imm != 0):
             self.fail("imm", f"{imm} is not a valid immediate for {fn.name}")
-        ins.sp_reads = np.concatenate(reads) if reads else _EMPTY
+        ins.sp_reads = np.concatenate(reads) if reads else EMPTY
         ins.sp_writes = self.sticks_of(dst)
         ins.elems = m * n
         ins.sfu_class = SFU_CLASS[fn]
@@ -361,8 +308,8 @@ class _Decoder:
         for f, a in (("a0", dst), ("a1", src)):
             if a % STICK_BYTES or a + k > self.usable:
                 self.fail(f, f"range [{a}, {a + k}) is unaligned or exceeds the usable scratchpad")
-        ins.sp_reads = _sticks(src, src + k)
-        ins.peer_sticks = _sticks(dst, dst + k)
+        ins.sp_reads = sticks(src, src + k)
+        ins.peer_sticks = sticks(dst, dst + k)
         ins.sp_end = src + k
         ins.nbytes = k
         ins.send = (peer, dst, src, k)
@@ -412,8 +359,8 @@ class _Decoder:
         if src < dst + dst_bytes and dst < src + src_bytes:
             self.fail("a0", f"destination [{dst}, {dst + dst_bytes}) overlaps the source "
                             f"[{src}, {src + src_bytes})")
-        ins.dev_reads = _sticks(src, src + src_bytes)
-        ins.dev_writes = _sticks(dst, dst + dst_bytes)
+        ins.dev_reads = sticks(src, src + src_bytes)
+        ins.dev_writes = sticks(dst, dst + dst_bytes)
         ins.nbytes = src_bytes + dst_bytes
         ins.restick = (src, dst, (m, n, k), fmt, src_bytes, dst_bytes)
 
@@ -422,150 +369,13 @@ class _Decoder:
         if k >= len(self.host_ops):
             self.fail("k", f"host op {k} not in the table ({len(self.host_ops)} entries)")
         op, ins_bufs, out_bufs, attrs = self.host_ops[k]
-        ins.dev_reads = np.concatenate([_sticks(b.addr, b.addr + b.nbytes) for b in ins_bufs] or [_EMPTY])
-        ins.dev_writes = np.concatenate([_sticks(b.addr, b.addr + b.nbytes) for b in out_bufs] or [_EMPTY])
+        ins.dev_reads = np.concatenate([sticks(b.addr, b.addr + b.nbytes) for b in ins_bufs] or [EMPTY])
+        ins.dev_writes = np.concatenate([sticks(b.addr, b.addr + b.nbytes) for b in out_bufs] or [EMPTY])
         ins.nbytes = sum(b.nbytes for b in ins_bufs + out_bufs)
         if op == "gather":      # moves the indexed rows, not the table (an embedding lookup)
             ins.nbytes = ins_bufs[1].nbytes + 2 * sum(b.nbytes for b in out_bufs)
         ins.name = f"host.{op}"
         ins.host = self.host_ops[k]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Static schedule and initialization check
-# ---------------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Sync:
-    """A barrier release: ``members`` meet; ring sends and reduce groups pending among them complete."""
-
-    members: tuple[int, ...]
-    barriers: list[Ins]
-    sends: list[Ins]
-    reduces: list[list[Ins]]     # each: the matched RING_REDUCE of every group member, in core order
-
-
-def _uninit(mask: np.ndarray, idx: np.ndarray) -> int | None:
-    if idx.size == 0:
-        return None
-    bad = ~mask[idx]
-    return int(idx[np.argmax(bad)]) if bad.any() else None
-
-
-def _schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks: int) -> list:
-    """Order all instructions as the emulator runs them and prove every read initialized."""
-    C = prog.num_cores
-    sp_init = [np.zeros(sp_sticks, dtype=bool) for _ in range(C)]
-    dev_init = np.zeros(dev_sticks, dtype=bool)
-    for b in prog.buffers:
-        if b.kind in ("input", "constant", "state"):     # state: zero at load, then what the last call left
-            dev_init[b.addr // STICK_BYTES:(b.addr + b.nbytes) // STICK_BYTES] = True
-    pos, ended, waiting = [0] * C, [False] * C, {}
-    sends = [[] for _ in range(C)]
-    reds = [[] for _ in range(C)]
-    steps: list = []
-
-    def check(ins: Ins):
-        s = _uninit(sp_init[ins.core], ins.sp_reads)
-        if s is not None:
-            raise BinaryFormatError(f"code {ins.label}: reads scratchpad bytes [{s * STICK_BYTES}, "
-                                    f"{(s + 1) * STICK_BYTES}) that were never written")
-        s = _uninit(dev_init, ins.dev_reads)
-        if s is not None:
-            raise BinaryFormatError(f"code {ins.label}: reads device bytes [{s * STICK_BYTES}, "
-                                    f"{(s + 1) * STICK_BYTES}) that were never written")
-        sp_init[ins.core][ins.sp_writes] = True
-        dev_init[ins.dev_writes] = True
-
-    while not all(ended):
-        for c in range(C):
-            while not ended[c] and c not in waiting:
-                ins = streams[c][pos[c]]
-                if ins.op is Op.END:
-                    ended[c] = True
-                    if sends[c] or reds[c]:
-                        p = (sends[c] + reds[c])[0]
-                        raise BinaryFormatError(f"code {p.label}: ring transfer not followed by a barrier")
-                elif ins.op is Op.BARRIER:
-                    waiting[c] = ins
-                else:
-                    check(ins)
-                    steps.append(ins)
-                    if ins.op is Op.RING_SEND:
-                        sends[c].append(ins)
-                    elif ins.op is Op.RING_REDUCE:
-                        reds[c].append(ins)
-                    pos[c] += 1
-        released = False
-        for c in sorted(waiting):
-            if c not in waiting:
-                continue
-            mask = int(waiting[c].rec["mask"])
-            members = _bits(mask)
-            if not all(m in waiting and int(waiting[m].rec["mask"]) == mask for m in members):
-                continue
-            steps.append(_release(members, waiting, sends, reds, sp_init))
-            for m in members:
-                pos[m] += 1
-                del waiting[m]
-            released = True
-        if not released and not all(ended):
-            c = min(waiting)
-            ins = waiting[c]
-            others = [m for m in _bits(int(ins.rec["mask"])) if m not in waiting or
-                      int(waiting[m].rec["mask"]) != int(ins.rec["mask"])]
-            state = ", ".join(f"core {m} " + ("has ended" if ended[m] else
-                                              f"waits at instruction {waiting[m].idx} with another mask"
-                                              if m in waiting else "is running") for m in others)
-            raise BinaryFormatError(f"code {ins.label}: deadlock: barrier mask 0x{int(ins.rec['mask']):x} "
-                                    f"can never be met ({state})")
-    for b in prog.buffers:
-        if b.kind == "output":
-            s = _uninit(dev_init, _sticks(b.addr, b.addr + b.nbytes))
-            if s is not None:
-                raise BinaryFormatError(f"program: output '{b.name}' is not fully written (device bytes "
-                                        f"[{s * STICK_BYTES}, {(s + 1) * STICK_BYTES}) never stored)")
-    return steps
-
-
-def _release(members, waiting, sends, reds, sp_init) -> Sync:
-    """Complete the ring transfers pending among ``members`` as their barrier releases."""
-    group = set(members)
-    done_sends = []
-    for m in members:
-        for s in sends[m]:
-            peer = s.send[0]
-            if peer not in group:
-                raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
-                                        f"barrier of core {m}")
-            sp_init[peer][s.peer_sticks] = True
-            done_sends.append(s)
-        sends[m] = []
-    done_reds = []
-    while any(reds[m] for m in members):
-        first = next(reds[m][0] for m in members if reds[m])
-        mask, root, dst, src = first.reduce
-        grp = _bits(mask)
-        if not set(grp) <= group:
-            raise BinaryFormatError(f"code {first.label}: group 0x{mask:x} is not inside the barrier it "
-                                    f"completes at (cores {sorted(group)})")
-        matched = []
-        for g in grp:
-            cand = next((r for r in reds[g] if r.reduce[0] == mask), None)
-            if cand is None:
-                raise BinaryFormatError(f"code {first.label}: core {g} of group 0x{mask:x} issued no matching "
-                                        f"ring_reduce before this barrier")
-            if (cand.reduce[1], cand.reduce[2], cand.reduce[3]) != (root, dst, src):
-                raise BinaryFormatError(f"code {cand.label}: ring_reduce fields differ from {first.label}")
-            reds[g].remove(cand)
-            matched.append(cand)
-        receivers = grp if root == ROOT_ALL else [root]
-        st = _sticks(dst[0], dst[0] + dst[1] * tile_pitch(dst[2], dst[3]))
-        for r in receivers:
-            sp_init[r][st] = True
-        done_reds.append(matched)
-    return Sync(tuple(members), [waiting[m] for m in members], done_sends, done_reds)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -606,10 +416,11 @@ class Executable:
                 peer, dst, _, k = ins.send
                 sp_size[peer] = max(sp_size[peer], dst + k)
             if ins.op is Op.RING_REDUCE:
-                for r in _bits(ins.reduce[0]):
+                for r in bits(ins.reduce[0]):
                     d = ins.reduce[2]
                     sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
         self.sp = [Memory(n, shadow) for n in sp_size]
+        self.machine = Machine(self.device, self.sp, numerics, host_code)
         for name, blob in ({} if shared else prog.constants).items():
             b = prog.buffer(name)
             self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
@@ -618,7 +429,7 @@ class Executable:
                 v.shadow[...] = v.read_bytes()
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
-        self._plan = [f for f in map(self._prepare, steps) if f is not None]
+        self._plan = self.machine.plan(steps)
         self.static_profile: Profile = dataclasses.replace(model_program(prog, target, steps),
                                                            scratchpad_peak_bytes=max(sp_size),
                                                            usable_scratchpad_bytes=target.scratchpad_usable_bytes)
@@ -632,132 +443,7 @@ class Executable:
     # ---- preparation ------------------------------------------------------------------------------------
 
     def _buffer_view(self, b: Buffer) -> TileView:
-        return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
-
-    def _tile(self, core: int, t) -> TileView | None:
-        return None if t is None else TileView(self.sp[core], *t)
-
-    def _prepare(self, s):
-        if isinstance(s, Sync):
-            return self._prepare_sync(s)
-        c, sp, dev = s.core, self.sp[s.core], self.device
-        if s.op in (Op.DMA_LOAD, Op.DMA_STORE):
-            daddr, dstr, saddr, sstr, shape = s.dma
-            if s.op is Op.DMA_LOAD:
-                return DmaCopy(dev, daddr, dstr, sp, saddr, sstr, shape)
-            return DmaCopy(sp, saddr, sstr, dev, daddr, dstr, shape)
-        if s.op is Op.RESTICK:
-            src, dst, shape, fmt, _, _ = s.restick
-            return Restick(dev, src, dst, shape, fmt)
-        if s.op is Op.MATMUL:
-            fl, a, b, acc, out, bias, cs, imm, ints = s.mm
-            A, B, C = self._tile(c, a), self._tile(c, b), self._tile(c, acc)
-            O, BI, CS = self._tile(c, out), self._tile(c, bias), self._tile(c, cs)
-            ints = ints and self.numerics == "faithful"
-            accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)
-
-            def matmul():
-                if ints:
-                    r = (A.read().astype(np.float64) @ B.read().astype(np.float64)).astype(np.int64)
-                    if accumulate:
-                        r += C.read().astype(np.int64)
-                    r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
-                else:
-                    r = A.read().astype(np.float32) @ B.read().astype(np.float32)
-                    if accumulate:
-                        r = C.read().astype(np.float32) + r
-                C.write(r)
-                if O is not None:
-                    v = r.astype(np.float32)
-                    if scale is not None:
-                        v = v * np.float32(scale)
-                    if CS is not None:
-                        v = v * CS.read().astype(np.float32)
-                    if BI is not None:
-                        v = v + BI.read().astype(np.float32)
-                    O.write(v)
-            return matmul
-        if s.op is Op.SFU:
-            fn, mode, swap, dst, src0, src1, imm = s.sfu
-            D, S0, S1 = self._tile(c, dst), self._tile(c, src0), self._tile(c, src1)
-            shape = (dst[1], dst[2])
-
-            def sfu():
-                D.write(sfu_eval(fn, shape, S0.read() if S0 is not None else None,
-                                 S1.read() if S1 is not None else imm, imm, swap))
-            return sfu
-        if s.op is Op.REDUCE:
-            fn, dst, src = s.red
-            D, S = self._tile(c, dst), self._tile(c, src)
-            return lambda: D.write(reduce_eval(fn, S.read()))
-        if s.op is Op.RING_SEND:
-            peer, dst, src, k = s.send
-            s.stage = np.zeros(k, dtype=np.uint8)
-            s.stage_shadow = np.zeros(k, dtype=np.float32) if sp.shadow is not None else None
-
-            def send():
-                s.stage[...] = sp.bytes[src:src + k]
-                if s.stage_shadow is not None:
-                    s.stage_shadow[...] = sp.shadow[src:src + k]
-            return send
-        if s.op is Op.RING_REDUCE:
-            S = self._tile(c, s.reduce[3])
-            s.slot = [None]
-
-            def contribute():
-                s.slot[0] = np.array(S.read(), dtype=np.float32)
-            return contribute
-        if s.op is Op.HOST:
-            op, ins_bufs, out_bufs, attrs = s.host
-            views = [self._buffer_view(b) for b in ins_bufs]
-            outs = [self._buffer_view(b) for b in out_bufs]
-
-            if op == "jit":
-                call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
-                                           [b.shape for b in ins_bufs], [b.shape for b in out_bufs])
-                run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
-            else:
-                run = run_host_op
-
-            def host():
-                # Integers and bools as stored (their fp32 shadow is no integer); floats as the numerics see them.
-                args = [(v.read() if b.fmt.is_float else v.read_bytes()).reshape(b.shape)
-                        for v, b in zip(views, ins_bufs)]
-                try:
-                    res = run(op, attrs, args, [b.shape for b in out_bufs])
-                except Exception as e:   # user functions may raise anything: report where it happened
-                    raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
-                for v, r, b in zip(outs, res, out_bufs):
-                    v.write(np.asarray(r).reshape(v.rows, v.cols))
-            return host
-        raise AssertionError(s.op)
-
-    def _prepare_sync(self, s: Sync):
-        deliveries = []
-        for snd in s.sends:
-            peer, dst, _, k = snd.send
-            mem = self.sp[peer]
-
-            def deliver(snd=snd, mem=mem, dst=dst, k=k):
-                mem.bytes[dst:dst + k] = snd.stage
-                if snd.stage_shadow is not None:
-                    mem.shadow[dst:dst + k] = snd.stage_shadow
-            deliveries.append(deliver)
-        for group in s.reduces:
-            mask, root, dst, _ = group[0].reduce
-            receivers = _bits(mask) if root == ROOT_ALL else [root]
-            views = [TileView(self.sp[r], *dst) for r in receivers]
-
-            def reduce_sum(group=group, views=views):
-                total = group[0].slot[0]
-                for g in group[1:]:            # in core order, like the ring
-                    total = total + g.slot[0]
-                for v in views:
-                    v.write(total)
-            deliveries.append(reduce_sum)
-        if not deliveries:
-            return None
-        return lambda: [d() for d in deliveries]
+        return self.machine.buffer_view(b)
 
     # ---- running ----------------------------------------------------------------------------------------
 
@@ -951,7 +637,7 @@ def _validate(prog: Program, target):
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': the stream must end with "
                                     f"exactly one END, as its last instruction")
         streams.append([dec.decode(c, i, code[i]) for i in range(len(code))])
-    steps = _schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
+    steps = schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
     return streams, steps, host_code
 

@@ -3,7 +3,9 @@ and which per-core scratchpad buffers its kernel needs.
 
 The kernel-level passes (spyre-divide-work, spyre-tile, spyre-allocate-scratchpad) decide with these numbers,
 so they stay pure Python on the :class:`~spyre_mlir.target.Target` (no MLIR here). The model follows the
-runtime's cycle model (``runtime/cycles.py``) term by term, at the granularity of whole tiles:
+runtime's cycle model (``runtime/cycles.py``) term by term, at the granularity of whole tiles, with the same
+numbers: both read every one from the Target, the fixed per-instruction latencies (``*_latency_cycles``,
+[assumed] in the target file) included.
 
 * PT: MACs padded to the PT array (M to ``pt_rows``, N to ``pt_cols``) / ``macs_per_cycle(fmt)`` per core.
 * DMA: bytes moved (whole 128-byte sticks, ``runtime.isa.tile_bytes``) / the core's share of DRAM bandwidth:
@@ -53,13 +55,6 @@ __all__ = [
     "ConvKernel", "conv_buffers", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
     "best_conv_tile",
 ]
-
-# [assumed] fixed latencies in cycles, the same constants as the runtime's cycle model.
-DMA_LATENCY = 64
-PT_LATENCY = 16
-SFU_LATENCY = 8
-HOP_LATENCY = 4
-BARRIER_LATENCY = 32
 
 FP32 = "fp32"
 
@@ -142,10 +137,10 @@ def pt_rate(target: Target, fmt: str) -> int:
         return target.macs_per_cycle("dlf16")
 
 
-def sync_cycles(active: int) -> float:
+def sync_cycles(active: int, target: Target) -> float:
     """Cores of a multi-core op meet at its end: a barrier plus a ring hop per further core. This is what keeps
     tiny ops on one core."""
-    return BARRIER_LATENCY + HOP_LATENCY * (active - 1) if active > 1 else 0.0
+    return target.barrier_latency_cycles + target.hop_latency_cycles * (active - 1) if active > 1 else 0.0
 
 
 def _overlap(compute: float, dma: float, tiles: int, double_buffer: bool) -> float:
@@ -218,7 +213,7 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
                                      double_buffer, active or gb * gm * gn, b_fmt, round_fmt)
     pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
-                          / pt_rate(target, _pt_fmt(fmt)) + PT_LATENCY)
+                          / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
     pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt) + tiles * _convert_out(tm, tn, target,
                                                                                                 round_fmt)
     loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, b_fmt))
@@ -230,12 +225,13 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
         # The split-K group meets at a barrier per output tile: its loads run between barriers with no store
         # in flight, at the read-only bandwidth.
         loads *= target.dram_mixed_gbps / target.dram_read_gbps
-    dma = (loads + stores) / share + transfers * DMA_LATENCY
+    dma = (loads + stores) / share + transfers * target.dma_latency_cycles
     ring = sfu = 0.0
     if gk > 1:
-        ring = tiles * (tile_bytes(tm, tn, FP32) / target.ring_bytes_per_cycle + (gk - 1) * HOP_LATENCY)
-        sfu = tiles * (tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + SFU_LATENCY)
-    total = _overlap(pt + sfu, dma, tiles * steps, double_buffer) + ring + sync_cycles(gb * gm * gn * gk)
+        ring = tiles * (tile_bytes(tm, tn, FP32) / target.ring_bytes_per_cycle
+                        + (gk - 1) * target.hop_latency_cycles)
+        sfu = tiles * (tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles)
+    total = _overlap(pt + sfu, dma, tiles * steps, double_buffer) + ring + sync_cycles(gb * gm * gn * gk, target)
     return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
 
 
@@ -250,13 +246,15 @@ def _convert_step(tm: int, tn: int, tk: int, target: Target, fmt: str, b_fmt: st
     c = 0.0
     for elems, f in ((tm * tk, fmt), (tk * tn, b_fmt)):
         if _pt_fmt(f) != f:
-            c += elems * target.sfu_cycles("simple") / target.sfu_lanes_per_core + SFU_LATENCY
+            c += elems * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles
     return c
 
 
 def _convert_out(tm: int, tn: int, target: Target, round_fmt: str | None) -> float:
     """SFU cycles of widening a rounded output tile before its store (spyre.convert_result)."""
-    return tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + SFU_LATENCY if round_fmt else 0.0
+    if not round_fmt:
+        return 0.0
+    return tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles
 
 
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
@@ -273,19 +271,20 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     read_bw = target.dram_read_gbps / target.clock_ghz / max(1, active)
     mixed_bw = _bytes_per_cycle(target, active)
     rate = target.ring_bytes_per_cycle
-    ring_a = (gn - 1) * (a_part / rate + HOP_LATENCY)
-    ring_b = (gm - 1) * (b_part / rate + HOP_LATENCY)
+    ring_a = (gn - 1) * (a_part / rate + target.hop_latency_cycles)
+    ring_b = (gm - 1) * (b_part / rate + target.hop_latency_cycles)
     loads = a_part + b_part + (tile_bytes(1, tn, FP32) / steps if bias else 0.0)
 
     def fetch(bw):
-        dma_a = a_part / bw + DMA_LATENCY
-        dma_b = b_part / bw + DMA_LATENCY
+        dma_a = a_part / bw + target.dma_latency_cycles
+        dma_b = b_part / bw + target.dma_latency_cycles
         return dma_a + max(dma_b, ring_a) + ring_b
 
-    pt_step = _pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt)) + PT_LATENCY
+    pt_step = (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt))
+               + target.pt_latency_cycles)
     pt_step += _convert_step(tm, tn, tk, target, fmt, b_fmt) + _convert_out(tm, tn, target, round_fmt) * tiles / n
     out = tile_bytes(tm, tn, out_fmt)
-    store = out / mixed_bw + DMA_LATENCY
+    store = out / mixed_bw + target.dma_latency_cycles
     plain, with_store = fetch(read_bw), fetch(mixed_bw) + store
     stores_mid = max(0, tiles - 1)            # segments that also store a finished tile
     if double_buffer and n > 1:
@@ -293,9 +292,10 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     else:
         mid = (n - 1 - stores_mid) * (pt_step + plain) + stores_mid * (pt_step + with_store)
     # The last segment stores alone (write bandwidth), after the last multiply.
-    last = pt_step + out * active / (target.dram_write_gbps / target.clock_ghz) + DMA_LATENCY
-    total = plain + mid + last + n * BARRIER_LATENCY + sync_cycles(active)
-    dma = n * loads / read_bw + tiles * tile_bytes(tm, tn, out_fmt) / mixed_bw + (2 * n + tiles) * DMA_LATENCY
+    last = pt_step + out * active / (target.dram_write_gbps / target.clock_ghz) + target.dma_latency_cycles
+    total = plain + mid + last + n * target.barrier_latency_cycles + sync_cycles(active, target)
+    dma = (n * loads / read_bw + tiles * tile_bytes(tm, tn, out_fmt) / mixed_bw
+           + (2 * n + tiles) * target.dma_latency_cycles)
     return Cycles(pt=n * pt_step, dma=dma, ring=n * (ring_a + ring_b), total=total)
 
 
@@ -502,11 +502,12 @@ def rowwise_cycles(k: RowKernel, grid: Sequence[int], tile: Sequence[int] | None
     streamed = [o for o in (*k.inputs, *k.outputs) if o.streamed]
     work = max((o.elems for o in streamed), default=0)
     per_elem = sum(n * target.sfu_cycles(cls) for cls, n in k.sfu)
-    sfu = tiles * (tr * work * per_elem / target.sfu_lanes_per_core + SFU_LATENCY * len(k.sfu))
+    sfu = tiles * (tr * work * per_elem / target.sfu_lanes_per_core + target.sfu_latency_cycles * len(k.sfu))
     fixed = [o for o in k.inputs if not o.streamed]
     moved = tiles * sum(o.tile_bytes(tr) for o in streamed) + sum(o.tile_bytes(tr) for o in fixed)
-    dma = moved / _bytes_per_cycle(target, active or gr) + (tiles * len(streamed) + len(fixed)) * DMA_LATENCY
-    return Cycles(sfu=sfu, dma=dma, total=_overlap(sfu, dma, tiles, double_buffer) + sync_cycles(gr))
+    dma = (moved / _bytes_per_cycle(target, active or gr)
+           + (tiles * len(streamed) + len(fixed)) * target.dma_latency_cycles)
+    return Cycles(sfu=sfu, dma=dma, total=_overlap(sfu, dma, tiles, double_buffer) + sync_cycles(gr, target))
 
 
 def rowwise_span(k: RowKernel, gr: int) -> int:
@@ -622,11 +623,11 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
     _, tf, toh = tile or (1, fb, ohb)
     tiles = nb * _ceil(fb, tf) * _ceil(ohb, toh)
     pt = tiles * (_pad(toh * k.ow, target.pt_rows) * _pad(tf, target.pt_cols) * k.reduction
-                  / pt_rate(target, k.fmt) + PT_LATENCY)
+                  / pt_rate(target, k.fmt) + target.pt_latency_cycles)
     bufs = {b.name: b.nbytes for b in conv_buffers(k, (1, tf, toh), 1)}
     moved = tiles * (bufs["a0"] + bufs["b0"] + bufs["out"] + bufs.get("bias", 0))
-    dma = moved / _bytes_per_cycle(target, active or gn * gf * goh) + tiles * (3 + k.bias) * DMA_LATENCY
-    return Cycles(pt=pt, dma=dma, total=_overlap(pt, dma, tiles, double_buffer) + sync_cycles(gn * gf * goh))
+    dma = moved / _bytes_per_cycle(target, active or gn * gf * goh) + tiles * (3 + k.bias) * target.dma_latency_cycles
+    return Cycles(pt=pt, dma=dma, total=_overlap(pt, dma, tiles, double_buffer) + sync_cycles(gn * gf * goh, target))
 
 
 def conv_span(k: ConvKernel, grid: Sequence[int]) -> int:

@@ -56,22 +56,28 @@ _ENTRIES: dict[str, tuple[str, type]] = {
     "compute.peak_macs_per_cycle_int4": ("peak_macs_per_cycle_int4", int),
     "compute.sustained_macs_per_cycle_dlf16": ("sustained_macs_per_cycle_dlf16", int),
     "compute.overlap_factor": ("overlap_factor", float),
+    "compute.pt_latency_cycles": ("pt_latency_cycles", int),
     "sfu.lanes_per_corelet": ("sfu_lanes", int),
     "sfu.cycles_simple": ("sfu_cycles_simple", int),
     "sfu.cycles_reciprocal": ("sfu_cycles_reciprocal", int),
     "sfu.cycles_transcendental": ("sfu_cycles_transcendental", int),
+    "sfu.latency_cycles": ("sfu_latency_cycles", int),
     "memory.dram_bytes": ("dram_bytes", int),
     "memory.dram_read_gbps": ("dram_read_gbps", float),
     "memory.dram_write_gbps": ("dram_write_gbps", float),
     "memory.dram_mixed_gbps": ("dram_mixed_gbps", float),
     "memory.core_span_bytes": ("core_span_bytes", int),
     "memory.restickify_gbps": ("restickify_gbps", float),
+    "memory.dma_latency_cycles": ("dma_latency_cycles", int),
     "interconnect.ring_bytes_per_cycle": ("ring_bytes_per_cycle", int),
     "interconnect.ring_directions": ("ring_directions", int),
     "interconnect.reduce_ring": ("reduce_ring", bool),
+    "interconnect.hop_latency_cycles": ("hop_latency_cycles", int),
+    "interconnect.barrier_latency_cycles": ("barrier_latency_cycles", int),
     "host.link_pcie_gen": ("host_pcie_gen", int),
     "host.link_pcie_lanes": ("host_pcie_lanes", int),
     "host.link_gbps": ("host_link_gbps", float),
+    "host.latency_cycles": ("host_latency_cycles", int),
 }
 
 # Format name -> PT-array rate class. torch float16/bfloat16 compute as DLFloat16 on the device.
@@ -113,22 +119,28 @@ class Target:
     peak_macs_per_cycle_int4: int
     sustained_macs_per_cycle_dlf16: int
     overlap_factor: float
+    pt_latency_cycles: int
     sfu_lanes: int
     sfu_cycles_simple: int
     sfu_cycles_reciprocal: int
     sfu_cycles_transcendental: int
+    sfu_latency_cycles: int
     dram_bytes: int
     dram_read_gbps: float
     dram_write_gbps: float
     dram_mixed_gbps: float
     core_span_bytes: int
     restickify_gbps: float
+    dma_latency_cycles: int
     ring_bytes_per_cycle: int
     ring_directions: int
     reduce_ring: bool
+    hop_latency_cycles: int
+    barrier_latency_cycles: int
     host_pcie_gen: int
     host_pcie_lanes: int
     host_link_gbps: float
+    host_latency_cycles: int
     marks: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     path: str = dataclasses.field(default="", repr=False, compare=False)

@@ -2,7 +2,8 @@
 
 * :func:`emit` runs the :class:`~.emitter.Emitter` and returns it (``.b`` is the ProgramBuilder, ``.host_ops``
   says what runs on the host and why, ``.kernels`` what runs on the device);
-* :func:`listing` prints a program's instruction streams, one line per instruction (``--emit=program``);
+* :func:`listing` prints a program's instruction streams, one line per instruction (``--emit=program``):
+  the runtime's disassembler, :func:`spyre_mlir.runtime.assembler.listing`;
 * :mod:`.kernels` (matmul, row-wise skeleton), :mod:`.sfu` (map bodies), :mod:`.memory` (device tensors, DMA),
   :mod:`.hostprog` (what runs on the host, as a numpy-evaluated program).
 
@@ -24,40 +25,11 @@ def emit(module, target, params=None, input_names=None, output_names=None):
     return em
 
 
-def listing(program) -> str:
-    """A readable listing of ``program`` (a runtime ``Program``): buffers, then per core one line per
-    instruction: index, opcode, the fields it uses, and its debug location."""
-    from spyre_mlir.runtime.isa import FIELDS, Op, SfuFn, ReduceFn
-
-    lines = [f"// program: {program.num_cores} core(s), {program.device_bytes} B device memory, "
-             f"{len(program.host_ops)} host op(s)"]
-    for buf in program.buffers:
-        lines.append(f"// buffer {buf.name}: {buf.kind} {buf.fmt.key}{list(buf.shape)} @ {buf.addr} "
-                     f"({buf.nbytes} B)")
-    for c, code in enumerate(program.code):
-        lines.append(f"core {c}: {len(code)} instructions")
-        for i, rec in enumerate(code):
-            op = Op(int(rec["op"]))
-            parts = []
-            for f in FIELDS[op]:
-                v = rec[f].item()
-                if op is Op.SFU and f == "fn":
-                    v = SfuFn(v).name.lower()
-                elif op is Op.REDUCE and f == "fn":
-                    v = ReduceFn(v).name.lower()
-                if v:
-                    parts.append(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}")
-            dbg = program.debug[c][i][1] if program.debug and c < len(program.debug) else ""
-            lines.append(f"  {c}:{i:<5d} {op.name.lower():<12s} {' '.join(parts)}"
-                         + (f"  // {dbg}" if dbg else ""))
-    for k, h in enumerate(program.host_ops):
-        lines.append(f"// host_op {k}: {h['op']} {h['inputs']} -> {h['outputs']}"
-                     + (f" fn={h['attrs'].get('fn')}" if h.get("attrs", {}).get("fn") else "")
-                     + (f" ({len(h['attrs']['program']['steps'])} steps)" if h["op"] == "eval" else ""))
-    return "\n".join(lines) + "\n"
-
-
 def __getattr__(name):
+    if name == "listing":               # the runtime's disassembler, next to the ISA it reads
+        from spyre_mlir.runtime.assembler import listing
+
+        return listing
     if name in ("EmitError", "TileError"):
         from . import emitter
 

@@ -56,7 +56,7 @@ def disassemble(path: str) -> str:
     from spyre_mlir.runtime.binary import program_from_bytes
 
     with open(path, "rb") as f:
-        return f"; {path}\n" + listing(program_from_bytes(f.read()))
+        return f"// {path}\n" + listing(program_from_bytes(f.read()))
 
 
 def _inputs(exe, path: str | None) -> list[np.ndarray]:
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
 
     try:
         if args.disassemble:
-            print(disassemble(args.model))
+            print(disassemble(args.model), end="")
             return 0
         exe = load(args.model, target=args.target, numerics=args.numerics)
         if hasattr(exe, "entries"):

@@ -252,7 +252,7 @@ def test_sfu_cost_classes():
     simple = cost.rowwise_cycles(cost.RowKernel(**base, sfu=(("simple", 1),)), (1,), (8,), T)
     exp = cost.rowwise_cycles(cost.RowKernel(**base, sfu=(("transcendental", 1),)), (1,), (8,), T)
     lanes = T.sfu_lanes_per_core
-    assert simple.sfu == pytest.approx(4096 * 1024 / lanes + 512 * cost.SFU_LATENCY)
+    assert simple.sfu == pytest.approx(4096 * 1024 / lanes + 512 * T.sfu_latency_cycles)
     assert exp.sfu > simple.sfu * 3
 
 

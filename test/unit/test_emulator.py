@@ -508,10 +508,12 @@ def test_cli_disassemble(tmp_path, targets, capsys):
     build_softmax(targets[1], 8, 96).write(model)
     assert spyre_run([str(model), "--disassemble"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[2].startswith("; input    x: dlf16[8, 96] at 0")
-    assert "core 0:" in out
-    assert any("reduce fn=max m=8 n=96" in line and "kernels.py:" in line for line in out)
-    assert out[-1].strip().startswith(f"{len(load(model).program.code[0]) - 1}: end")
+    assert out[0] == f"// {model}" and out[1].startswith("// program: ")
+    assert out[2].startswith("// buffer x: input dlf16[8, 96] @ 0 (")
+    assert any(line.startswith("core 0: ") for line in out)
+    assert any(line.split()[1:5] == ["reduce", "fn=max", "m=8", "n=96"] and "// kernels.py:" in line for line in out)
+    code = load(model).program.code
+    assert out[-1].split() == [f"{len(code) - 1}:{len(code[-1]) - 1}", "end"]
 
 
 def test_dram_sharing_counts_overlapping_transfers():
@@ -582,5 +584,5 @@ def test_restick_cycle_model(targets):
     assert p.dram_read_bytes == p.dram_write_bytes == nbytes
     ev = [e for e in p.events if e.name == "restick"]
     assert len(ev) == 1 and ev[0].unit == "DMA"
-    from spyre_mlir.runtime.cycles import DMA_LATENCY
-    assert ev[0].end - ev[0].start == pytest.approx(nbytes / (t.restickify_gbps / t.clock_ghz) + DMA_LATENCY)
+    assert ev[0].end - ev[0].start == pytest.approx(nbytes / (t.restickify_gbps / t.clock_ghz)
+                                                    + t.dma_latency_cycles)

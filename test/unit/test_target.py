@@ -54,6 +54,9 @@ def test_loads_the_documented_numbers():
     assert (t.dram_read_gbps, t.dram_write_gbps, t.dram_mixed_gbps) == (150.0, 150.0, 105.0)
     assert t.ring_bytes_per_cycle == 128 and t.restickify_gbps == 116.0 and t.cards_per_host == 8
     assert round(t.peak_tflops_dlf16, 1) == 98.3
+    latencies = ("dma", "pt", "sfu", "hop", "barrier", "host")
+    assert tuple(getattr(t, f"{u}_latency_cycles") for u in latencies) == (64, 16, 8, 4, 32, 10_000)
+    assert all(t.marks[f"{u}_latency_cycles"] == "assumed" for u in latencies)
     with pytest.raises(ValueError):
         t.macs_per_cycle("fp32")           # fp32 matmul does not run on the PT array
 
@@ -81,6 +84,11 @@ def test_fingerprint_is_stable_and_tracks_values(tmp_path, doc):
     # One value changed: different fingerprint.
     doc["core"]["scratchpad_usable_bytes"]["value"] = 1_589_376 - 128
     assert load_target(write_target(tmp_path / "other.toml", doc)).fingerprint() != a.fingerprint()
+    # A fixed latency too: the cost model and the runtime's cycle model both read them from the target.
+    doc["core"]["scratchpad_usable_bytes"]["value"] = 1_589_376
+    doc["memory"]["dma_latency_cycles"]["value"] = 65
+    slower = load_target(write_target(tmp_path / "slower.toml", doc))
+    assert slower.dma_latency_cycles == 65 and slower.fingerprint() != a.fingerprint()
     # The active core count is part of the identity (work is divided per core at compile time).
     assert a.with_cores(8).fingerprint() != a.fingerprint()
     # Stable across processes (no dependence on hash randomization or dict order).

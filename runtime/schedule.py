@@ -1,0 +1,212 @@
+"""The static schedule: the order in which the emulator runs a program's instructions, and the proof that every
+read is initialized.
+
+Programs are straight-line per core, so the interleaving is fixed: each core runs until it reaches a barrier;
+a barrier releases when all its members wait on it, and the ring sends and reduce-sums pending among the
+members complete at that moment (a :class:`Sync` step). Deadlocks and mismatched collectives are load errors.
+Over that order, one bit per 128-byte stick of every scratchpad and of device memory records what has been
+written: a read of bytes never written, or an output the program does not fully write, is a load error.
+
+The steps (:class:`Ins` and :class:`Sync`) are what the loader builds, the emulator runs
+(:mod:`.emulator`) and the cycle model times (:mod:`.cycles`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .binary import BinaryFormatError, Program
+from .formats import STICK_BYTES
+from .isa import ROOT_ALL, Op, tile_pitch
+
+__all__ = ["Ins", "Sync", "schedule", "sticks", "bits", "EMPTY"]
+
+
+@dataclasses.dataclass(eq=False)
+class Ins:
+    """One validated instruction with everything later stages need: the raw record, the stick indices it
+    reads and writes (own scratchpad and device memory), and cost facts for the cycle model."""
+
+    core: int
+    idx: int
+    op: Op
+    rec: np.void
+    name: str
+    loc: str
+    sp_reads: np.ndarray
+    sp_writes: np.ndarray
+    dev_reads: np.ndarray
+    dev_writes: np.ndarray
+    nbytes: int = 0            # DMA / ring / host bytes moved
+    macs: int = 0              # PT multiply-accumulates (padded to the PT array)
+    useful_macs: int = 0       # M*N*K as written
+    pt_fmt: str = ""
+    elems: int = 0             # SFU elements
+    sfu_class: str = "simple"
+    peer_sticks: np.ndarray | None = None   # RING_SEND: sticks written on the destination core
+    sp_end: int = 0            # highest scratchpad byte touched on this core (+1)
+    # Decoded operands, one of these per opcode; tiles are (addr, rows, cols, Format).
+    dma: tuple | None = None       # (dev, (dev strides), sp, (sp strides), (m, n, k))
+    mm: tuple | None = None        # (flags, A, B, C, out, bias, colscale, imm, int path)
+    sfu: tuple | None = None       # (SfuFn, Bcast, swap, dst, src0, src1, imm)
+    red: tuple | None = None       # (ReduceFn, dst, src)
+    send: tuple | None = None      # (peer, dst addr, src addr, bytes)
+    reduce: tuple | None = None    # (mask, root, dst, src)
+    host: tuple | None = None      # (op, input buffers, output buffers, attrs)
+    restick: tuple | None = None   # (src addr, dst addr, (m, n, k), Format, src bytes, dst bytes)
+    # Per-executable state of ring instructions: the bytes in flight, the contribution to a reduce.
+    stage: np.ndarray | None = None
+    stage_shadow: np.ndarray | None = None
+    slot: list | None = None
+
+    @property
+    def label(self) -> str:
+        return f"core {self.core} instruction {self.idx} ({self.name}{' at ' + self.loc if self.loc else ''})"
+
+
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def sticks(lo: int, hi: int) -> np.ndarray:
+    """Indices of the 128-byte sticks that bytes [lo, hi) touch."""
+    return np.arange(lo // STICK_BYTES, -(-hi // STICK_BYTES), dtype=np.int64)
+
+
+def bits(mask: int) -> list[int]:
+    """The cores of a core mask, in index order."""
+    return [i for i in range(32) if mask >> i & 1]
+
+
+@dataclasses.dataclass
+class Sync:
+    """A barrier release: ``members`` meet; ring sends and reduce groups pending among them complete."""
+
+    members: tuple[int, ...]
+    barriers: list[Ins]
+    sends: list[Ins]
+    reduces: list[list[Ins]]     # each: the matched RING_REDUCE of every group member, in core order
+
+
+def _uninit(mask: np.ndarray, idx: np.ndarray) -> int | None:
+    if idx.size == 0:
+        return None
+    bad = ~mask[idx]
+    return int(idx[np.argmax(bad)]) if bad.any() else None
+
+
+def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks: int) -> list:
+    """Order all instructions as the emulator runs them and prove every read initialized."""
+    C = prog.num_cores
+    sp_init = [np.zeros(sp_sticks, dtype=bool) for _ in range(C)]
+    dev_init = np.zeros(dev_sticks, dtype=bool)
+    for b in prog.buffers:
+        if b.kind in ("input", "constant", "state"):     # state: zero at load, then what the last call left
+            dev_init[b.addr // STICK_BYTES:(b.addr + b.nbytes) // STICK_BYTES] = True
+    pos, ended, waiting = [0] * C, [False] * C, {}
+    sends = [[] for _ in range(C)]
+    reds = [[] for _ in range(C)]
+    steps: list = []
+
+    def check(ins: Ins):
+        s = _uninit(sp_init[ins.core], ins.sp_reads)
+        if s is not None:
+            raise BinaryFormatError(f"code {ins.label}: reads scratchpad bytes [{s * STICK_BYTES}, "
+                                    f"{(s + 1) * STICK_BYTES}) that were never written")
+        s = _uninit(dev_init, ins.dev_reads)
+        if s is not None:
+            raise BinaryFormatError(f"code {ins.label}: reads device bytes [{s * STICK_BYTES}, "
+                                    f"{(s + 1) * STICK_BYTES}) that were never written")
+        sp_init[ins.core][ins.sp_writes] = True
+        dev_init[ins.dev_writes] = True
+
+    while not all(ended):
+        for c in range(C):
+            while not ended[c] and c not in waiting:
+                ins = streams[c][pos[c]]
+                if ins.op is Op.END:
+                    ended[c] = True
+                    if sends[c] or reds[c]:
+                        p = (sends[c] + reds[c])[0]
+                        raise BinaryFormatError(f"code {p.label}: ring transfer not followed by a barrier")
+                elif ins.op is Op.BARRIER:
+                    waiting[c] = ins
+                else:
+                    check(ins)
+                    steps.append(ins)
+                    if ins.op is Op.RING_SEND:
+                        sends[c].append(ins)
+                    elif ins.op is Op.RING_REDUCE:
+                        reds[c].append(ins)
+                    pos[c] += 1
+        released = False
+        for c in sorted(waiting):
+            if c not in waiting:
+                continue
+            mask = int(waiting[c].rec["mask"])
+            members = bits(mask)
+            if not all(m in waiting and int(waiting[m].rec["mask"]) == mask for m in members):
+                continue
+            steps.append(_release(members, waiting, sends, reds, sp_init))
+            for m in members:
+                pos[m] += 1
+                del waiting[m]
+            released = True
+        if not released and not all(ended):
+            c = min(waiting)
+            ins = waiting[c]
+            others = [m for m in bits(int(ins.rec["mask"])) if m not in waiting or
+                      int(waiting[m].rec["mask"]) != int(ins.rec["mask"])]
+            state = ", ".join(f"core {m} " + ("has ended" if ended[m] else
+                                              f"waits at instruction {waiting[m].idx} with another mask"
+                                              if m in waiting else "is running") for m in others)
+            raise BinaryFormatError(f"code {ins.label}: deadlock: barrier mask 0x{int(ins.rec['mask']):x} "
+                                    f"can never be met ({state})")
+    for b in prog.buffers:
+        if b.kind == "output":
+            s = _uninit(dev_init, sticks(b.addr, b.addr + b.nbytes))
+            if s is not None:
+                raise BinaryFormatError(f"program: output '{b.name}' is not fully written (device bytes "
+                                        f"[{s * STICK_BYTES}, {(s + 1) * STICK_BYTES}) never stored)")
+    return steps
+
+
+def _release(members, waiting, sends, reds, sp_init) -> Sync:
+    """Complete the ring transfers pending among ``members`` as their barrier releases."""
+    group = set(members)
+    done_sends = []
+    for m in members:
+        for s in sends[m]:
+            peer = s.send[0]
+            if peer not in group:
+                raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
+                                        f"barrier of core {m}")
+            sp_init[peer][s.peer_sticks] = True
+            done_sends.append(s)
+        sends[m] = []
+    done_reds = []
+    while any(reds[m] for m in members):
+        first = next(reds[m][0] for m in members if reds[m])
+        mask, root, dst, src = first.reduce
+        grp = bits(mask)
+        if not set(grp) <= group:
+            raise BinaryFormatError(f"code {first.label}: group 0x{mask:x} is not inside the barrier it "
+                                    f"completes at (cores {sorted(group)})")
+        matched = []
+        for g in grp:
+            cand = next((r for r in reds[g] if r.reduce[0] == mask), None)
+            if cand is None:
+                raise BinaryFormatError(f"code {first.label}: core {g} of group 0x{mask:x} issued no matching "
+                                        f"ring_reduce before this barrier")
+            if (cand.reduce[1], cand.reduce[2], cand.reduce[3]) != (root, dst, src):
+                raise BinaryFormatError(f"code {cand.label}: ring_reduce fields differ from {first.label}")
+            reds[g].remove(cand)
+            matched.append(cand)
+        receivers = grp if root == ROOT_ALL else [root]
+        st = sticks(dst[0], dst[0] + dst[1] * tile_pitch(dst[2], dst[3]))
+        for r in receivers:
+            sp_init[r][st] = True
+        done_reds.append(matched)
+    return Sync(tuple(members), [waiting[m] for m in members], done_sends, done_reds)
+
