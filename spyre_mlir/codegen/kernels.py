@@ -22,18 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyre_mlir.errors import SpyreError
-
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
 
+from .common import TileError, _sub
 from .memory import DevTensor, load_rows, store_rows
 
 __all__ = ["matmul", "rowwise", "choose_matmul_grid", "choose_rows_grid", "TileError"]
-
-
-class TileError(SpyreError, ValueError):
-    """No tile fits the scratchpad (the message names the sizes)."""
 
 
 def _divisors(n: int) -> list[int]:
@@ -359,17 +354,6 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
              scale=scale if fin else None, loc=loc)
     if fin and t["OF"] is not None:
         b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
-
-
-def _sub(tile, rows, cols):
-    """The top-left [rows, cols] of a tile, as a dense tile (a smaller edge tile reuses the big one)."""
-    from spyre_mlir.runtime.assembler import Tile
-
-    if tile is None:
-        return None
-    if rows == tile.rows and cols == tile.cols:
-        return tile
-    return Tile(tile.addr, rows, cols, tile.fmt)
 
 
 def _cast(b, core, dst, src, loc):
