@@ -94,6 +94,11 @@ def _captures(op) -> list:
     return [v for v in out if v not in inner]
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+
 def _tb(rows, cols, fmt):
     from spyre_mlir.runtime.isa import tile_bytes
 

@@ -37,10 +37,11 @@ from spyre_mlir.runtime.assembler import Tile
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
 from spyre_mlir.runtime.formats import Format, quantize_int, symmetric_scale
 
-from . import hostprog, kernels
+from . import hostprog
 from .common import (_DEVICE_FLOATS, EmitError, TileError, _attr, _dequantize, _expand, _loc, _reads, _same_dims,
                      _sub, _tb, _tensor_type)
-from .kernels import broadcast_rows
+from .kernels.matmul import choose_matmul_grid, matmul
+from .kernels.rows import broadcast_rows, choose_rows_grid, rowwise
 from .hostcode import HostModule
 from .memory import DevTensor, format_of, io_dtype, load_gather, load_rows, store_rows, store_scatter
 from .sfu import NotOnSfu, live_temps, translate
@@ -672,7 +673,7 @@ class Emitter:
         bias_t = self.tensor(bias) if bias is not None else None
         grid = _attr(op, "spyre.grid")
         tile = _attr(op, "spyre.tile")
-        used, g, _ = kernels.matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
+        used, g, _ = matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
                                     grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
                                     double_buffer=_attr(op, "spyre.double_buffer", True),
                                     offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
@@ -738,10 +739,10 @@ class Emitter:
         batches = [(i * M, i * K, i * M) for i in range(nb)]
         grid = _attr(op, "spyre.grid")
         tile = _attr(op, "spyre.tile")
-        mm_grid = tuple(grid[1:]) if grid else kernels.choose_matmul_grid(M, N, K, max(1, self.cores // nb)
+        mm_grid = tuple(grid[1:]) if grid else choose_matmul_grid(M, N, K, max(1, self.cores // nb)
                                                                           if nb < self.cores else 1,
                                                                           A.fmt, B.fmt, O.fmt)
-        used, g, _ = kernels.matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
+        used, g, _ = matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
                                     tile=tuple(tile[1:]) if tile else None,
                                     double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
                                     offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
@@ -757,13 +758,13 @@ class Emitter:
         tr = tile[0] if tile else None
         if _attr(op, "spyre.double_buffer", True):
             try:
-                plan, gr, tr2 = kernels.rowwise(self, rows, once + 2 * buffered, fixed, grid=grid, tile_rows=tr,
+                plan, gr, tr2 = rowwise(self, rows, once + 2 * buffered, fixed, grid=grid, tile_rows=tr,
                                                 what=what)
                 if len(plan) > gr:             # more than one tile on a core: something to overlap
                     return plan, gr, tr2, 2
             except TileError:
                 pass
-        plan, gr, tr2 = kernels.rowwise(self, rows, once + buffered, fixed, grid=grid, tile_rows=tr, what=what)
+        plan, gr, tr2 = rowwise(self, rows, once + buffered, fixed, grid=grid, tile_rows=tr, what=what)
         return plan, gr, tr2, 1
 
     def _k_map(self, op, loc):
@@ -1204,7 +1205,7 @@ class Emitter:
         # Output rows oh split evenly over the cores; each core builds only its rows' windows. Every core
         # loads all the weights, so a core gets at least 4 output rows (else the duplicated weight traffic
         # on the shared DRAM costs more than the split saves).
-        gr = kernels.choose_rows_grid(oh, max(1, min(self.cores, oh // 4)))
+        gr = choose_rows_grid(oh, max(1, min(self.cores, oh // 4)))
         ob = oh // gr
         for core in range(gr):
             self._conv_core(core, X, O, sel, wts, bias_c, g, (sh, dh, pt), range(core * ob, (core + 1) * ob), loc)
@@ -1281,7 +1282,7 @@ class Emitter:
             if bv is not None else None
         if self.cores > 1:
             self.barrier(loc)
-        gr = kernels.choose_rows_grid(rows, max(1, min(self.cores, rows // 32)))   # >= 32 rows per core
+        gr = choose_rows_grid(rows, max(1, min(self.cores, rows // 32)))   # >= 32 rows per core
         rb = rows // gr
         for core in range(gr):
             blk = slice(core * rb, (core + 1) * rb)

@@ -1,47 +1,31 @@
-"""Per-op device kernels: each turns one annotated spyre op into per-core instruction streams.
+"""The matmul kernel (generalising ``spyre_mlir.runtime.kernels``' reference matmul to arbitrary device tensors).
 
-They generalise the reference kernels of ``spyre_mlir.runtime.kernels`` to arbitrary device tensors:
-
-* :func:`matmul` (also each batch of ``batch_matmul``): a ``[gm, gn, gk]`` grid of cores, output tiles
-  ``[tm, tn]`` walked in ``tk`` steps with fp32 accumulation, ping-pong A/B tiles when double buffering, split-K
-  partial sums combined by a ring reduce-sum on the group's first core, bias (and per-column weight scales of
-  fp8/int8 weights) applied on write-back. An M/N split shares operands over the ring: the cores of a grid row
-  load one part each of their common A tile and exchange the parts (all-gather), the cores of a grid column
-  likewise for B, in barrier-separated segments that overlap the exchange of step s with the multiply of
-  step s - 1 (:func:`_shared_group`).
-* :func:`rowwise`: the skeleton of every row-wise op (map, reduce, softmax, layernorm, rmsnorm, cast): rows of
-  the 2-D view split over ``[gr]`` cores in ``tr``-row tiles, with a per-op ``body`` emitting SFU work.
+:func:`matmul` (also each batch of ``batch_matmul``): a ``[gm, gn, gk]`` grid of cores, output tiles
+``[tm, tn]`` walked in ``tk`` steps with fp32 accumulation, ping-pong A/B tiles when double buffering, split-K
+partial sums combined by a ring reduce-sum on the group's first core, bias (and per-column weight scales of
+fp8/int8 weights) applied on write-back. An M/N split shares operands over the ring: the cores of a grid row
+load one part each of their common A tile and exchange the parts (all-gather), the cores of a grid column
+likewise for B, in barrier-separated segments that overlap the exchange of step s with the multiply of
+step s - 1 (:func:`_shared_group`).
 
 Grid and tile come from the op's ``spyre.grid`` / ``spyre.tile`` when the kernel-level passes annotated it;
-otherwise they are chosen here (largest even split, largest tile that fits the usable scratchpad), so the
-emitter also works on graph-level IR.
+otherwise they are chosen here (the split with the least work per core, largest tile that fits the usable
+scratchpad), so the emitter also works on graph-level IR.
 """
 
 from __future__ import annotations
 
-
-import numpy as np
-
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
 
-from .common import TileError, _sub
-from .memory import DevTensor, load_rows, store_rows
+from ..common import TileError, _divisors, _sub
+from ..memory import DevTensor, load_rows, store_rows
 
-__all__ = ["matmul", "rowwise", "choose_matmul_grid", "choose_rows_grid", "TileError"]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+__all__ = ["matmul", "choose_matmul_grid"]
 
 
 def _stick_elems(*fmts) -> int:
     return max(STICK_BYTES * 8 // Format.parse(f).bits for f in fmts)
-
-
-def choose_rows_grid(rows: int, cores: int) -> int:
-    """Cores for a row-wise op: the largest divisor of ``rows`` not above ``cores`` (even split)."""
-    return max(d for d in _divisors(rows) if d <= cores)
 
 
 def choose_matmul_grid(M, N, K, cores, fa="dlf16", fb="dlf16", fo="dlf16") -> tuple[int, int, int]:
@@ -359,41 +343,3 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
 def _cast(b, core, dst, src, loc):
     b.sfu(core, "cast", dst, src, loc=loc)
     return dst
-
-
-def rowwise(em, rows: int, cols_bytes_per_row: int, fixed_bytes: int, grid=None, tile_rows=None,
-            what="op"):
-    """Yield (core, first row, rows) of every tile of a row-wise op over ``rows`` rows.
-
-    ``cols_bytes_per_row``: scratchpad bytes one row of all the op's tiles takes (inputs, temporaries,
-    output); ``fixed_bytes``: tiles independent of the row count (gamma/beta, COL broadcasts)."""
-    cores = em.cores
-    gr = grid[0] if grid else choose_rows_grid(rows, cores)
-    rb = -(-rows // gr)
-    usable = em.target.scratchpad_usable_bytes
-    if tile_rows:
-        tr = tile_rows
-    else:
-        tr = min(rb, max(0, (usable - fixed_bytes) // max(cols_bytes_per_row, 1)))
-    if tr < 1 or fixed_bytes + tr * cols_bytes_per_row > usable:
-        raise TileError(f"{what}: a row needs {cols_bytes_per_row} B of scratchpad (+{fixed_bytes} B fixed); "
-                        f"not even one row fits the {usable} B usable scratchpad")
-    plan = []
-    for core in range(gr):
-        end = min(rows, (core + 1) * rb)
-        for r0 in range(core * rb, end, tr):
-            plan.append((core, r0, min(tr, end - r0)))
-    return plan, gr, tr
-
-
-def broadcast_rows(in_shape, out_shape, r0, n) -> np.ndarray:
-    """Source row (in the 2-D view of an input broadcast to ``out_shape``) of result rows r0..r0+n."""
-    out_lead = list(out_shape[:-1])
-    ins = [1] * (len(out_shape) - len(in_shape)) + list(in_shape)
-    in_lead = ins[:-1]
-    r = np.arange(r0, r0 + n)
-    if not out_lead:
-        return np.zeros(n, np.int64)
-    idx = np.unravel_index(r, out_lead)
-    src = [ix if s != 1 else np.zeros_like(ix) for ix, s in zip(idx, in_lead)]
-    return np.ravel_multi_index(src, [max(s, 1) for s in in_lead]) if in_lead else np.zeros(n, np.int64)

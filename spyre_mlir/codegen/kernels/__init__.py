@@ -1,0 +1,5 @@
+"""Per-op device kernels: each turns one annotated spyre op into per-core instruction streams.
+
+* :mod:`.matmul`: the matmul kernel (``[gm, gn, gk]`` core grids, operand sharing over the ring, split-K);
+* :mod:`.rows`: the row-wise skeleton (rows of the 2-D view split over cores in row tiles).
+"""
