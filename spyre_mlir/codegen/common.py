@@ -98,7 +98,6 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-
 def _tb(rows, cols, fmt):
     from spyre_mlir.runtime.isa import tile_bytes
 
@@ -125,4 +124,3 @@ def _expand(s, ndim, axis):
 def _dequantize(q, s, axis):
     q = np.asarray(q, np.float32)
     return q * (s if axis is None else _expand(s, q.ndim, axis))
-

@@ -41,10 +41,10 @@ from . import hostprog
 from .common import (_DEVICE_FLOATS, EmitError, TileError, _attr, _dequantize, _expand, _loc, _reads, _same_dims,
                      _sub, _tb, _tensor_type)
 from .kernels.matmul import choose_matmul_grid, matmul
-from .kernels.rows import broadcast_rows, choose_rows_grid, rowwise
+from .kernels import EMITTERS, HAS_KERNEL
+from .kernels.rows import choose_rows_grid, pipelined, rows_plan
 from .hostcode import HostModule
 from .memory import DevTensor, format_of, io_dtype, load_gather, load_rows, store_rows, store_scatter
-from .sfu import NotOnSfu, live_temps, translate
 
 __all__ = ["Emitter", "EmitError", "TileError"]
 
@@ -326,6 +326,8 @@ class Emitter:
 
     def _has_kernel(self, op) -> bool:
         name = op.operation.name
+        if name in HAS_KERNEL:
+            return HAS_KERNEL[name](self, op)
         res_shape, res_elt = _tensor_type(op.operation.results[0])
         if name in ("spyre.transpose", "spyre.slice", "spyre.concat"):
             return (self._row_sources(op) is not None or self._restick_shape(op) is not None
@@ -338,39 +340,10 @@ class Emitter:
                     format_of(ielt) in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2) and
                     format_of(res_elt) in (Format.DLF16, Format.FP32))
         elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
-        if name == "spyre.map" and res_shape is not None:
-            if any(e not in _DEVICE_FLOATS + ("i1",) for e in elts + [str(res_elt)]):
-                return False
-            try:
-                translate(op.operation.regions[0].blocks[0], ["full"] * len(elts))
-            except NotOnSfu:
-                return False
-            return True
         if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
             return False
         if name in ("spyre.matmul", "spyre.batch_matmul"):
             return elts[0] in _DEVICE_FLOATS
-        if any(e not in _DEVICE_FLOATS for e in elts):
-            return False
-        rank = len(res_shape)
-        if name == "spyre.map":
-            try:
-                translate(op.operation.regions[0].blocks[0], ["full"] * len(elts))
-            except NotOnSfu:
-                return False
-            return str(res_elt) in _DEVICE_FLOATS
-        if name == "spyre.reduce":
-            ishape, _ = _tensor_type(op.operation.operands[0])
-            dims = sorted(d % len(ishape) for d in _attr(op, "dims"))
-            return (dims == list(range(dims[0], len(ishape))) and _attr(op, "kind") in ("sum", "max", "min", "mean"))
-        if name == "spyre.softmax":
-            return _attr(op, "dim") % rank == rank - 1
-        if name == "spyre.layernorm":
-            return _attr(op, "axis") % rank == rank - 1
-        if name == "spyre.rmsnorm":
-            return True
-        if name == "spyre.cast":
-            return len(op.operation.operands) == 1 and _attr(op, "scale_mode") is None
         return False
 
     def _emit_op(self, op, where):
@@ -411,7 +384,10 @@ class Emitter:
             # movement, broadcasts, pooling, matmul operands) also needs its producers to have finished.
             self.barrier(loc)
         try:
-            getattr(self, f"_k_{name[6:]}")(op, loc)
+            if name in EMITTERS:
+                EMITTERS[name](self, op, loc)
+            else:
+                getattr(self, f"_k_{name[6:]}")(op, loc)
         except (TileError, ValueError) as e:
             raise EmitError(str(e), op.operation.location) from None
         self._synced = False
@@ -674,9 +650,9 @@ class Emitter:
         grid = _attr(op, "spyre.grid")
         tile = _attr(op, "spyre.tile")
         used, g, _ = matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
-                                    grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
-                                    double_buffer=_attr(op, "spyre.double_buffer", True),
-                                    offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
+                            grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
+                            double_buffer=_attr(op, "spyre.double_buffer", True),
+                            offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
         if grid and tuple(grid) != tuple(g):
             self._force_barrier = True      # not the split spyre-schedule planned barriers for
         return len(used)
@@ -740,261 +716,14 @@ class Emitter:
         grid = _attr(op, "spyre.grid")
         tile = _attr(op, "spyre.tile")
         mm_grid = tuple(grid[1:]) if grid else choose_matmul_grid(M, N, K, max(1, self.cores // nb)
-                                                                          if nb < self.cores else 1,
-                                                                          A.fmt, B.fmt, O.fmt)
+                                                                  if nb < self.cores else 1,
+                                                                  A.fmt, B.fmt, O.fmt)
         used, g, _ = matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
-                                    tile=tuple(tile[1:]) if tile else None,
-                                    double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
-                                    offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
+                            tile=tuple(tile[1:]) if tile else None,
+                            double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
+                            offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
         self._force_barrier = True          # batches map to cores by this kernel's own rule
         return len(used)
-
-    def _rows_plan(self, op, rows, once, buffered, fixed, what):
-        """Row tiles of a row-wise op: ``once`` bytes per row of single tiles (temporaries), ``buffered`` bytes
-        per row of tiles that DMA touches (inputs, output), doubled when double buffering, which is on unless
-        spyre-schedule said otherwise and dropped when it would not fit. Returns (plan, cores, rows, nbuf)."""
-        grid = _attr(op, "spyre.grid")
-        tile = _attr(op, "spyre.tile")
-        tr = tile[0] if tile else None
-        if _attr(op, "spyre.double_buffer", True):
-            try:
-                plan, gr, tr2 = rowwise(self, rows, once + 2 * buffered, fixed, grid=grid, tile_rows=tr,
-                                                what=what)
-                if len(plan) > gr:             # more than one tile on a core: something to overlap
-                    return plan, gr, tr2, 2
-            except TileError:
-                pass
-        plan, gr, tr2 = rowwise(self, rows, once + buffered, fixed, grid=grid, tile_rows=tr, what=what)
-        return plan, gr, tr2, 1
-
-    def _k_map(self, op, loc):
-        o = op.operation
-        out_shape, _ = _tensor_type(o.results[0])
-        out_shape = tuple(out_shape) or (1,)
-        O = self.result(op)
-        C = O.cols
-        R = O.rows
-        ins, kinds = [], []
-        for v in o.operands:
-            t = self.tensor(v)
-            ishape = tuple(_tensor_type(v)[0]) or (1,)
-            lead_bcast = all(s == 1 for s in ishape[:-1])
-            last = ishape[-1]
-            if last == C and C != 1:
-                kind = "col" if lead_bcast and R > 1 else "full"
-            elif C == 1:
-                kind = "scalar" if lead_bcast and R > 1 else "full"
-            else:
-                kind = "scalar" if lead_bcast else "row"
-            ins.append((t, ishape, kind))
-            kinds.append(kind)
-        ops, result, _ = translate(o.regions[0].blocks[0], kinds)
-        slots, nslots = live_temps(ops, result)
-        buffered = (sum(_tb(1, C if k == "full" else 1, t.fmt) for t, _, k in ins if k in ("full", "row"))
-                    + _tb(1, C, O.fmt))
-        fixed = sum(_tb(1, C if k == "col" else 1, t.fmt) for t, _, k in ins if k in ("col", "scalar"))
-        plan, gr, tr, nbuf = self._rows_plan(op, R, nslots * _tb(1, C, Format.FP32), buffered, fixed, "spyre.map")
-        b = self.b
-        for core in range(gr):
-            b.reset_scratchpad(core)
-            tiles = {}
-            for i, (t, ishape, k) in enumerate(ins):
-                if k == "col":
-                    tiles[i] = b.alloc(core, 1, C, t.fmt)
-                    load_gather(b, core, tiles[i], t, [0], loc=loc)
-                elif k == "scalar":
-                    tiles[i] = b.alloc(core, 1, 1, t.fmt)
-                    load_gather(b, core, tiles[i], t, [0], loc=loc)
-                else:
-                    tiles[i] = [b.alloc(core, tr, C if k == "full" else 1, t.fmt) for _ in range(nbuf)]
-            temps = [b.alloc(core, tr, C, "fp32") for _ in range(nslots)]
-            outs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
-
-            def load(k, r0, n, core=core, tiles=tiles):
-                for i, (t, ishape, kind) in enumerate(ins):
-                    if kind in ("full", "row"):
-                        tl = _sub(tiles[i][k % nbuf], n, tiles[i][0].cols)
-                        if tuple(ishape) == out_shape:
-                            load_rows(b, core, tl, t, r0, loc=loc)
-                        else:
-                            load_gather(b, core, tl, t, broadcast_rows(ishape, out_shape, r0, n), loc=loc)
-
-            def work(k, r0, n, core=core, tiles=tiles, temps=temps, outs=outs):
-                cur = {("in", i): (tiles[i] if kind in ("col", "scalar") else
-                                   _sub(tiles[i][k % nbuf], n, tiles[i][0].cols))
-                       for i, (_, _, kind) in enumerate(ins)}
-
-                def reg(v):
-                    if isinstance(v, float) or v is None:
-                        return v
-                    if v[0] == "in":
-                        return cur[v]
-                    return _sub(temps[slots[v]], n, C)
-
-                for fn, d, s0, s1, imm, swap in ops:
-                    b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
-                o_t = _sub(outs[k % nbuf], n, C)
-                res = reg(result)
-                if isinstance(res, float):
-                    b.sfu(core, "fill", o_t, imm=res, loc=loc)
-                elif res.rows == n and res.cols == C:
-                    b.sfu(core, "cast", o_t, res, loc=loc)
-                else:       # a broadcast input returned as is
-                    b.sfu(core, "fill", o_t, imm=0.0, loc=loc)
-                    b.sfu(core, "add", o_t, o_t, res, loc=loc)
-                store_rows(b, core, o_t, O, r0, loc=loc)
-
-            _pipelined(plan, core, nbuf, load, work)
-        return gr
-
-    def _rowwise_io(self, op):
-        o = op.operation
-        X = self.tensor(o.operands[0])
-        O = self.result(op)
-        return X, O, X.rows, X.cols
-
-    def _k_softmax(self, op, loc):
-        X, O, R, C = self._rowwise_io(op)
-        once = _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
-        plan, gr, tr, nbuf = self._rows_plan(op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.softmax")
-        return self._rows_emit(plan, gr, tr, nbuf, loc, X, O, self._softmax_body, [])
-
-    def _softmax_body(self, core, n, XT, XF, OT, extra, loc):
-        b = self.b
-        M, S = extra["M"], extra["S"]
-        b.sfu(core, "cast", XF, XT, loc=loc)
-        b.reduce(core, "max", M, XF, loc=loc)
-        b.sfu(core, "sub", XF, XF, M, loc=loc)
-        b.sfu(core, "exp", XF, XF, loc=loc)
-        b.reduce(core, "sum", S, XF, loc=loc)
-        b.sfu(core, "recip", S, S, loc=loc)
-        b.sfu(core, "mul", XF, XF, S, loc=loc)
-        b.sfu(core, "cast", OT, XF, loc=loc)
-
-    def _k_layernorm(self, op, loc):
-        X, O, R, C = self._rowwise_io(op)
-        seg = _attr(op, "operandSegmentSizes") or [1, 0, 0]
-        rest = list(op.operation.operands[1:])
-        gamma = self.tensor(rest.pop(0)) if seg[1] else None
-        beta = self.tensor(rest.pop(0)) if len(seg) > 2 and seg[2] else None
-        eps = float(_attr(op, "epsilon"))
-        once = 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
-        fixed = sum(_tb(1, C, t.fmt) for t in (gamma, beta) if t is not None)
-        plan, gr, tr, nbuf = self._rows_plan(op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), fixed,
-                                             "spyre.layernorm")
-
-        def body(core, n, XT, XF, OT, extra, loc):
-            b = self.b
-            MU, VAR, SQ = extra["M"], extra["S"], extra["SQ"]
-            b.sfu(core, "cast", XF, XT, loc=loc)
-            b.reduce(core, "mean", MU, XF, loc=loc)
-            b.sfu(core, "sub", XF, XF, MU, loc=loc)
-            b.sfu(core, "mul", SQ, XF, XF, loc=loc)
-            b.reduce(core, "mean", VAR, SQ, loc=loc)
-            b.sfu(core, "add", VAR, VAR, eps, loc=loc)
-            b.sfu(core, "rsqrt", VAR, VAR, loc=loc)
-            b.sfu(core, "mul", XF, XF, VAR, loc=loc)
-            if "G" in extra:
-                b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
-            if "BE" in extra:
-                b.sfu(core, "add", XF, XF, extra["BE"], loc=loc)
-            b.sfu(core, "cast", OT, XF, loc=loc)
-
-        consts = [("G", gamma), ("BE", beta)]
-        return self._rows_emit(plan, gr, tr, nbuf, loc, X, O, body,
-                               [(k, t) for k, t in consts if t is not None], sq=True)
-
-    def _k_rmsnorm(self, op, loc):
-        X, O, R, C = self._rowwise_io(op)
-        gamma = self.tensor(op.operation.operands[1]) if len(op.operation.operands) > 1 else None
-        eps = float(_attr(op, "epsilon"))
-        once = 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
-        fixed = _tb(1, C, gamma.fmt) if gamma is not None else 0
-        plan, gr, tr, nbuf = self._rows_plan(op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), fixed,
-                                             "spyre.rmsnorm")
-
-        def body(core, n, XT, XF, OT, extra, loc):
-            b = self.b
-            MS, SQ = extra["M"], extra["SQ"]
-            b.sfu(core, "cast", XF, XT, loc=loc)
-            b.sfu(core, "mul", SQ, XF, XF, loc=loc)
-            b.reduce(core, "mean", MS, SQ, loc=loc)
-            b.sfu(core, "add", MS, MS, eps, loc=loc)
-            b.sfu(core, "rsqrt", MS, MS, loc=loc)
-            b.sfu(core, "mul", XF, XF, MS, loc=loc)
-            if "G" in extra:
-                b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
-            b.sfu(core, "cast", OT, XF, loc=loc)
-
-        return self._rows_emit(plan, gr, tr, nbuf, loc, X, O, body,
-                               [("G", gamma)] if gamma is not None else [], sq=True)
-
-    def _k_reduce(self, op, loc):
-        """Reductions over a suffix of the dims. The innermost dim reduces on the SFU (REDUCE); reduced outer
-        dims first combine their rows elementwise into an fp32 tile (rows gathered by DMA), so every result
-        row is one [rows, C] reduction and one rounding."""
-        o = op.operation
-        X = self.tensor(o.operands[0])
-        ishape, _ = _tensor_type(o.operands[0])
-        dims = sorted(d % len(ishape) for d in _attr(op, "dims"))
-        mid = math.prod(ishape[dims[0]:-1]) if len(ishape) > 1 else 1
-        R, C = X.rows // mid, X.cols
-        oshape, elt = _tensor_type(o.results[0])
-        kind = _attr(op, "kind")
-        # The result has one value per row: a [R, 1] tensor in the 2-D view (a reshape of it, if keepdim is
-        # false and the result's innermost dim is not 1, goes through an [R, 1] scratch tensor and a copy).
-        direct = (oshape[-1:] or (1,)) == (1,) or not oshape
-        once = _tb(1, 1, "fp32") + (_tb(1, C, "fp32") if mid > 1 else 0)
-        plan, gr, tr, nbuf = self._rows_plan(op, R, once, _tb(1, C, X.fmt) + _tb(1, 1, format_of(elt)), 0,
-                                             "spyre.reduce")
-        if mid > 1:
-            nbuf = 1
-        if direct:
-            O = self.result(op)
-            target = O
-        else:
-            self._next_storage += 1
-            buf = self.b.scratch(self._name(f"t{self._op_index}.rows"), (R, 1), format_of(elt))
-            target = self._buffer_tensor(buf)
-        b = self.b
-        for core in range(gr):
-            b.reset_scratchpad(core)
-            XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
-            RT = b.alloc(core, tr, 1, "fp32")
-            OTs = [b.alloc(core, tr, 1, format_of(elt)) for _ in range(nbuf)]
-            ACC = b.alloc(core, tr, C, "fp32") if mid > 1 else None
-            combine = {"sum": "add", "mean": "add", "max": "max", "min": "min"}[kind]
-
-            def load(k, r0, n, core=core, XTs=XTs):
-                if mid == 1:
-                    load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
-
-            def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, RT=RT, ACC=ACC):
-                ot, xt = _sub(OTs[k % nbuf], n, 1), _sub(XTs[k % nbuf], n, C)
-                if mid > 1:        # combine the reduced outer dims' rows, then reduce the innermost
-                    acc = _sub(ACC, n, C)
-                    for m in range(mid):
-                        load_gather(b, core, xt, X, np.arange(r0, r0 + n) * mid + m, loc=loc)
-                        b.sfu(core, "cast", acc, xt, loc=loc) if m == 0 else \
-                            b.sfu(core, combine, acc, acc, xt, loc=loc)
-                    b.reduce(core, "sum" if kind == "mean" else kind, _sub(RT, n, 1), acc, loc=loc)
-                    if kind == "mean":
-                        b.sfu(core, "mul", _sub(RT, n, 1), _sub(RT, n, 1), 1.0 / (mid * C), loc=loc)
-                else:
-                    b.reduce(core, kind, _sub(RT, n, 1), xt, loc=loc)
-                b.sfu(core, "cast", ot, _sub(RT, n, 1), loc=loc)
-                store_rows(b, core, ot, target, r0, loc=loc)
-
-            _pipelined(plan, core, nbuf, load, work)
-        if not direct:
-            self.barrier(loc)
-            O = self.result(op, host=True)
-            self.b.host(0, "copy", [target.buffer], [O.buffer], loc=loc, shape=list(oshape),
-                        perm=list(range(len(oshape))))
-            self.host_ops.append("reduce result relayout (copy)")
-            self.host_locations.append(str(op.operation.location))
-            self.barrier(loc)
-        return gr
 
     def _row_sources(self, op):
         """For data movement that keeps the innermost dim whole (a transpose that leaves it in place, a slice
@@ -1057,7 +786,7 @@ class Emitter:
             sel = r >= 0
             which[sel], rows[sel] = k, r[sel]
             col0[k] = c0
-        plan, gr, tr, nbuf = self._rows_plan(op, R, 0, _tb(1, C, O.fmt), 0, op.operation.name)
+        plan, gr, tr, nbuf = rows_plan(self, op, R, 0, _tb(1, C, O.fmt), 0, op.operation.name)
         b = self.b
         for core in range(gr):
             b.reset_scratchpad(core)
@@ -1077,7 +806,7 @@ class Emitter:
             def work(k, r0, n, core=core, Ts=Ts):
                 store_rows(b, core, _sub(Ts[k % nbuf], n, C), O, r0, loc=loc)
 
-            _pipelined(plan, core, nbuf, load, work)
+            pipelined(plan, core, nbuf, load, work)
         return gr
 
     def _k_move(self, op, loc):
@@ -1180,7 +909,7 @@ class Emitter:
             wv = _dequantize(wv, *self.qscale[o.operands[1]])
         bv = np.asarray(self.known[o.operands[2]], np.float32) if len(o.operands) > 2 else None
         n_, c_, h, wd, f_, kh, kw, oh, ow, fmt = (g[k] for k in ("n", "c", "h", "w", "f", "kh", "kw", "oh",
-                                                               "ow", "fmt"))
+                                                                 "ow", "fmt"))
         sh, sw = _attr(op, "strides") or [1, 1]
         dh, dw = _attr(op, "dilations") or [1, 1]
         pt, pl, _, _ = _attr(op, "padding") or [0, 0, 0, 0]
@@ -1347,7 +1076,7 @@ class Emitter:
             sel.append(self._buffer_tensor(b.constant(self._name(f"select{self._op_index}.{j}"), P, X.fmt)))
         R = n_ * c_ * oh
         per_row = _tb(1, w, X.fmt) + 2 * _tb(1, ow, "fp32") + _tb(1, ow, O.fmt)
-        plan, gr, tr, _ = self._rows_plan(op, R, per_row, 0, kw * _tb(w, ow, X.fmt), "spyre.pool2d")
+        plan, gr, tr, _ = rows_plan(self, op, R, per_row, 0, kw * _tb(w, ow, X.fmt), "spyre.pool2d")
         out_rows = np.arange(R)
         for core in range(gr):
             b.reset_scratchpad(core)
@@ -1387,7 +1116,7 @@ class Emitter:
         name = o.name
         oshape, elt = _tensor_type(o.results[0])
         if oshape is None or not oshape or format_of(elt) not in (Format.DLF16, Format.FP8_E4M3,
-                                                                   Format.FP8_E5M2):
+                                                                  Format.FP8_E5M2):
             return None
         if any(format_of(_tensor_type(v)[1]) is not format_of(elt) for v in o.operands):
             return None
@@ -1454,8 +1183,8 @@ class Emitter:
             cins = [srcs[s].cols for s, _, _ in terms]
             once = _tb(1, cout, "fp32") + _tb(1, cout, fmt)
             fixed = sum(_tb(c, cout, fmt) for c in cins)
-            plan, gr, tr, _ = self._rows_plan(op, len(dst), once + sum(_tb(1, c, fmt) for c in cins), 0,
-                                              fixed, op.operation.name)
+            plan, gr, tr, _ = rows_plan(self, op, len(dst), once + sum(_tb(1, c, fmt) for c in cins), 0,
+                                        fixed, op.operation.name)
             used = max(used, gr)
             for core in range(gr):
                 b.reset_scratchpad(core)
@@ -1475,73 +1204,6 @@ class Emitter:
                                  out=_sub(out, n, cout) if last else None, loc=loc)
                     store_scatter(b, core, _sub(out, n, cout), O, dst[r0:r0 + n], loc=loc)
         return used
-
-    def _k_cast(self, op, loc):
-        X, O, R, C = self._rowwise_io(op)
-        plan, gr, tr, nbuf = self._rows_plan(op, R, 0, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.cast")
-        b = self.b
-        for core in range(gr):
-            b.reset_scratchpad(core)
-            XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
-            OTs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
-
-            def load(k, r0, n, core=core, XTs=XTs):
-                load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
-
-            def work(k, r0, n, core=core, XTs=XTs, OTs=OTs):
-                b.sfu(core, "cast", _sub(OTs[k % nbuf], n, C), _sub(XTs[k % nbuf], n, C), loc=loc)
-                store_rows(b, core, _sub(OTs[k % nbuf], n, C), O, r0, loc=loc)
-
-            _pipelined(plan, core, nbuf, load, work)
-        return gr
-
-    def _rows_emit(self, plan, gr, tr, nbuf, loc, X, O, body, consts, sq=False):
-        """Shared loop of softmax and the norms: load, fp32 work tile, row stats, write back."""
-        b = self.b
-        C = X.cols
-        for core in range(gr):
-            b.reset_scratchpad(core)
-            extra_full = {}
-            for k, t in consts:
-                extra_full[k] = b.alloc(core, 1, C, t.fmt)
-                load_rows(b, core, extra_full[k], t.reshaped((1, C)), 0, loc=loc)
-            XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
-            OTs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
-            XF = b.alloc(core, tr, C, "fp32")
-            SQ = b.alloc(core, tr, C, "fp32") if sq else None
-            M, S = b.alloc(core, tr, 1, "fp32"), b.alloc(core, tr, 1, "fp32")
-
-            def load(k, r0, n, core=core, XTs=XTs):
-                load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
-
-            def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, XF=XF, SQ=SQ, M=M, S=S, extra_full=extra_full):
-                extra = dict(extra_full, M=_sub(M, n, 1), S=_sub(S, n, 1))
-                if SQ is not None:
-                    extra["SQ"] = _sub(SQ, n, C)
-                ot = _sub(OTs[k % nbuf], n, C)
-                body(core, n, _sub(XTs[k % nbuf], n, C), _sub(XF, n, C), ot, extra, loc)
-                store_rows(b, core, ot, O, r0, loc=loc)
-
-            _pipelined(plan, core, nbuf, load, work)
-        return gr
-
-
-def _pipelined(plan, core, nbuf, load, work):
-    """Run ``load(k, r0, n)`` then ``work(k, r0, n)`` for every tile of ``core`` (k = its index on the core).
-    With two buffers the next tile's load is issued before this tile's work: the DMA unit processes in
-    program order, so only a load placed ahead of the store can overlap the compute (software prefetch)."""
-    tiles = [(r0, n) for c, r0, n in plan if c == core]
-    if nbuf == 1:
-        for k, (r0, n) in enumerate(tiles):
-            load(k, r0, n)
-            work(k, r0, n)
-        return
-    if tiles:
-        load(0, *tiles[0])
-    for k, (r0, n) in enumerate(tiles):
-        if k + 1 < len(tiles):
-            load(k + 1, *tiles[k + 1])
-        work(k, r0, n)
 
 
 def _quant_codes_passthrough(op, codes, name):
