@@ -28,8 +28,6 @@ spyre-schedule; every op before that) and fences every host op.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from spyre_mlir.runtime.assembler import ProgramBuilder
@@ -38,27 +36,15 @@ from spyre_mlir.runtime.binary import Buffer, buffer_layout
 from spyre_mlir.runtime.formats import Format, quantize_int, symmetric_scale
 
 from . import hostprog
-from .common import (_DEVICE_FLOATS, EmitError, TileError, _attr, _dequantize, _expand, _loc, _reads, _same_dims,
+from .common import (EmitError, TileError, _attr, _dequantize, _expand, _loc, _reads, _same_dims,
                      _sub, _tb, _tensor_type)
-from .kernels.matmul import choose_matmul_grid, matmul
 from .kernels import EMITTERS, HAS_KERNEL
-from .kernels.move import col_terms, restick
+from .kernels.move import col_terms
 from .kernels.rows import choose_rows_grid, rows_plan
 from .hostcode import HostModule
 from .memory import DevTensor, format_of, io_dtype, load_gather, load_rows, store_rows, store_scatter
 
 __all__ = ["Emitter", "EmitError", "TileError"]
-
-
-def _round_fmt(op):
-    """The format a matmul's result is rounded to before it is widened to the result type
-    (``spyre.convert_result``, set by spyre-fuse), or None."""
-    from torch_mlir import ir
-
-    attrs = op.operation.attributes
-    if "spyre.convert_result" not in attrs:
-        return None
-    return format_of(ir.TypeAttr(attrs["spyre.convert_result"]).value)
 
 
 def _io_unsigned(attrs) -> bool:
@@ -337,11 +323,6 @@ class Emitter:
             return (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
                     format_of(ielt) in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2) and
                     format_of(res_elt) in (Format.DLF16, Format.FP32))
-        elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
-        if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
-            return False
-        if name in ("spyre.matmul", "spyre.batch_matmul"):
-            return elts[0] in _DEVICE_FLOATS
         return False
 
     def _emit_op(self, op, where):
@@ -634,94 +615,6 @@ class Emitter:
             self.kernels.append("state update")
 
     # ---- kernels ----------------------------------------------------------------------------------------
-
-    def _k_matmul(self, op, loc):
-        o = op.operation
-        lhs, rhs = o.operands[0], o.operands[1]
-        bias = o.operands[2] if len(o.operands) > 2 else None
-        A = self.tensor(lhs)
-        M, K = A.shape
-        B, colscale, scale = self._rhs(op, rhs, transpose=bool(_attr(op, "transpose_rhs", False)))
-        N = B.shape[-1]
-        O = self.result(op)
-        bias_t = self.tensor(bias) if bias is not None else None
-        grid = _attr(op, "spyre.grid")
-        tile = _attr(op, "spyre.tile")
-        used, g, _ = matmul(self, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
-                            grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
-                            double_buffer=_attr(op, "spyre.double_buffer", True),
-                            offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
-        if grid and tuple(grid) != tuple(g):
-            self._force_barrier = True      # not the split spyre-schedule planned barriers for
-        return len(used)
-
-    def _rhs(self, op, rhs, transpose: bool, batch=False):
-        """The rhs as a [.., K, N] device tensor; a transposed parameter is transposed at compile time, a
-        quantized one brings its per-column (or per-tensor) scale."""
-        colscale = scale = None
-        if rhs in self.known:
-            val = np.asarray(self.known[rhs])
-            qs = self.qscale.get(rhs)
-            if transpose:
-                val = np.swapaxes(val, -1, -2)
-            shape, elt = _tensor_type(rhs)
-            fmt = self.qfmt.get(rhs) or format_of(elt)
-            name = self._name(self._const_names.get(rhs, "w") + (".T" if transpose else ""))
-            if fmt is Format.INT8:
-                buf = self.b.constant(name, val.astype(np.int8), fmt, encoded=True)
-            else:
-                buf = self.b.constant(name, val.astype(np.float32), fmt)
-            B = self._buffer_tensor(buf)
-            if qs is not None:
-                s, axis = qs
-                if axis is None:
-                    scale = float(np.asarray(s).reshape(-1)[0])
-                else:
-                    n_axis = (len(shape) - 2 if transpose else len(shape) - 1)
-                    if axis % len(shape) != n_axis:
-                        raise EmitError("per-channel weight scales must be along the output channels",
-                                        op.operation.location)
-                    colscale = self._buffer_tensor(self.b.constant(self._name(name + ".scale"),
-                                                                   np.asarray(s, np.float32).reshape(1, -1),
-                                                                   "fp32"))
-            return B, colscale, scale
-        B = self.tensor(rhs)
-        if transpose:
-            shape, elt = _tensor_type(rhs)
-            perm = list(range(len(shape)))
-            perm[-1], perm[-2] = perm[-2], perm[-1]
-            tshape = tuple(shape[p] for p in perm)
-            buf = self.b.scratch(self._name(f"t{self._op_index}.T"), tshape, B.fmt)
-            T = self._buffer_tensor(buf)
-            if self.cores > 1:
-                self.barrier(_loc(op))
-            # A restickify in device memory (B is in the canonical layout: a slot, a buffer or an alias).
-            restick(self, B, T, math.prod(shape[:-2]), shape[-2], shape[-1], _loc(op))
-            if self.cores > 1:
-                self.barrier(_loc(op))
-            B = T
-        return B, colscale, scale
-
-    def _k_batch_matmul(self, op, loc):
-        o = op.operation
-        A = self.tensor(o.operands[0])
-        B, colscale, scale = self._rhs(op, o.operands[1], transpose=bool(_attr(op, "transpose_rhs", False)))
-        O = self.result(op)
-        ashape, bshape = A.shape, B.shape
-        M, K, N = ashape[-2], ashape[-1], bshape[-1]
-        nb = math.prod(ashape[:-2])
-        batches = [(i * M, i * K, i * M) for i in range(nb)]
-        grid = _attr(op, "spyre.grid")
-        tile = _attr(op, "spyre.tile")
-        mm_grid = tuple(grid[1:]) if grid else choose_matmul_grid(M, N, K, max(1, self.cores // nb)
-                                                                  if nb < self.cores else 1,
-                                                                  A.fmt, B.fmt, O.fmt)
-        used, g, _ = matmul(self, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
-                            tile=tuple(tile[1:]) if tile else None,
-                            double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
-                            offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
-        self._force_barrier = True          # batches map to cores by this kernel's own rule
-        return len(used)
 
     def _conv_plan(self, op):
         """The geometry of a conv2d the device runs (groups 1, dlf16/fp8 data, known weights and bias, and

@@ -5,8 +5,8 @@
 * :mod:`.move`: data movement (DMA row gathers, RESTICK, selection matmuls).
 """
 
-from . import move, rows
+from . import matmul, move, rows
 
-FAMILIES = (rows, move)
+FAMILIES = (matmul, rows, move)
 EMITTERS = {name: fn for fam in FAMILIES for name, fn in fam.EMITTERS.items()}
 HAS_KERNEL = {name: fam.has_kernel for fam in FAMILIES for name in fam.EMITTERS}

@@ -15,13 +15,18 @@ scratchpad), so the emitter also works on graph-level IR.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
 
-from ..common import TileError, _divisors, _sub
-from ..memory import DevTensor, load_rows, store_rows
+from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _divisors, _loc, _sub, _tensor_type
+from ..memory import DevTensor, format_of, load_rows, store_rows
+from .move import restick
 
-__all__ = ["matmul", "choose_matmul_grid"]
+__all__ = ["matmul", "choose_matmul_grid", "has_kernel", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
@@ -343,3 +348,116 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
 def _cast(b, core, dst, src, loc):
     b.sfu(core, "cast", dst, src, loc=loc)
     return dst
+
+
+def has_kernel(em, op) -> bool:
+    """Whether the device runs ``op`` (a matmul or batch_matmul): a float lhs and a result the device holds."""
+    res_shape, res_elt = _tensor_type(op.operation.results[0])
+    if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
+        return False
+    return str(_tensor_type(op.operation.operands[0])[1]) in _DEVICE_FLOATS
+
+
+def emit_matmul(em, op, loc):
+    o = op.operation
+    lhs, rhs = o.operands[0], o.operands[1]
+    bias = o.operands[2] if len(o.operands) > 2 else None
+    A = em.tensor(lhs)
+    M, K = A.shape
+    B, colscale, scale = _rhs(em, op, rhs, transpose=bool(_attr(op, "transpose_rhs", False)))
+    N = B.shape[-1]
+    O = em.result(op)
+    bias_t = em.tensor(bias) if bias is not None else None
+    grid = _attr(op, "spyre.grid")
+    tile = _attr(op, "spyre.tile")
+    used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
+                        grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
+                        double_buffer=_attr(op, "spyre.double_buffer", True),
+                        offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
+    if grid and tuple(grid) != tuple(g):
+        em._force_barrier = True      # not the split spyre-schedule planned barriers for
+    return len(used)
+
+
+def emit_batch_matmul(em, op, loc):
+    o = op.operation
+    A = em.tensor(o.operands[0])
+    B, colscale, scale = _rhs(em, op, o.operands[1], transpose=bool(_attr(op, "transpose_rhs", False)))
+    O = em.result(op)
+    ashape, bshape = A.shape, B.shape
+    M, K, N = ashape[-2], ashape[-1], bshape[-1]
+    nb = math.prod(ashape[:-2])
+    batches = [(i * M, i * K, i * M) for i in range(nb)]
+    grid = _attr(op, "spyre.grid")
+    tile = _attr(op, "spyre.tile")
+    mm_grid = tuple(grid[1:]) if grid else choose_matmul_grid(M, N, K, max(1, em.cores // nb)
+                                                              if nb < em.cores else 1,
+                                                              A.fmt, B.fmt, O.fmt)
+    used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
+                        tile=tuple(tile[1:]) if tile else None,
+                        double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
+                        offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
+    em._force_barrier = True          # batches map to cores by this kernel's own rule
+    return len(used)
+
+
+def _rhs(em, op, rhs, transpose: bool):
+    """The rhs as a [.., K, N] device tensor; a transposed parameter is transposed at compile time, a
+    quantized one brings its per-column (or per-tensor) scale."""
+    colscale = scale = None
+    if rhs in em.known:
+        val = np.asarray(em.known[rhs])
+        qs = em.qscale.get(rhs)
+        if transpose:
+            val = np.swapaxes(val, -1, -2)
+        shape, elt = _tensor_type(rhs)
+        fmt = em.qfmt.get(rhs) or format_of(elt)
+        name = em._name(em._const_names.get(rhs, "w") + (".T" if transpose else ""))
+        if fmt is Format.INT8:
+            buf = em.b.constant(name, val.astype(np.int8), fmt, encoded=True)
+        else:
+            buf = em.b.constant(name, val.astype(np.float32), fmt)
+        B = em._buffer_tensor(buf)
+        if qs is not None:
+            s, axis = qs
+            if axis is None:
+                scale = float(np.asarray(s).reshape(-1)[0])
+            else:
+                n_axis = (len(shape) - 2 if transpose else len(shape) - 1)
+                if axis % len(shape) != n_axis:
+                    raise EmitError("per-channel weight scales must be along the output channels",
+                                    op.operation.location)
+                colscale = em._buffer_tensor(em.b.constant(em._name(name + ".scale"),
+                                                           np.asarray(s, np.float32).reshape(1, -1),
+                                                           "fp32"))
+        return B, colscale, scale
+    B = em.tensor(rhs)
+    if transpose:
+        shape, elt = _tensor_type(rhs)
+        perm = list(range(len(shape)))
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        tshape = tuple(shape[p] for p in perm)
+        buf = em.b.scratch(em._name(f"t{em._op_index}.T"), tshape, B.fmt)
+        T = em._buffer_tensor(buf)
+        if em.cores > 1:
+            em.barrier(_loc(op))
+        # A restickify in device memory (B is in the canonical layout: a slot, a buffer or an alias).
+        restick(em, B, T, math.prod(shape[:-2]), shape[-2], shape[-1], _loc(op))
+        if em.cores > 1:
+            em.barrier(_loc(op))
+        B = T
+    return B, colscale, scale
+
+
+def _round_fmt(op):
+    """The format a matmul's result is rounded to before it is widened to the result type
+    (``spyre.convert_result``, set by spyre-fuse), or None."""
+    from torch_mlir import ir
+
+    attrs = op.operation.attributes
+    if "spyre.convert_result" not in attrs:
+        return None
+    return format_of(ir.TypeAttr(attrs["spyre.convert_result"]).value)
+
+
+EMITTERS = {"spyre.matmul": emit_matmul, "spyre.batch_matmul": emit_batch_matmul}
