@@ -5,8 +5,8 @@
 * :mod:`.move`: data movement (DMA row gathers, RESTICK, selection matmuls).
 """
 
-from . import matmul, move, rows
+from . import conv, matmul, move, rows
 
-FAMILIES = (matmul, rows, move)
+FAMILIES = (matmul, rows, move, conv)
 EMITTERS = {name: fn for fam in FAMILIES for name, fn in fam.EMITTERS.items()}
 HAS_KERNEL = {name: fam.has_kernel for fam in FAMILIES for name in fam.EMITTERS}
