@@ -24,6 +24,10 @@ below a stick, every ``spyre.host`` region) runs on the host: through the runtim
 when they compute it, else through its ``call`` op and :mod:`.hostprog` (a JSON program evaluated with
 numpy). With more than one core, a barrier follows an op whose result crosses cores (``spyre.barrier`` after
 spyre-schedule; every op before that) and fences every host op.
+
+This module holds the walk: values and names, memory slots, barriers, outputs and state updates, and the
+placement pre-pass. Each op goes to :func:`.host.fold` (compile time), :func:`.host.emit_host` (the host) or the
+kernel emitter of its family (:mod:`.kernels`: ``HAS_KERNEL`` decides placement, ``EMITTERS`` emits).
 """
 
 from __future__ import annotations
@@ -32,15 +36,15 @@ import numpy as np
 
 from spyre_mlir.runtime.assembler import ProgramBuilder
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
-from spyre_mlir.runtime.formats import Format, quantize_int, symmetric_scale
+from spyre_mlir.runtime.formats import Format
 
 from . import hostprog
-from .common import (EmitError, TileError, _attr, _dequantize, _expand, _loc, _reads, _same_dims,
-                     _sub, _tensor_type)
+from .common import EmitError, TileError, _attr, _dequantize, _loc, _reads, _same_dims, _tensor_type
+from .host import emit_host, fold, materialize_for_host
+from .hostcode import HostModule
 from .kernels import EMITTERS, HAS_KERNEL
 from .kernels.move import col_terms
-from .hostcode import HostModule
-from .memory import DevTensor, format_of, io_dtype, load_rows, store_rows
+from .memory import DevTensor, format_of, io_dtype
 
 __all__ = ["Emitter", "EmitError", "TileError"]
 
@@ -313,7 +317,7 @@ class Emitter:
         if where == "fold":
             if all(v in self.known for v in _reads(op)):
                 try:
-                    self._fold(op)
+                    fold(self, op)
                     return
                 except hostprog.Unsupported:
                     # The numpy folder cannot compute it. A literal or an empty tensor is cloned into the host
@@ -322,7 +326,7 @@ class Emitter:
                         return
             where = "host"
         if where == "host":
-            self._host(op, loc)
+            emit_host(self, op, loc)
             return
         if name == "spyre.reshape":
             src = op.operation.operands[0]
@@ -337,7 +341,7 @@ class Emitter:
                 return
             if alias or col_terms(self, op) is None:
                 # The output (or a host op) needs a buffer of this shape: copy on the host.
-                self._host(op, loc)
+                emit_host(self, op, loc)
                 return
         self.kernels.append(name)
         if not self._synced and self.cores > 1 and not self._row_aligned(op):
@@ -372,160 +376,6 @@ class Emitter:
             return all(v in self.known or tuple(_tensor_type(v)[0]) == tuple(shape) for v in o.operands)
         return False
 
-    # ---- folding --------------------------------------------------------------------------------------
-
-    def _fold(self, op):
-        name = op.operation.name
-        if name == "spyre.cast" and _attr(op, "scale_mode") is not None and len(op.operation.operands) == 1:
-            self._fold_quantize(op)
-            return
-        reads = _reads(op)
-        if name == "spyre.host":
-            body = list(op.operation.regions[0].blocks[0].operations)
-            prog = hostprog.translate_ops(body[:-1], reads, list(body[-1].operation.operands))
-        else:
-            prog = hostprog.translate_ops([op], reads, list(op.operation.results))
-        vals = []
-        for v in reads:
-            if v in self.qscale:      # a quantized parameter read by a fold sees its real values
-                s, axis = self.qscale[v]
-                vals.append(_dequantize(self.known[v], s, axis))
-            else:
-                vals.append(self.known[v])
-        res = hostprog.evaluate(prog, *vals)
-        for r, val in zip(op.operation.results, res):
-            self.known[r] = val
-            src = reads[0] if reads else None
-            if src is not None and src in self._const_names:
-                self._const_names[r] = self._const_names[src]
-            # A reshape/transpose of a quantized parameter keeps its scales (axis moves with it).
-            if src is not None and src in self.qscale and name in ("spyre.reshape", "spyre.transpose"):
-                s, axis = self.qscale[src]
-                if axis is not None and name == "spyre.transpose":
-                    axis = list(_attr(op, "permutation")).index(axis)
-                self.qscale[r] = (s, axis)
-                self.qfmt[r] = self.qfmt[src]
-                self.known[r] = _quant_codes_passthrough(op, self.known[src], name)
-
-    def _fold_quantize(self, op):
-        """spyre.cast {scale_mode} of a parameter: codes plus symmetric scales computed from its values."""
-        v = op.operation.operands[0]
-        r = op.operation.results[0]
-        if v in self.qscale:
-            # The dequantizing cast back to the compute format: keep the codes, the kernel applies the scales.
-            self.known[r], self.qscale[r], self.qfmt[r] = self.known[v], self.qscale[v], self.qfmt[v]
-            self._const_names[r] = self._const_names.get(v, "const")
-            return
-        x = np.asarray(self.known[v], np.float32)
-        _, elt = _tensor_type(r)
-        mode = _attr(op, "scale_mode")
-        axis = _attr(op, "axis") if mode == "per-channel" else None
-        if axis is not None:
-            axis %= x.ndim
-        fmt = format_of(elt)
-        if fmt is Format.INT8:
-            s = symmetric_scale(x, 8, axis=axis)
-            q = quantize_int(x, 8, s, axis=axis)
-        elif fmt in (Format.FP8_E4M3, Format.FP8_E5M2):
-            fmax = 448.0 if fmt is Format.FP8_E4M3 else 57344.0
-            amax = np.max(np.abs(x), axis=tuple(d for d in range(x.ndim) if d != axis)) if axis is not None \
-                else np.max(np.abs(x))
-            s = np.where(amax > 0, amax / fmax, 1.0).astype(np.float32)
-            q = x / (s if axis is None else _expand(s, x.ndim, axis))
-        else:
-            raise EmitError(f"scale_mode cast to {elt} is not supported", op.operation.location)
-        self.known[r] = np.asarray(q)
-        self.qscale[r] = (np.asarray(s, np.float32), axis)
-        self.qfmt[r] = fmt
-        self._const_names[r] = self._const_names.get(v, "const")
-
-    # ---- host -------------------------------------------------------------------------------------------
-
-    def _native_host_op(self, op):
-        """(op, attrs) of the runtime's own host ops that compute ``op`` (a gather of rows, a transpose or
-        reshape as a copy); else None (the op runs as an eval host program)."""
-        name = op.operation.name
-        shape, elt = _tensor_type(op.operation.results[0]) if op.operation.results else (None, None)
-        if shape is None:
-            return None
-        ishape, ielt = _tensor_type(op.operation.operands[0])
-        if name == "spyre.gather" and str(_tensor_type(op.operation.operands[1])[1]) in ("i64", "i32"):
-            return "gather", {}
-        if str(ielt) != str(elt):
-            return None
-        if name == "spyre.transpose":
-            return "copy", {"perm": list(_attr(op, "permutation"))}
-        if name == "spyre.reshape":
-            return "copy", {"shape": list(shape) or [1], "perm": list(range(len(shape) or 1))}
-        return None
-
-    def _host(self, op, loc):
-        """Run op (a spyre.host region or a device op without a kernel) on the host: through the runtime's
-        own gather/copy when they compute it, else through spyre_mlir.eval."""
-        name = op.operation.name
-        reads = _reads(op)
-        if name == "spyre.host":
-            body = list(op.operation.regions[0].blocks[0].operations)
-            ops, outs = body[:-1], list(body[-1].operation.operands)
-            reason = _attr(op, "reason", "")
-        else:
-            ops, outs = [op], list(op.operation.results)
-            reason = "no device kernel yet"
-        jit = prog = None
-        if name == "spyre.host":
-            try:
-                jit = self.hostmod.add(ops, reads, outs, op.operation.location)
-                reads = jit[1]
-            except hostprog.Unsupported as e:
-                jit, why_not_jit = None, str(e)
-        if jit is None:
-            try:
-                prog = hostprog.translate_ops(ops, reads, outs)
-            except hostprog.Unsupported as e:
-                why = f"{why_not_jit}; {e}" if name == "spyre.host" else str(e)
-                raise EmitError(f"cannot run {name} on the host: {why}", op.operation.location) from None
-        if self.cores > 1:
-            self.barrier(loc)
-        ins = []
-        for v in reads:
-            t = self.tensor(v)
-            buf = t.buffer
-            if not _same_dims(buf.shape, t.shape) or buf.fmt is not t.fmt or buf.addr != t.addr:
-                # An alias (reshape view) or a slot: give the host its own copy of the right shape.
-                t = self._materialize_for_host(v, t, loc)
-                buf = t.buffer
-            ins.append(buf)
-        res = [self.result(op, i, host=True) for i in range(len(op.operation.results))]
-        native = self._native_host_op(op) if name != "spyre.host" else None
-        if jit is not None:
-            self.b.host(0, "jit", ins, [t.buffer for t in res], loc=loc, fn=jit[0], in_dtypes=jit[2],
-                        out_dtypes=jit[3])
-        elif native is not None:
-            self.b.host(0, native[0], ins, [t.buffer for t in res], loc=loc, **native[1])
-        else:
-            self.b.host(0, "eval", ins, [t.buffer for t in res], loc=loc, program=prog)
-        self.host_ops.append(f"{name}" + (f" ({reason})" if reason else ""))
-        self.host_locations.append(str(op.operation.location))
-        if self.cores > 1:
-            self.barrier(loc)
-
-    def _materialize_for_host(self, v, t, loc):
-        """A buffer of v's own shape holding t (device DMA copy on core 0, row tiles of the 2-D view)."""
-        shape, _ = _tensor_type(v)
-        if self.cores > 1:
-            self.barrier(loc)
-        dst = self._buffer_tensor(self.b.scratch(self._name(f"h{self._op_index}"), shape or (1,), t.fmt))
-        tile_rows = max(1, min(t.rows, self.target.scratchpad_usable_bytes // t.pitch))
-        self.b.reset_scratchpad(0)
-        tile = self.b.alloc(0, tile_rows, t.cols, t.fmt)
-        for r0 in range(0, t.rows, tile_rows):
-            n = min(tile_rows, t.rows - r0)
-            load_rows(self.b, 0, _sub(tile, n, t.cols), t, r0, loc=loc)
-            store_rows(self.b, 0, _sub(tile, n, t.cols), dst, r0, loc=loc)
-        if self.cores > 1:
-            self.barrier(loc)
-        return dst
-
     def _emit_outputs(self, outs, ret):
         """Every returned value must end in its output buffer; values that are not there yet (inputs,
         constants, aliases, a value returned twice) are copied there on the host. The program's outputs are
@@ -546,7 +396,7 @@ class Emitter:
             shape, elt = _tensor_type(v)
             src = self.tensor(v)
             if not _same_dims(src.buffer.shape, src.shape) or src.addr != src.buffer.addr:
-                src = self._materialize_for_host(v, src, loc)
+                src = materialize_for_host(self, v, src, loc)
             if v in self._out_taken or v in done:
                 name = self.output_names[i] if self.output_names and i < len(self.output_names) else f"out{i}"
                 oname = self._name(name)
@@ -592,11 +442,3 @@ class Emitter:
                     self.b.dma_load(core, src.addr + r * pitch, 0, (n, pitch), (0, pitch), (0, pitch), loc=loc)
                     self.b.dma_store(core, dst.addr + r * pitch, 0, (n, pitch), (0, pitch), (0, pitch), loc=loc)
             self.kernels.append("state update")
-
-
-def _quant_codes_passthrough(op, codes, name):
-    """The codes of a quantized parameter after a reshape/transpose (scales are handled by the caller)."""
-    shape, _ = _tensor_type(op.operation.results[0])
-    if name == "spyre.transpose":
-        return np.transpose(np.asarray(codes), _attr(op, "permutation"))
-    return np.reshape(np.asarray(codes), shape)
