@@ -71,8 +71,9 @@ def _version() -> str:
         here = os.path.dirname(os.path.abspath(__file__))
         files = [os.path.join(here, "pipeline.py"), os.path.abspath(__file__)]
         for pkg in (codegen, dialects, passes):
-            d = os.path.dirname(os.path.abspath(pkg.__file__))
-            files += [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".py")]
+            for d, subdirs, names in os.walk(os.path.dirname(os.path.abspath(pkg.__file__))):
+                subdirs.sort()               # subpackages (codegen/kernels/) too, in a fixed order
+                files += [os.path.join(d, f) for f in sorted(names) if f.endswith(".py")]
         for f in files:
             with open(f, "rb") as fh:
                 h.update(fh.read())

@@ -27,7 +27,7 @@ numbers: both read every one from the Target, the fixed per-instruction latencie
 * sync: the cores of a multi-core op meet at a barrier at its end (a fixed latency plus a ring hop per core),
   so splitting a tiny op is not free.
 
-Kernels follow ``runtime/kernels.py`` and ``codegen/kernels.py``: a matmul core walks its [mb, nb] output block
+Kernels follow ``runtime/kernels.py`` and ``codegen/kernels/``: a matmul core walks its [mb, nb] output block
 in [tm, tn] tiles and its K slice in tk steps, with A/B tiles double-buffered (shared across an M/N grid), an
 fp32 accumulator and an output tile; a row-wise core
 walks its rows in tiles of tr rows, with streamed inputs/outputs double-buffered and fp32 temporaries.
@@ -260,10 +260,10 @@ def _convert_out(tm: int, tn: int, target: Target, round_fmt: str | None) -> flo
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
                           b_fmt: str | None = None, round_fmt: str | None = None) -> Cycles:
-    """The M/N-split kernel with operand sharing (``codegen/kernels.py``): each of the ``tiles * steps`` steps
-    is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and ring-sends
-    its parts to the cores of its grid row / column, while the PT array multiplies the previous step; the
-    output tile of a finished step is stored in the next segment."""
+    """The M/N-split kernel with operand sharing (``codegen/kernels/matmul.py``): each of the ``tiles * steps``
+    steps is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and
+    ring-sends its parts to the cores of its grid row / column, while the PT array multiplies the previous
+    step; the output tile of a finished step is stored in the next segment."""
     tm, tn, tk = tile
     n = tiles * steps
     b_fmt = b_fmt or fmt

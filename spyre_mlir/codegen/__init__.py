@@ -3,8 +3,18 @@
 * :func:`emit` runs the :class:`~.emitter.Emitter` and returns it (``.b`` is the ProgramBuilder, ``.host_ops``
   says what runs on the host and why, ``.kernels`` what runs on the device);
 * :func:`listing` prints a program's instruction streams, one line per instruction (``--emit=program``):
-  the runtime's disassembler, :func:`spyre_mlir.runtime.assembler.listing`;
-* :mod:`.kernels` (matmul, row-wise skeleton), :mod:`.sfu` (map bodies), :mod:`.memory` (device tensors, DMA),
+  the runtime's disassembler, :func:`spyre_mlir.runtime.assembler.listing`.
+
+Modules:
+
+* :mod:`.emitter`: the walk over ``@main`` (values, names, memory slots, barriers, outputs, state updates), the
+  placement pre-pass, and the dispatch of each op to a kernel emitter, :mod:`.host` or the folder;
+* :mod:`.kernels`: the device kernel emitters, one module per op family (:mod:`.kernels.matmul` matmul and
+  batch_matmul, :mod:`.kernels.rows` row-wise SFU ops and the row-tile skeleton, :mod:`.kernels.move` data
+  movement, :mod:`.kernels.conv` conv2d and pool2d), registered by op name;
+* :mod:`.host`: ops folded at compile time and ops run on the host;
+* :mod:`.common` (errors, IR and tile helpers the others share), :mod:`.memory` (device tensors, DMA),
+  :mod:`.sfu` (map bodies as SFU micro-ops), :mod:`.hostcode` (``spyre.host`` regions lowered to LLVM),
   :mod:`.hostprog` (what runs on the host, as a numpy-evaluated program).
 
 Importing this package imports neither torch nor MLIR; :func:`emit` needs the MLIR bindings (it walks IR).

@@ -1,52 +1,36 @@
-"""Per-op device kernels: each turns one annotated spyre op into per-core instruction streams.
+"""The matmul kernel (generalising ``spyre_mlir.runtime.kernels``' reference matmul to arbitrary device tensors).
 
-They generalise the reference kernels of ``spyre_mlir.runtime.kernels`` to arbitrary device tensors:
-
-* :func:`matmul` (also each batch of ``batch_matmul``): a ``[gm, gn, gk]`` grid of cores, output tiles
-  ``[tm, tn]`` walked in ``tk`` steps with fp32 accumulation, ping-pong A/B tiles when double buffering, split-K
-  partial sums combined by a ring reduce-sum on the group's first core, bias (and per-column weight scales of
-  fp8/int8 weights) applied on write-back. An M/N split shares operands over the ring: the cores of a grid row
-  load one part each of their common A tile and exchange the parts (all-gather), the cores of a grid column
-  likewise for B, in barrier-separated segments that overlap the exchange of step s with the multiply of
-  step s - 1 (:func:`_shared_group`).
-* :func:`rowwise`: the skeleton of every row-wise op (map, reduce, softmax, layernorm, rmsnorm, cast): rows of
-  the 2-D view split over ``[gr]`` cores in ``tr``-row tiles, with a per-op ``body`` emitting SFU work.
+:func:`matmul` (also each batch of ``batch_matmul``): a ``[gm, gn, gk]`` grid of cores, output tiles
+``[tm, tn]`` walked in ``tk`` steps with fp32 accumulation, ping-pong A/B tiles when double buffering, split-K
+partial sums combined by a ring reduce-sum on the group's first core, bias (and per-column weight scales of
+fp8/int8 weights) applied on write-back. An M/N split shares operands over the ring: the cores of a grid row
+load one part each of their common A tile and exchange the parts (all-gather), the cores of a grid column
+likewise for B, in barrier-separated segments that overlap the exchange of step s with the multiply of
+step s - 1 (:func:`_shared_group`).
 
 Grid and tile come from the op's ``spyre.grid`` / ``spyre.tile`` when the kernel-level passes annotated it;
-otherwise they are chosen here (largest even split, largest tile that fits the usable scratchpad), so the
-emitter also works on graph-level IR.
+otherwise they are chosen here (the split with the least work per core, largest tile that fits the usable
+scratchpad), so the emitter also works on graph-level IR.
 """
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
-
-from spyre_mlir.errors import SpyreError
 
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
 
-from .memory import DevTensor, load_rows, store_rows
+from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _divisors, _loc, _sub, _tensor_type
+from ..memory import DevTensor, format_of, load_rows, store_rows
+from .move import restick
 
-__all__ = ["matmul", "rowwise", "choose_matmul_grid", "choose_rows_grid", "TileError"]
-
-
-class TileError(SpyreError, ValueError):
-    """No tile fits the scratchpad (the message names the sizes)."""
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+__all__ = ["matmul", "choose_matmul_grid", "has_kernel", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
     return max(STICK_BYTES * 8 // Format.parse(f).bits for f in fmts)
-
-
-def choose_rows_grid(rows: int, cores: int) -> int:
-    """Cores for a row-wise op: the largest divisor of ``rows`` not above ``cores`` (even split)."""
-    return max(d for d in _divisors(rows) if d <= cores)
 
 
 def choose_matmul_grid(M, N, K, cores, fa="dlf16", fb="dlf16", fo="dlf16") -> tuple[int, int, int]:
@@ -361,55 +345,119 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
         b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
 
 
-def _sub(tile, rows, cols):
-    """The top-left [rows, cols] of a tile, as a dense tile (a smaller edge tile reuses the big one)."""
-    from spyre_mlir.runtime.assembler import Tile
-
-    if tile is None:
-        return None
-    if rows == tile.rows and cols == tile.cols:
-        return tile
-    return Tile(tile.addr, rows, cols, tile.fmt)
-
-
 def _cast(b, core, dst, src, loc):
     b.sfu(core, "cast", dst, src, loc=loc)
     return dst
 
 
-def rowwise(em, rows: int, cols_bytes_per_row: int, fixed_bytes: int, grid=None, tile_rows=None,
-            what="op"):
-    """Yield (core, first row, rows) of every tile of a row-wise op over ``rows`` rows.
-
-    ``cols_bytes_per_row``: scratchpad bytes one row of all the op's tiles takes (inputs, temporaries,
-    output); ``fixed_bytes``: tiles independent of the row count (gamma/beta, COL broadcasts)."""
-    cores = em.cores
-    gr = grid[0] if grid else choose_rows_grid(rows, cores)
-    rb = -(-rows // gr)
-    usable = em.target.scratchpad_usable_bytes
-    if tile_rows:
-        tr = tile_rows
-    else:
-        tr = min(rb, max(0, (usable - fixed_bytes) // max(cols_bytes_per_row, 1)))
-    if tr < 1 or fixed_bytes + tr * cols_bytes_per_row > usable:
-        raise TileError(f"{what}: a row needs {cols_bytes_per_row} B of scratchpad (+{fixed_bytes} B fixed); "
-                        f"not even one row fits the {usable} B usable scratchpad")
-    plan = []
-    for core in range(gr):
-        end = min(rows, (core + 1) * rb)
-        for r0 in range(core * rb, end, tr):
-            plan.append((core, r0, min(tr, end - r0)))
-    return plan, gr, tr
+def has_kernel(em, op) -> bool:
+    """Whether the device runs ``op`` (a matmul or batch_matmul): a float lhs and a result the device holds."""
+    res_shape, res_elt = _tensor_type(op.operation.results[0])
+    if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
+        return False
+    return str(_tensor_type(op.operation.operands[0])[1]) in _DEVICE_FLOATS
 
 
-def broadcast_rows(in_shape, out_shape, r0, n) -> np.ndarray:
-    """Source row (in the 2-D view of an input broadcast to ``out_shape``) of result rows r0..r0+n."""
-    out_lead = list(out_shape[:-1])
-    ins = [1] * (len(out_shape) - len(in_shape)) + list(in_shape)
-    in_lead = ins[:-1]
-    r = np.arange(r0, r0 + n)
-    if not out_lead:
-        return np.zeros(n, np.int64)
-    idx = np.unravel_index(r, out_lead)
-    src = [ix if s != 1 else np.zeros_like(ix) for ix, s in zip(idx, in_lead)]
-    return np.ravel_multi_index(src, [max(s, 1) for s in in_lead]) if in_lead else np.zeros(n, np.int64)
+def emit_matmul(em, op, loc):
+    o = op.operation
+    lhs, rhs = o.operands[0], o.operands[1]
+    bias = o.operands[2] if len(o.operands) > 2 else None
+    A = em.tensor(lhs)
+    M, K = A.shape
+    B, colscale, scale = _rhs(em, op, rhs, transpose=bool(_attr(op, "transpose_rhs", False)))
+    N = B.shape[-1]
+    O = em.result(op)
+    bias_t = em.tensor(bias) if bias is not None else None
+    grid = _attr(op, "spyre.grid")
+    tile = _attr(op, "spyre.tile")
+    used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
+                        grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
+                        double_buffer=_attr(op, "spyre.double_buffer", True),
+                        offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
+    if grid and tuple(grid) != tuple(g):
+        em._force_barrier = True      # not the split spyre-schedule planned barriers for
+    return len(used)
+
+
+def emit_batch_matmul(em, op, loc):
+    o = op.operation
+    A = em.tensor(o.operands[0])
+    B, colscale, scale = _rhs(em, op, o.operands[1], transpose=bool(_attr(op, "transpose_rhs", False)))
+    O = em.result(op)
+    ashape, bshape = A.shape, B.shape
+    M, K, N = ashape[-2], ashape[-1], bshape[-1]
+    nb = math.prod(ashape[:-2])
+    batches = [(i * M, i * K, i * M) for i in range(nb)]
+    grid = _attr(op, "spyre.grid")
+    tile = _attr(op, "spyre.tile")
+    mm_grid = tuple(grid[1:]) if grid else choose_matmul_grid(M, N, K, max(1, em.cores // nb)
+                                                              if nb < em.cores else 1,
+                                                              A.fmt, B.fmt, O.fmt)
+    used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
+                        tile=tuple(tile[1:]) if tile else None,
+                        double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
+                        offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
+    em._force_barrier = True          # batches map to cores by this kernel's own rule
+    return len(used)
+
+
+def _rhs(em, op, rhs, transpose: bool):
+    """The rhs as a [.., K, N] device tensor; a transposed parameter is transposed at compile time, a
+    quantized one brings its per-column (or per-tensor) scale."""
+    colscale = scale = None
+    if rhs in em.known:
+        val = np.asarray(em.known[rhs])
+        qs = em.qscale.get(rhs)
+        if transpose:
+            val = np.swapaxes(val, -1, -2)
+        shape, elt = _tensor_type(rhs)
+        fmt = em.qfmt.get(rhs) or format_of(elt)
+        name = em._name(em._const_names.get(rhs, "w") + (".T" if transpose else ""))
+        if fmt is Format.INT8:
+            buf = em.b.constant(name, val.astype(np.int8), fmt, encoded=True)
+        else:
+            buf = em.b.constant(name, val.astype(np.float32), fmt)
+        B = em._buffer_tensor(buf)
+        if qs is not None:
+            s, axis = qs
+            if axis is None:
+                scale = float(np.asarray(s).reshape(-1)[0])
+            else:
+                n_axis = (len(shape) - 2 if transpose else len(shape) - 1)
+                if axis % len(shape) != n_axis:
+                    raise EmitError("per-channel weight scales must be along the output channels",
+                                    op.operation.location)
+                colscale = em._buffer_tensor(em.b.constant(em._name(name + ".scale"),
+                                                           np.asarray(s, np.float32).reshape(1, -1),
+                                                           "fp32"))
+        return B, colscale, scale
+    B = em.tensor(rhs)
+    if transpose:
+        shape, elt = _tensor_type(rhs)
+        perm = list(range(len(shape)))
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        tshape = tuple(shape[p] for p in perm)
+        buf = em.b.scratch(em._name(f"t{em._op_index}.T"), tshape, B.fmt)
+        T = em._buffer_tensor(buf)
+        if em.cores > 1:
+            em.barrier(_loc(op))
+        # A restickify in device memory (B is in the canonical layout: a slot, a buffer or an alias).
+        restick(em, B, T, math.prod(shape[:-2]), shape[-2], shape[-1], _loc(op))
+        if em.cores > 1:
+            em.barrier(_loc(op))
+        B = T
+    return B, colscale, scale
+
+
+def _round_fmt(op):
+    """The format a matmul's result is rounded to before it is widened to the result type
+    (``spyre.convert_result``, set by spyre-fuse), or None."""
+    from torch_mlir import ir
+
+    attrs = op.operation.attributes
+    if "spyre.convert_result" not in attrs:
+        return None
+    return format_of(ir.TypeAttr(attrs["spyre.convert_result"]).value)
+
+
+EMITTERS = {"spyre.matmul": emit_matmul, "spyre.batch_matmul": emit_batch_matmul}

@@ -1,0 +1,126 @@
+"""What the emitter (:mod:`.emitter`) and the kernel emitters (:mod:`.kernels`) share: their errors, reading
+the IR (value types, attributes, locations, what an op reads), tile sizes and sub-tiles, and the dequantized
+values of quantized parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spyre_mlir.errors import SpyreError
+
+
+class EmitError(SpyreError):
+    """The module cannot be emitted; ``location`` is the offending op's location."""
+
+    def __init__(self, message, location=None):
+        super().__init__(message)
+        self.location = location
+
+
+class TileError(SpyreError, ValueError):
+    """No tile fits the scratchpad (the message names the sizes)."""
+
+
+_DEVICE_FLOATS = ("f32", "!spyre.dlf16", "f16", "bf16")
+
+
+def _tensor_type(v):
+    from torch_mlir import ir
+
+    t = v.type
+    if not str(t).startswith("tensor<"):
+        return None, None
+    t = ir.RankedTensorType(t)
+    return tuple(t.shape), t.element_type
+
+
+def _attr(op, name, default=None):
+    from torch_mlir import ir
+
+    attrs = op.operation.attributes
+    if name not in attrs:
+        return default
+    a = attrs[name]
+    for cls, conv in ((ir.BoolAttr, lambda x: x.value), (ir.IntegerAttr, lambda x: x.value),
+                      (ir.FloatAttr, lambda x: x.value), (ir.StringAttr, lambda x: x.value),
+                      (ir.DenseI64ArrayAttr, list), (ir.DenseI32ArrayAttr, list)):
+        if isinstance(a, cls):
+            return conv(cls(a))
+    if isinstance(a, ir.DictAttr):
+        return {na.name: ir.IntegerAttr(na.attr).value for na in a}
+    return a
+
+
+def _same_dims(a, b) -> bool:
+    """Same buffer dims, a rank-0 tensor counting as one element."""
+    return (tuple(a) or (1,)) == (tuple(b) or (1,))
+
+
+def _loc(op) -> str:
+    s = str(op.operation.location)
+    if s.startswith("loc(") and s.endswith(")"):
+        s = s[4:-1]
+    return f"{op.operation.name} {s}"[:200]
+
+
+def _reads(op) -> list:
+    """Every value op reads: its operands, then what its regions capture from above."""
+    vals = list(op.operation.operands)
+    if op.operation.regions:
+        vals += [v for v in _captures(op) if v not in vals]
+    return vals
+
+
+def _captures(op) -> list:
+    """Values a region op reads from above, in first-use order."""
+    inner, seen, out = set(), set(), []
+
+    def walk(o):
+        for r in o.regions:
+            for blk in r.blocks:
+                for a in blk.arguments:
+                    inner.add(a)
+                for x in blk.operations:
+                    for res in x.operation.results:
+                        inner.add(res)
+                    walk(x.operation)
+                for x in blk.operations:
+                    for v in x.operation.operands:
+                        if v not in inner and v not in seen:
+                            seen.add(v)
+                            out.append(v)
+
+    walk(op.operation)
+    return [v for v in out if v not in inner]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _tb(rows, cols, fmt):
+    from spyre_mlir.runtime.isa import tile_bytes
+
+    return tile_bytes(rows, cols, fmt)
+
+
+def _sub(tile, rows, cols):
+    """The top-left [rows, cols] of a tile, as a dense tile (a smaller edge tile reuses the big one)."""
+    from spyre_mlir.runtime.assembler import Tile
+
+    if tile is None:
+        return None
+    if rows == tile.rows and cols == tile.cols:
+        return tile
+    return Tile(tile.addr, rows, cols, tile.fmt)
+
+
+def _expand(s, ndim, axis):
+    shp = [1] * ndim
+    shp[axis] = -1
+    return np.asarray(s).reshape(shp)
+
+
+def _dequantize(q, s, axis):
+    q = np.asarray(q, np.float32)
+    return q * (s if axis is None else _expand(s, q.ndim, axis))

@@ -1,0 +1,26 @@
+"""Per-op device kernels: each turns one annotated spyre op into per-core instruction streams.
+
+One module per op family:
+
+* :mod:`.matmul`: matmul and batch_matmul, and the matmul kernel (``[gm, gn, gk]`` core grids, operand
+  sharing over the ring, split-K);
+* :mod:`.rows`: the row-wise skeleton (rows of the 2-D view split over cores in row tiles, double buffered)
+  and the row-wise SFU ops (map, reduce, softmax, layernorm, rmsnorm, cast);
+* :mod:`.move`: data movement (transpose, slice, concat, reshape) by DMA row gathers, RESTICK or 0/1
+  selection matmuls;
+* :mod:`.conv`: conv2d (groups 1 or depthwise) and pool2d.
+
+Each family module has ``EMITTERS``, op name -> ``emit(em, op, loc)``, and ``has_kernel(em, op)``, whether
+the device runs that op (the emitter's placement pre-pass asks it before anything is emitted). ``em`` is the
+:class:`~spyre_mlir.codegen.emitter.Emitter`: a kernel reads its operands with ``em.tensor(v)`` (known values
+in ``em.known``, quantized ones with ``em.qscale``/``em.qfmt``), allocates its result with ``em.result(op)``,
+emits through the ProgramBuilder ``em.b`` on ``em.cores`` cores, may fence with ``em.barrier(loc)``, and sets
+``em._force_barrier`` when it split the work otherwise than spyre-schedule planned. An emitter returns the
+number of cores it used. :data:`EMITTERS` and :data:`HAS_KERNEL` gather the families for the emitter.
+"""
+
+from . import conv, matmul, move, rows
+
+FAMILIES = (matmul, rows, move, conv)
+EMITTERS = {name: fn for fam in FAMILIES for name, fn in fam.EMITTERS.items()}
+HAS_KERNEL = {name: fam.has_kernel for fam in FAMILIES for name in fam.EMITTERS}

@@ -1,0 +1,431 @@
+"""Row-wise kernels: the skeleton every row-wise op shares, and the ops that compute on the SFU row by row
+(map, reduce, softmax, layernorm, rmsnorm, cast).
+
+:func:`rowwise` (generalising ``spyre_mlir.runtime.kernels``' reference row-wise kernels): rows of the 2-D view
+split over ``[gr]`` cores in ``tr``-row tiles; :func:`rows_plan` sizes them for an op (double buffered when two
+tiles fit) and :func:`pipelined` runs a core's tiles, issuing the next tile's load before this tile's work.
+Data movement (:mod:`.move`) and pooling (:mod:`.conv`) use the same skeleton.
+
+Grid and tile come from the op's ``spyre.grid`` / ``spyre.tile`` when the kernel-level passes annotated it;
+otherwise they are chosen here (largest even split, largest tile that fits the usable scratchpad), so the
+emitter also works on graph-level IR.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spyre_mlir.runtime.formats import Format
+
+from ..common import _DEVICE_FLOATS, TileError, _attr, _divisors, _sub, _tb, _tensor_type
+from ..memory import format_of, load_gather, load_rows, store_rows
+from ..sfu import NotOnSfu, live_temps, translate
+
+__all__ = ["rowwise", "rows_plan", "pipelined", "choose_rows_grid", "broadcast_rows", "has_kernel", "EMITTERS"]
+
+
+def choose_rows_grid(rows: int, cores: int) -> int:
+    """Cores for a row-wise op: the largest divisor of ``rows`` not above ``cores`` (even split)."""
+    return max(d for d in _divisors(rows) if d <= cores)
+
+
+def rowwise(em, rows: int, cols_bytes_per_row: int, fixed_bytes: int, grid=None, tile_rows=None,
+            what="op"):
+    """Yield (core, first row, rows) of every tile of a row-wise op over ``rows`` rows.
+
+    ``cols_bytes_per_row``: scratchpad bytes one row of all the op's tiles takes (inputs, temporaries,
+    output); ``fixed_bytes``: tiles independent of the row count (gamma/beta, COL broadcasts)."""
+    cores = em.cores
+    gr = grid[0] if grid else choose_rows_grid(rows, cores)
+    rb = -(-rows // gr)
+    usable = em.target.scratchpad_usable_bytes
+    if tile_rows:
+        tr = tile_rows
+    else:
+        tr = min(rb, max(0, (usable - fixed_bytes) // max(cols_bytes_per_row, 1)))
+    if tr < 1 or fixed_bytes + tr * cols_bytes_per_row > usable:
+        raise TileError(f"{what}: a row needs {cols_bytes_per_row} B of scratchpad (+{fixed_bytes} B fixed); "
+                        f"not even one row fits the {usable} B usable scratchpad")
+    plan = []
+    for core in range(gr):
+        end = min(rows, (core + 1) * rb)
+        for r0 in range(core * rb, end, tr):
+            plan.append((core, r0, min(tr, end - r0)))
+    return plan, gr, tr
+
+
+def rows_plan(em, op, rows, once, buffered, fixed, what):
+    """Row tiles of a row-wise op: ``once`` bytes per row of single tiles (temporaries), ``buffered`` bytes
+    per row of tiles that DMA touches (inputs, output), doubled when double buffering, which is on unless
+    spyre-schedule said otherwise and dropped when it would not fit. Returns (plan, cores, rows, nbuf)."""
+    grid = _attr(op, "spyre.grid")
+    tile = _attr(op, "spyre.tile")
+    tr = tile[0] if tile else None
+    if _attr(op, "spyre.double_buffer", True):
+        try:
+            plan, gr, tr2 = rowwise(em, rows, once + 2 * buffered, fixed, grid=grid, tile_rows=tr, what=what)
+            if len(plan) > gr:             # more than one tile on a core: something to overlap
+                return plan, gr, tr2, 2
+        except TileError:
+            pass
+    plan, gr, tr2 = rowwise(em, rows, once + buffered, fixed, grid=grid, tile_rows=tr, what=what)
+    return plan, gr, tr2, 1
+
+
+def pipelined(plan, core, nbuf, load, work):
+    """Run ``load(k, r0, n)`` then ``work(k, r0, n)`` for every tile of ``core`` (k = its index on the core).
+    With two buffers the next tile's load is issued before this tile's work: the DMA unit processes in
+    program order, so only a load placed ahead of the store can overlap the compute (software prefetch)."""
+    tiles = [(r0, n) for c, r0, n in plan if c == core]
+    if nbuf == 1:
+        for k, (r0, n) in enumerate(tiles):
+            load(k, r0, n)
+            work(k, r0, n)
+        return
+    if tiles:
+        load(0, *tiles[0])
+    for k, (r0, n) in enumerate(tiles):
+        if k + 1 < len(tiles):
+            load(k + 1, *tiles[k + 1])
+        work(k, r0, n)
+
+
+def broadcast_rows(in_shape, out_shape, r0, n) -> np.ndarray:
+    """Source row (in the 2-D view of an input broadcast to ``out_shape``) of result rows r0..r0+n."""
+    out_lead = list(out_shape[:-1])
+    ins = [1] * (len(out_shape) - len(in_shape)) + list(in_shape)
+    in_lead = ins[:-1]
+    r = np.arange(r0, r0 + n)
+    if not out_lead:
+        return np.zeros(n, np.int64)
+    idx = np.unravel_index(r, out_lead)
+    src = [ix if s != 1 else np.zeros_like(ix) for ix, s in zip(idx, in_lead)]
+    return np.ravel_multi_index(src, [max(s, 1) for s in in_lead]) if in_lead else np.zeros(n, np.int64)
+
+
+def has_kernel(em, op) -> bool:
+    """Whether the device runs ``op`` (a map, reduce, softmax, layernorm, rmsnorm or cast): float data (maps
+    also i1) and, for a map, a body the SFU computes; reductions over trailing dims; softmax and layernorm
+    over the last dim; casts without scales."""
+    name = op.operation.name
+    res_shape, res_elt = _tensor_type(op.operation.results[0])
+    elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
+    if name == "spyre.map" and res_shape is not None:
+        if any(e not in _DEVICE_FLOATS + ("i1",) for e in elts + [str(res_elt)]):
+            return False
+        try:
+            translate(op.operation.regions[0].blocks[0], ["full"] * len(elts))
+        except NotOnSfu:
+            return False
+        return True
+    if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
+        return False
+    if any(e not in _DEVICE_FLOATS for e in elts):
+        return False
+    rank = len(res_shape)
+    if name == "spyre.reduce":
+        ishape, _ = _tensor_type(op.operation.operands[0])
+        dims = sorted(d % len(ishape) for d in _attr(op, "dims"))
+        return (dims == list(range(dims[0], len(ishape))) and _attr(op, "kind") in ("sum", "max", "min", "mean"))
+    if name == "spyre.softmax":
+        return _attr(op, "dim") % rank == rank - 1
+    if name == "spyre.layernorm":
+        return _attr(op, "axis") % rank == rank - 1
+    if name == "spyre.rmsnorm":
+        return True
+    if name == "spyre.cast":
+        return len(op.operation.operands) == 1 and _attr(op, "scale_mode") is None
+    return False
+
+
+def emit_map(em, op, loc):
+    o = op.operation
+    out_shape, _ = _tensor_type(o.results[0])
+    out_shape = tuple(out_shape) or (1,)
+    O = em.result(op)
+    C = O.cols
+    R = O.rows
+    ins, kinds = [], []
+    for v in o.operands:
+        t = em.tensor(v)
+        ishape = tuple(_tensor_type(v)[0]) or (1,)
+        lead_bcast = all(s == 1 for s in ishape[:-1])
+        last = ishape[-1]
+        if last == C and C != 1:
+            kind = "col" if lead_bcast and R > 1 else "full"
+        elif C == 1:
+            kind = "scalar" if lead_bcast and R > 1 else "full"
+        else:
+            kind = "scalar" if lead_bcast else "row"
+        ins.append((t, ishape, kind))
+        kinds.append(kind)
+    ops, result, _ = translate(o.regions[0].blocks[0], kinds)
+    slots, nslots = live_temps(ops, result)
+    buffered = (sum(_tb(1, C if k == "full" else 1, t.fmt) for t, _, k in ins if k in ("full", "row"))
+                + _tb(1, C, O.fmt))
+    fixed = sum(_tb(1, C if k == "col" else 1, t.fmt) for t, _, k in ins if k in ("col", "scalar"))
+    plan, gr, tr, nbuf = rows_plan(em, op, R, nslots * _tb(1, C, Format.FP32), buffered, fixed, "spyre.map")
+    b = em.b
+    for core in range(gr):
+        b.reset_scratchpad(core)
+        tiles = {}
+        for i, (t, ishape, k) in enumerate(ins):
+            if k == "col":
+                tiles[i] = b.alloc(core, 1, C, t.fmt)
+                load_gather(b, core, tiles[i], t, [0], loc=loc)
+            elif k == "scalar":
+                tiles[i] = b.alloc(core, 1, 1, t.fmt)
+                load_gather(b, core, tiles[i], t, [0], loc=loc)
+            else:
+                tiles[i] = [b.alloc(core, tr, C if k == "full" else 1, t.fmt) for _ in range(nbuf)]
+        temps = [b.alloc(core, tr, C, "fp32") for _ in range(nslots)]
+        outs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+
+        def load(k, r0, n, core=core, tiles=tiles):
+            for i, (t, ishape, kind) in enumerate(ins):
+                if kind in ("full", "row"):
+                    tl = _sub(tiles[i][k % nbuf], n, tiles[i][0].cols)
+                    if tuple(ishape) == out_shape:
+                        load_rows(b, core, tl, t, r0, loc=loc)
+                    else:
+                        load_gather(b, core, tl, t, broadcast_rows(ishape, out_shape, r0, n), loc=loc)
+
+        def work(k, r0, n, core=core, tiles=tiles, temps=temps, outs=outs):
+            cur = {("in", i): (tiles[i] if kind in ("col", "scalar") else
+                               _sub(tiles[i][k % nbuf], n, tiles[i][0].cols))
+                   for i, (_, _, kind) in enumerate(ins)}
+
+            def reg(v):
+                if isinstance(v, float) or v is None:
+                    return v
+                if v[0] == "in":
+                    return cur[v]
+                return _sub(temps[slots[v]], n, C)
+
+            for fn, d, s0, s1, imm, swap in ops:
+                b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
+            o_t = _sub(outs[k % nbuf], n, C)
+            res = reg(result)
+            if isinstance(res, float):
+                b.sfu(core, "fill", o_t, imm=res, loc=loc)
+            elif res.rows == n and res.cols == C:
+                b.sfu(core, "cast", o_t, res, loc=loc)
+            else:       # a broadcast input returned as is
+                b.sfu(core, "fill", o_t, imm=0.0, loc=loc)
+                b.sfu(core, "add", o_t, o_t, res, loc=loc)
+            store_rows(b, core, o_t, O, r0, loc=loc)
+
+        pipelined(plan, core, nbuf, load, work)
+    return gr
+
+
+def _rowwise_io(em, op):
+    o = op.operation
+    X = em.tensor(o.operands[0])
+    O = em.result(op)
+    return X, O, X.rows, X.cols
+
+
+def emit_softmax(em, op, loc):
+    X, O, R, C = _rowwise_io(em, op)
+    once = _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
+    plan, gr, tr, nbuf = rows_plan(em, op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.softmax")
+
+    def body(core, n, XT, XF, OT, extra, loc):
+        b = em.b
+        M, S = extra["M"], extra["S"]
+        b.sfu(core, "cast", XF, XT, loc=loc)
+        b.reduce(core, "max", M, XF, loc=loc)
+        b.sfu(core, "sub", XF, XF, M, loc=loc)
+        b.sfu(core, "exp", XF, XF, loc=loc)
+        b.reduce(core, "sum", S, XF, loc=loc)
+        b.sfu(core, "recip", S, S, loc=loc)
+        b.sfu(core, "mul", XF, XF, S, loc=loc)
+        b.sfu(core, "cast", OT, XF, loc=loc)
+
+    return _rows_emit(em, plan, gr, tr, nbuf, loc, X, O, body, [])
+
+
+def emit_layernorm(em, op, loc):
+    X, O, R, C = _rowwise_io(em, op)
+    seg = _attr(op, "operandSegmentSizes") or [1, 0, 0]
+    rest = list(op.operation.operands[1:])
+    gamma = em.tensor(rest.pop(0)) if seg[1] else None
+    beta = em.tensor(rest.pop(0)) if len(seg) > 2 and seg[2] else None
+    eps = float(_attr(op, "epsilon"))
+    once = 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
+    fixed = sum(_tb(1, C, t.fmt) for t in (gamma, beta) if t is not None)
+    plan, gr, tr, nbuf = rows_plan(em, op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), fixed,
+                                   "spyre.layernorm")
+
+    def body(core, n, XT, XF, OT, extra, loc):
+        b = em.b
+        MU, VAR, SQ = extra["M"], extra["S"], extra["SQ"]
+        b.sfu(core, "cast", XF, XT, loc=loc)
+        b.reduce(core, "mean", MU, XF, loc=loc)
+        b.sfu(core, "sub", XF, XF, MU, loc=loc)
+        b.sfu(core, "mul", SQ, XF, XF, loc=loc)
+        b.reduce(core, "mean", VAR, SQ, loc=loc)
+        b.sfu(core, "add", VAR, VAR, eps, loc=loc)
+        b.sfu(core, "rsqrt", VAR, VAR, loc=loc)
+        b.sfu(core, "mul", XF, XF, VAR, loc=loc)
+        if "G" in extra:
+            b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
+        if "BE" in extra:
+            b.sfu(core, "add", XF, XF, extra["BE"], loc=loc)
+        b.sfu(core, "cast", OT, XF, loc=loc)
+
+    consts = [("G", gamma), ("BE", beta)]
+    return _rows_emit(em, plan, gr, tr, nbuf, loc, X, O, body,
+                      [(k, t) for k, t in consts if t is not None], sq=True)
+
+
+def emit_rmsnorm(em, op, loc):
+    X, O, R, C = _rowwise_io(em, op)
+    gamma = em.tensor(op.operation.operands[1]) if len(op.operation.operands) > 1 else None
+    eps = float(_attr(op, "epsilon"))
+    once = 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
+    fixed = _tb(1, C, gamma.fmt) if gamma is not None else 0
+    plan, gr, tr, nbuf = rows_plan(em, op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), fixed,
+                                   "spyre.rmsnorm")
+
+    def body(core, n, XT, XF, OT, extra, loc):
+        b = em.b
+        MS, SQ = extra["M"], extra["SQ"]
+        b.sfu(core, "cast", XF, XT, loc=loc)
+        b.sfu(core, "mul", SQ, XF, XF, loc=loc)
+        b.reduce(core, "mean", MS, SQ, loc=loc)
+        b.sfu(core, "add", MS, MS, eps, loc=loc)
+        b.sfu(core, "rsqrt", MS, MS, loc=loc)
+        b.sfu(core, "mul", XF, XF, MS, loc=loc)
+        if "G" in extra:
+            b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
+        b.sfu(core, "cast", OT, XF, loc=loc)
+
+    return _rows_emit(em, plan, gr, tr, nbuf, loc, X, O, body,
+                      [("G", gamma)] if gamma is not None else [], sq=True)
+
+
+def _rows_emit(em, plan, gr, tr, nbuf, loc, X, O, body, consts, sq=False):
+    """Shared loop of softmax and the norms: load, fp32 work tile, row stats, write back."""
+    b = em.b
+    C = X.cols
+    for core in range(gr):
+        b.reset_scratchpad(core)
+        extra_full = {}
+        for k, t in consts:
+            extra_full[k] = b.alloc(core, 1, C, t.fmt)
+            load_rows(b, core, extra_full[k], t.reshaped((1, C)), 0, loc=loc)
+        XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
+        OTs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+        XF = b.alloc(core, tr, C, "fp32")
+        SQ = b.alloc(core, tr, C, "fp32") if sq else None
+        M, S = b.alloc(core, tr, 1, "fp32"), b.alloc(core, tr, 1, "fp32")
+
+        def load(k, r0, n, core=core, XTs=XTs):
+            load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
+
+        def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, XF=XF, SQ=SQ, M=M, S=S, extra_full=extra_full):
+            extra = dict(extra_full, M=_sub(M, n, 1), S=_sub(S, n, 1))
+            if SQ is not None:
+                extra["SQ"] = _sub(SQ, n, C)
+            ot = _sub(OTs[k % nbuf], n, C)
+            body(core, n, _sub(XTs[k % nbuf], n, C), _sub(XF, n, C), ot, extra, loc)
+            store_rows(b, core, ot, O, r0, loc=loc)
+
+        pipelined(plan, core, nbuf, load, work)
+    return gr
+
+
+def emit_reduce(em, op, loc):
+    """Reductions over a suffix of the dims. The innermost dim reduces on the SFU (REDUCE); reduced outer
+    dims first combine their rows elementwise into an fp32 tile (rows gathered by DMA), so every result
+    row is one [rows, C] reduction and one rounding."""
+    o = op.operation
+    X = em.tensor(o.operands[0])
+    ishape, _ = _tensor_type(o.operands[0])
+    dims = sorted(d % len(ishape) for d in _attr(op, "dims"))
+    mid = math.prod(ishape[dims[0]:-1]) if len(ishape) > 1 else 1
+    R, C = X.rows // mid, X.cols
+    oshape, elt = _tensor_type(o.results[0])
+    kind = _attr(op, "kind")
+    # The result has one value per row: a [R, 1] tensor in the 2-D view (a reshape of it, if keepdim is
+    # false and the result's innermost dim is not 1, goes through an [R, 1] scratch tensor and a copy).
+    direct = (oshape[-1:] or (1,)) == (1,) or not oshape
+    once = _tb(1, 1, "fp32") + (_tb(1, C, "fp32") if mid > 1 else 0)
+    plan, gr, tr, nbuf = rows_plan(em, op, R, once, _tb(1, C, X.fmt) + _tb(1, 1, format_of(elt)), 0,
+                                   "spyre.reduce")
+    if mid > 1:
+        nbuf = 1
+    if direct:
+        O = em.result(op)
+        target = O
+    else:
+        em._next_storage += 1
+        buf = em.b.scratch(em._name(f"t{em._op_index}.rows"), (R, 1), format_of(elt))
+        target = em._buffer_tensor(buf)
+    b = em.b
+    for core in range(gr):
+        b.reset_scratchpad(core)
+        XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
+        RT = b.alloc(core, tr, 1, "fp32")
+        OTs = [b.alloc(core, tr, 1, format_of(elt)) for _ in range(nbuf)]
+        ACC = b.alloc(core, tr, C, "fp32") if mid > 1 else None
+        combine = {"sum": "add", "mean": "add", "max": "max", "min": "min"}[kind]
+
+        def load(k, r0, n, core=core, XTs=XTs):
+            if mid == 1:
+                load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
+
+        def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, RT=RT, ACC=ACC):
+            ot, xt = _sub(OTs[k % nbuf], n, 1), _sub(XTs[k % nbuf], n, C)
+            if mid > 1:        # combine the reduced outer dims' rows, then reduce the innermost
+                acc = _sub(ACC, n, C)
+                for m in range(mid):
+                    load_gather(b, core, xt, X, np.arange(r0, r0 + n) * mid + m, loc=loc)
+                    b.sfu(core, "cast", acc, xt, loc=loc) if m == 0 else \
+                        b.sfu(core, combine, acc, acc, xt, loc=loc)
+                b.reduce(core, "sum" if kind == "mean" else kind, _sub(RT, n, 1), acc, loc=loc)
+                if kind == "mean":
+                    b.sfu(core, "mul", _sub(RT, n, 1), _sub(RT, n, 1), 1.0 / (mid * C), loc=loc)
+            else:
+                b.reduce(core, kind, _sub(RT, n, 1), xt, loc=loc)
+            b.sfu(core, "cast", ot, _sub(RT, n, 1), loc=loc)
+            store_rows(b, core, ot, target, r0, loc=loc)
+
+        pipelined(plan, core, nbuf, load, work)
+    if not direct:
+        em.barrier(loc)
+        O = em.result(op, host=True)
+        em.b.host(0, "copy", [target.buffer], [O.buffer], loc=loc, shape=list(oshape),
+                  perm=list(range(len(oshape))))
+        em.host_ops.append("reduce result relayout (copy)")
+        em.host_locations.append(str(op.operation.location))
+        em.barrier(loc)
+    return gr
+
+
+def emit_cast(em, op, loc):
+    X, O, R, C = _rowwise_io(em, op)
+    plan, gr, tr, nbuf = rows_plan(em, op, R, 0, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.cast")
+    b = em.b
+    for core in range(gr):
+        b.reset_scratchpad(core)
+        XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
+        OTs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+
+        def load(k, r0, n, core=core, XTs=XTs):
+            load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
+
+        def work(k, r0, n, core=core, XTs=XTs, OTs=OTs):
+            b.sfu(core, "cast", _sub(OTs[k % nbuf], n, C), _sub(XTs[k % nbuf], n, C), loc=loc)
+            store_rows(b, core, _sub(OTs[k % nbuf], n, C), O, r0, loc=loc)
+
+        pipelined(plan, core, nbuf, load, work)
+    return gr
+
+
+EMITTERS = {"spyre.map": emit_map, "spyre.reduce": emit_reduce, "spyre.softmax": emit_softmax,
+            "spyre.layernorm": emit_layernorm, "spyre.rmsnorm": emit_rmsnorm, "spyre.cast": emit_cast}
