@@ -28,12 +28,8 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.analysis import MATMULS, function_ops, is_device_op, is_param_derived
 from spyre_mlir.passes.base import SpyrePass
-from spyre_mlir.passes.reduce_precision import function_ops, is_device_op, is_param, producer
-
-MATMULS = ("spyre.matmul", "spyre.batch_matmul")
-# Single-operand ops through which a parameter stays a compile-time value.
-_CONST_CHAIN = ("spyre.cast", "spyre.reshape", "spyre.transpose")
 
 
 @dataclasses.dataclass
@@ -72,7 +68,7 @@ def _restickify_rhs(op: ir.Operation, func: ir.Operation, transposes: dict) -> N
             tr = spyre.TransposeOp(rhs, ir.RankedTensorType.get(shape, t.element_type)).operation
         tr.attributes["permutation"] = ir.DenseI64ArrayAttr.get(perm)
         tr.attributes["restickify"] = ir.BoolAttr.get(True)
-        if _is_param_derived(rhs, func):
+        if is_param_derived(rhs, func):
             tr.attributes["spyre.const_fold"] = ir.BoolAttr.get(True)
         transposes[rhs] = tr.results[0]
     op.operands[1] = transposes[rhs]
@@ -95,15 +91,6 @@ def _split_innermost_transpose(op: ir.Operation) -> None:
     op.operands[0] = rows.results[0]
     op.attributes["permutation"] = ir.DenseI64ArrayAttr.get(swap)
     op.attributes["restickify"] = ir.BoolAttr.get(True)
-
-
-def _is_param_derived(v: ir.Value, func: ir.Operation) -> bool:
-    """`v` is a parameter, or computed from one by casts, reshapes and transposes (known at compile time)."""
-    op = producer(v)
-    while op is not None and op.name in _CONST_CHAIN and len(op.operands) == 1:
-        v = op.operands[0]
-        op = producer(v)
-    return is_param(v, func)
 
 
 def _set_stick(v: ir.Value) -> None:
