@@ -31,12 +31,12 @@ BARRIER = "spyre.barrier"                     # spyre-schedule
 # ---- Device ops ------------------------------------------------------------------------------------------------
 
 # Spyre ops that are not device work: a host region and the terminator of a map or host body.
-NOT_DEVICE = ("spyre.host", "spyre.yield", "spyre.weight")
+NOT_DEVICE = ("spyre.host", "spyre.yield")
 MATMULS = ("spyre.matmul", "spyre.batch_matmul")
 
 
 def is_device_op(op) -> bool:
-    """A spyre op other than host/yield/weight that is not nested in a spyre.host."""
+    """A spyre op other than host/yield that is not nested in a spyre.host."""
     op = op.operation
     if not op.name.startswith("spyre.") or op.name in NOT_DEVICE:
         return False
@@ -49,7 +49,7 @@ def is_device_op(op) -> bool:
 
 
 def device_ops(module: ir.Operation) -> list[ir.Operation]:
-    """Device ops in program order: spyre ops other than host/yield/weight, not nested in a spyre.host."""
+    """Device ops in program order: spyre ops other than host/yield, not nested in a spyre.host."""
     found: list[ir.Operation] = []
 
     def visit(op: ir.Operation):
@@ -113,10 +113,9 @@ def is_plain_cast(op: ir.Operation | None) -> bool:
 
 
 def is_param(v: ir.Value, func: ir.Operation) -> bool:
-    """`v` is a parameter: a `spyre.param` argument of `func`, or a `spyre.weight`."""
-    op = producer(v)
-    if op is not None:
-        return op.name == "spyre.weight"
+    """`v` is a parameter: a `spyre.param` argument of `func`."""
+    if producer(v) is not None:
+        return False
     arg = ir.BlockArgument(v)
     if arg.owner != func.regions[0].blocks[0] or "arg_attrs" not in func.attributes:
         return False

@@ -1,6 +1,6 @@
 """spyre-divide-work{cores=N target=PATH}: choose how many cores run each device op, along which dimensions.
 
-Every device op (a spyre op other than host/yield/weight, not nested in a spyre.host) gets
+Every device op (a spyre op other than host/yield, not nested in a spyre.host) gets
 `spyre.grid = array<i64: ...>`, the number of cores along each dimension of its iteration space:
 
 * matmul `[gm, gn, gk]`, batch_matmul `[gb, gm, gn, gk]`, conv2d `[gn, gf, goh]`;

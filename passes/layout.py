@@ -5,14 +5,14 @@ Device memory holds tensors in 128-byte sticks along one dimension, padded to wh
 sticked, so after this pass the type says it: `tensor<8x64x!spyre.dlf16, #spyre.stick<1 : i64>>`.
 
 Rules (docs/compiler.md, "After spyre-layout"):
-* Every result of a device op (a spyre op other than host/yield/weight, not inside a host region; casts
+* Every result of a device op (a spyre op other than host/yield, not inside a host region; casts
   included) gets `#spyre.stick<rank - 1>`: the innermost dimension is the stick dimension. That is also what
   the PT array wants: matmul reads A sticked on K and B sticked on N and writes the result sticked on N.
 * A matmul / batch_matmul with `transpose_rhs = true` reads B as [N, K], sticked on K: it gets an explicit
   `spyre.transpose {restickify = true}` of its rhs (swapping the last two dims) and loses the flag. One
-  transpose per rhs value, placed before its first use. When the rhs is a parameter (a `spyre.param` argument
-  or `spyre.weight`, possibly through the casts of spyre-reduce-precision) the transpose is marked
-  `spyre.const_fold = true`: the emitter does it at compile time, so it costs nothing at run time.
+  transpose per rhs value, placed before its first use. When the rhs is a parameter (a `spyre.param` argument,
+  possibly through the casts of spyre-reduce-precision) the transpose is marked `spyre.const_fold = true`: the
+  emitter does it at compile time, so it costs nothing at run time.
 * A transpose that moves the innermost dimension to the second-to-last place and permutes the others
   (`[0, 2, 3, 1]`: attention's K^T after the head split) becomes a transpose that keeps the innermost dim
   (row moves) followed by a `restickify` swap of the last two dims: the two forms the device has.

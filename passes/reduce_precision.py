@@ -17,11 +17,11 @@ Policies (`precision=`):
 In every policy matmul / batch_matmul / conv2d / softmax / layernorm / rmsnorm / reduce get `acc_type = f32`.
 
 Rules (docs/compiler.md, "After spyre-reduce-precision"):
-* Device ops (spyre ops other than host/yield/weight, not inside a host region) produce their float results in
+* Device ops (spyre ops other than host/yield, not inside a host region) produce their float results in
   the activation format; integer tensors (indices, masks) are never converted.
 * Every format change is an explicit `spyre.cast`. A float value that no device op produced (function argument,
-  host result, `arith.constant`, `spyre.weight`) is cast right before its first device use (a spyre.cast of the
-  model's own reads it as it is and becomes that cast); a device value read by anything else (`func.return`,
+  host result, `arith.constant`) is cast right before its first device use (a spyre.cast of the model's own
+  reads it as it is and becomes that cast); a device value read by anything else (`func.return`,
   the body of a `spyre.host`, which captures values from above) is cast back to its model type right before
   that reader. Each cast is made once per value and target type.
 * Quantized weights: `spyre.cast {scale_mode = "per-channel", axis = <output channel>}` to f8E4M3FN / i8 (the
