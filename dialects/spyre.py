@@ -747,20 +747,6 @@ class CastOp(SpyreOp, name="cast"):
                 raise _Invalid("attribute 'axis' needs a scale operand or scale_mode 'per-channel'")
 
 
-class WeightOp(SpyreOp, name="weight"):
-    """A named parameter held by reference; its bytes travel in the binary's constant section, not in the IR.
-
-        %w = "spyre.weight"() {name = "fc1.weight"} : () -> tensor<64x32xf32>
-    """
-
-    result: Result[Any]
-
-    def _verify(self):
-        _result(self)
-        if not _str_attr(self, "name", required=True):
-            raise _Invalid("attribute 'name' must not be empty")
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Regions
 

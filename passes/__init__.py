@@ -2,13 +2,14 @@
 
 Pass `spyre-foo-bar` lives in `passes/foo_bar.py` as the class whose NAME is "spyre-foo-bar", and is tested by
 `test/Transforms/foo-bar.mlir` (or `test/Conversion/...` for conversions). A module is imported only when its pass
-is used or listed, so start-up stays fast and a new pass needs no edit here.
+is used or listed, so start-up stays fast and a new pass needs no edit here. The package's other modules are in
+`_NOT_PASSES`: the pass base class, the pipeline runner, and the IR analyses and op model the passes share.
 """
 
 import importlib
 import pkgutil
 
-_NOT_PASSES = {"base", "manager"}
+_NOT_PASSES = {"analysis", "base", "manager", "op_model"}
 
 
 def _module_name(pass_name: str) -> str | None:

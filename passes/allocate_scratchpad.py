@@ -5,7 +5,7 @@ peak); the module gets `spyre.scratchpad_peak = N : i64`, the largest of them (a
 time, so kernels reuse the whole scratchpad). Offsets are 128-byte aligned (the target's alignment); buffers
 share bytes when their lifetimes within the kernel do not overlap; the total never exceeds the usable
 scratchpad (an error otherwise). Every core of an op uses the same offsets, which is what a ring reduce-sum
-needs. The buffers are exactly those spyre-tile fitted (`passes.tile.plan`, from `spyre_mlir.cost`).
+needs. The buffers are exactly those spyre-tile fitted (`passes.op_model.plan`, from `spyre_mlir.cost`).
 
 Buffer names, what the emitter reads (sizes as tiles [rows, cols] in row-major stick-padded layout; "x2" is
 a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer):
@@ -33,13 +33,10 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir import cost
+from spyre_mlir.passes.analysis import (GRID, SCRATCHPAD, SCRATCHPAD_BYTES, SCRATCHPAD_PEAK, TILE, device_ops,
+                                        get_target, require)
 from spyre_mlir.passes.base import PassError, SpyrePass
-from spyre_mlir.passes.divide_work import GRID, device_ops, get_target, op_model
-from spyre_mlir.passes.tile import TILE, check_rank, plan, require
-
-SCRATCHPAD = "spyre.scratchpad"
-SCRATCHPAD_BYTES = "spyre.scratchpad_bytes"
-SCRATCHPAD_PEAK = "spyre.scratchpad_peak"
+from spyre_mlir.passes.op_model import check_rank, op_model, plan
 
 
 @dataclasses.dataclass

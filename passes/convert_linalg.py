@@ -60,9 +60,9 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith
 
 from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.analysis import UNCONVERTED_ATTR, non_device_type
 from spyre_mlir.passes.base import SpyrePass
 
-UNCONVERTED_ATTR = "spyre.unconverted"
 INT64_MOVEMENT = "int64 index math (int64 index data is reshaped, sliced and filled on the host)"
 _DYN = ir.ShapedType.get_dynamic_size()
 
@@ -97,12 +97,6 @@ class ConvertLinalgPass(SpyrePass):
                 pass
 
 
-# Element types the device holds: floats it computes on (f16/bf16 become DLFloat16), i1 masks, and int64 indices
-# (gathers; index math on them is declined by the converters themselves). Anything else (f64, complex, i8,
-# i16, i32, unsigned) is declined here, so no device pass ever sees a type it cannot hold.
-DEVICE_ELEMENT_TYPES = ("f32", "f16", "bf16", "i1", "i64")
-
-
 _NORM_ARITH = ("arith.extf", "arith.truncf", "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "math.sqrt",
                "math.rsqrt", "arith.constant", "linalg.yield")
 
@@ -110,19 +104,6 @@ _NORM_ARITH = ("arith.extf", "arith.truncf", "arith.addf", "arith.subf", "arith.
 def _norm_arith(op: ir.Operation) -> bool:
     """A generic whose body only holds the arithmetic of a norm's statistics (what its f64 variance uses)."""
     return all(o.operation.name in _NORM_ARITH for o in op.regions[0].blocks[0].operations)
-
-
-def non_device_type(op: ir.Operation) -> str:
-    """The first element type of op's tensor operands/results the device cannot hold, or ''."""
-    for v in list(op.operands) + list(op.results):
-        t = v.type
-        if isinstance(t, ir.RankedTensorType) or isinstance(t, ir.ShapedType):
-            e = str(ir.ShapedType(t).element_type)
-            if e not in DEVICE_ELEMENT_TYPES:
-                return e
-            if 0 in ir.ShapedType(t).shape:
-                return "an empty tensor"
-    return ""
 
 
 def _collect(module: ir.Operation, names) -> list[ir.Operation]:

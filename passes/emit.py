@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from spyre_mlir.passes.analysis import CORES, GRID, TARGET
 from spyre_mlir.passes.base import PassError, SpyrePass
 
-CORES = "spyre.cores"
-TARGET = "spyre.target"
 NAME = "spyre.name"
 
 
@@ -34,9 +33,9 @@ def _grid_cores(module) -> int:
     best = [1]
 
     def visit(op):
-        if "spyre.grid" in op.attributes:
+        if GRID in op.attributes:
             n = 1
-            for g in ir.DenseI64ArrayAttr(op.attributes["spyre.grid"]):
+            for g in ir.DenseI64ArrayAttr(op.attributes[GRID]):
                 n *= g
             best[0] = max(best[0], n)
         return ir.WalkResult.ADVANCE

@@ -23,13 +23,10 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.analysis import (CONVERT_OPERANDS, CONVERT_RESULT, MATMULS, function_ops, is_device_op,
+                                        is_param_derived, is_plain_cast, producer)
 from spyre_mlir.passes.base import SpyrePass
-from spyre_mlir.passes.layout import _is_param_derived
-from spyre_mlir.passes.reduce_precision import function_ops, is_device_op, is_plain_cast, producer
 
-MATMULS = ("spyre.matmul", "spyre.batch_matmul")
-CONVERT_OPERANDS = "spyre.convert_operands"
-CONVERT_RESULT = "spyre.convert_result"
 _SLOTS = ("lhs", "rhs")
 
 
@@ -45,7 +42,7 @@ def _widens(src: ir.Type, dst: ir.Type) -> bool:
 def _runtime_value(v: ir.Value, func: ir.Operation) -> bool:
     """`v` is only known at run time: a model input or the result of a device op or host region that is not
     computed from parameters alone (those the emitter converts at compile time)."""
-    if _is_param_derived(v, func):
+    if is_param_derived(v, func):
         return False
     op = producer(v)
     return op is None or op.name == "spyre.host" or is_device_op(op)

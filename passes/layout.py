@@ -5,14 +5,14 @@ Device memory holds tensors in 128-byte sticks along one dimension, padded to wh
 sticked, so after this pass the type says it: `tensor<8x64x!spyre.dlf16, #spyre.stick<1 : i64>>`.
 
 Rules (docs/compiler.md, "After spyre-layout"):
-* Every result of a device op (a spyre op other than host/yield/weight, not inside a host region; casts
+* Every result of a device op (a spyre op other than host/yield, not inside a host region; casts
   included) gets `#spyre.stick<rank - 1>`: the innermost dimension is the stick dimension. That is also what
   the PT array wants: matmul reads A sticked on K and B sticked on N and writes the result sticked on N.
 * A matmul / batch_matmul with `transpose_rhs = true` reads B as [N, K], sticked on K: it gets an explicit
   `spyre.transpose {restickify = true}` of its rhs (swapping the last two dims) and loses the flag. One
-  transpose per rhs value, placed before its first use. When the rhs is a parameter (a `spyre.param` argument
-  or `spyre.weight`, possibly through the casts of spyre-reduce-precision) the transpose is marked
-  `spyre.const_fold = true`: the emitter does it at compile time, so it costs nothing at run time.
+  transpose per rhs value, placed before its first use. When the rhs is a parameter (a `spyre.param` argument,
+  possibly through the casts of spyre-reduce-precision) the transpose is marked `spyre.const_fold = true`: the
+  emitter does it at compile time, so it costs nothing at run time.
 * A transpose that moves the innermost dimension to the second-to-last place and permutes the others
   (`[0, 2, 3, 1]`: attention's K^T after the head split) becomes a transpose that keeps the innermost dim
   (row moves) followed by a `restickify` swap of the last two dims: the two forms the device has.
@@ -28,12 +28,8 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.analysis import MATMULS, function_ops, is_device_op, is_param_derived
 from spyre_mlir.passes.base import SpyrePass
-from spyre_mlir.passes.reduce_precision import function_ops, is_device_op, is_param, producer
-
-MATMULS = ("spyre.matmul", "spyre.batch_matmul")
-# Single-operand ops through which a parameter stays a compile-time value.
-_CONST_CHAIN = ("spyre.cast", "spyre.reshape", "spyre.transpose")
 
 
 @dataclasses.dataclass
@@ -72,7 +68,7 @@ def _restickify_rhs(op: ir.Operation, func: ir.Operation, transposes: dict) -> N
             tr = spyre.TransposeOp(rhs, ir.RankedTensorType.get(shape, t.element_type)).operation
         tr.attributes["permutation"] = ir.DenseI64ArrayAttr.get(perm)
         tr.attributes["restickify"] = ir.BoolAttr.get(True)
-        if _is_param_derived(rhs, func):
+        if is_param_derived(rhs, func):
             tr.attributes["spyre.const_fold"] = ir.BoolAttr.get(True)
         transposes[rhs] = tr.results[0]
     op.operands[1] = transposes[rhs]
@@ -95,15 +91,6 @@ def _split_innermost_transpose(op: ir.Operation) -> None:
     op.operands[0] = rows.results[0]
     op.attributes["permutation"] = ir.DenseI64ArrayAttr.get(swap)
     op.attributes["restickify"] = ir.BoolAttr.get(True)
-
-
-def _is_param_derived(v: ir.Value, func: ir.Operation) -> bool:
-    """`v` is a parameter, or computed from one by casts, reshapes and transposes (known at compile time)."""
-    op = producer(v)
-    while op is not None and op.name in _CONST_CHAIN and len(op.operands) == 1:
-        v = op.operands[0]
-        op = producer(v)
-    return is_param(v, func)
 
 
 def _set_stick(v: ir.Value) -> None:

@@ -32,10 +32,9 @@ import sys
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.analysis import UNCONVERTED_ATTR, non_device_type
 from spyre_mlir.passes.base import SpyrePass
-from spyre_mlir.passes.convert_linalg import non_device_type
 
-UNCONVERTED_ATTR = "spyre.unconverted"
 FREE_OPS = ("func.return", "arith.constant", "tensor.empty")
 
 

@@ -17,11 +17,11 @@ Policies (`precision=`):
 In every policy matmul / batch_matmul / conv2d / softmax / layernorm / rmsnorm / reduce get `acc_type = f32`.
 
 Rules (docs/compiler.md, "After spyre-reduce-precision"):
-* Device ops (spyre ops other than host/yield/weight, not inside a host region) produce their float results in
+* Device ops (spyre ops other than host/yield, not inside a host region) produce their float results in
   the activation format; integer tensors (indices, masks) are never converted.
 * Every format change is an explicit `spyre.cast`. A float value that no device op produced (function argument,
-  host result, `arith.constant`, `spyre.weight`) is cast right before its first device use (a spyre.cast of the
-  model's own reads it as it is and becomes that cast); a device value read by anything else (`func.return`,
+  host result, `arith.constant`) is cast right before its first device use (a spyre.cast of the model's own
+  reads it as it is and becomes that cast); a device value read by anything else (`func.return`,
   the body of a `spyre.host`, which captures values from above) is cast back to its model type right before
   that reader. Each cast is made once per value and target type.
 * Quantized weights: `spyre.cast {scale_mode = "per-channel", axis = <output channel>}` to f8E4M3FN / i8 (the
@@ -41,15 +41,14 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith
 
 from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.analysis import function_ops, is_device_op, is_param, is_plain_cast, producer
 from spyre_mlir.passes.base import OptionError, SpyrePass
 
 PRECISIONS = ("dlf16", "fp8", "int8-weights", "fp32-reference")
-NOT_DEVICE = ("spyre.host", "spyre.yield", "spyre.weight")
 ACC_OPS = ("spyre.matmul", "spyre.batch_matmul", "spyre.conv2d", "spyre.softmax", "spyre.layernorm",
            "spyre.rmsnorm", "spyre.reduce")
 # Operand index of the weight an op reads: matmul/batch_matmul rhs, conv2d filter.
 WEIGHT_SLOT = {"spyre.matmul": 1, "spyre.batch_matmul": 1, "spyre.conv2d": 1}
-PARAM_ATTR = "spyre.param"
 
 
 @dataclasses.dataclass
@@ -77,50 +76,7 @@ class ReducePrecisionPass(SpyrePass):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Helpers shared with spyre-layout
-
-
-def function_ops(module: ir.Operation) -> list[ir.Operation]:
-    funcs: list[ir.Operation] = []
-
-    def visit(op):
-        if op.name == "func.func":
-            funcs.append(op)
-            return ir.WalkResult.SKIP
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return funcs
-
-
-def is_device_op(op) -> bool:
-    """A spyre op other than host/yield/weight that is not nested in a spyre.host."""
-    op = op.operation
-    if not op.name.startswith("spyre.") or op.name in NOT_DEVICE:
-        return False
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.name == "spyre.host":
-            return False
-        parent = parent.parent
-    return True
-
-
-def producer(v: ir.Value) -> ir.Operation | None:
-    """The operation defining `v`, or None for a block argument."""
-    return None if isinstance(v.owner, ir.Block) else v.owner.operation
-
-
-def is_param(v: ir.Value, func: ir.Operation) -> bool:
-    """`v` is a parameter: a `spyre.param` argument of `func`, or a `spyre.weight`."""
-    op = producer(v)
-    if op is not None:
-        return op.name == "spyre.weight"
-    arg = ir.BlockArgument(v)
-    if arg.owner != func.regions[0].blocks[0] or "arg_attrs" not in func.attributes:
-        return False
-    attrs = ir.ArrayAttr(func.attributes["arg_attrs"])
-    return arg.arg_number < len(attrs) and PARAM_ATTR in ir.DictAttr(attrs[arg.arg_number])
+# Helpers
 
 
 def is_float_tensor(t: ir.Type) -> bool:
@@ -130,12 +86,6 @@ def is_float_tensor(t: ir.Type) -> bool:
 def with_element(t: ir.Type, elt: ir.Type) -> ir.Type:
     t = ir.RankedTensorType(t)
     return ir.RankedTensorType.get(list(t.shape), elt, t.encoding)
-
-
-def is_plain_cast(op: ir.Operation | None) -> bool:
-    """A spyre.cast that only converts (no scale operand, no scale_mode)."""
-    return op is not None and op.name == "spyre.cast" and len(op.operands) == 1 \
-        and "scale_mode" not in op.attributes
 
 
 # ----------------------------------------------------------------------------------------------------------------

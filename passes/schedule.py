@@ -23,13 +23,9 @@ import math
 
 from torch_mlir import ir
 
+from spyre_mlir.passes.analysis import BARRIER, DOUBLE_BUFFER, GRID, SCRATCHPAD, device_ops, require
 from spyre_mlir.passes.base import PassError, SpyrePass
-from spyre_mlir.passes.divide_work import GRID, OpModel, device_ops, op_model
-from spyre_mlir.passes.allocate_scratchpad import SCRATCHPAD
-from spyre_mlir.passes.tile import require
-
-DOUBLE_BUFFER = "spyre.double_buffer"
-BARRIER = "spyre.barrier"
+from spyre_mlir.passes.op_model import OpModel, op_model
 
 
 @dataclasses.dataclass

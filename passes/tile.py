@@ -29,11 +29,10 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir import cost
+from spyre_mlir.passes.analysis import GRID, TILE, device_ops, get_target, require
 from spyre_mlir.passes.base import PassError, SpyrePass
-from spyre_mlir.passes.divide_work import GRID, OpModel, device_ops, get_target, int_array, op_model
+from spyre_mlir.passes.op_model import OpModel, check_rank, op_model
 from spyre_mlir.target import Target
-
-TILE = "spyre.tile"
 
 
 @dataclasses.dataclass
@@ -106,46 +105,6 @@ class TilePass(SpyrePass):
             raise PassError(f"a single row of {model.describe()} needs {needed} bytes of scratchpad, "
                             f"{target.scratchpad_usable_bytes} available", op.location)
         return fit[0]
-
-
-def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
-         ) -> tuple[int, list[cost.Buffer]] | None:
-    """(buffer count, buffers) of an op's kernel on `grid` in `tile`: the one description of its scratchpad use
-    that spyre-tile fits and spyre-allocate-scratchpad places. None when it does not fit."""
-    if model.kind == "matmul":
-        gb, gm, gn, gk = model.grid4(grid)
-        tm, tn, tk = tile[-3:]
-        return cost.matmul_plan(model.M // gm, model.N // gn, model.K // gk, (tm, tn, tk), target, model.fmt,
-                                model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
-                                b_fmt=model.b_fmt, round_fmt=model.round_fmt)
-    if model.kind == "conv":
-        return cost.conv_plan(model.conv, grid, tile, target)
-    return cost.rows_plan(model.rows, grid[0], tile[0], target)
-
-
-def check_rank(model: OpModel, values: list[int], attr: str) -> None:
-    """`values` has one positive size per dimension of the op's iteration space; a grid splits it evenly."""
-    want = {"matmul": 4 if model.batched else 3, "conv": 3}.get(model.kind, 1)
-    if len(values) != want or min(values) < 1:
-        raise PassError(f"{attr} of '{model.op.name}' must be {want} positive sizes, got {values}", model.op.location)
-    if attr != GRID:
-        return
-    if model.kind == "matmul":
-        dims = (model.B, model.M, model.N, model.K)[-want:]
-    elif model.kind == "conv":
-        dims = (model.conv.n, model.conv.f, model.conv.oh)
-    else:
-        dims = (model.rows.rows,)
-    if any(d % g for d, g in zip(dims, values)):
-        raise PassError(f"{attr} {values} does not split the {'x'.join(map(str, dims))} iteration space of "
-                        f"'{model.op.name}' evenly", model.op.location)
-
-
-def require(op: ir.Operation, attr: str, producer: str) -> list[int]:
-    v = int_array(op, attr)
-    if v is None:
-        raise PassError(f"'{op.name}' has no {attr}: run {producer} first", op.location)
-    return v
 
 
 def _force(op: ir.Operation, block, forced, names) -> tuple[int | None, ...]:

@@ -109,9 +109,8 @@ func.func @maps(%x: tensor<4x256x1024x!spyre.dlf16>, %bias: tensor<1024x!spyre.d
 
 // -----
 
-// A matmul feeding a map: each op gets its own grid. Host regions and weights are not device ops.
+// A matmul feeding a map: each op gets its own grid. Host regions are not device ops.
 // CHECK-LABEL: func.func @matmul_map
-// CHECK: "spyre.weight"() {name = "fc.weight"} : ()
 // CHECK: "spyre.matmul"{{.*}}spyre.grid = array<i64: 32, 1, 1>
 // CHECK: "spyre.map"
 // CHECK: spyre.grid = array<i64: 16>
@@ -119,8 +118,7 @@ func.func @maps(%x: tensor<4x256x1024x!spyre.dlf16>, %bias: tensor<1024x!spyre.d
 // CHECK-NEXT: "spyre.cast"(%{{.*}}) {operandSegmentSizes = array<i32: 1, 0>} :
 // CHECK-NEXT: "spyre.yield"
 // CHECK-NEXT: }) {reason = "test"} :
-func.func @matmul_map(%x: tensor<1024x1024x!spyre.dlf16>) -> (tensor<1024x64x!spyre.dlf16>, tensor<1024x64xf32>) {
-  %w = "spyre.weight"() {name = "fc.weight"} : () -> tensor<1024x64x!spyre.dlf16>
+func.func @matmul_map(%x: tensor<1024x1024x!spyre.dlf16>, %w: tensor<1024x64x!spyre.dlf16> {spyre.param = "fc.weight"}) -> (tensor<1024x64x!spyre.dlf16>, tensor<1024x64xf32>) {
   %r = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x64x!spyre.dlf16>) -> tensor<1024x64x!spyre.dlf16>
   %g = "spyre.map"(%r) ({
   ^bb0(%a: f32):

@@ -18,9 +18,10 @@ from spyre_mlir.context import make_context
 from spyre_mlir.dialects import spyre
 from spyre_mlir.frontend import import_model
 from spyre_mlir.passes import create_pass
+from spyre_mlir.passes.analysis import is_device_op, producer
 from spyre_mlir.passes.base import OptionError
 from spyre_mlir.passes.manager import run_pipeline
-from spyre_mlir.passes.reduce_precision import ACC_OPS, PRECISIONS, is_device_op, producer
+from spyre_mlir.passes.reduce_precision import ACC_OPS, PRECISIONS
 from spyre_mlir.pipeline import graph_pipeline
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))

@@ -427,14 +427,6 @@ func.func @case50(%x: tensor<8x64xf32>) {
 
 // -----
 
-func.func @case51() {
-  // expected-error @+1 {{attribute 'name' must not be empty}}
-  %r = "spyre.weight"() {name = ""} : () -> tensor<4xf32>
-  return
-}
-
-// -----
-
 func.func @case52(%x: tensor<4xf32>) {
   // expected-error @+1 {{body must be one block without arguments}}
   %r = "spyre.host"() ({

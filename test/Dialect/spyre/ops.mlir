@@ -133,8 +133,6 @@ func.func @formats(%x: tensor<16x64xf32>, %s: tensor<16xf32>, %s1: tensor<f32>) 
   // CHECK: "spyre.cast"
   // CHECK-SAME: scale_mode = "per-channel"
   %q = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>, scale_mode = "per-channel", axis = 0 : i64} : (tensor<16x64xf32>) -> tensor<16x64xi8>
-  // CHECK: "spyre.weight"() {name = "fc1.weight"} : () -> tensor<64x32xf32>
-  %3 = "spyre.weight"() {name = "fc1.weight"} : () -> tensor<64x32xf32>
   return
 }
 

@@ -1,0 +1,162 @@
+"""The IR analyses spyre passes share, and the names of the attributes they write and read.
+
+Which ops are device ops, where a value comes from, which values are parameters, the function bodies to walk,
+and reading the attributes an earlier pass wrote. A pass imports what it shares from here (and the kernel-level
+op model from `op_model`), never from another pass.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from spyre_mlir.passes.base import PassError
+from spyre_mlir.target import Target, TargetError, load_target
+
+# ---- Attribute names -------------------------------------------------------------------------------------------
+
+PARAM_ATTR = "spyre.param"                    # a function argument that is a parameter (the frontend)
+UNCONVERTED_ATTR = "spyre.unconverted"        # why spyre-convert-linalg left an op (read by spyre-place-host)
+CONVERT_OPERANDS = "spyre.convert_operands"   # spyre-fuse: matmul operand formats converted on the scratchpad
+CONVERT_RESULT = "spyre.convert_result"       # spyre-fuse: the format a matmul result is rounded to, then widened
+CORES = "spyre.cores"                         # module: the core count (spyre-divide-work)
+TARGET = "spyre.target"                       # module: the target file (spyre-divide-work with target=PATH)
+GRID = "spyre.grid"                           # spyre-divide-work: cores per iteration dimension
+TILE = "spyre.tile"                           # spyre-tile: per-core tile sizes
+SCRATCHPAD = "spyre.scratchpad"               # spyre-allocate-scratchpad: buffer offsets
+SCRATCHPAD_BYTES = "spyre.scratchpad_bytes"   # spyre-allocate-scratchpad: the op's peak
+SCRATCHPAD_PEAK = "spyre.scratchpad_peak"     # spyre-allocate-scratchpad: the module's peak
+DOUBLE_BUFFER = "spyre.double_buffer"         # spyre-schedule
+BARRIER = "spyre.barrier"                     # spyre-schedule
+
+# ---- Device ops ------------------------------------------------------------------------------------------------
+
+# Spyre ops that are not device work: a host region and the terminator of a map or host body.
+NOT_DEVICE = ("spyre.host", "spyre.yield")
+MATMULS = ("spyre.matmul", "spyre.batch_matmul")
+
+
+def is_device_op(op) -> bool:
+    """A spyre op other than host/yield that is not nested in a spyre.host."""
+    op = op.operation
+    if not op.name.startswith("spyre.") or op.name in NOT_DEVICE:
+        return False
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        if parent.name == "spyre.host":
+            return False
+        parent = parent.parent
+    return True
+
+
+def device_ops(module: ir.Operation) -> list[ir.Operation]:
+    """Device ops in program order: spyre ops other than host/yield, not nested in a spyre.host."""
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation):
+        name = op.name
+        if name == "spyre.host":
+            return ir.WalkResult.SKIP
+        if name.startswith("spyre.") and name not in NOT_DEVICE:
+            found.append(op)
+            return ir.WalkResult.SKIP      # a map body holds scalar ops only
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+# Element types the device holds: floats it computes on (f16/bf16 become DLFloat16), i1 masks, and int64 indices
+# (gathers; index math on them is declined by the converters themselves). Anything else (f64, complex, i8,
+# i16, i32, unsigned) is declined by spyre-convert-linalg, so no device pass ever sees a type it cannot hold.
+DEVICE_ELEMENT_TYPES = ("f32", "f16", "bf16", "i1", "i64")
+
+
+def non_device_type(op: ir.Operation) -> str:
+    """The first element type of op's tensor operands/results the device cannot hold, or ''."""
+    for v in list(op.operands) + list(op.results):
+        t = v.type
+        if isinstance(t, ir.RankedTensorType) or isinstance(t, ir.ShapedType):
+            e = str(ir.ShapedType(t).element_type)
+            if e not in DEVICE_ELEMENT_TYPES:
+                return e
+            if 0 in ir.ShapedType(t).shape:
+                return "an empty tensor"
+    return ""
+
+
+# ---- Functions and values --------------------------------------------------------------------------------------
+
+
+def function_ops(module: ir.Operation) -> list[ir.Operation]:
+    """The module's func.func ops, in order."""
+    funcs: list[ir.Operation] = []
+
+    def visit(op):
+        if op.name == "func.func":
+            funcs.append(op)
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return funcs
+
+
+def producer(v: ir.Value) -> ir.Operation | None:
+    """The operation defining `v`, or None for a block argument."""
+    return None if isinstance(v.owner, ir.Block) else v.owner.operation
+
+
+def is_plain_cast(op: ir.Operation | None) -> bool:
+    """A spyre.cast that only converts (no scale operand, no scale_mode)."""
+    return op is not None and op.name == "spyre.cast" and len(op.operands) == 1 \
+        and "scale_mode" not in op.attributes
+
+
+def is_param(v: ir.Value, func: ir.Operation) -> bool:
+    """`v` is a parameter: a `spyre.param` argument of `func`."""
+    if producer(v) is not None:
+        return False
+    arg = ir.BlockArgument(v)
+    if arg.owner != func.regions[0].blocks[0] or "arg_attrs" not in func.attributes:
+        return False
+    attrs = ir.ArrayAttr(func.attributes["arg_attrs"])
+    return arg.arg_number < len(attrs) and PARAM_ATTR in ir.DictAttr(attrs[arg.arg_number])
+
+
+# Single-operand ops through which a parameter stays a compile-time value.
+_CONST_CHAIN = ("spyre.cast", "spyre.reshape", "spyre.transpose")
+
+
+def is_param_derived(v: ir.Value, func: ir.Operation) -> bool:
+    """`v` is a parameter, or computed from one by casts, reshapes and transposes (known at compile time)."""
+    op = producer(v)
+    while op is not None and op.name in _CONST_CHAIN and len(op.operands) == 1:
+        v = op.operands[0]
+        op = producer(v)
+    return is_param(v, func)
+
+
+# ---- Attributes of earlier passes ------------------------------------------------------------------------------
+
+
+def int_array(op: ir.Operation, name: str) -> list[int] | None:
+    """The integers of the `array<i64: ...>` attribute `name`, or None when op has none."""
+    if name not in op.attributes:
+        return None
+    return [int(v) for v in ir.DenseI64ArrayAttr(op.attributes[name])]
+
+
+def require(op: ir.Operation, attr: str, producer: str) -> list[int]:
+    """The `array<i64: ...>` attribute `attr` that pass `producer` sets; an error naming that pass without it."""
+    v = int_array(op, attr)
+    if v is None:
+        raise PassError(f"'{op.name}' has no {attr}: run {producer} first", op.location)
+    return v
+
+
+def get_target(path: str, module: ir.Operation) -> Target:
+    """The target file at `path` (default: the built-in target); an error at the module when it is invalid."""
+    try:
+        return load_target(path or None)
+    except TargetError as e:
+        raise PassError(str(e), module.location) from None

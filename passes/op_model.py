@@ -1,0 +1,326 @@
+"""The kernel-level op model: what the cost model needs to know about a device op's kernel.
+
+`op_model(op)` turns a device op into an `OpModel`: its kind (matmul, conv or row-wise), sizes and number
+formats, and the `spyre_mlir.cost` description of its kernel (row-wise ops: streamed and once-loaded operands,
+fp32 temporaries, SFU work). spyre-divide-work chooses grids with it, spyre-tile tiles, spyre-allocate-scratchpad
+places the buffers of `plan(...)` and spyre-schedule reads which operands a row-wise kernel streams by row block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from torch_mlir import ir
+
+from spyre_mlir import cost
+from spyre_mlir.dialects import spyre
+from spyre_mlir.passes.analysis import GRID, int_array
+from spyre_mlir.passes.base import PassError
+from spyre_mlir.target import Target
+
+# Element type -> device format. f16 computes as DLFloat16 on the device; int64 (and index) narrow to int32.
+_FORMATS = {"f32": "fp32", "f16": "dlf16", "bf16": "bf16", "f8E4M3FN": "fp8_e4m3", "f8E5M2": "fp8_e5m2",
+            "i8": "int8", "i4": "int4", "i32": "int32", "i64": "int32", "index": "int32", "i1": "bool"}
+
+
+def fmt_of(t: ir.Type, where: ir.Operation) -> str:
+    """The device number format (a `runtime.formats` key) of a tensor or element type."""
+    if isinstance(t, ir.RankedTensorType):
+        t = ir.RankedTensorType(t).element_type
+    if spyre.is_dlf16(t):
+        return "dlf16"
+    f = _FORMATS.get(str(t))
+    if f is None:
+        raise PassError(f"element type {t} has no device format", where.location)
+    return f
+
+
+def _shape(v: ir.Value) -> list[int]:
+    return list(ir.RankedTensorType(v.type).shape)
+
+
+def _attr_int(op: ir.Operation, name: str, default: int) -> int:
+    return ir.IntegerAttr(op.attributes[name]).value if name in op.attributes else default
+
+
+@dataclasses.dataclass
+class OpModel:
+    """What the cost model needs to know about one device op's kernel.
+
+    kind "matmul" (batch_matmul included, with `batch` and `batched`), "conv" or "rows". `chunked` lists the
+    operand indices a row-wise kernel reads as contiguous row blocks of its own rows (core c reads block c),
+    which spyre-schedule uses to see whether data crosses cores.
+    """
+
+    op: ir.Operation
+    kind: str
+    B: int = 1
+    M: int = 0
+    N: int = 0
+    K: int = 0
+    fmt: str = "dlf16"
+    out_fmt: str = "dlf16"
+    bias: bool = False
+    batched: bool = False
+    b_fmt: str | None = None          # matmul rhs format (None: fmt)
+    round_fmt: str | None = None      # matmul spyre.convert_result: rounded to this, then widened to out_fmt
+    converts: tuple[str | None, str | None] = (None, None)   # spyre.convert_operands formats (lhs, rhs)
+
+    @property
+    def fused(self) -> bool:
+        """A matmul with conversions spyre-fuse folded into it."""
+        return self.round_fmt is not None or any(self.converts)
+
+    def reference(self) -> "OpModel":
+        """The model of the unfused op (operands already converted, result not widened): its K split and K
+        tile fix the order of the fp32 accumulation, which the fused op keeps so results stay bit-identical."""
+        return dataclasses.replace(self, fmt=self.converts[0] or self.fmt, b_fmt=self.converts[1] or self.b_fmt,
+                                   out_fmt=self.round_fmt or self.out_fmt, round_fmt=None, converts=(None, None))
+    rows: cost.RowKernel | None = None
+    conv: cost.ConvKernel | None = None
+    chunked: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "matmul":
+            batch = f"B={self.B} " if self.batched else ""
+            return f"{self.op.name} {batch}M={self.M} N={self.N} K={self.K}"
+        if self.kind == "conv":
+            return f"{self.op.name} {self.conv.n}x{self.conv.f}x{self.conv.oh}x{self.conv.ow}"
+        return f"{self.op.name} with {self.rows.rows} rows"
+
+    def best_grid(self, cores: int, target: Target) -> tuple[int, ...] | None:
+        if self.kind == "matmul" and self.fused:
+            # The grid of the unfused op: the same K split (accumulation order) and division of the work.
+            return self.reference().best_grid(cores, target)
+        if self.kind == "matmul":
+            g = cost.best_batch_matmul_grid(self.B, self.M, self.N, self.K, cores, target, self.fmt, self.out_fmt,
+                                            self.bias, b_fmt=self.b_fmt, round_fmt=self.round_fmt)
+            return g if g is None or self.batched else g[1:]
+        if self.kind == "conv":
+            return cost.best_conv_grid(self.conv, cores, target)
+        return cost.best_rows_grid(self.rows, cores, target)
+
+    def grid4(self, grid) -> tuple[int, int, int, int]:
+        """A matmul grid as (gb, gm, gn, gk)."""
+        return tuple(grid) if self.batched else (1, *grid)
+
+
+def op_model(op: ir.Operation) -> OpModel:
+    name = op.name.removeprefix("spyre.")
+    fn = _MODELS.get(name)
+    if fn is None:
+        raise PassError(f"no kernel model for '{op.name}'", op.location)
+    return fn(op)
+
+
+def _matmul(op: ir.Operation) -> OpModel:
+    a, b = op.operands[0], op.operands[1]
+    sa, sb = _shape(a), _shape(b)
+    trans = "transpose_rhs" in op.attributes and ir.BoolAttr(op.attributes["transpose_rhs"]).value
+    batched = op.name == "spyre.batch_matmul"
+    # spyre-fuse: operands in another format are converted on the scratchpad (A / B tiles move in their own
+    # format), a result rounded to `spyre.convert_result` is widened on the scratchpad before its store.
+    rnd = ir.TypeAttr(op.attributes["spyre.convert_result"]).value if "spyre.convert_result" in op.attributes \
+        else None
+    conv = {}
+    if "spyre.convert_operands" in op.attributes:
+        conv = {na.name: fmt_of(ir.TypeAttr(na.attr).value, op)
+                for na in ir.DictAttr(op.attributes["spyre.convert_operands"])}
+    return OpModel(op, "matmul", B=math.prod(sa[:-2]), M=sa[-2], K=sa[-1], N=sb[-2] if trans else sb[-1],
+                   fmt=fmt_of(a.type, op), out_fmt=fmt_of(op.results[0].type, op),
+                   bias=len(op.operands) > 2, batched=batched, b_fmt=fmt_of(b.type, op),
+                   round_fmt=fmt_of(rnd, op) if rnd is not None else None,
+                   converts=(conv.get("lhs"), conv.get("rhs")))
+
+
+def _conv(op: ir.Operation) -> OpModel:
+    x, w = op.operands[0], op.operands[1]
+    n, c, h, wd = _shape(x)
+    f, _, kh, kw = _shape(w)
+    _, _, oh, ow = _shape(op.results[0])
+    pad = int_array(op, "padding") or [0, 0, 0, 0]
+    strides = int_array(op, "strides") or [1, 1]
+    dil = int_array(op, "dilations") or [1, 1]
+    k = cost.ConvKernel(n=n, f=f, oh=oh, ow=ow, c=c, h=h + pad[0] + pad[2], w=wd + pad[1] + pad[3], kh=kh, kw=kw,
+                        groups=_attr_int(op, "groups", 1), stride_h=strides[0], dil_h=dil[0],
+                        fmt=fmt_of(x.type, op), out_fmt=fmt_of(op.results[0].type, op), bias=len(op.operands) > 2)
+    return OpModel(op, "conv", fmt=k.fmt, out_fmt=k.out_fmt, bias=k.bias, conv=k)
+
+
+# ---- row-wise ops ------------------------------------------------------------------------------------------
+
+_ROLES = ("in", "inb", "inc", "ind")
+_TRANSCENDENTAL = {"math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p", "math.log2", "math.tanh",
+                   "math.erf", "math.powf", "math.sin", "math.cos", "math.atan", "math.atan2", "math.fpowi"}
+_RECIPROCAL = {"math.sqrt", "math.rsqrt", "arith.divf", "arith.remf"}
+_FREE = {"arith.constant", "spyre.yield"}
+
+
+def _operand(role: str, v: ir.Value, rows: int, op: ir.Operation, streamed: bool = True) -> cost.RowOperand:
+    shape = _shape(v)
+    numel, cols = math.prod(shape), (shape[-1] if shape else 1)
+    elems = -(-numel // rows) if streamed else numel
+    return cost.RowOperand(role, max(1, elems), max(1, cols), fmt_of(v.type, op), streamed)
+
+
+def _rows_model(op: ir.Operation, rows: int, inputs, temps=(), sfu=(), steps=2, chunked=None,
+                extra_span: int = 0) -> OpModel:
+    """inputs: (role, value, streamed) triples; the result is the streamed operand `out`."""
+    ins = tuple(_operand(role, v, rows, op, s) for role, v, s in inputs)
+    out = _operand("out", op.results[0], rows, op)
+    if chunked is None:
+        chunked = tuple(i for i, (_, v, s) in enumerate(inputs) if s and math.prod(_shape(v)) == rows * ins[i].elems)
+    k = cost.RowKernel(rows=max(1, rows), inputs=ins, outputs=(out,), temps=tuple(temps), sfu=tuple(sfu),
+                       steps=steps, extra_span=extra_span)
+    return OpModel(op, "rows", fmt=out.fmt, out_fmt=out.fmt, rows=k, chunked=chunked)
+
+
+def _lead(shape, axis: int) -> int:
+    return math.prod(shape[:axis])
+
+
+def _fp32_temp(name: str, elems: int, cols: int, first: int, last: int) -> cost.RowTemp:
+    return cost.RowTemp(name, max(1, elems), max(1, cols), "fp32", first, last)
+
+
+def _map(op: ir.Operation) -> OpModel:
+    rs = _shape(op.results[0])
+    rows = _lead(rs, len(rs) - 1)
+    inputs = []
+    for i, v in enumerate(op.operands):
+        n = math.prod(_shape(v)[:-1]) if _shape(v) else 1
+        inputs.append((_ROLES[i], v, n == rows))
+    counts = {"simple": 0, "reciprocal": 0, "transcendental": 0}
+    body = list(op.regions[0].blocks[0].operations)
+    for o in body:
+        n = o.operation.name
+        if n not in _FREE:
+            counts["transcendental" if n in _TRANSCENDENTAL else "reciprocal" if n in _RECIPROCAL else "simple"] += 1
+    if not any(counts.values()):
+        counts["simple"] = 1            # a copy or a fill still passes through the SFU
+    cols = rs[-1] if rs else 1
+    temps = [_fp32_temp("xf", cols, cols, 1, 2)] if sum(counts.values()) > 1 else []
+    return _rows_model(op, rows, inputs, temps, [(c, n) for c, n in counts.items() if n], steps=3)
+
+
+def _reduce(op: ir.Operation) -> OpModel:
+    x = op.operands[0]
+    xs = _shape(x)
+    dims = sorted(d % len(xs) for d in int_array(op, "dims"))
+    rows = _lead(xs, dims[0])
+    per_row = max(1, math.prod(_shape(op.results[0])) // max(1, rows))
+    return _rows_model(op, rows, [("in", x, True)], [_fp32_temp("acc", per_row, per_row, 1, 2)],
+                       [("simple", 1)], steps=3)
+
+
+def _softmax(op: ir.Operation) -> OpModel:
+    x = op.operands[0]
+    xs = _shape(x)
+    a = _attr_int(op, "dim", -1) % len(xs)
+    rows, e = _lead(xs, a), math.prod(xs[a:])
+    red = e // xs[a]
+    rc = xs[-1] if a < len(xs) - 1 else 1
+    # steps: 0 load, 1 cast to fp32, 2 max, 3 subtract, 4 exp, 5 sum, 6 reciprocal, 7 scale, 8 cast, 9 store
+    temps = [_fp32_temp("xf", e, xs[-1], 1, 8), _fp32_temp("max", red, rc, 2, 3), _fp32_temp("sum", red, rc, 5, 7)]
+    return _rows_model(op, rows, [("in", x, True)], temps, [("simple", 6), ("transcendental", 1)], steps=9)
+
+
+def _layernorm(op: ir.Operation) -> OpModel:
+    x = op.operands[0]
+    xs = _shape(x)
+    a = _attr_int(op, "axis", -1) % len(xs)
+    rows, e, cols = _lead(xs, a), math.prod(xs[a:]), xs[-1]
+    params = [(role, v, False) for role, v in zip(("weight", "bias"), list(op.operands)[1:])]
+    # steps: 0 load, 1 cast, 2 mean, 3 subtract, 4 square, 5 mean, 6 +eps, 7 rsqrt, 8 scale, 9 *w, 10 +b,
+    # 11 cast, 12 store. mean (2-3) and sq (4-5) never live together, so they share bytes.
+    temps = [_fp32_temp("xf", e, cols, 1, 11), _fp32_temp("mean", 1, 1, 2, 3), _fp32_temp("sq", e, cols, 4, 5),
+             _fp32_temp("var", 1, 1, 5, 8)]
+    return _rows_model(op, rows, [("in", x, True)] + params, temps, [("simple", 9)], steps=12)
+
+
+def _rmsnorm(op: ir.Operation) -> OpModel:
+    x = op.operands[0]
+    xs = _shape(x)
+    rows, cols = _lead(xs, len(xs) - 1), xs[-1]
+    params = [("weight", v, False) for v in list(op.operands)[1:]]
+    # steps: 0 load, 1 cast, 2 square, 3 mean, 4 +eps, 5 rsqrt, 6 scale, 7 *w, 8 cast, 9 store
+    temps = [_fp32_temp("xf", cols, cols, 1, 8), _fp32_temp("sq", cols, cols, 2, 3), _fp32_temp("ms", 1, 1, 3, 6)]
+    return _rows_model(op, rows, [("in", x, True)] + params, temps, [("simple", 7)], steps=9)
+
+
+def _cast(op: ir.Operation) -> OpModel:
+    rs = _shape(op.results[0])
+    rows = _lead(rs, len(rs) - 1)
+    inputs = [("in", op.operands[0], True)] + [("scale", v, False) for v in list(op.operands)[1:]]
+    return _rows_model(op, rows, inputs, sfu=[("simple", 1)])
+
+
+def _movement(op: ir.Operation) -> OpModel:
+    """transpose, reshape, slice, pad, concat: DMA through the scratchpad, rows of the result."""
+    rs = _shape(op.results[0])
+    rows = _lead(rs, len(rs) - 1)
+    inputs = [(_ROLES[i], v, True) for i, v in enumerate(op.operands)]
+    same_order = op.name in ("spyre.reshape",)
+    sfu = [("simple", 1)] if op.name == "spyre.pad" else []
+    return _rows_model(op, rows, inputs, sfu=sfu, chunked=None if same_order else ())
+
+
+def _gather(op: ir.Operation) -> OpModel:
+    """Rows of the table by index into the output. The runtime's host gather reads the table (there is no
+    device kernel yet), so the table is not in any core's span: a 400 MB embedding table must not make the
+    op impossible to place."""
+    idx = op.operands[1]
+    rows = max(1, math.prod(_shape(idx)))
+    return _rows_model(op, rows, [("idx", idx, True)], chunked=())
+
+
+def _pool(op: ir.Operation) -> OpModel:
+    x = op.operands[0]
+    xs = _shape(x)
+    k = int_array(op, "kernel")
+    return _rows_model(op, xs[0] * xs[1], [("in", x, True)], sfu=[("simple", k[0] * k[1])])
+
+
+_MODELS = {
+    "matmul": _matmul, "batch_matmul": _matmul, "conv2d": _conv, "map": _map, "reduce": _reduce,
+    "softmax": _softmax, "layernorm": _layernorm, "rmsnorm": _rmsnorm, "cast": _cast, "transpose": _movement,
+    "reshape": _movement, "slice": _movement, "pad": _movement, "concat": _movement, "gather": _gather,
+    "pool2d": _pool,
+}
+
+
+# ---- An op's grid and tile -------------------------------------------------------------------------------------
+
+
+def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
+         ) -> tuple[int, list[cost.Buffer]] | None:
+    """(buffer count, buffers) of an op's kernel on `grid` in `tile`: the one description of its scratchpad use
+    that spyre-tile fits and spyre-allocate-scratchpad places. None when it does not fit."""
+    if model.kind == "matmul":
+        gb, gm, gn, gk = model.grid4(grid)
+        tm, tn, tk = tile[-3:]
+        return cost.matmul_plan(model.M // gm, model.N // gn, model.K // gk, (tm, tn, tk), target, model.fmt,
+                                model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
+                                b_fmt=model.b_fmt, round_fmt=model.round_fmt)
+    if model.kind == "conv":
+        return cost.conv_plan(model.conv, grid, tile, target)
+    return cost.rows_plan(model.rows, grid[0], tile[0], target)
+
+
+def check_rank(model: OpModel, values: list[int], attr: str) -> None:
+    """`values` has one positive size per dimension of the op's iteration space; a grid splits it evenly."""
+    want = {"matmul": 4 if model.batched else 3, "conv": 3}.get(model.kind, 1)
+    if len(values) != want or min(values) < 1:
+        raise PassError(f"{attr} of '{model.op.name}' must be {want} positive sizes, got {values}", model.op.location)
+    if attr != GRID:
+        return
+    if model.kind == "matmul":
+        dims = (model.B, model.M, model.N, model.K)[-want:]
+    elif model.kind == "conv":
+        dims = (model.conv.n, model.conv.f, model.conv.oh)
+    else:
+        dims = (model.rows.rows,)
+    if any(d % g for d, g in zip(dims, values)):
+        raise PassError(f"{attr} {values} does not split the {'x'.join(map(str, dims))} iteration space of "
+                        f"'{model.op.name}' evenly", model.op.location)
