@@ -14,16 +14,23 @@ a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer
   DLFloat16 copies of the A / B tile when their format is not a PT-array format (fp32, bf16), `acc` fp32
   [tm, tn], `red` fp32 [tm, tn] ring reduce-sum destination (split-K only, gk > 1), `out` [tm, tn] result
   format (the `spyre.convert_result` format when there is one), `outf` [tm, tn] result format (the widened
-  copy of `out` that is stored, with `spyre.convert_result` only), `bias` fp32 [1, tn] (with a bias operand).
+  copy of `out` that is stored, with `spyre.convert_result` only), `bias` [1, tn] (with a bias operand, in its
+  format), `colscale` fp32 [1, tn] (a quantized weight's per-column scales).
 * conv2d: `a0 a1` input patch [channels x input rows, padded W] x2, `b0 b1` filters [C/g*KH*KW, tf] x2,
   `acc` fp32 and `out` [tf x toh, OW], `bias` fp32 [1, tf].
 * row-wise ops, for a tile of tr rows: streamed inputs `in0 in1` (first operand), `inb0 inb1`, `inc0 inc1`,
   `ind0 ind1` (further map inputs; concat's rhs is `inb`), gather's indices `idx0 idx1`; the result `out0 out1`.
   Operands every row shares load once into one buffer named by role: `in` / `inb`... (a map input broadcast
   over rows), `weight` and `bias` (layernorm, rmsnorm), `scale` (cast). fp32 temporaries:
-  map `xf` (chained body ops); reduce `acc` [tr, per-row results]; softmax `xf` [tr, C], `max`, `sum` [tr, 1]
-  (max and sum share bytes); layernorm `xf`, `sq` [tr, C], `mean`, `var` [tr, 1] (mean and sq share);
-  rmsnorm `xf`, `sq` [tr, C], `ms` [tr, 1].
+  map `ta tb`... [tr, C] (the body's live temporaries); reduce `rt` [tr, 1] and, over several dims, `acc`
+  [tr, C]; softmax `xf` [tr, C], `max`, `sum` [tr, 1] (max and sum share bytes); layernorm `xf`, `sq` [tr, C],
+  `mean`, `var` [tr, 1] (mean and sq share); rmsnorm `xf`, `sq` [tr, C], `ms` [tr, 1].
+* pool2d, for a tile of tr output rows (n, c, oh): `sela selb`... [W, OW] column selections (loaded once), `in0` [tr, W]
+  gathered input rows, `ct` and `res` fp32 [tr, OW], `out0` [tr, OW]; loads happen in the work, so never
+  double-buffered.
+* ops spyre-divide-work marked `spyre.const_fold` (computed while compiling) get none.
+
+These are the buffers spyre-emit's kernels use (spyre_mlir/codegen/plan.py reads them back by name).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from spyre_mlir import cost
 from spyre_mlir.passes.analysis import (GRID, SCRATCHPAD, SCRATCHPAD_BYTES, SCRATCHPAD_PEAK, TILE, device_ops,
                                         get_target, require)
 from spyre_mlir.passes.base import PassError, SpyrePass
-from spyre_mlir.passes.op_model import check_rank, op_model, plan
+from spyre_mlir.passes.op_model import buffers, check_rank, op_model, plan
 
 
 @dataclasses.dataclass
@@ -58,7 +65,7 @@ class AllocateScratchpadPass(SpyrePass):
             check_rank(model, tile, TILE)
             fit = plan(model, grid, tile, target)
             if fit is None:
-                bufs = plan_single(model, grid, tile)
+                bufs = buffers(model, grid, tile, 1)
                 need = cost.footprint(bufs, target)
                 raise PassError(f"the buffers of tile {tile} need {need} bytes of scratchpad, "
                                 f"{target.scratchpad_usable_bytes} available", op.location)
@@ -67,14 +74,3 @@ class AllocateScratchpadPass(SpyrePass):
             op.attributes[SCRATCHPAD_BYTES] = ir.IntegerAttr.get(i64, used)
             peak = max(peak, used)
         module.attributes[SCRATCHPAD_PEAK] = ir.IntegerAttr.get(i64, peak)
-
-
-def plan_single(model, grid, tile) -> list[cost.Buffer]:
-    """The single-buffered buffers of a tile, to say how much it would need."""
-    if model.kind == "matmul":
-        gk = model.grid4(grid)[3]
-        return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias,
-                                   b_fmt=model.b_fmt, round_fmt=model.round_fmt)
-    if model.kind == "conv":
-        return cost.conv_buffers(model.conv, tile, 1)
-    return cost.rowwise_buffers(model.rows, tile[0], 1)

@@ -26,6 +26,7 @@ SCRATCHPAD = "spyre.scratchpad"               # spyre-allocate-scratchpad: buffe
 SCRATCHPAD_BYTES = "spyre.scratchpad_bytes"   # spyre-allocate-scratchpad: the op's peak
 SCRATCHPAD_PEAK = "spyre.scratchpad_peak"     # spyre-allocate-scratchpad: the module's peak
 DOUBLE_BUFFER = "spyre.double_buffer"         # spyre-schedule
+CONST_FOLD = "spyre.const_fold"               # spyre-divide-work (spyre-layout on weight restickifies): compile time
 BARRIER = "spyre.barrier"                     # spyre-schedule
 
 # ---- Device ops ------------------------------------------------------------------------------------------------
@@ -49,7 +50,8 @@ def is_device_op(op) -> bool:
 
 
 def device_ops(module: ir.Operation) -> list[ir.Operation]:
-    """Device ops in program order: spyre ops other than host/yield, not nested in a spyre.host."""
+    """Device ops in program order: spyre ops other than host/yield, not nested in a spyre.host, and not
+    computed at compile time (``spyre.const_fold``, see :func:`compile_time_ops`)."""
     found: list[ir.Operation] = []
 
     def visit(op: ir.Operation):
@@ -57,11 +59,35 @@ def device_ops(module: ir.Operation) -> list[ir.Operation]:
         if name == "spyre.host":
             return ir.WalkResult.SKIP
         if name.startswith("spyre.") and name not in NOT_DEVICE:
-            found.append(op)
+            if not (CONST_FOLD in op.attributes and ir.BoolAttr(op.attributes[CONST_FOLD]).value):
+                found.append(op)
             return ir.WalkResult.SKIP      # a map body holds scalar ops only
         return ir.WalkResult.ADVANCE
 
     module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def compile_time_ops(module: ir.Operation) -> list[ir.Operation]:
+    """Spyre ops of the functions' bodies whose every operand is known at compile time: a parameter, a
+    literal (``arith.constant``), or the result of such an op. spyre-emit computes them while compiling
+    (casts and quantization of weights, their restickifies, a broadcast mask), so they get no kernel."""
+    found: list[ir.Operation] = []
+    for func in function_ops(module):
+        known: set = set()
+        block = func.regions[0].blocks[0]
+        for a in block.arguments:
+            if is_param(a, func):
+                known.add(a)
+        for o in block.operations:
+            op = o.operation
+            if op.name == "spyre.host":
+                continue
+            if op.name == "arith.constant" or (op.name.startswith("spyre.") and op.name not in NOT_DEVICE
+                                               and all(v in known for v in op.operands)):
+                known.update(op.results)
+                if op.name != "arith.constant":
+                    found.append(op)
     return found
 
 

@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import GRID, int_array
+from spyre_mlir.passes.analysis import GRID, int_array, producer
 from spyre_mlir.passes.base import PassError
 from spyre_mlir.target import Target
 
@@ -61,7 +61,8 @@ class OpModel:
     K: int = 0
     fmt: str = "dlf16"
     out_fmt: str = "dlf16"
-    bias: bool = False
+    bias: bool | str = False          # a matmul's bias operand format (False: none)
+    colscale: str | None = None       # matmul: the format of quantized weights' per-column scales
     batched: bool = False
     b_fmt: str | None = None          # matmul rhs format (None: fmt)
     round_fmt: str | None = None      # matmul spyre.convert_result: rounded to this, then widened to out_fmt
@@ -95,7 +96,8 @@ class OpModel:
             return self.reference().best_grid(cores, target)
         if self.kind == "matmul":
             g = cost.best_batch_matmul_grid(self.B, self.M, self.N, self.K, cores, target, self.fmt, self.out_fmt,
-                                            self.bias, b_fmt=self.b_fmt, round_fmt=self.round_fmt)
+                                            self.bias, b_fmt=self.b_fmt, round_fmt=self.round_fmt,
+                                            colscale=self.colscale)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
             return cost.best_conv_grid(self.conv, cores, target)
@@ -127,11 +129,29 @@ def _matmul(op: ir.Operation) -> OpModel:
     if "spyre.convert_operands" in op.attributes:
         conv = {na.name: fmt_of(ir.TypeAttr(na.attr).value, op)
                 for na in ir.DictAttr(op.attributes["spyre.convert_operands"])}
+    quant = _quantized(b, op)
     return OpModel(op, "matmul", B=math.prod(sa[:-2]), M=sa[-2], K=sa[-1], N=sb[-2] if trans else sb[-1],
                    fmt=fmt_of(a.type, op), out_fmt=fmt_of(op.results[0].type, op),
-                   bias=len(op.operands) > 2, batched=batched, b_fmt=fmt_of(b.type, op),
+                   bias=fmt_of(op.operands[2].type, op) if len(op.operands) > 2 else False, batched=batched,
+                   b_fmt=quant[0] if quant else fmt_of(b.type, op), colscale=quant[1] if quant else None,
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
                    converts=(conv.get("lhs"), conv.get("rhs")))
+
+
+def _quantized(v: ir.Value, op: ir.Operation) -> tuple[str, str | None] | None:
+    """(storage format, per-column scale format or None) when `v` is a quantized weight's dequantize (a
+    `spyre.cast` with `scale_mode` of an fp8 / int8 value, through restickifies and reshapes): spyre-emit keeps
+    such a weight in 8 bits and applies the scales on the matmul's write-back."""
+    p = producer(v)
+    while p is not None and p.name in ("spyre.transpose", "spyre.reshape") and len(p.operands) == 1:
+        p = producer(p.operands[0])
+    if p is None or p.name != "spyre.cast" or "scale_mode" not in p.attributes:
+        return None
+    stored = fmt_of(p.operands[0].type, op)
+    if stored not in ("fp8_e4m3", "fp8_e5m2", "int8"):
+        return None
+    per_column = ir.StringAttr(p.attributes["scale_mode"]).value == "per-channel"
+    return stored, "fp32" if per_column else None
 
 
 def _conv(op: ir.Operation) -> OpModel:
@@ -150,7 +170,6 @@ def _conv(op: ir.Operation) -> OpModel:
 
 # ---- row-wise ops ------------------------------------------------------------------------------------------
 
-_ROLES = ("in", "inb", "inc", "ind")
 _TRANSCENDENTAL = {"math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p", "math.log2", "math.tanh",
                    "math.erf", "math.powf", "math.sin", "math.cos", "math.atan", "math.atan2", "math.fpowi"}
 _RECIPROCAL = {"math.sqrt", "math.rsqrt", "arith.divf", "arith.remf"}
@@ -184,34 +203,76 @@ def _fp32_temp(name: str, elems: int, cols: int, first: int, last: int) -> cost.
     return cost.RowTemp(name, max(1, elems), max(1, cols), "fp32", first, last)
 
 
+def _role(i: int) -> str:
+    """Operand roles of a row-wise kernel's buffers: in, inb, inc, ..."""
+    return "in" if i == 0 else "in" + chr(ord("a") + i)
+
+
+def _temp(j: int) -> str:
+    """A map temporary's buffer: ta, tb, ... (a name ending in 0/1 would read as a double buffer)."""
+    return "t" + chr(ord("a") + j)
+
+
+def _map_kind(shape, rows: int, cols: int) -> str:
+    """How a map kernel reads an operand of ``shape`` for a [rows, cols] result (codegen/kernels/rows.py):
+    "full" [tr, C] and "row" [tr, 1] tiles stream with the rows, "col" [1, C] and "scalar" [1, 1] load once."""
+    shape = shape or [1]
+    lead_bcast = all(s == 1 for s in shape[:-1])
+    if shape[-1] == cols and cols != 1:
+        return "col" if lead_bcast and rows > 1 else "full"
+    if cols == 1:
+        return "scalar" if lead_bcast and rows > 1 else "full"
+    return "scalar" if lead_bcast else "row"
+
+
 def _map(op: ir.Operation) -> OpModel:
-    rs = _shape(op.results[0])
-    rows = _lead(rs, len(rs) - 1)
-    inputs = []
+    from spyre_mlir.codegen.sfu import NotOnSfu, live_temps, translate
+
+    rs = _shape(op.results[0]) or [1]
+    rows, cols = math.prod(rs[:-1]), rs[-1]
+    ins, kinds, chunked = [], [], []
     for i, v in enumerate(op.operands):
-        n = math.prod(_shape(v)[:-1]) if _shape(v) else 1
-        inputs.append((_ROLES[i], v, n == rows))
+        kind = _map_kind(_shape(v), rows, cols)
+        kinds.append(kind)
+        width = cols if kind in ("full", "col") else 1
+        ins.append(cost.RowOperand(_role(i), width, width, fmt_of(v.type, op), kind in ("full", "row")))
+        if kind == "full" and (_shape(v) or [1]) == rs:
+            chunked.append(i)
     counts = {"simple": 0, "reciprocal": 0, "transcendental": 0}
-    body = list(op.regions[0].blocks[0].operations)
-    for o in body:
+    for o in op.regions[0].blocks[0].operations:
         n = o.operation.name
         if n not in _FREE:
             counts["transcendental" if n in _TRANSCENDENTAL else "reciprocal" if n in _RECIPROCAL else "simple"] += 1
     if not any(counts.values()):
         counts["simple"] = 1            # a copy or a fill still passes through the SFU
-    cols = rs[-1] if rs else 1
-    temps = [_fp32_temp("xf", cols, cols, 1, 2)] if sum(counts.values()) > 1 else []
-    return _rows_model(op, rows, inputs, temps, [(c, n) for c, n in counts.items() if n], steps=3)
+    try:
+        sfu_ops, result, _ = translate(op.regions[0].blocks[0], kinds)
+        nslots = live_temps(sfu_ops, result)[1]
+    except NotOnSfu:
+        nslots = 0                       # not an SFU body: the op runs on the host
+    temps = [_fp32_temp(_temp(j), cols, cols, 1, 2) for j in range(nslots)]
+    out = cost.RowOperand("out", cols, cols, fmt_of(op.results[0].type, op))
+    k = cost.RowKernel(rows=max(1, rows), inputs=tuple(ins), outputs=(out,), temps=tuple(temps),
+                       sfu=tuple((c, n) for c, n in counts.items() if n), steps=3)
+    return OpModel(op, "rows", fmt=out.fmt, out_fmt=out.fmt, rows=k, chunked=tuple(chunked))
 
 
 def _reduce(op: ir.Operation) -> OpModel:
+    """Rows of the reduced suffix: [tr, C] input tiles, an fp32 row result `rt` [tr, 1], the result [tr, 1].
+    Reduced outer dims (mid > 1) are combined elementwise into `acc` [tr, C] fp32 from rows gathered inside the
+    work, so nothing is prefetched."""
     x = op.operands[0]
-    xs = _shape(x)
+    xs = _shape(x) or [1]
     dims = sorted(d % len(xs) for d in int_array(op, "dims"))
+    cols = xs[-1]
+    mid = math.prod(xs[dims[0]:-1]) if len(xs) > 1 else 1
     rows = _lead(xs, dims[0])
-    per_row = max(1, math.prod(_shape(op.results[0])) // max(1, rows))
-    return _rows_model(op, rows, [("in", x, True)], [_fp32_temp("acc", per_row, per_row, 1, 2)],
-                       [("simple", 1)], steps=3)
+    temps = [_fp32_temp("rt", 1, 1, 1, 2)] + ([_fp32_temp("acc", cols, cols, 1, 2)] if mid > 1 else [])
+    k = cost.RowKernel(rows=max(1, rows), inputs=(cost.RowOperand("in", cols, cols, fmt_of(x.type, op)),),
+                       outputs=(cost.RowOperand("out", 1, 1, fmt_of(op.results[0].type, op)),),
+                       temps=tuple(temps), sfu=(("simple", mid),), steps=3, prefetch=mid == 1)
+    return OpModel(op, "rows", fmt=k.outputs[0].fmt, out_fmt=k.outputs[0].fmt, rows=k,
+                   chunked=(0,) if mid == 1 else ())
 
 
 def _softmax(op: ir.Operation) -> OpModel:
@@ -260,7 +321,7 @@ def _movement(op: ir.Operation) -> OpModel:
     """transpose, reshape, slice, pad, concat: DMA through the scratchpad, rows of the result."""
     rs = _shape(op.results[0])
     rows = _lead(rs, len(rs) - 1)
-    inputs = [(_ROLES[i], v, True) for i, v in enumerate(op.operands)]
+    inputs = [(_role(i), v, True) for i, v in enumerate(op.operands)]
     same_order = op.name in ("spyre.reshape",)
     sfu = [("simple", 1)] if op.name == "spyre.pad" else []
     return _rows_model(op, rows, inputs, sfu=sfu, chunked=None if same_order else ())
@@ -276,10 +337,20 @@ def _gather(op: ir.Operation) -> OpModel:
 
 
 def _pool(op: ir.Operation) -> OpModel:
+    """Output rows (n, c, oh): per window row i the input rows are gathered into `in0` [tr, W]; each window
+    column j selects its columns with a 0/1 matrix `sela`, `selb`... [W, OW] (loaded once) into `ct` [tr, OW] fp32,
+    combined into `res` [tr, OW] fp32; the result `out0` [tr, OW]. Loads happen inside the work."""
     x = op.operands[0]
-    xs = _shape(x)
-    k = int_array(op, "kernel")
-    return _rows_model(op, xs[0] * xs[1], [("in", x, True)], sfu=[("simple", k[0] * k[1])])
+    n, c, _, w = _shape(x)
+    _, _, oh, ow = _shape(op.results[0])
+    kh, kw = int_array(op, "kernel")
+    fmt, out_fmt = fmt_of(x.type, op), fmt_of(op.results[0].type, op)
+    sels = tuple(cost.RowOperand(f"sel{chr(ord('a') + j)}", w * ow, ow, fmt, streamed=False) for j in range(kw))
+    k = cost.RowKernel(rows=n * c * oh, inputs=(cost.RowOperand("in", w, w, fmt),) + sels,
+                       outputs=(cost.RowOperand("out", ow, ow, out_fmt),),
+                       temps=(_fp32_temp("ct", ow, ow, 1, 2), _fp32_temp("res", ow, ow, 1, 2)),
+                       sfu=(("simple", kh * kw),), steps=3, prefetch=False)
+    return OpModel(op, "rows", fmt=out_fmt, out_fmt=out_fmt, rows=k, chunked=())
 
 
 _MODELS = {
@@ -293,6 +364,17 @@ _MODELS = {
 # ---- An op's grid and tile -------------------------------------------------------------------------------------
 
 
+def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list[cost.Buffer]:
+    """The buffers of an op's kernel on `grid` in `tile` with `nbuf` buffers per streamed operand."""
+    if model.kind == "matmul":
+        gk = model.grid4(grid)[3]
+        return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=nbuf, split_k=gk, bias=model.bias,
+                                   b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
+    if model.kind == "conv":
+        return cost.conv_buffers(model.conv, tile, nbuf)
+    return cost.rowwise_buffers(model.rows, tile[0], nbuf)
+
+
 def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
          ) -> tuple[int, list[cost.Buffer]] | None:
     """(buffer count, buffers) of an op's kernel on `grid` in `tile`: the one description of its scratchpad use
@@ -302,7 +384,7 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
         tm, tn, tk = tile[-3:]
         return cost.matmul_plan(model.M // gm, model.N // gn, model.K // gk, (tm, tn, tk), target, model.fmt,
                                 model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
-                                b_fmt=model.b_fmt, round_fmt=model.round_fmt)
+                                b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)

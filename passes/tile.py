@@ -71,17 +71,17 @@ class TilePass(SpyrePass):
                 ref = model.reference()
                 rfit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, batch=model.B // gb, split_k=gk,
                                       bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
-                                      b_fmt=ref.b_fmt)
+                                      b_fmt=ref.b_fmt, colscale=model.colscale)
                 if rfit is not None:
                     force = (force[0], force[1], rfit[0][2])
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
                                  bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
-                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt)
+                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
             if fit is None:
                 cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt, model.b_fmt)
                 tile = tuple(f or min(c) for f, c in zip(force, cands))
                 bufs = cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias,
-                                           b_fmt=model.b_fmt, round_fmt=model.round_fmt)
+                                           b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
                 _no_fit(op, target, tile, cost.footprint(bufs, target), any(force))
             return (1, *fit[0]) if model.batched else fit[0]
         if model.kind == "conv":

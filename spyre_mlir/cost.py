@@ -166,11 +166,13 @@ def _bytes_per_cycle(target: Target, active: int) -> float:
 
 def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None, *, nbuf: int = 2,
                    split_k: int = 1, bias: bool = False, b_fmt: str | None = None,
-                   round_fmt: str | None = None) -> list[Buffer]:
+                   round_fmt: str | None = None, colscale: str | None = None) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn]), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
-    ([tm,tn] result format, the widened copy of out, with ``round_fmt`` only), bias (fp32 [1,tn]). All live
+    ([tm,tn] result format, the widened copy of out, with ``round_fmt`` only), bias ([1,tn] in the bias
+    operand's format when ``bias`` names it, else fp32), colscale ([1,tn] in ``colscale``'s format: the
+    per-column scales of quantized weights, applied on write-back). All live
     throughout."""
     tm, tn, tk = tile
     out_fmt = out_fmt or fmt
@@ -189,8 +191,15 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
     if round_fmt:
         bufs.append(Buffer("outf", tile_bytes(tm, tn, out_fmt)))
     if bias:
-        bufs.append(Buffer("bias", tile_bytes(1, tn, FP32)))
+        bufs.append(Buffer("bias", tile_bytes(1, tn, _bias_fmt(bias))))
+    if colscale:
+        bufs.append(Buffer("colscale", tile_bytes(1, tn, colscale)))
     return bufs
+
+
+def _bias_fmt(bias) -> str:
+    """``bias`` is False, True (an fp32 bias) or the bias operand's format."""
+    return bias if isinstance(bias, str) else FP32
 
 
 def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
@@ -217,9 +226,9 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt) + tiles * _convert_out(tm, tn, target,
                                                                                                 round_fmt)
     loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, b_fmt))
-                     + (tile_bytes(1, tn, FP32) if bias else 0))
+                     + (tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0))
     stores = tiles * tile_bytes(tm, tn, out_fmt)
-    transfers = tiles * (2 * steps + 1 + bias)
+    transfers = tiles * (2 * steps + 1 + bool(bias))
     share = _bytes_per_cycle(target, active or gb * gm * gn * gk)
     if gk > 1:
         # The split-K group meets at a barrier per output tile: its loads run between barriers with no store
@@ -273,7 +282,7 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     rate = target.ring_bytes_per_cycle
     ring_a = (gn - 1) * (a_part / rate + target.hop_latency_cycles)
     ring_b = (gm - 1) * (b_part / rate + target.hop_latency_cycles)
-    loads = a_part + b_part + (tile_bytes(1, tn, FP32) / steps if bias else 0.0)
+    loads = a_part + b_part + (tile_bytes(1, tn, _bias_fmt(bias)) / steps if bias else 0.0)
 
     def fetch(bw):
         dma_a = a_part / bw + target.dma_latency_cycles
@@ -327,14 +336,15 @@ def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, 
 
 def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, fmt: str = "dlf16",
                 out_fmt: str | None = None, *, batch: int = 1, split_k: int = 1, bias: bool = False,
-                b_fmt: str | None = None, round_fmt: str | None = None) -> tuple[int, list[Buffer]] | None:
+                b_fmt: str | None = None, round_fmt: str | None = None,
+                colscale: str | None = None) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
     loads = batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk)
     for nbuf in (2, 1):
         bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
-                              round_fmt=round_fmt)
+                              round_fmt=round_fmt, colscale=colscale)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
@@ -343,7 +353,8 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
 def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out_fmt: str | None = None, *,
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
-              b_fmt: str | None = None, round_fmt: str | None = None) -> tuple[tuple[int, int, int], int] | None:
+              b_fmt: str | None = None, round_fmt: str | None = None,
+              colscale: str | None = None) -> tuple[tuple[int, int, int], int] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
     with its buffer count (2: double-buffered); None when nothing fits. Ties go to the larger tile.
 
@@ -357,7 +368,7 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
     best = None
     for tile in itertools.product(*cands):
         plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias,
-                           b_fmt=b_fmt, round_fmt=round_fmt)
+                           b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale)
         if plan is None:
             continue
         gm, gn = grid if grid and split_k == 1 else (1, 1)
@@ -386,7 +397,8 @@ def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fm
 
 def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str = "dlf16",
                            out_fmt: str | None = None, bias: bool = False, b_fmt: str | None = None,
-                           round_fmt: str | None = None) -> tuple[int, int, int, int] | None:
+                           round_fmt: str | None = None, colscale: str | None = None
+                           ) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, even stick-aligned splits (M in multiples of the PT
     rows, N in whole sticks of B and the result, K in whole sticks of A), each core's span within the target's
     ``core_span_bytes``, and a tile that fits. K is split only when the batch, M and N together cannot use
@@ -401,7 +413,7 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
             continue
         active = gb * gm * gn * gk
         fit = best_tile(M // gm, N // gn, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
-                        active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt)
+                        active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale)
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
@@ -464,7 +476,8 @@ class RowKernel:
     ``inputs`` and ``outputs`` are the operands (streamed ones double-buffered), ``temps`` the fp32 working
     tiles with their lifetimes in the kernel's steps (``steps`` per tile), ``sfu`` the SFU passes per element
     of the largest streamed operand as (cost class, count); ``extra_span`` device bytes every core addresses besides its rows (a
-    gather's table).
+    gather's table). ``prefetch`` False: the kernel loads a tile's rows inside its work (a gather per window
+    row or per reduced row), so nothing is double-buffered.
     """
 
     rows: int
@@ -474,6 +487,7 @@ class RowKernel:
     sfu: tuple[tuple[str, float], ...] = ()
     steps: int = 2
     extra_span: int = 0
+    prefetch: bool = True
 
 
 def rowwise_buffers(k: RowKernel, tr: int, nbuf: int = 2) -> list[Buffer]:
@@ -507,7 +521,8 @@ def rowwise_cycles(k: RowKernel, grid: Sequence[int], tile: Sequence[int] | None
     moved = tiles * sum(o.tile_bytes(tr) for o in streamed) + sum(o.tile_bytes(tr) for o in fixed)
     dma = (moved / _bytes_per_cycle(target, active or gr)
            + (tiles * len(streamed) + len(fixed)) * target.dma_latency_cycles)
-    return Cycles(sfu=sfu, dma=dma, total=_overlap(sfu, dma, tiles, double_buffer) + sync_cycles(gr, target))
+    return Cycles(sfu=sfu, dma=dma, total=_overlap(sfu, dma, tiles, double_buffer and k.prefetch)
+                  + sync_cycles(gr, target))
 
 
 def rowwise_span(k: RowKernel, gr: int) -> int:
@@ -527,7 +542,7 @@ def rows_plan(k: RowKernel, gr: int, tr: int, target: Target) -> tuple[int, list
     tiles = _ceil(_ceil(k.rows, gr), tr)
     for nbuf in (2, 1):
         bufs = rowwise_buffers(k, tr, nbuf)
-        if nbuf == nbuf_for(tiles, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
+        if nbuf == nbuf_for(tiles, k.prefetch) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
 

@@ -45,6 +45,7 @@ from .hostcode import HostModule
 from .kernels import EMITTERS, HAS_KERNEL
 from .kernels.move import col_terms
 from .memory import DevTensor, format_of, io_dtype
+from .plan import PlanError
 
 __all__ = ["Emitter", "EmitError", "TileError"]
 
@@ -289,6 +290,8 @@ class Emitter:
         if all(v in self.known or self._foldable_value(v) for v in reads):
             self._mark_foldable(op)
             return "fold"
+        if _attr(op, "spyre.const_fold"):
+            return "host"          # weights given at run time (parameters without values): no kernel was planned
         if name == "spyre.reshape":
             return "device" if self._reshape_is_alias(op) or col_terms(self, op) is not None else "host"
         if name in HAS_KERNEL and HAS_KERNEL[name](self, op):
@@ -350,7 +353,7 @@ class Emitter:
             self.barrier(loc)
         try:
             EMITTERS[name](self, op, loc)
-        except (TileError, ValueError) as e:
+        except (TileError, PlanError, ValueError) as e:
             raise EmitError(str(e), op.operation.location) from None
         self._synced = False
         barrier = _attr(op, "spyre.barrier")

@@ -59,7 +59,7 @@ func.func @layernorm(%x: tensor<1024x1024x!spyre.dlf16>, %w: tensor<1024x!spyre.
 // CHECK: "spyre.matmul"
 // CHECK-SAME: spyre.scratchpad_bytes = 344064 : i64
 // CHECK: "spyre.map"
-// CHECK: spyre.scratchpad = {in0 = 0 : i64, in1 = 4096 : i64, inb = 8192 : i64, out0 = 8320 : i64, out1 = 12416 : i64, xf = 16512 : i64}
+// CHECK: spyre.scratchpad = {in0 = 0 : i64, in1 = 4096 : i64, inb = 8192 : i64, out0 = 8320 : i64, out1 = 12416 : i64, ta = 16512 : i64}
 // CHECK-SAME: spyre.scratchpad_bytes = 24704 : i64
 func.func @matmul_map(%x: tensor<1024x1024x!spyre.dlf16>, %w: tensor<1024x64x!spyre.dlf16>, %bias: tensor<64x!spyre.dlf16>) -> tensor<1024x64x!spyre.dlf16> {
   %r = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 2, 1, 1>, spyre.tile = array<i64: 512, 64, 64>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x64x!spyre.dlf16>) -> tensor<1024x64x!spyre.dlf16>

@@ -1,7 +1,7 @@
 // spyre-emit on hand-annotated kernel-level IR: the listing (one line per instruction and core) shows the
 // kernels, buffers and host ops. The cases after the "ERRORS" line fail with a located diagnostic.
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -o /dev/null -p 'builtin.module(spyre-emit{listing=- cores=2})' | filecheck %s
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -o /dev/null -p 'builtin.module(spyre-emit{cores=2})'
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -o /dev/null -p 'builtin.module(spyre-allocate-scratchpad,spyre-emit{listing=- cores=2})' | filecheck %s
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -o /dev/null -p 'builtin.module(spyre-allocate-scratchpad,spyre-emit{cores=2})'
 
 // A [64,128] x [128,128] matmul split over M on two cores: each core loads its A rows and the whole B,
 // multiplies on the PT array into an fp32 accumulator, writes back dlf16 and stores its half; a barrier
@@ -113,7 +113,7 @@ func.func @main(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<64x!spyre.dlf16>) -> t
 // CHECK-NEXT: barrier mask=3
 // CHECK-NEXT: end
 func.func @main(%x: tensor<2x16x64x!spyre.dlf16>) -> tensor<2x64x16x!spyre.dlf16> {
-  %t = "spyre.transpose"(%x) {permutation = array<i64: 0, 2, 1>, restickify = true} : (tensor<2x16x64x!spyre.dlf16>) -> tensor<2x64x16x!spyre.dlf16>
+  %t = "spyre.transpose"(%x) {permutation = array<i64: 0, 2, 1>, restickify = true, spyre.grid = array<i64: 1>, spyre.tile = array<i64: 128>} : (tensor<2x16x64x!spyre.dlf16>) -> tensor<2x64x16x!spyre.dlf16>
   return %t : tensor<2x64x16x!spyre.dlf16>
 }
 
@@ -134,7 +134,7 @@ func.func @main(%x: tensor<4x16xi64>) -> tensor<64xi64> {
     %s = arith.addi %x, %c : tensor<4x16xi64>
     "spyre.yield"(%s) : (tensor<4x16xi64>) -> ()
   }) {reason = "int64 index math"} : () -> tensor<4x16xi64>
-  %r = "spyre.reshape"(%h) : (tensor<4x16xi64>) -> tensor<64xi64>
+  %r = "spyre.reshape"(%h) {spyre.grid = array<i64: 1>, spyre.tile = array<i64: 1>} : (tensor<4x16xi64>) -> tensor<64xi64>
   return %r : tensor<64xi64>
 }
 
@@ -142,7 +142,7 @@ func.func @main(%x: tensor<4x16xi64>) -> tensor<64xi64> {
 
 // A tile the scratchpad cannot hold is refused at the op.
 func.func @main(%a: tensor<4096x4096x!spyre.dlf16>, %b: tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16> {
-  // expected-error @+1 {{matmul tile 2048x2048x2048 does not fit}}
+  // expected-error @+1 {{the buffers of tile [2048, 2048, 2048] need 41943040 bytes of scratchpad}}
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 2, 1, 1>, spyre.tile = array<i64: 2048, 2048, 2048>} : (tensor<4096x4096x!spyre.dlf16>, tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16>
   return %r : tensor<4096x4096x!spyre.dlf16>
 }

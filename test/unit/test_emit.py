@@ -16,10 +16,19 @@ from spyre_mlir.target import load_target
 
 
 def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference"):
+    """Plan the kernels (the kernel passes; a hand-written grid and tile are kept), emit, load."""
     from torch_mlir import ir
 
+    from spyre_mlir.passes.manager import run_pipeline
+
+    plan = "spyre-schedule"
+    if "spyre.scratchpad" not in ir_text:
+        plan = "spyre-allocate-scratchpad," + plan
+    if "spyre.grid" not in ir_text:
+        plan = f"spyre-divide-work{{cores={cores}}},spyre-tile," + plan
     with make_context():
         module = ir.Module.parse(ir_text)
+        run_pipeline(module, f"builtin.module({plan})")
         em = codegen.emit(module, load_target(cores=cores), params=params)
     exe = load_bytes(em.b.to_bytes(), numerics=numerics)
     return exe(*inputs), em, exe
@@ -45,7 +54,7 @@ func.func @main(%a: tensor<{M}x{K}xf32>, %b: tensor<{K}x{N}xf32>, %bias: tensor<
     (1, None, None),
     (4, (2, 2, 1), (8, 64, 64)),     # M and N split, several tiles per core, K in steps
     (4, (1, 1, 4), (16, 128, 64)),   # split-K with a ring reduce; bias added after the reduction
-    (4, None, None),                 # grid and tile chosen by the emitter
+    (4, None, None),                 # grid and tile chosen by the kernel passes
 ])
 def test_matmul(cores, grid, tile):
     M, K, N = 16, 256, 128
@@ -173,12 +182,13 @@ func.func @main(%x: tensor<4x64xf32>, %w: tensor<64x64xf32> {spyre.param = "fc.w
 
 
 def test_intermediates_share_device_memory():
-    """A chain of 8 maps needs two live intermediates at a time: liveness reuse keeps the slots at two or
-    three, not eight."""
+    """A chain of 8 maps needs two live intermediates at a time: liveness reuse (at the barriers the plan puts
+    between them) keeps the slots at two or three, not eight."""
     body = "\n".join(
         f'  %v{i + 1} = "spyre.map"(%v{i}) ({{\n  ^bb0(%a: f32):\n    %c = arith.constant 1.0 : f32\n'
         f'    %s = arith.addf %a, %c : f32\n    "spyre.yield"(%s) : (f32) -> ()\n  }}) '
-        f'{{operandSegmentSizes = array<i32: 1, 0, 0, 0>}} : (tensor<64x64xf32>) -> tensor<64x64xf32>'
+        f'{{operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.grid = array<i64: 2>, spyre.tile = array<i64: 32>, '
+        f'spyre.barrier = true}} : (tensor<64x64xf32>) -> tensor<64x64xf32>'
         for i in range(8))
     ir_text = f"func.func @main(%v0: tensor<64x64xf32>) -> tensor<64x64xf32> {{\n{body}\n  return %v8 : tensor<64x64xf32>\n}}"
     x = rand(64, 64)
@@ -255,16 +265,19 @@ func.func @main(%x: tensor<8x64xf32>, %m: tensor<8x64xi1>) -> (tensor<8x64xi1>, 
 
 def test_rowwise_double_buffering_overlaps_dma():
     """With several row tiles per core, inputs and outputs alternate between two tile sets so the next
-    tile's DMA overlaps this tile's SFU work: same numbers, fewer modeled cycles than single buffering."""
-    def ir_text(db):
+    tile's DMA overlaps this tile's SFU work: same numbers, fewer modeled cycles than single buffering (a plan
+    written by hand: its scratchpad has one buffer per streamed operand)."""
+    def ir_text(plan):
         return f"""
 func.func @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {{
-  %y = "spyre.softmax"(%x) {{dim = -1 : i64, spyre.tile = array<i64: 16>, spyre.double_buffer = {db}}} : (tensor<256x256xf32>) -> tensor<256x256xf32>
+  %y = "spyre.softmax"(%x) {{dim = -1 : i64, spyre.grid = array<i64: 1>, spyre.tile = array<i64: 16>{plan}}} : (tensor<256x256xf32>) -> tensor<256x256xf32>
   return %y : tensor<256x256xf32>
 }}"""
     x = rand(256, 256)
-    (y1,), _, e1 = run(ir_text("true"), [x], cores=1)
-    (y2,), _, e2 = run(ir_text("false"), [x], cores=1)
+    single = ", spyre.scratchpad = {in0 = 0 : i64, out0 = 16384 : i64, xf = 32768 : i64, max = 49152 : i64, " \
+             "sum = 49152 : i64}"
+    (y1,), _, e1 = run(ir_text(""), [x], cores=1)
+    (y2,), _, e2 = run(ir_text(single), [x], cores=1)
     np.testing.assert_array_equal(y1, y2)
     assert e1.profile.cycles < e2.profile.cycles
 

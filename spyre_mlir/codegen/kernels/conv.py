@@ -13,7 +13,7 @@ from spyre_mlir.runtime.formats import Format
 
 from ..common import _attr, _dequantize, _sub, _tb, _tensor_type
 from ..memory import format_of, load_gather, load_rows, store_rows, store_scatter
-from .rows import choose_rows_grid, rows_plan
+from .rows import choose_rows_grid, planned
 
 __all__ = ["has_kernel", "EMITTERS"]
 
@@ -248,16 +248,15 @@ def emit_pool2d(em, op, loc):
         P[np.arange(ow) * sw + j, np.arange(ow)] = 1
         sel.append(em._buffer_tensor(b.constant(em._name(f"select{em._op_index}.{j}"), P, X.fmt)))
     R = n_ * c_ * oh
-    per_row = _tb(1, w, X.fmt) + 2 * _tb(1, ow, "fp32") + _tb(1, ow, O.fmt)
-    plan, gr, tr, _ = rows_plan(em, op, R, per_row, 0, kw * _tb(w, ow, X.fmt), "spyre.pool2d")
+    kp, plan = planned(em, op, R)
+    gr, tr = kp.grid[0], kp.tile[0]
     out_rows = np.arange(R)
     for core in range(gr):
-        b.reset_scratchpad(core)
-        S = [b.alloc(core, w, ow, X.fmt) for _ in range(kw)]
+        S = [kp.tile_at(f"sel{chr(ord('a') + j)}", w, ow, X.fmt) for j in range(kw)]
         for St, src in zip(S, sel):
             load_rows(b, core, St, src, 0, loc=loc)
-        XT, CT = b.alloc(core, tr, w, X.fmt), b.alloc(core, tr, ow, "fp32")
-        RES, OT = b.alloc(core, tr, ow, "fp32"), b.alloc(core, tr, ow, O.fmt)
+        XT, CT = kp.tile_at("in0", tr, w, X.fmt), kp.tile_at("ct", tr, ow, "fp32")
+        RES, OT = kp.tile_at("res", tr, ow, "fp32"), kp.tile_at("out0", tr, ow, O.fmt)
         for c2, r0, n in plan:
             if c2 != core:
                 continue

@@ -22,49 +22,15 @@ import numpy as np
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
 
-from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _divisors, _loc, _sub, _tensor_type
+from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _loc, _sub, _tensor_type
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from .move import restick
 
-__all__ = ["matmul", "choose_matmul_grid", "has_kernel", "EMITTERS"]
+__all__ = ["matmul", "has_kernel", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
     return max(STICK_BYTES * 8 // Format.parse(f).bits for f in fmts)
-
-
-def choose_matmul_grid(M, N, K, cores, fa="dlf16", fb="dlf16", fo="dlf16") -> tuple[int, int, int]:
-    """(gm, gn, gk): minimise the per-core MACs; N and K split on stick boundaries; K split last (it costs a
-    ring reduce), so among equal work the split without K wins."""
-    se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
-    best = None
-    for gn in _divisors(N):
-        if gn > 1 and (N // gn) % se_n:
-            continue
-        for gm in _divisors(M):
-            for gk in _divisors(K):
-                if gm * gn * gk > cores or (gk > 1 and (K // gk) % se_k):
-                    continue
-                work = (M // gm) * (-(-(N // gn) // 8) * 8) * (K // gk)
-                key = (work + (gk > 1) * (M // gm) * (N // gn) * 4, gk, gm * gn * gk)
-                if best is None or key < best[0]:
-                    best = (key, (gm, gn, gk))
-    return best[1]
-
-
-def _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, split, bias_fmt, round_fmt=None):
-    """Largest (tm, tn, tk) whose working set fits: prefer whole K (fewest accumulator passes), then N, then M."""
-    se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
-    tks = [d for d in sorted(_divisors(kb), reverse=True) if d == kb or d % se_k == 0]
-    tns = [d for d in sorted(_divisors(nb), reverse=True) if d == nb or d % se_n == 0]
-    tms = sorted(_divisors(mb), reverse=True)
-    for tk in tks:
-        for tn in tns:
-            for tm in tms:
-                need = _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt, round_fmt)
-                if need <= usable:
-                    return tm, tn, tk
-    raise TileError(f"no matmul tile of a {mb}x{nb}x{kb} block fits the {usable} B scratchpad")
 
 
 def _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt, round_fmt=None):
@@ -93,32 +59,31 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     the SFU widens the tile to O's format before the store, so O holds exactly the rounded values.
 
     ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back.
-    Batches are spread over groups of ``gm*gn*gk`` cores. ``offsets`` (spyre.scratchpad of the op) places the
-    tiles when they cover what this kernel needs and do not overlap at its tile sizes; else tiles are
-    allocated here."""
+    Batches are spread over groups of ``gm*gn*gk`` cores. The kernel follows the op's plan: ``grid`` and ``tile``
+    (spyre.grid / spyre.tile) and ``offsets`` (spyre.scratchpad) for every buffer; a plan it cannot follow is a
+    TileError (the emitter reports it at the op). The per-column scales of quantized weights (fp8,
+    int8-weights) are the plan's ``colscale`` buffer."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
-    if grid and not _grid_ok(grid, M, N, K, cores, se_n, se_k):
-        # A split this kernel cannot address (off stick boundaries): choose one here.
-        grid = tile = offsets = None
-    gm, gn, gk = grid or choose_matmul_grid(M, N, K, cores, fa, fb, fo)
+    if not grid or not _grid_ok(grid, M, N, K, cores, se_n, se_k):
+        raise TileError(f"the plan's grid {list(grid or [])} does not split the {M}x{N}x{K} matmul into blocks of "
+                        f"whole sticks on at most {cores} cores")
+    gm, gn, gk = grid
     group = gm * gn * gk
     ngroups = max(1, min(len(batches), cores // group))
     mb, nb, kb = M // gm, N // gn, K // gk
     nbuf = 2 if double_buffer else 1
     usable = em.target.scratchpad_usable_bytes
     bias_fmt = bias.fmt if bias is not None else None
-    if tile and ((tile[1] < nb and tile[1] % se_n) or (tile[2] < kb and tile[2] % se_k)
-                 or tile[0] > mb or tile[1] > nb or tile[2] > kb):
-        tile = None
-    tile_given = bool(tile)
-    if tile:
-        tm, tn, tk = tile
-        if _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, gk > 1, bias_fmt, round_fmt) > usable:
-            raise TileError(f"matmul tile {tm}x{tn}x{tk} does not fit the {usable} B scratchpad")
-    else:
-        tm, tn, tk = _fit_matmul_tiles(mb, nb, kb, fa, fb, fo, usable, nbuf, gk > 1, bias_fmt, round_fmt)
+    if not tile or ((tile[1] < nb and tile[1] % se_n) or (tile[2] < kb and tile[2] % se_k)
+                    or tile[0] > mb or tile[1] > nb or tile[2] > kb):
+        raise TileError(f"the plan's tile {list(tile or [])} is not a tile of the {mb}x{nb}x{kb} per-core block in "
+                        f"whole sticks")
+    tile_given = True
+    tm, tn, tk = tile
+    if _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, gk > 1, bias_fmt, round_fmt) > usable:
+        raise TileError(f"matmul tile {tm}x{tn}x{tk} does not fit the {usable} B scratchpad")
     pa = fa if fa in PT_FORMATS else Format.DLF16
     pb = fb if fb in PT_FORMATS else Format.DLF16
     used = range(ngroups * group)
@@ -126,22 +91,11 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     fr = Format.parse(round_fmt) if round_fmt is not None else None
     placed = _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale,
                            em.target.scratchpad_usable_bytes, fr)
-    for c in used:       # the same allocation order on every core: ring reduce needs equal addresses
-        if placed is not None:
-            T[c] = placed
-            continue
-        b.reset_scratchpad(c)
-        t = T[c] = {}
-        t["A"] = [b.alloc(c, tm, tk, fa) for _ in range(nbuf)]
-        t["B"] = [b.alloc(c, tk, tn, fb) for _ in range(nbuf)]
-        t["PA"] = b.alloc(c, tm, tk, pa) if pa is not fa else None
-        t["PB"] = b.alloc(c, tk, tn, pb) if pb is not fb else None
-        t["C"] = b.alloc(c, tm, tn, "fp32")
-        t["R"] = b.alloc(c, tm, tn, "fp32") if gk > 1 else None
-        t["O"] = b.alloc(c, tm, tn, fr or fo)
-        t["OF"] = b.alloc(c, tm, tn, fo) if fr is not None else None
-        t["BI"] = b.alloc(c, 1, tn, bias.fmt) if bias is not None else None
-        t["CS"] = b.alloc(c, 1, tn, colscale.fmt) if colscale is not None else None
+    if placed is None:
+        raise TileError(f"spyre.scratchpad {dict(offsets or {})} does not place this kernel's buffers for tile "
+                        f"{tm}x{tn}x{tk}")
+    for c in used:       # the same offsets on every core: ring reduce needs equal addresses
+        T[c] = placed
     nk = -(-kb // tk)
     if gk == 1 and gm * gn > 1:
         for g in range(ngroups):
@@ -295,7 +249,7 @@ def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk,
     """The matmul tiles at spyre-allocate-scratchpad's offsets, or None when they cannot be used as is."""
     from spyre_mlir.runtime.assembler import Tile
 
-    if not offsets or not tile_given or colscale is not None:
+    if not offsets or not tile_given:
         return None
     want = {"a0": (tm, tk, fa), "b0": (tk, tn, fb), "acc": (tm, tn, Format.FP32), "out": (tm, tn, fr or fo)}
     if pa is not fa:
@@ -310,6 +264,8 @@ def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk,
         want["red"] = (tm, tn, Format.FP32)
     if bias is not None:
         want["bias"] = (1, tn, bias.fmt)
+    if colscale is not None:
+        want["colscale"] = (1, tn, colscale.fmt)
     if any(k not in offsets for k in want):
         return None
     tiles = {k: Tile(int(offsets[k]), r, c, Format.parse(f)) for k, (r, c, f) in want.items()}
@@ -320,7 +276,7 @@ def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk,
     return {"A": [tiles["a0"]] + ([tiles["a1"]] if nbuf == 2 else []),
             "B": [tiles["b0"]] + ([tiles["b1"]] if nbuf == 2 else []), "PA": tiles.get("pa"),
             "PB": tiles.get("pb"), "C": tiles["acc"], "R": tiles.get("red"), "O": tiles["out"],
-            "OF": tiles.get("outf"), "BI": tiles.get("bias"), "CS": None}
+            "OF": tiles.get("outf"), "BI": tiles.get("bias"), "CS": tiles.get("colscale")}
 
 
 def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> bool:
@@ -374,8 +330,6 @@ def emit_matmul(em, op, loc):
                         grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
                         double_buffer=_attr(op, "spyre.double_buffer", True),
                         offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
-    if grid and tuple(grid) != tuple(g):
-        em._force_barrier = True      # not the split spyre-schedule planned barriers for
     return len(used)
 
 
@@ -390,9 +344,7 @@ def emit_batch_matmul(em, op, loc):
     batches = [(i * M, i * K, i * M) for i in range(nb)]
     grid = _attr(op, "spyre.grid")
     tile = _attr(op, "spyre.tile")
-    mm_grid = tuple(grid[1:]) if grid else choose_matmul_grid(M, N, K, max(1, em.cores // nb)
-                                                              if nb < em.cores else 1,
-                                                              A.fmt, B.fmt, O.fmt)
+    mm_grid = tuple(grid[1:]) if grid else None
     used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
                         tile=tuple(tile[1:]) if tile else None,
                         double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,

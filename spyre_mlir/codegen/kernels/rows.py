@@ -1,14 +1,15 @@
 """Row-wise kernels: the skeleton every row-wise op shares, and the ops that compute on the SFU row by row
 (map, reduce, softmax, layernorm, rmsnorm, cast).
 
-:func:`rowwise` (generalising ``spyre_mlir.runtime.kernels``' reference row-wise kernels): rows of the 2-D view
-split over ``[gr]`` cores in ``tr``-row tiles; :func:`rows_plan` sizes them for an op (double buffered when two
-tiles fit) and :func:`pipelined` runs a core's tiles, issuing the next tile's load before this tile's work.
-Data movement (:mod:`.move`) and pooling (:mod:`.conv`) use the same skeleton.
+Each kernel follows its op's plan (:mod:`spyre_mlir.codegen.plan`): the rows of the 2-D view split over
+``spyre.grid = [gr]`` cores in ``spyre.tile = [tr]``-row tiles (:func:`planned`), every scratchpad tile at its
+buffer's ``spyre.scratchpad`` offset by the name the op model gives it (``passes/op_model.py``: ``in0 in1``
+streamed inputs, ``inb``... further map operands, ``out0 out1``, ``xf``/``sq`` fp32 work tiles, row statistics
+``max sum`` / ``mean var`` / ``ms``, map temporaries ``ta tb``..., reduce ``rt acc``), double-buffered when the
+plan is. :func:`pipelined` runs a core's tiles, issuing the next tile's load before this tile's work.
 
-Grid and tile come from the op's ``spyre.grid`` / ``spyre.tile`` when the kernel-level passes annotated it;
-otherwise they are chosen here (largest even split, largest tile that fits the usable scratchpad), so the
-emitter also works on graph-level IR.
+Data movement (:mod:`.move`) still sizes its own row tiles with :func:`rows_plan` / :func:`rowwise` (largest
+even split, largest tile that fits): it picks its kernel itself, which its plan does not describe yet.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import math
 
 import numpy as np
 
-from spyre_mlir.runtime.formats import Format
-
-from ..common import _DEVICE_FLOATS, TileError, _attr, _divisors, _sub, _tb, _tensor_type
+from ..common import _DEVICE_FLOATS, TileError, _attr, _divisors, _sub, _tensor_type
+from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..sfu import NotOnSfu, live_temps, translate
 
@@ -72,6 +72,22 @@ def rows_plan(em, op, rows, once, buffered, fixed, what):
             pass
     plan, gr, tr2 = rowwise(em, rows, once + buffered, fixed, grid=grid, tile_rows=tr, what=what)
     return plan, gr, tr2, 1
+
+
+def planned(em, op, rows: int):
+    """The op's kernel plan (:mod:`spyre_mlir.codegen.plan`) and its row tiles [(core, first row, rows)]."""
+    kp = KernelPlan.of(op, em.target)
+    return kp, kp.row_tiles(rows)
+
+
+def _role(i: int) -> str:
+    """Buffer role of a map operand, as the op model names it (passes/op_model.py): in, inb, inc, ..."""
+    return "in" if i == 0 else "in" + chr(ord("a") + i)
+
+
+def _temp(j: int) -> str:
+    """A map temporary's buffer: ta, tb, ... (a name ending in 0/1 would read as a double buffer)."""
+    return "t" + chr(ord("a") + j)
 
 
 def pipelined(plan, core, nbuf, load, work):
@@ -163,25 +179,23 @@ def emit_map(em, op, loc):
         kinds.append(kind)
     ops, result, _ = translate(o.regions[0].blocks[0], kinds)
     slots, nslots = live_temps(ops, result)
-    buffered = (sum(_tb(1, C if k == "full" else 1, t.fmt) for t, _, k in ins if k in ("full", "row"))
-                + _tb(1, C, O.fmt))
-    fixed = sum(_tb(1, C if k == "col" else 1, t.fmt) for t, _, k in ins if k in ("col", "scalar"))
-    plan, gr, tr, nbuf = rows_plan(em, op, R, nslots * _tb(1, C, Format.FP32), buffered, fixed, "spyre.map")
+    kp, plan = planned(em, op, R)
+    gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
     b = em.b
     for core in range(gr):
-        b.reset_scratchpad(core)
         tiles = {}
         for i, (t, ishape, k) in enumerate(ins):
+            role = _role(i)
             if k == "col":
-                tiles[i] = b.alloc(core, 1, C, t.fmt)
+                tiles[i] = kp.tile_at(role, 1, C, t.fmt)
                 load_gather(b, core, tiles[i], t, [0], loc=loc)
             elif k == "scalar":
-                tiles[i] = b.alloc(core, 1, 1, t.fmt)
+                tiles[i] = kp.tile_at(role, 1, 1, t.fmt)
                 load_gather(b, core, tiles[i], t, [0], loc=loc)
             else:
-                tiles[i] = [b.alloc(core, tr, C if k == "full" else 1, t.fmt) for _ in range(nbuf)]
-        temps = [b.alloc(core, tr, C, "fp32") for _ in range(nslots)]
-        outs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+                tiles[i] = [kp.tile_at(f"{role}{j}", tr, C if k == "full" else 1, t.fmt) for j in range(nbuf)]
+        temps = [kp.tile_at(_temp(j), tr, C, "fp32") for j in range(nslots)]
+        outs = [kp.tile_at(f"out{j}", tr, C, O.fmt) for j in range(nbuf)]
 
         def load(k, r0, n, core=core, tiles=tiles):
             for i, (t, ishape, kind) in enumerate(ins):
@@ -230,12 +244,10 @@ def _rowwise_io(em, op):
 
 def emit_softmax(em, op, loc):
     X, O, R, C = _rowwise_io(em, op)
-    once = _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
-    plan, gr, tr, nbuf = rows_plan(em, op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.softmax")
 
     def body(core, n, XT, XF, OT, extra, loc):
         b = em.b
-        M, S = extra["M"], extra["S"]
+        M, S = extra["max"], extra["sum"]
         b.sfu(core, "cast", XF, XT, loc=loc)
         b.reduce(core, "max", M, XF, loc=loc)
         b.sfu(core, "sub", XF, XF, M, loc=loc)
@@ -245,7 +257,7 @@ def emit_softmax(em, op, loc):
         b.sfu(core, "mul", XF, XF, S, loc=loc)
         b.sfu(core, "cast", OT, XF, loc=loc)
 
-    return _rows_emit(em, plan, gr, tr, nbuf, loc, X, O, body, [])
+    return _rows_emit(em, op, loc, X, O, body, [], ("max", "sum"))
 
 
 def emit_layernorm(em, op, loc):
@@ -255,14 +267,10 @@ def emit_layernorm(em, op, loc):
     gamma = em.tensor(rest.pop(0)) if seg[1] else None
     beta = em.tensor(rest.pop(0)) if len(seg) > 2 and seg[2] else None
     eps = float(_attr(op, "epsilon"))
-    once = 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
-    fixed = sum(_tb(1, C, t.fmt) for t in (gamma, beta) if t is not None)
-    plan, gr, tr, nbuf = rows_plan(em, op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), fixed,
-                                   "spyre.layernorm")
 
     def body(core, n, XT, XF, OT, extra, loc):
         b = em.b
-        MU, VAR, SQ = extra["M"], extra["S"], extra["SQ"]
+        MU, VAR, SQ = extra["mean"], extra["var"], extra["sq"]
         b.sfu(core, "cast", XF, XT, loc=loc)
         b.reduce(core, "mean", MU, XF, loc=loc)
         b.sfu(core, "sub", XF, XF, MU, loc=loc)
@@ -271,66 +279,64 @@ def emit_layernorm(em, op, loc):
         b.sfu(core, "add", VAR, VAR, eps, loc=loc)
         b.sfu(core, "rsqrt", VAR, VAR, loc=loc)
         b.sfu(core, "mul", XF, XF, VAR, loc=loc)
-        if "G" in extra:
-            b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
-        if "BE" in extra:
-            b.sfu(core, "add", XF, XF, extra["BE"], loc=loc)
+        if "weight" in extra:
+            b.sfu(core, "mul", XF, XF, extra["weight"], loc=loc)
+        if "bias" in extra:
+            b.sfu(core, "add", XF, XF, extra["bias"], loc=loc)
         b.sfu(core, "cast", OT, XF, loc=loc)
 
-    consts = [("G", gamma), ("BE", beta)]
-    return _rows_emit(em, plan, gr, tr, nbuf, loc, X, O, body,
-                      [(k, t) for k, t in consts if t is not None], sq=True)
+    consts = [("weight", gamma), ("bias", beta)]
+    return _rows_emit(em, op, loc, X, O, body, [(k, t) for k, t in consts if t is not None],
+                      ("mean", "var"), sq=True)
 
 
 def emit_rmsnorm(em, op, loc):
     X, O, R, C = _rowwise_io(em, op)
     gamma = em.tensor(op.operation.operands[1]) if len(op.operation.operands) > 1 else None
     eps = float(_attr(op, "epsilon"))
-    once = 2 * _tb(1, C, "fp32") + 2 * _tb(1, 1, "fp32")
-    fixed = _tb(1, C, gamma.fmt) if gamma is not None else 0
-    plan, gr, tr, nbuf = rows_plan(em, op, R, once, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), fixed,
-                                   "spyre.rmsnorm")
 
     def body(core, n, XT, XF, OT, extra, loc):
         b = em.b
-        MS, SQ = extra["M"], extra["SQ"]
+        MS, SQ = extra["ms"], extra["sq"]
         b.sfu(core, "cast", XF, XT, loc=loc)
         b.sfu(core, "mul", SQ, XF, XF, loc=loc)
         b.reduce(core, "mean", MS, SQ, loc=loc)
         b.sfu(core, "add", MS, MS, eps, loc=loc)
         b.sfu(core, "rsqrt", MS, MS, loc=loc)
         b.sfu(core, "mul", XF, XF, MS, loc=loc)
-        if "G" in extra:
-            b.sfu(core, "mul", XF, XF, extra["G"], loc=loc)
+        if "weight" in extra:
+            b.sfu(core, "mul", XF, XF, extra["weight"], loc=loc)
         b.sfu(core, "cast", OT, XF, loc=loc)
 
-    return _rows_emit(em, plan, gr, tr, nbuf, loc, X, O, body,
-                      [("G", gamma)] if gamma is not None else [], sq=True)
+    return _rows_emit(em, op, loc, X, O, body, [("weight", gamma)] if gamma is not None else [], ("ms",),
+                      sq=True)
 
 
-def _rows_emit(em, plan, gr, tr, nbuf, loc, X, O, body, consts, sq=False):
-    """Shared loop of softmax and the norms: load, fp32 work tile, row stats, write back."""
+def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False):
+    """Shared loop of softmax and the norms: load, fp32 work tile ``xf``, row statistics (``stats``: [tr, 1]
+    fp32 buffers by name), write back; ``consts`` (name, tensor) load once as [1, C] rows."""
     b = em.b
     C = X.cols
+    kp, plan = planned(em, op, X.rows)
+    gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
     for core in range(gr):
-        b.reset_scratchpad(core)
         extra_full = {}
         for k, t in consts:
-            extra_full[k] = b.alloc(core, 1, C, t.fmt)
+            extra_full[k] = kp.tile_at(k, 1, C, t.fmt)
             load_rows(b, core, extra_full[k], t.reshaped((1, C)), 0, loc=loc)
-        XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
-        OTs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
-        XF = b.alloc(core, tr, C, "fp32")
-        SQ = b.alloc(core, tr, C, "fp32") if sq else None
-        M, S = b.alloc(core, tr, 1, "fp32"), b.alloc(core, tr, 1, "fp32")
+        XTs = [kp.tile_at(f"in{j}", tr, C, X.fmt) for j in range(nbuf)]
+        OTs = [kp.tile_at(f"out{j}", tr, C, O.fmt) for j in range(nbuf)]
+        XF = kp.tile_at("xf", tr, C, "fp32")
+        SQ = kp.tile_at("sq", tr, C, "fp32") if sq else None
+        ST = {name: kp.tile_at(name, tr, 1, "fp32") for name in stats}
 
         def load(k, r0, n, core=core, XTs=XTs):
             load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)
 
-        def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, XF=XF, SQ=SQ, M=M, S=S, extra_full=extra_full):
-            extra = dict(extra_full, M=_sub(M, n, 1), S=_sub(S, n, 1))
+        def work(k, r0, n, core=core, XTs=XTs, OTs=OTs, XF=XF, SQ=SQ, ST=ST, extra_full=extra_full):
+            extra = dict(extra_full, **{name: _sub(t, n, 1) for name, t in ST.items()})
             if SQ is not None:
-                extra["SQ"] = _sub(SQ, n, C)
+                extra["sq"] = _sub(SQ, n, C)
             ot = _sub(OTs[k % nbuf], n, C)
             body(core, n, _sub(XTs[k % nbuf], n, C), _sub(XF, n, C), ot, extra, loc)
             store_rows(b, core, ot, O, r0, loc=loc)
@@ -354,11 +360,8 @@ def emit_reduce(em, op, loc):
     # The result has one value per row: a [R, 1] tensor in the 2-D view (a reshape of it, if keepdim is
     # false and the result's innermost dim is not 1, goes through an [R, 1] scratch tensor and a copy).
     direct = (oshape[-1:] or (1,)) == (1,) or not oshape
-    once = _tb(1, 1, "fp32") + (_tb(1, C, "fp32") if mid > 1 else 0)
-    plan, gr, tr, nbuf = rows_plan(em, op, R, once, _tb(1, C, X.fmt) + _tb(1, 1, format_of(elt)), 0,
-                                   "spyre.reduce")
-    if mid > 1:
-        nbuf = 1
+    kp, plan = planned(em, op, R)
+    gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
     if direct:
         O = em.result(op)
         target = O
@@ -368,11 +371,10 @@ def emit_reduce(em, op, loc):
         target = em._buffer_tensor(buf)
     b = em.b
     for core in range(gr):
-        b.reset_scratchpad(core)
-        XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
-        RT = b.alloc(core, tr, 1, "fp32")
-        OTs = [b.alloc(core, tr, 1, format_of(elt)) for _ in range(nbuf)]
-        ACC = b.alloc(core, tr, C, "fp32") if mid > 1 else None
+        XTs = [kp.tile_at(f"in{j}", tr, C, X.fmt) for j in range(nbuf)]
+        RT = kp.tile_at("rt", tr, 1, "fp32")
+        OTs = [kp.tile_at(f"out{j}", tr, 1, format_of(elt)) for j in range(nbuf)]
+        ACC = kp.tile_at("acc", tr, C, "fp32") if mid > 1 else None
         combine = {"sum": "add", "mean": "add", "max": "max", "min": "min"}[kind]
 
         def load(k, r0, n, core=core, XTs=XTs):
@@ -409,12 +411,12 @@ def emit_reduce(em, op, loc):
 
 def emit_cast(em, op, loc):
     X, O, R, C = _rowwise_io(em, op)
-    plan, gr, tr, nbuf = rows_plan(em, op, R, 0, _tb(1, C, X.fmt) + _tb(1, C, O.fmt), 0, "spyre.cast")
+    kp, plan = planned(em, op, R)
+    gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
     b = em.b
     for core in range(gr):
-        b.reset_scratchpad(core)
-        XTs = [b.alloc(core, tr, C, X.fmt) for _ in range(nbuf)]
-        OTs = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+        XTs = [kp.tile_at(f"in{j}", tr, C, X.fmt) for j in range(nbuf)]
+        OTs = [kp.tile_at(f"out{j}", tr, C, O.fmt) for j in range(nbuf)]
 
         def load(k, r0, n, core=core, XTs=XTs):
             load_rows(b, core, _sub(XTs[k % nbuf], n, C), X, r0, loc=loc)

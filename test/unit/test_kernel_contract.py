@@ -1,0 +1,190 @@
+"""The binary follows the IR: every device op's instructions obey its kernel plan.
+
+For each kernel kind, a small model is compiled through the real pipeline, emitted and loaded, and each device
+op's instructions (found by the op's name and location in the binary's debug info) are checked against the
+plan the kernel passes wrote on it:
+
+* the cores that run its instructions are exactly its grid's (``spyre.grid``: cores 0..prod(grid)-1);
+* its tile loop is the plan's: one result store per planned tile on every core (row-wise ops: the rows of the
+  core's block in ``spyre.tile`` rows; matmuls: the output tiles of the core's block);
+* every scratchpad byte it touches lies in one of its planned buffers (``spyre.scratchpad`` offsets, sizes
+  from the kernel's one buffer description);
+* the loaded program's scratchpad peak is the module's ``spyre.scratchpad_peak``.
+"""
+
+import collections
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_mlir import ir  # noqa: E402
+
+from spyre_mlir.codegen.plan import KernelPlan  # noqa: E402
+from spyre_mlir.compiler import emit, prepare_module, run_stage  # noqa: E402
+from spyre_mlir.context import make_context  # noqa: E402
+from spyre_mlir.frontend import import_model  # noqa: E402
+from spyre_mlir.passes.analysis import device_ops  # noqa: E402
+from spyre_mlir.pipeline import graph_pipeline, kernel_pipeline  # noqa: E402
+from spyre_mlir.runtime.binary import program_to_bytes  # noqa: E402
+from spyre_mlir.runtime.formats import STICK_BYTES  # noqa: E402
+from spyre_mlir.runtime.isa import Op  # noqa: E402
+from spyre_mlir.runtime.loader import load_bytes  # noqa: E402
+from spyre_mlir.target import load_target  # noqa: E402
+
+
+def _key(op) -> str:
+    s = str(op.location)
+    if s.startswith("loc(") and s.endswith(")"):
+        s = s[4:-1]
+    return f"{op.name} {s}"[:200]
+
+
+def _checked(model, example_inputs, cores=8, precision="dlf16"):
+    """Compile, emit and load; returns ({op name: plans checked}, problems)."""
+    imported = import_model(model, example_inputs)
+    target = load_target(None, cores=cores)
+    with make_context():
+        module = prepare_module(imported)
+        run_stage(module, graph_pipeline(), "graph pipeline")
+        run_stage(module, kernel_pipeline(precision, cores), "kernel pipeline")
+        program = emit(module, target).b.program()
+        ops = device_ops(module.operation)
+        keys = collections.Counter(_key(o) for o in ops)
+        plans = [(_key(o), KernelPlan.of(o, target), _store_tiles(o)) for o in ops if keys[_key(o)] == 1]
+        peak = ir.IntegerAttr(module.operation.attributes["spyre.scratchpad_peak"]).value
+    exe = load_bytes(program_to_bytes(program))
+    by_key = collections.defaultdict(list)
+    for s in exe.steps:
+        if hasattr(s, "loc") and s.op not in (Op.BARRIER, Op.END):
+            by_key[s.loc].append(s)
+    checked, problems = collections.Counter(), []
+    for key, plan, tiles in plans:
+        ins = by_key.get(key, [])
+        if not ins:
+            continue                     # folded at compile time or an alias: no kernel ran
+        checked[plan.op_name] += 1
+        where = f"{key}: grid {list(plan.grid)} tile {list(plan.tile)}"
+        used = sorted({s.core for s in ins})
+        if used != list(range(plan.cores)):
+            problems.append(f"{where}: runs on cores {used}, its grid has {plan.cores}")
+        spans = [(off // STICK_BYTES, -(-(off + size) // STICK_BYTES)) for off, size in plan.buffers.values()]
+        outside = next(((s, stick) for s in ins for stick in set(s.sp_reads.tolist()) | set(s.sp_writes.tolist())
+                        if not any(lo <= stick < hi for lo, hi in spans)), None)
+        if outside is not None:
+            s, stick = outside
+            problems.append(f"{where}: core {s.core} {s.name} touches scratchpad byte {stick * STICK_BYTES}, "
+                            f"outside its planned buffers {plan.buffers}")
+        if tiles is not None:
+            stores = collections.Counter(s.core for s in ins if s.op is Op.DMA_STORE)
+            want = tiles(plan)
+            if any(stores[c] != want for c in range(plan.cores)):
+                problems.append(f"{where}: stores per core {[stores[c] for c in range(plan.cores)]}, the plan "
+                                f"has {want} tiles per core")
+    if exe.static_profile.scratchpad_peak_bytes != peak:
+        problems.append(f"the program's scratchpad peak is {exe.static_profile.scratchpad_peak_bytes} B, the "
+                        f"module's spyre.scratchpad_peak {peak} B")
+    return checked, problems
+
+
+def _store_tiles(op):
+    """The number of result stores per core the plan implies, as a function of the plan (None: not checked)."""
+    name = op.name
+    shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    if name in ("spyre.softmax", "spyre.layernorm", "spyre.rmsnorm", "spyre.cast", "spyre.map"):
+        rows = math.prod(shape[:-1])
+        return lambda p: -(-(rows // p.grid[0]) // p.tile[0])
+    if name == "spyre.matmul":
+        M, N = shape[-2], shape[-1]
+        return lambda p: (-(-(M // p.grid[0]) // p.tile[0]) * -(-(N // p.grid[1]) // p.tile[1])
+                          if p.grid[2] == 1 else None)
+    return None
+
+
+class Rows(torch.nn.Module):
+    """Row-wise kernels: layernorm, softmax, maps (one with a broadcast operand), reduce, casts; nn.RMSNorm
+    decomposes into maps and a reduce at dlf16."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(256)
+        self.rms = torch.nn.RMSNorm(256)
+        self.scale = torch.nn.Parameter(torch.randn(256))
+
+    def forward(self, x):
+        # One op a line: the binary's debug info tells ops apart by their source location.
+        y = self.ln(x)
+        p = torch.softmax(y, -1)
+        g = torch.sigmoid(p)
+        z = g + self.scale
+        r = self.rms(z)
+        return r, z.sum(-1, keepdim=True)
+
+
+class Matmuls(torch.nn.Module):
+    """matmul (a Linear, M/N split), batch_matmul, and the transposes that feed them."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 512)
+
+    def forward(self, x, q):
+        return self.fc(x), q @ q.transpose(-1, -2)
+
+
+class Movement(torch.nn.Module):
+    """Data movement: concat, slice, transpose of activations."""
+
+    def forward(self, x):
+        return torch.cat([x, x * 2], -1), x[:, 64:192] + 1, x.t() * 3
+
+
+class Pool(torch.nn.Module):
+    """max and average pooling."""
+
+    def forward(self, img):
+        m = torch.nn.functional.max_pool2d(img, 2)
+        return torch.nn.functional.avg_pool2d(m, 2)
+
+
+class Conv(torch.nn.Module):
+    """conv2d, groups 1 and depthwise."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 16, 3)
+        self.dw = torch.nn.Conv2d(16, 16, 3, groups=16)
+
+    def forward(self, img):
+        return self.dw(self.conv(img))
+
+
+CASES = {
+    "rows": (Rows, (torch.randn(64, 256),), {"spyre.layernorm", "spyre.softmax", "spyre.map", "spyre.reduce"}),
+    "matmuls": (Matmuls, (torch.randn(64, 256), torch.randn(4, 64, 64)), {"spyre.matmul", "spyre.batch_matmul"}),
+    "movement": (Movement, (torch.randn(64, 256),), {"spyre.concat", "spyre.slice", "spyre.transpose"}),
+    "pool": (Pool, (torch.randn(2, 8, 32, 32),), {"spyre.pool2d"}),
+    "conv": (Conv, (torch.randn(2, 4, 34, 34),), {"spyre.conv2d"}),
+}
+
+# Kernel kinds whose emitter does not follow its plan yet, with why. Strict: one that starts passing must leave
+# this table.
+_CONV = ("the conv2d emitter runs per-tap selection matmuls on its own split of output rows; the plan (grid, tile, "
+         "buffers) describes an implicit GEMM the emitter does not have yet")
+_MOVE = ("data movement picks its kernel in the emitter (row gathers into the output tile, RESTICK in device "
+         "memory, selection matmuls); the plan describes streamed input and output tiles for all three, so the "
+         "module's scratchpad peak counts buffers no kernel uses")
+KNOWN_GAPS = {("conv", 1): _CONV, ("conv", 8): _CONV, ("movement", 8): _MOVE}
+
+
+@pytest.mark.parametrize("cores", [1, 8])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_binary_follows_the_kernel_plan(case, cores, request):
+    if (case, cores) in KNOWN_GAPS:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[case, cores], strict=True))
+    torch.manual_seed(0)
+    cls, inputs, kinds = CASES[case]
+    checked, problems = _checked(cls().eval(), inputs, cores=cores)
+    assert kinds <= set(checked), f"kinds not exercised: {kinds - set(checked)} (checked {dict(checked)})"
+    assert not problems, "\n".join(problems)
