@@ -53,10 +53,9 @@ def device_ops(module: ir.Operation) -> list[ir.Operation]:
     found: list[ir.Operation] = []
 
     def visit(op: ir.Operation):
-        name = op.name
-        if name == "spyre.host":
+        if op.name == "spyre.host":
             return ir.WalkResult.SKIP
-        if name.startswith("spyre.") and name not in NOT_DEVICE:
+        if is_device_op(op):
             found.append(op)
             return ir.WalkResult.SKIP      # a map body holds scalar ops only
         return ir.WalkResult.ADVANCE
