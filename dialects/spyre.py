@@ -6,8 +6,8 @@ IRDL only checks arity here; every op's real invariants (ranks, shapes, element 
 
 Attributes are plain discardable attributes checked by the verifiers rather than IRDL-declared ones, because
 IRDL cannot express optional attributes and ops such as `spyre.matmul {transpose_rhs}` need defaults.
-Ops whose operand count varies (optional bias, scales, variadic inputs) take one variadic operand group and
-name its parts in properties, so the IR needs no `operandSegmentSizes`.
+Ops with optional operands (a bias, a weight, a scale, a map's inputs) declare each as an optional operand slot
+and carry `operandSegmentSizes` (1 per required slot, 0 or 1 per optional one), which their verifier requires.
 """
 
 
@@ -277,7 +277,7 @@ class SpyreOp(Spyre.Operation, traits=[Pure]):
 class MatmulOp(SpyreOp, name="matmul"):
     """Matrix product on the PT array, with an optional fused bias: `result = lhs @ rhs (+ bias)`.
 
-        %r = "spyre.matmul"(%a, %b, %bias) {transpose_rhs = false}
+        %r = "spyre.matmul"(%a, %b, %bias) {transpose_rhs = false, operandSegmentSizes = array<i32: 1, 1, 1>}
             : (tensor<32x64xf32>, tensor<64x16xf32>, tensor<16xf32>) -> tensor<32x16xf32>
 
     Operands: lhs [M, K], rhs [K, N] (or [N, K] with `transpose_rhs = true`), optional bias [N].
@@ -341,7 +341,8 @@ class Conv2dOp(SpyreOp, name="conv2d"):
     """2-D convolution, NCHW input and FCHW filter, with groups (depthwise when groups == C) and optional bias.
 
         %r = "spyre.conv2d"(%x, %w, %bias) {strides = array<i64: 1, 1>, padding = array<i64: 1, 1, 1, 1>,
-                                             dilations = array<i64: 1, 1>, groups = 1 : i64}
+                                             dilations = array<i64: 1, 1>, groups = 1 : i64,
+                                             operandSegmentSizes = array<i32: 1, 1, 1>}
             : (tensor<1x3x8x8xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<1x16x8x8xf32>
 
     `padding` is [top, left, bottom, right]; strides and dilations default to 1, groups to 1.
@@ -532,7 +533,8 @@ def _verify_acc_type(op) -> None:
 class LayerNormOp(SpyreOp, name="layernorm"):
     """Layer normalization over the trailing dims from `axis`, with optional weight and bias.
 
-        %r = "spyre.layernorm"(%x, %w, %b) {axis = 1 : i64, epsilon = 1.0e-05 : f32, acc_type = f32}
+        %r = "spyre.layernorm"(%x, %w, %b) {axis = 1 : i64, epsilon = 1.0e-05 : f32, acc_type = f32,
+                                            operandSegmentSizes = array<i32: 1, 1, 1>}
             : (tensor<8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
 
     weight and bias have the normalized shape `input.shape[axis:]`.
@@ -559,7 +561,7 @@ class LayerNormOp(SpyreOp, name="layernorm"):
 class RMSNormOp(SpyreOp, name="rmsnorm"):
     """RMS normalization over the last dim: x / sqrt(mean(x^2) + epsilon) (* weight).
 
-        %r = "spyre.rmsnorm"(%x, %w) {epsilon = 1.0e-06 : f32, acc_type = f32}
+        %r = "spyre.rmsnorm"(%x, %w) {epsilon = 1.0e-06 : f32, acc_type = f32, operandSegmentSizes = array<i32: 1, 1>}
             : (tensor<8x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
     """
 
@@ -711,9 +713,11 @@ class PadOp(SpyreOp, name="pad"):
 class CastOp(SpyreOp, name="cast"):
     """Format conversion, with an optional scale for quantized formats (per-tensor, or per-channel along `axis`).
 
-        %q = "spyre.cast"(%x) : (tensor<8x64xf32>) -> tensor<8x64x!spyre.dlf16>
-        %w8 = "spyre.cast"(%w, %s) {axis = 0 : i64} : (tensor<16x64xf32>, tensor<16xf32>) -> tensor<16x64xi8>
-        %wq = "spyre.cast"(%w) {scale_mode = "per-channel", axis = 0 : i64} : (tensor<16x64xf32>) -> tensor<16x64xi8>
+        %q = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<8x64xf32>) -> tensor<8x64x!spyre.dlf16>
+        %w8 = "spyre.cast"(%w, %s) {axis = 0 : i64, operandSegmentSizes = array<i32: 1, 1>}
+            : (tensor<16x64xf32>, tensor<16xf32>) -> tensor<16x64xi8>
+        %wq = "spyre.cast"(%w) {scale_mode = "per-channel", axis = 0 : i64, operandSegmentSizes = array<i32: 1, 0>}
+            : (tensor<16x64xf32>) -> tensor<16x64xi8>
 
     Quantizing divides by the scale; dequantizing (integer or fp8 input) multiplies by it. Without a scale
     operand, `scale_mode` ("per-tensor" or "per-channel" along `axis`) asks the emitter to compute symmetric

@@ -55,10 +55,9 @@ def device_ops(module: ir.Operation) -> list[ir.Operation]:
     found: list[ir.Operation] = []
 
     def visit(op: ir.Operation):
-        name = op.name
-        if name == "spyre.host":
+        if op.name == "spyre.host":
             return ir.WalkResult.SKIP
-        if name.startswith("spyre.") and name not in NOT_DEVICE:
+        if is_device_op(op):
             if not (CONST_FOLD in op.attributes and ir.BoolAttr(op.attributes[CONST_FOLD]).value):
                 found.append(op)
             return ir.WalkResult.SKIP      # a map body holds scalar ops only

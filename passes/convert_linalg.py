@@ -60,7 +60,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith
 
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import UNCONVERTED_ATTR, non_device_type
+from spyre_mlir.passes.analysis import UNCONVERTED_ATTR, non_device_type, producer
 from spyre_mlir.passes.base import SpyrePass
 
 INT64_MOVEMENT = "int64 index math (int64 index data is reshaped, sliced and filled on the host)"
@@ -122,14 +122,8 @@ def _collect(module: ir.Operation, names) -> list[ir.Operation]:
 # Helpers
 
 
-def _def_op(v: ir.Value) -> ir.Operation | None:
-    """The operation defining `v`, or None for a block argument."""
-    owner = v.owner
-    return None if isinstance(owner, ir.Block) else owner.operation
-
-
 def _producer(v: ir.Value, *names: str) -> ir.Operation | None:
-    op = _def_op(v)
+    op = producer(v)
     return op if op is not None and op.name in names else None
 
 
@@ -172,7 +166,7 @@ def _i64s(values) -> ir.Attribute:
 
 def _scalar_const(v: ir.Value) -> float | int | None:
     """The value of a scalar arith.constant, looking through extf/truncf (torch-mlir truncates f64 epsilons)."""
-    op = _def_op(v)
+    op = producer(v)
     if op is None:
         return None
     if op.name in ("arith.extf", "arith.truncf"):
@@ -191,7 +185,7 @@ def _scalar_const(v: ir.Value) -> float | int | None:
 
 def _fill_value(v: ir.Value) -> float | int | None:
     """The constant a linalg.fill (or a spyre.map fill) writes into `v`, or None."""
-    op = _def_op(v)
+    op = producer(v)
     if op is None:
         return None
     if op.name == "linalg.fill":
@@ -218,7 +212,7 @@ def _erase_dead(v: ir.Value) -> None:
         v = work.pop()
         if v in erased:  # a value reached twice (a diamond, or map(%x, %x)): its op is already gone
             continue
-        op = _def_op(v)
+        op = producer(v)
         if op is None or not _unused(op) or op.name in ("func.func", "arith.constant") or \
                 not op.name.startswith(("spyre.", "linalg.", "tensor.")):
             continue
@@ -265,7 +259,7 @@ def _add_init(result: ir.Value, init: ir.Value) -> ir.Value:
 
 def _pad_info(v: ir.Value):
     """(source, low, high, value) when `v` is a constant tensor.pad (or spyre.pad), else None."""
-    op = _def_op(v)
+    op = producer(v)
     if op is None:
         return None
     if op.name == "spyre.pad":
@@ -519,11 +513,11 @@ def _convert_gather(op: ir.Operation) -> str | None:
     maps = _maps(op)
     if _dims_of(maps[0]) != list(range(k)) or maps[1] != ir.AffineMap.get_identity(k + t_rank - 1):
         return reason
-    cast = _def_op(idx[0])
+    cast = producer(idx[0])
     if cast is None or cast.name != "arith.index_cast" or cast.operands[0] != body.arguments[0]:
         return reason
     for j, v in enumerate(idx[1:]):
-        li = _def_op(v)
+        li = producer(v)
         if li is None or li.name != "linalg.index" or ir.IntegerAttr(li.attributes["dim"]).value != k + j:
             return reason
     with ir.InsertionPoint(op), _origin(op):
@@ -560,7 +554,7 @@ def _convert_reduction(op: ir.Operation) -> str | None:
     x, init, res = op.operands[0], op.operands[n_in + k], op.results[k]
     body = op.regions[0].blocks[0]
     yielded = list(body.operations)[-1].operands[k]
-    comb = _def_op(yielded)
+    comb = producer(yielded)
     inside = {r for o in body.operations for r in o.results}
     name = comb.name if yielded in inside else "a non-binary body"
     kind = _REDUCE_KIND.get(name)
@@ -708,7 +702,7 @@ def _convert_elementwise(op: ir.Operation) -> str | None:
     mapping = {a: b for a, b in zip(args, block.arguments)}
     with ir.InsertionPoint(block):
         for v in captured:
-            clone = _def_op(v).clone()
+            clone = producer(v).clone()
             mapping[v] = clone.results[0]
         for inner in body.operations:
             if inner.name == "linalg.yield":
@@ -741,7 +735,7 @@ def _captured_values(op: ir.Operation, body: ir.Block) -> list[ir.Value] | str:
         for v in o.operands:
             if v in inside:
                 continue
-            owner = _def_op(v)
+            owner = producer(v)
             if owner is None or owner.name != "arith.constant" or isinstance(v.type, ir.ShapedType):
                 return "the body reads a value from above that is not a scalar constant"
             captured[v] = v
@@ -789,7 +783,7 @@ def _convert_broadcast(op: ir.Operation) -> str | None:
 
 
 def _convert_fill(op: ir.Operation) -> str | None:
-    value = _def_op(op.operands[0])
+    value = producer(op.operands[0])
     out = op.results[0]
     if value is None or value.name != "arith.constant" or not _static_tensor(out):
         return "linalg.fill of a non-constant value"
@@ -853,7 +847,7 @@ def _convert_concat(op: ir.Operation) -> str | None:
 
 def _splat_value(v: ir.Value) -> float | int | None:
     """The single value of a splat `arith.constant dense<c>` or constant fill, else None."""
-    op = _def_op(v)
+    op = producer(v)
     if op is not None and op.name == "arith.constant" and isinstance(op.attributes["value"], ir.DenseElementsAttr):
         a = ir.DenseElementsAttr(op.attributes["value"])
         if a.is_splat:
@@ -878,7 +872,7 @@ def _insert_chain(op: ir.Operation):
         if _DYN in off + size or set(step) != {1} or _shape(cur.operands[0]) != size:
             return None
         pieces.append((off, cur.operands[0]))
-        cur = _def_op(cur.operands[1])
+        cur = producer(cur.operands[1])
     if cur is None or cur.name != "tensor.empty" or len(pieces) < 2:
         return None
     full = _shape(op.results[0])

@@ -12,8 +12,11 @@ Options override the module: ``cores=N``, ``target=FILE``, ``params=FILE.npz`` (
 IR whose parameters carry no value). A parameter with no value anywhere becomes a **binary input** named after
 it (the caller passes the weights with the activations), so emission still works on hand-written IR.
 
-Host work runs as the runtime's ``eval`` host op: a JSON program (``spyre_mlir.runtime.hostprog``) the runtime
-interprets with numpy, so the binary runs in a plain ``spyre-run``.
+Host work runs inside the binary, so it runs in a plain ``spyre-run``: a ``spyre.host`` region as a ``jit`` host
+op (LLVM-dialect host code, :mod:`spyre_mlir.codegen.hostcode`, that the runtime compiles at load), a device op
+without a kernel through the runtime's own ``gather``/``copy`` when they compute it; the rest (and a region the
+host code cannot take) as the runtime's ``eval`` host op: a JSON program (``spyre_mlir.runtime.hostprog``) the
+runtime interprets with numpy.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import sys
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import UNCONVERTED_ATTR, non_device_type
+from spyre_mlir.passes.analysis import NOT_DEVICE, UNCONVERTED_ATTR, function_ops, is_device_op, non_device_type
 from spyre_mlir.passes.base import SpyrePass
 
 FREE_OPS = ("func.return", "arith.constant", "tensor.empty")
@@ -49,9 +49,9 @@ class PlaceHostPass(SpyrePass):
         for block in _function_blocks(module):
             for op in list(block.operations):
                 name = op.operation.name
-                if name in ("spyre.host", "spyre.yield") or name in FREE_OPS or not list(op.operation.results):
+                if name in NOT_DEVICE or name in FREE_OPS or not list(op.operation.results):
                     continue
-                if name.startswith("spyre."):
+                if is_device_op(op):
                     bad = non_device_type(op.operation)
                     if bad:    # e.g. an f64 map no fusion absorbed: the device cannot hold its data
                         _wrap(op.operation, f"{bad} has no device format")
@@ -62,16 +62,7 @@ class PlaceHostPass(SpyrePass):
 
 
 def _function_blocks(module: ir.Operation) -> list[ir.Block]:
-    blocks: list[ir.Block] = []
-
-    def visit(op):
-        if op.name == "func.func":
-            blocks.extend(op.regions[0].blocks)
-            return ir.WalkResult.SKIP
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return blocks
+    return [block for func in function_ops(module) for block in func.regions[0].blocks]
 
 
 def _wrap(op: ir.Operation, reason: str) -> None:
@@ -152,7 +143,7 @@ def placement_report(module: ir.Module | ir.Operation) -> list[dict]:
                 inner = [o.operation.name for o in op.regions[0].blocks[0].operations][:-1]
                 row.update(op=" + ".join(inner) or "spyre.host", placement="host",
                            reason=ir.StringAttr(op.attributes["reason"]).value if "reason" in op.attributes else "")
-            elif not name.startswith("spyre."):
+            elif not is_device_op(op):
                 why = host_reason(op)
                 row.update(placement="host", reason=why + (" (not wrapped)" if list(op.results) else
                                                            " (no result: runs on the host in place)"))

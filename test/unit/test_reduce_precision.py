@@ -18,7 +18,7 @@ from spyre_mlir.context import make_context
 from spyre_mlir.dialects import spyre
 from spyre_mlir.frontend import import_model
 from spyre_mlir.passes import create_pass
-from spyre_mlir.passes.analysis import is_device_op, producer
+from spyre_mlir.passes.analysis import device_ops, is_device_op, producer
 from spyre_mlir.passes.base import OptionError
 from spyre_mlir.passes.manager import run_pipeline
 from spyre_mlir.passes.reduce_precision import ACC_OPS, PRECISIONS
@@ -56,18 +56,6 @@ def _run(text: str, precision: str, layout: bool):
     return ctx, module
 
 
-def _device_ops(module) -> list[ir.Operation]:
-    ops = []
-
-    def visit(op):
-        if is_device_op(op):
-            ops.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return ops
-
-
 def _signature(text: str) -> str:
     with make_context():
         return str(ir.Module.parse(text).body.operations[0].attributes["function_type"])
@@ -87,7 +75,7 @@ def test_reduce_precision(graphs, name, precision):
     ctx, module = _run(graphs[name], precision, layout=False)
     with ctx:
         assert str(module.body.operations[0].attributes["function_type"]) == _signature(graphs[name])
-        ops = _device_ops(module)
+        ops = device_ops(module.operation)
         for op in ops:
             if op.name in ACC_OPS:
                 assert str(op.attributes["acc_type"]) == "f32", op
@@ -121,7 +109,7 @@ def test_layout(graphs, name, precision):
     ctx, module = _run(graphs[name], precision, layout=True)
     with ctx:
         assert str(module.body.operations[0].attributes["function_type"]) == _signature(graphs[name])
-        for op in _device_ops(module):
+        for op in device_ops(module.operation):
             assert "transpose_rhs" not in op.attributes, op
             for r in op.results:
                 t = ir.RankedTensorType(r.type)
