@@ -318,13 +318,49 @@ def _cast(op: ir.Operation) -> OpModel:
 
 
 def _movement(op: ir.Operation) -> OpModel:
-    """transpose, reshape, slice, pad, concat: DMA through the scratchpad, rows of the result."""
+    """transpose, reshape, slice, pad, concat, as spyre-emit moves them (codegen/kernels/move.py):
+
+    * a reshape keeping the innermost dim is an alias (no scratchpad; its rows split like a row-wise op's),
+      and a transpose of the last two dims a RESTICK in device memory on one core (no scratchpad);
+    * whole rows (a transpose keeping the innermost dim, a slice or concat of whole sticks) are gathered by DMA
+      straight into the output tiles `out0 out1`;
+    * otherwise (selection matmuls inside the innermost dim, which size their own tiles for now) the rows of
+      the result with streamed input and output tiles."""
+    from spyre_mlir.codegen.kernels.move import row_sources
+
     rs = _shape(op.results[0])
     rows = _lead(rs, len(rs) - 1)
+    src = _shape(op.operands[0]) if len(op.operands) else []
+    if _is_restick(op):
+        return OpModel(op, "rows", rows=cost.RowKernel(rows=1, inputs=(), outputs=()), chunked=())
+    if op.name == "spyre.reshape" and (src[-1:] or [1]) == (rs[-1:] or [1]):
+        # An alias: its rows split like its neighbours' (so no barrier), nothing moves through a scratchpad.
+        model = _rows_model(op, rows, [("in", op.operands[0], True)])
+        k = model.rows
+        unbuffered = lambda ops: tuple(dataclasses.replace(o, buffered=False) for o in ops)  # noqa: E731
+        model.rows = dataclasses.replace(k, inputs=unbuffered(k.inputs), outputs=unbuffered(k.outputs))
+        return model
+    if op.name in ("spyre.transpose", "spyre.slice", "spyre.concat") and row_sources(op) is not None:
+        out = cost.RowOperand("out", rs[-1], rs[-1], fmt_of(op.results[0].type, op))
+        ins = tuple(dataclasses.replace(_operand(_role(i), v, rows, op), buffered=False)
+                    for i, v in enumerate(op.operands))
+        k = cost.RowKernel(rows=max(1, rows), inputs=ins, outputs=(out,))
+        return OpModel(op, "rows", fmt=out.fmt, out_fmt=out.fmt, rows=k, chunked=())
     inputs = [(_role(i), v, True) for i, v in enumerate(op.operands)]
     same_order = op.name in ("spyre.reshape",)
     sfu = [("simple", 1)] if op.name == "spyre.pad" else []
     return _rows_model(op, rows, inputs, sfu=sfu, chunked=None if same_order else ())
+
+
+def _is_restick(op: ir.Operation) -> bool:
+    """A transpose swapping the last two dims of one on-device format (spyre-emit's RESTICK)."""
+    if op.name != "spyre.transpose":
+        return False
+    src, res = op.operands[0].type, op.results[0].type
+    rank = len(_shape(op.operands[0]))
+    if rank < 2 or str(ir.RankedTensorType(src).element_type) != str(ir.RankedTensorType(res).element_type):
+        return False
+    return int_array(op, "permutation") == list(range(rank - 2)) + [rank - 1, rank - 2]
 
 
 def _gather(op: ir.Operation) -> OpModel:

@@ -449,6 +449,7 @@ class RowOperand:
     cols: int
     fmt: str
     streamed: bool = True
+    buffered: bool = True        # False: moved by DMA straight into another operand's tile (a row gather)
 
     def tile_bytes(self, tr: int) -> int:
         n = self.elems * (tr if self.streamed else 1)
@@ -497,6 +498,8 @@ def rowwise_buffers(k: RowKernel, tr: int, nbuf: int = 2) -> list[Buffer]:
     end = k.steps
     bufs: list[Buffer] = []
     for o in (*k.inputs, *k.outputs):
+        if not o.buffered:
+            continue
         if o.streamed:
             bufs += [Buffer(f"{o.role}{i}", o.tile_bytes(tr), 0, end) for i in range(nbuf)]
         else:

@@ -1,11 +1,13 @@
 """Data movement on the device: transposes, slices, concats and reshapes that :mod:`..emitter` cannot alias.
 
 * whole sticks move by DMA (:func:`_emit_rows`): result rows gathered from the operands' rows (a transpose
-  that keeps the innermost dim, a slice taking all of it or whole sticks of it, a concat along an outer dim);
+  that keeps the innermost dim, a slice taking all of it or whole sticks of it, a concat along an outer dim)
+  straight into the output tiles, following the op's plan (``out0 out1`` in ``spyre.tile`` rows);
 * a transpose of the last two dims (the innermost dim moving) is a RESTICK instruction (:func:`restick`): a
   restickify through device memory on core 0's DMA engine, fenced by barriers;
 * data movement inside the innermost dim, below a stick, is exact 0/1 selection matmuls on the PT array
-  (:func:`col_terms`, for dlf16/fp8 data).
+  (:func:`col_terms`, for dlf16/fp8 data). This kernel still sizes its own row tiles (``rows_plan``): its
+  plan does not describe its selection matrices yet.
 """
 
 from __future__ import annotations
@@ -19,26 +21,26 @@ from spyre_mlir.runtime.formats import Format
 
 from ..common import _attr, _sub, _tb, _tensor_type
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
-from .rows import pipelined, rows_plan
+from .rows import pipelined, planned, rows_plan
 
-__all__ = ["restick", "col_terms", "has_kernel", "EMITTERS"]
+__all__ = ["restick", "col_terms", "row_sources", "has_kernel", "EMITTERS"]
 
 
 def has_kernel(em, op) -> bool:
     """Whether the device moves ``op``'s data (a transpose, slice or concat): by DMA, RESTICK or selection
     matmuls."""
-    return _row_sources(op) is not None or _restick_shape(em, op) is not None or col_terms(em, op) is not None
+    return row_sources(op) is not None or _restick_shape(em, op) is not None or col_terms(em, op) is not None
 
 
 def emit_move(em, op, loc):
-    if _row_sources(op) is not None:
+    if row_sources(op) is not None:
         return _emit_rows(em, op, loc)
     if _restick_shape(em, op) is not None:
         return _emit_restick(em, op, loc)
     return _emit_cols(em, op, loc)
 
 
-def _row_sources(op):
+def row_sources(op):
     """For data movement that keeps the innermost dim whole (a transpose that leaves it in place, a slice
     taking all of it or whole sticks of it, a concat along an outer dim): [(operand index, source row of
     every result row (-1: another operand), first column)] in the 2-D views; None otherwise."""
@@ -89,7 +91,7 @@ def _row_sources(op):
 
 def _emit_rows(em, op, loc):
     """Data movement by DMA: result rows gathered from the operands' rows (no compute)."""
-    sources = _row_sources(op)
+    sources = row_sources(op)
     srcs = [em.tensor(v) for v in op.operation.operands]
     O = em.result(op)
     R, C = O.rows, O.cols
@@ -100,11 +102,11 @@ def _emit_rows(em, op, loc):
         sel = r >= 0
         which[sel], rows[sel] = k, r[sel]
         col0[k] = c0
-    plan, gr, tr, nbuf = rows_plan(em, op, R, 0, _tb(1, C, O.fmt), 0, op.operation.name)
+    kp, plan = planned(em, op, R)
+    gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
     b = em.b
     for core in range(gr):
-        b.reset_scratchpad(core)
-        Ts = [b.alloc(core, tr, C, O.fmt) for _ in range(nbuf)]
+        Ts = [kp.tile_at(f"out{j}", tr, C, O.fmt) for j in range(nbuf)]
 
         def load(k, r0, n, core=core, Ts=Ts):
             T = Ts[k % nbuf]
