@@ -183,6 +183,22 @@ func.func @main(%a: tensor<{M}x{K}x!spyre.dlf16>, %b: tensor<{K}x{N}x!spyre.dlf1
 """
 
 
+def _allocate(module, target, double_buffer: bool) -> None:
+    """The matmul's scratchpad plan, packed as spyre-allocate-scratchpad packs it, with one or two buffers per
+    streamed operand as the case asks (the pass itself double-buffers whenever both fit)."""
+    from torch_mlir import ir
+
+    from spyre_mlir.passes.analysis import device_ops, int_array
+    from spyre_mlir.passes.op_model import buffers, op_model
+
+    i64 = ir.IntegerType.get_signless(64)
+    for op in device_ops(module.operation):
+        bufs = buffers(op_model(op), int_array(op, "spyre.grid"), int_array(op, "spyre.tile"),
+                       2 if double_buffer else 1)
+        offsets, _ = cost.pack(bufs, target.scratchpad_alignment_bytes)
+        op.attributes["spyre.scratchpad"] = ir.DictAttr.get({k: ir.IntegerAttr.get(i64, v) for k, v in offsets.items()})
+
+
 @pytest.mark.parametrize("cores,grid,tile,dims,db", [
     (32, (4, 8, 1), (256, 128, 64), (1024, 1024, 1024), True),
     (32, (2, 16, 1), (512, 64, 64), (1024, 1024, 1024), True),
@@ -206,7 +222,9 @@ def test_agrees_with_the_emitted_shared_kernel(cores, grid, tile, dims, db):
     text = _EMIT_MATMUL.format(M=M, N=N, K=K, grid=", ".join(map(str, grid)), tile=", ".join(map(str, tile)),
                                db=str(db).lower())
     with make_context():
-        em = codegen.emit(ir.Module.parse(text), t)
+        module = ir.Module.parse(text)
+        _allocate(module, t, db)
+        em = codegen.emit(module, t)
     prof = load_bytes(em.b.to_bytes(), target=t).static_profile
     model = cost.matmul_cycles(M, N, K, grid, tile, t, double_buffer=db).total
     assert model == pytest.approx(prof.cycles, rel=0.15)
