@@ -7,7 +7,6 @@ every dtype a model holds.
 """
 
 import hashlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -22,16 +21,9 @@ from torch_mlir import ir  # noqa: E402
 
 from spyre_mlir import params  # noqa: E402
 from spyre_mlir.context import make_context  # noqa: E402
+from test_compile_e2e import _example  # noqa: E402
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 BIN = os.path.dirname(sys.executable)
-
-
-def _example(name):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.build(0)
 
 
 class Heavy(torch.nn.Module):

@@ -276,14 +276,7 @@ def emit_layernorm(em, op, loc):
         b.sfu(core, "sub", XF, XF, MU, loc=loc)
         b.sfu(core, "mul", SQ, XF, XF, loc=loc)
         b.reduce(core, "mean", VAR, SQ, loc=loc)
-        b.sfu(core, "add", VAR, VAR, eps, loc=loc)
-        b.sfu(core, "rsqrt", VAR, VAR, loc=loc)
-        b.sfu(core, "mul", XF, XF, VAR, loc=loc)
-        if "weight" in extra:
-            b.sfu(core, "mul", XF, XF, extra["weight"], loc=loc)
-        if "bias" in extra:
-            b.sfu(core, "add", XF, XF, extra["bias"], loc=loc)
-        b.sfu(core, "cast", OT, XF, loc=loc)
+        _normalize(b, core, XF, OT, VAR, eps, extra, loc)
 
     consts = [("weight", gamma), ("bias", beta)]
     return _rows_emit(em, op, loc, X, O, body, [(k, t) for k, t in consts if t is not None],
@@ -301,15 +294,23 @@ def emit_rmsnorm(em, op, loc):
         b.sfu(core, "cast", XF, XT, loc=loc)
         b.sfu(core, "mul", SQ, XF, XF, loc=loc)
         b.reduce(core, "mean", MS, SQ, loc=loc)
-        b.sfu(core, "add", MS, MS, eps, loc=loc)
-        b.sfu(core, "rsqrt", MS, MS, loc=loc)
-        b.sfu(core, "mul", XF, XF, MS, loc=loc)
-        if "weight" in extra:
-            b.sfu(core, "mul", XF, XF, extra["weight"], loc=loc)
-        b.sfu(core, "cast", OT, XF, loc=loc)
+        _normalize(b, core, XF, OT, MS, eps, extra, loc)
 
     return _rows_emit(em, op, loc, X, O, body, [("weight", gamma)] if gamma is not None else [], ("ms",),
                       sq=True)
+
+
+def _normalize(b, core, XF, OT, R, eps, extra, loc):
+    """The norms' tail: XF *= rsqrt(R + eps) (R a row statistic, overwritten), then the weight and bias rows
+    when the op has them, rounded once into OT."""
+    b.sfu(core, "add", R, R, eps, loc=loc)
+    b.sfu(core, "rsqrt", R, R, loc=loc)
+    b.sfu(core, "mul", XF, XF, R, loc=loc)
+    if "weight" in extra:
+        b.sfu(core, "mul", XF, XF, extra["weight"], loc=loc)
+    if "bias" in extra:
+        b.sfu(core, "add", XF, XF, extra["bias"], loc=loc)
+    b.sfu(core, "cast", OT, XF, loc=loc)
 
 
 def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False):
