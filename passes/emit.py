@@ -82,7 +82,7 @@ def emit_module(module, target=None, params=None, output: str = "", listing: str
     from spyre_mlir import codegen
     from spyre_mlir import params as params_mod
 
-    main = params_mod._main(module)
+    main = params_mod.main_func(module)
     if main is None:
         raise PassError("the module has no func.func @main", module.location)
     values = {**params_mod.values(module), **(params or {})}

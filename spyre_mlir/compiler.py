@@ -10,10 +10,12 @@
 
 Stages (each a function of ``spyre_mlir.pipeline``): frontend -> linalg -> graph pipeline -> kernel pipeline
 -> ``spyre-emit``, on one module in one context (:func:`prepare_module` parses the linalg IR once). Parameter
-values travel in the IR as resources holding the arrays themselves (:mod:`spyre_mlir.params`). Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's
-bytes, the options, the target's fingerprint and the spyre_mlir version (with a hash of the compiler's
-sources), so a cache hit is exactly the binary a fresh compile would write. The cache lives in ``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else
-``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
+values travel in the IR as resources holding the arrays themselves (:mod:`spyre_mlir.params`).
+
+Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's bytes, the options,
+the target's fingerprint and the spyre_mlir version (with a hash of the compiler's sources), so a cache hit is
+exactly the binary a fresh compile would write. The cache lives in ``cache_dir``, else
+``$SPYRE_MLIR_CACHE_DIR``, else ``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
 """
 
 from __future__ import annotations
@@ -180,9 +182,9 @@ def _mark(module, args: dict, results: dict) -> None:
     arguments to {name: string value}, ``results`` a result index."""
     from torch_mlir import ir
 
-    from spyre_mlir.params import _main
+    from spyre_mlir.params import main_func
 
-    main = _main(module)
+    main = main_func(module)
     block_args = main.regions[0].blocks[0].arguments
     arg_attrs = list(ir.ArrayAttr(main.attributes["arg_attrs"])) if "arg_attrs" in main.attributes else \
         [ir.DictAttr.get({}) for _ in block_args]

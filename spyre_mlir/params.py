@@ -40,7 +40,8 @@ def _store(context) -> dict:
     return blobs
 
 
-def _main(module):
+def main_func(module):
+    """The module's ``func.func @main`` operation, or None."""
     op = module.operation if hasattr(module, "operation") else module
     for f in op.regions[0].blocks[0].operations:
         if f.operation.name == "func.func" and ir.StringAttr(f.operation.attributes["sym_name"]).value == "main":
@@ -63,7 +64,7 @@ def attach(module, params: dict) -> None:
     """Give every ``spyre.param`` argument of ``@main`` its value from ``params`` (name -> array) as a
     ``spyre.value`` resource holding the array itself. Arguments without a value in ``params`` are left as
     they are (the emitter then reads them as binary inputs)."""
-    main = _main(module)
+    main = main_func(module)
     if main is None or not params:
         return
     ctx = main.context
@@ -107,7 +108,7 @@ def parse(text: str, context=None) -> ir.Module:
 
 def values(module) -> dict[str, np.ndarray]:
     """Parameter name -> value of every ``@main`` argument that carries a ``spyre.value``."""
-    main = _main(module)
+    main = main_func(module)
     if main is None:
         return {}
     blobs = _store(main.context)

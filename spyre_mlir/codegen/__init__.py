@@ -13,6 +13,8 @@ Modules:
   batch_matmul, :mod:`.kernels.rows` row-wise SFU ops and the row-tile skeleton, :mod:`.kernels.move` data
   movement, :mod:`.kernels.conv` conv2d and pool2d), registered by op name;
 * :mod:`.host`: ops folded at compile time and ops run on the host;
+* :mod:`.plan`: an op's kernel plan (grid, tile, scratchpad buffers) as the kernel passes wrote it, which the
+  kernel emitters follow;
 * :mod:`.common` (errors, IR and tile helpers the others share), :mod:`.memory` (device tensors, DMA),
   :mod:`.sfu` (map bodies as SFU micro-ops), :mod:`.hostcode` (``spyre.host`` regions lowered to LLVM),
   :mod:`.hostprog` (what runs on the host, as a numpy-evaluated program).
@@ -26,8 +28,8 @@ __all__ = ["emit", "listing", "EmitError", "TileError"]
 
 
 def emit(module, target, params=None, input_names=None, output_names=None):
-    """Emit ``module`` (an ``ir.Module`` at kernel level, or graph level: missing grids/tiles are chosen
-    here) for ``target``; ``params`` maps parameter names to arrays (None: parameters become inputs)."""
+    """Emit ``module`` (an ``ir.Module`` at kernel level: every device op carries its kernel plan, see
+    :mod:`.plan`) for ``target``; ``params`` maps parameter names to arrays (None: parameters become inputs)."""
     from .emitter import Emitter
 
     em = Emitter(module, target, params=params, input_names=input_names, output_names=output_names)
