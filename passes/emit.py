@@ -63,17 +63,12 @@ def _names(main) -> tuple[list, list]:
     """``spyre.name`` of the inputs (non-parameter arguments) and of the results, in order (None: unnamed)."""
     from torch_mlir import ir
 
-    def dicts(key, n):
-        if key not in main.attributes:
-            return [{} for _ in range(n)]
-        return [ir.DictAttr(d) for d in ir.ArrayAttr(main.attributes[key])]
+    from spyre_mlir.params import PARAM_ATTR, arg_dicts, result_dicts
 
-    block = main.regions[0].blocks[0]
-    n_res = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
-    ins = [ir.StringAttr(d[NAME]).value if NAME in d else None
-           for d in dicts("arg_attrs", len(block.arguments)) if "spyre.param" not in d]
-    outs = [ir.StringAttr(d[NAME]).value if NAME in d else None for d in dicts("res_attrs", n_res)]
-    return ins, outs
+    def name(d):
+        return ir.StringAttr(d[NAME]).value if NAME in d else None
+
+    return [name(d) for d in arg_dicts(main) if PARAM_ATTR not in d], [name(d) for d in result_dicts(main)]
 
 
 def emit_module(module, target=None, params=None, output: str = "", listing: str = ""):

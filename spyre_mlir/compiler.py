@@ -178,33 +178,25 @@ def emit(module, target=None, output: str = ""):
 
 
 def _mark(module, args: dict, results: dict) -> None:
-    """Add attributes to ``@main``'s arguments and results: ``args`` maps an index among the *non-parameter*
-    arguments to {name: string value}, ``results`` a result index."""
+    """Add string attributes to ``@main``'s arguments and results: ``args`` maps an index among the
+    *non-parameter* arguments to {name: value}, ``results`` a result index."""
     from torch_mlir import ir
 
-    from spyre_mlir.params import main_func
+    from spyre_mlir.params import PARAM_ATTR, arg_dicts, main_func, result_dicts, with_entries
 
     main = main_func(module)
-    block_args = main.regions[0].blocks[0].arguments
-    arg_attrs = list(ir.ArrayAttr(main.attributes["arg_attrs"])) if "arg_attrs" in main.attributes else \
-        [ir.DictAttr.get({}) for _ in block_args]
-    inputs = [i for i, d in enumerate(arg_attrs) if "spyre.param" not in ir.DictAttr(d)]
-    n_res = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
-    res_attrs = list(ir.ArrayAttr(main.attributes["res_attrs"])) if "res_attrs" in main.attributes else \
-        [ir.DictAttr.get({}) for _ in range(n_res)]
+    arg_attrs, res_attrs = arg_dicts(main), result_dicts(main)
+    inputs = [i for i, d in enumerate(arg_attrs) if PARAM_ATTR not in d]
 
-    def add(d, extra):
-        d = ir.DictAttr(d)
-        entries = {d[i].name: d[i].attr for i in range(len(d))}
-        entries.update({k: ir.StringAttr.get(v) for k, v in extra.items()})
-        return ir.DictAttr.get(entries)
+    def strings(extra):
+        return {k: ir.StringAttr.get(v) for k, v in extra.items()}
 
     for i, extra in args.items():
         if i < len(inputs):
-            arg_attrs[inputs[i]] = add(arg_attrs[inputs[i]], extra)
+            arg_attrs[inputs[i]] = with_entries(arg_attrs[inputs[i]], strings(extra))
     for o, extra in results.items():
-        if o < n_res:
-            res_attrs[o] = add(res_attrs[o], extra)
+        if o < len(res_attrs):
+            res_attrs[o] = with_entries(res_attrs[o], strings(extra))
     main.attributes["arg_attrs"] = ir.ArrayAttr.get(arg_attrs)
     main.attributes["res_attrs"] = ir.ArrayAttr.get(res_attrs)
 

@@ -49,15 +49,25 @@ def main_func(module):
     return None
 
 
-def _arg_attrs(main) -> list:
+def arg_dicts(main) -> list:
+    """The attribute dictionary of each argument of the function ``main`` (empty ones when it has none)."""
     n = len(main.regions[0].blocks[0].arguments)
     if "arg_attrs" not in main.attributes:
         return [ir.DictAttr.get({}) for _ in range(n)]
     return [ir.DictAttr(d) for d in ir.ArrayAttr(main.attributes["arg_attrs"])]
 
 
-def _entries(d) -> dict:
-    return {d[i].name: d[i].attr for i in range(len(d))}
+def result_dicts(main) -> list:
+    """The attribute dictionary of each result of the function ``main``."""
+    n = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
+    if "res_attrs" not in main.attributes:
+        return [ir.DictAttr.get({}) for _ in range(n)]
+    return [ir.DictAttr(d) for d in ir.ArrayAttr(main.attributes["res_attrs"])]
+
+
+def with_entries(d, extra: dict):
+    """Dictionary attribute ``d`` with ``extra`` (name -> Attribute) added or replaced."""
+    return ir.DictAttr.get({**{d[i].name: d[i].attr for i in range(len(d))}, **extra})
 
 
 def attach(module, params: dict) -> None:
@@ -69,7 +79,7 @@ def attach(module, params: dict) -> None:
         return
     ctx = main.context
     blobs = _store(ctx)
-    attrs = _arg_attrs(main)
+    attrs = arg_dicts(main)
     args = main.regions[0].blocks[0].arguments
     with ctx:
         for i, d in enumerate(attrs):
@@ -84,7 +94,7 @@ def attach(module, params: dict) -> None:
             key = re.sub(r"[^A-Za-z0-9_.]", "_", name) or "param"
             value = ir.DenseResourceElementsAttr.get_from_buffer(arr.reshape(-1).view(np.uint8), key, args[i].type)
             blobs[_key(value)] = arr      # the key MLIR chose (it appends _N when the name is taken)
-            attrs[i] = ir.DictAttr.get({**_entries(d), VALUE_ATTR: value})
+            attrs[i] = with_entries(d, {VALUE_ATTR: value})
         main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
 
 
@@ -114,7 +124,7 @@ def values(module) -> dict[str, np.ndarray]:
     blobs = _store(main.context)
     args = main.regions[0].blocks[0].arguments
     out = {}
-    for i, d in enumerate(_arg_attrs(main)):
+    for i, d in enumerate(arg_dicts(main)):
         if VALUE_ATTR not in d or PARAM_ATTR not in d:
             continue
         name = ir.StringAttr(d[PARAM_ATTR]).value

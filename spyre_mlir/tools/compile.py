@@ -85,19 +85,17 @@ def _stage_spyre(job: Job, linalg_ir: str):
 
 
 def _run(job: Job, pipeline: str) -> None:
-    """Run a pipeline on the job's module; a failure is a StageError carrying the stage's input IR (kept only
-    with --dump-dir, for the reproducer: printing a module with its weights is not free)."""
+    """Run a pipeline on the job's module; a failure is a StageError (``main`` adds the stage's input IR for
+    the reproducer)."""
     from torch_mlir import ir
 
-    from spyre_mlir.context import asm
     from spyre_mlir.frontend.errors import StageError, mlir_error_detail
     from spyre_mlir.passes.manager import PipelineError, run_pipeline
 
-    before = asm(job.module) if job.args.dump_dir else None
     try:
         run_pipeline(job.module, pipeline)
     except (ir.MLIRError, PipelineError) as e:
-        raise StageError(mlir_error_detail(str(e)), input_ir=before, pipeline=pipeline) from None
+        raise StageError(mlir_error_detail(str(e)), pipeline=pipeline) from None
 
 
 def _placement_summary(module) -> None:
@@ -127,15 +125,13 @@ def _stage_program(job: Job, module) -> str:
     """Kernel IR -> the program (spyre-emit), printed as a listing: one line per instruction and core."""
     from spyre_mlir import codegen
     from spyre_mlir.compiler import CompileError, emit
-    from spyre_mlir.context import asm
     from spyre_mlir.frontend.errors import StageError
 
     with job.context:
-        before = asm(module) if job.args.dump_dir else None
         try:
             job.program_emitter = emit(module, job.target)
         except CompileError as e:
-            raise StageError(str(e), input_ir=before, pipeline="builtin.module(spyre-emit)") from None
+            raise StageError(str(e), pipeline="builtin.module(spyre-emit)") from None
     return codegen.listing(job.program_emitter.b.program())
 
 
@@ -225,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     job.target = target.with_cores(args.cores or target.max_cores)
     progress = _Progress(len(stages))
     ir_text = None
+    dumped = None    # with --dump-dir: the last stage's output as text, the next stage's input for a reproducer
     for index, (name, stage) in enumerate(stages, start=1):
         progress.start(index, name)
         try:
@@ -234,19 +231,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A StageError is the compiler's failure: keep a reproducer. Any other FrontendError is about the
             # input (unreadable file, missing shapes): the message says what to do, exit 2.
             if isinstance(e, StageError) and args.dump_dir:
-                _write_reproducer(args, index, name, e.input_ir if e.input_ir is not None else ir_text, e)
+                _write_reproducer(args, index, name, e.input_ir if e.input_ir is not None else dumped, e)
             print(f"spyre-compile: error: {e}", file=sys.stderr)
             return 1 if isinstance(e, StageError) else 2
         except BaseException as e:
             # A bug: keep the reproducer, then let the traceback through.
             progress.fail(index, name)
-            if args.dump_dir and not isinstance(e, KeyboardInterrupt) and isinstance(ir_text, str):
-                _write_reproducer(args, index, name, ir_text, e)
+            if args.dump_dir and not isinstance(e, KeyboardInterrupt):
+                _write_reproducer(args, index, name, dumped, e)
             raise
         progress.done(index, name)
         if args.dump_dir and name != "binary":
             ext = "txt" if name == "program" else "mlir"
-            _write_atomic(os.path.join(args.dump_dir, f"{index:02d}-{name}.{ext}"), _text(job, ir_text, True))
+            dumped = _text(job, ir_text, True)
+            _write_atomic(os.path.join(args.dump_dir, f"{index:02d}-{name}.{ext}"), dumped)
 
     if args.emit == "binary":
         sys.stderr.write(ir_text)

@@ -20,10 +20,11 @@ import math
 import numpy as np
 
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
-from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
+from spyre_mlir.runtime.isa import PT_FORMATS
 
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _loc, _sub, _tensor_type
 from ..memory import DevTensor, format_of, load_rows, store_rows
+from ..plan import KernelPlan
 from .move import restick
 
 __all__ = ["matmul", "has_kernel", "EMITTERS"]
@@ -33,25 +34,8 @@ def _stick_elems(*fmts) -> int:
     return max(STICK_BYTES * 8 // Format.parse(f).bits for f in fmts)
 
 
-def _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, split, bias_fmt, round_fmt=None):
-    pa = fa if Format.parse(fa) in PT_FORMATS else "dlf16"
-    pb = fb if Format.parse(fb) in PT_FORMATS else "dlf16"
-    n = nbuf * (tile_bytes(tm, tk, fa) + tile_bytes(tk, tn, fb))
-    if pa != fa:
-        n += tile_bytes(tm, tk, pa)
-    if pb != fb:
-        n += tile_bytes(tk, tn, pb)
-    n += tile_bytes(tm, tn, "fp32") * (2 if split else 1) + tile_bytes(tm, tn, round_fmt or fo)
-    if round_fmt is not None:
-        n += tile_bytes(tm, tn, fo)
-    if bias_fmt is not None:
-        n += 2 * tile_bytes(1, tn, "fp32")
-    return n
-
-
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
-           scale=None, grid=None, tile=None, double_buffer=True, batches=((0, 0, 0),), offsets=None, loc=None,
-           round_fmt=None):
+           scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``.
 
     A / B in a format the PT array does not multiply (fp32: spyre.convert_operands) are converted to DLFloat16
@@ -59,43 +43,33 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     the SFU widens the tile to O's format before the store, so O holds exactly the rounded values.
 
     ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back.
-    Batches are spread over groups of ``gm*gn*gk`` cores. The kernel follows the op's plan: ``grid`` and ``tile``
-    (spyre.grid / spyre.tile) and ``offsets`` (spyre.scratchpad) for every buffer; a plan it cannot follow is a
-    TileError (the emitter reports it at the op). The per-column scales of quantized weights (fp8,
-    int8-weights) are the plan's ``colscale`` buffer."""
+    Batches are spread over groups of ``gm*gn*gk`` cores. The kernel follows the op's ``plan``
+    (:class:`..plan.KernelPlan`): its grid and tile (the last three dims: M, N, K) and every buffer at its
+    planned offset; a plan it cannot follow is a TileError or PlanError (the emitter reports it at the op). The
+    per-column scales of quantized weights (fp8, int8-weights) are the plan's ``colscale`` buffer."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
-    if not grid or not _grid_ok(grid, M, N, K, cores, se_n, se_k):
-        raise TileError(f"the plan's grid {list(grid or [])} does not split the {M}x{N}x{K} matmul into blocks of "
+    grid, tile = plan.grid[-3:], plan.tile[-3:]
+    if not _grid_ok(grid, M, N, K, cores, se_n, se_k):
+        raise TileError(f"the plan's grid {list(grid)} does not split the {M}x{N}x{K} matmul into blocks of "
                         f"whole sticks on at most {cores} cores")
     gm, gn, gk = grid
     group = gm * gn * gk
     ngroups = max(1, min(len(batches), cores // group))
     mb, nb, kb = M // gm, N // gn, K // gk
-    nbuf = 2 if double_buffer else 1
-    usable = em.target.scratchpad_usable_bytes
-    bias_fmt = bias.fmt if bias is not None else None
-    if not tile or ((tile[1] < nb and tile[1] % se_n) or (tile[2] < kb and tile[2] % se_k)
-                    or tile[0] > mb or tile[1] > nb or tile[2] > kb):
-        raise TileError(f"the plan's tile {list(tile or [])} is not a tile of the {mb}x{nb}x{kb} per-core block in "
+    nbuf = plan.nbuf
+    if (tile[1] < nb and tile[1] % se_n) or (tile[2] < kb and tile[2] % se_k) \
+            or tile[0] > mb or tile[1] > nb or tile[2] > kb:
+        raise TileError(f"the plan's tile {list(tile)} is not a tile of the {mb}x{nb}x{kb} per-core block in "
                         f"whole sticks")
-    tile_given = True
     tm, tn, tk = tile
-    if _matmul_bytes(tm, tn, tk, fa, fb, fo, nbuf, gk > 1, bias_fmt, round_fmt) > usable:
-        raise TileError(f"matmul tile {tm}x{tn}x{tk} does not fit the {usable} B scratchpad")
     pa = fa if fa in PT_FORMATS else Format.DLF16
     pb = fb if fb in PT_FORMATS else Format.DLF16
     used = range(ngroups * group)
-    T = {}
     fr = Format.parse(round_fmt) if round_fmt is not None else None
-    placed = _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale,
-                           em.target.scratchpad_usable_bytes, fr)
-    if placed is None:
-        raise TileError(f"spyre.scratchpad {dict(offsets or {})} does not place this kernel's buffers for tile "
-                        f"{tm}x{tn}x{tk}")
-    for c in used:       # the same offsets on every core: ring reduce needs equal addresses
-        T[c] = placed
+    # The same offsets on every core: ring reduce needs equal addresses.
+    T = dict.fromkeys(used, _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr))
     nk = -(-kb // tk)
     if gk == 1 and gm * gn > 1:
         for g in range(ngroups):
@@ -244,13 +218,8 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
     store(S - 1)
 
 
-def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, usable,
-                  fr=None):
-    """The matmul tiles at spyre-allocate-scratchpad's offsets, or None when they cannot be used as is."""
-    from spyre_mlir.runtime.assembler import Tile
-
-    if not offsets or not tile_given:
-        return None
+def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr=None):
+    """The kernel's tiles, each at its planned buffer (a PlanError when the plan lacks one or it is too small)."""
     want = {"a0": (tm, tk, fa), "b0": (tk, tn, fb), "acc": (tm, tn, Format.FP32), "out": (tm, tn, fr or fo)}
     if pa is not fa:
         want["pa"] = (tm, tk, pa)
@@ -266,13 +235,7 @@ def _placed_tiles(offsets, tile_given, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk,
         want["bias"] = (1, tn, bias.fmt)
     if colscale is not None:
         want["colscale"] = (1, tn, colscale.fmt)
-    if any(k not in offsets for k in want):
-        return None
-    tiles = {k: Tile(int(offsets[k]), r, c, Format.parse(f)) for k, (r, c, f) in want.items()}
-    spans = sorted((t.addr, t.addr + t.nbytes) for t in tiles.values())
-    if spans[-1][1] > usable or any(a1 < b0 for (_, b0), (a1, _) in zip(spans, spans[1:])) \
-            or any(t.addr % STICK_BYTES for t in tiles.values()):
-        return None
+    tiles = {k: plan.tile_at(k, r, c, f) for k, (r, c, f) in want.items()}
     return {"A": [tiles["a0"]] + ([tiles["a1"]] if nbuf == 2 else []),
             "B": [tiles["b0"]] + ([tiles["b1"]] if nbuf == 2 else []), "PA": tiles.get("pa"),
             "PB": tiles.get("pb"), "C": tiles["acc"], "R": tiles.get("red"), "O": tiles["out"],
@@ -324,12 +287,8 @@ def emit_matmul(em, op, loc):
     N = B.shape[-1]
     O = em.result(op)
     bias_t = em.tensor(bias) if bias is not None else None
-    grid = _attr(op, "spyre.grid")
-    tile = _attr(op, "spyre.tile")
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
-                        grid=tuple(grid) if grid else None, tile=tuple(tile) if tile else None,
-                        double_buffer=_attr(op, "spyre.double_buffer", True),
-                        offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
+                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=_round_fmt(op))
     return len(used)
 
 
@@ -342,13 +301,8 @@ def emit_batch_matmul(em, op, loc):
     M, K, N = ashape[-2], ashape[-1], bshape[-1]
     nb = math.prod(ashape[:-2])
     batches = [(i * M, i * K, i * M) for i in range(nb)]
-    grid = _attr(op, "spyre.grid")
-    tile = _attr(op, "spyre.tile")
-    mm_grid = tuple(grid[1:]) if grid else None
-    used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, grid=mm_grid,
-                        tile=tuple(tile[1:]) if tile else None,
-                        double_buffer=_attr(op, "spyre.double_buffer", True), batches=batches,
-                        offsets=_attr(op, "spyre.scratchpad"), loc=loc, round_fmt=_round_fmt(op))
+    used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, plan=KernelPlan.of(op, em.target),
+                        batches=batches, loc=loc, round_fmt=_round_fmt(op))
     em._force_barrier = True          # batches map to cores by this kernel's own rule
     return len(used)
 
