@@ -26,7 +26,9 @@ SCRATCHPAD = "spyre.scratchpad"               # spyre-allocate-scratchpad: buffe
 SCRATCHPAD_BYTES = "spyre.scratchpad_bytes"   # spyre-allocate-scratchpad: the op's peak
 SCRATCHPAD_PEAK = "spyre.scratchpad_peak"     # spyre-allocate-scratchpad: the module's peak
 DOUBLE_BUFFER = "spyre.double_buffer"         # spyre-schedule
-CONST_FOLD = "spyre.const_fold"               # spyre-divide-work (spyre-layout on weight restickifies): compile time
+CONST_FOLD = "spyre.const_fold"               # spyre-select-kernels (spyre-layout on weight restickifies): compile time
+KERNEL = "spyre.kernel"                       # spyre-select-kernels: the device kernel that runs the op
+ON_HOST = "spyre.on_host"                     # spyre-select-kernels: why no device kernel runs the op
 BARRIER = "spyre.barrier"                     # spyre-schedule
 
 # ---- Device ops ------------------------------------------------------------------------------------------------
@@ -50,15 +52,16 @@ def is_device_op(op) -> bool:
 
 
 def device_ops(module: ir.Operation) -> list[ir.Operation]:
-    """Device ops in program order: spyre ops other than host/yield, not nested in a spyre.host, and not
-    computed at compile time (``spyre.const_fold``, see :func:`compile_time_ops`)."""
+    """Device ops in program order: spyre ops other than host/yield, not nested in a spyre.host, not computed
+    at compile time (``spyre.const_fold``, see :func:`compile_time`) and not sent to the host for want of a
+    kernel (``spyre.on_host``)."""
     found: list[ir.Operation] = []
 
     def visit(op: ir.Operation):
         if op.name == "spyre.host":
             return ir.WalkResult.SKIP
         if is_device_op(op):
-            if not (CONST_FOLD in op.attributes and ir.BoolAttr(op.attributes[CONST_FOLD]).value):
+            if not is_const_fold(op) and ON_HOST not in op.attributes:
                 found.append(op)
             return ir.WalkResult.SKIP      # a map body holds scalar ops only
         return ir.WalkResult.ADVANCE
@@ -67,27 +70,54 @@ def device_ops(module: ir.Operation) -> list[ir.Operation]:
     return found
 
 
-def compile_time_ops(module: ir.Operation) -> list[ir.Operation]:
-    """Spyre ops of the functions' bodies whose every operand is known at compile time: a parameter, a
-    literal (``arith.constant``), or the result of such an op. spyre-emit computes them while compiling
-    (casts and quantization of weights, their restickifies, a broadcast mask), so they get no kernel."""
+def is_const_fold(op: ir.Operation) -> bool:
+    return CONST_FOLD in op.attributes and ir.BoolAttr(op.attributes[CONST_FOLD]).value
+
+
+def compile_time(module: ir.Operation) -> tuple[list[ir.Operation], set]:
+    """The ops of the functions' bodies computed from values known at compile time alone (a parameter, a
+    literal, or the result of such an op), and those values. Spyre ops (casts and quantization of weights, their
+    restickifies, a broadcast mask) and host regions (position ids, masks) are listed: spyre-emit computes them
+    while compiling, so they get no kernel. Literals and ``tensor.empty`` are free and not listed."""
     found: list[ir.Operation] = []
+    known: set = set()
     for func in function_ops(module):
-        known: set = set()
         block = func.regions[0].blocks[0]
-        for a in block.arguments:
-            if is_param(a, func):
-                known.add(a)
+        known.update(a for a in block.arguments if is_param(a, func))
         for o in block.operations:
             op = o.operation
-            if op.name == "spyre.host":
-                continue
-            if op.name == "arith.constant" or (op.name.startswith("spyre.") and op.name not in NOT_DEVICE
-                                               and all(v in known for v in op.operands)):
+            if op.name in ("arith.constant", "tensor.empty"):
                 known.update(op.results)
-                if op.name != "arith.constant":
-                    found.append(op)
-    return found
+            elif (op.name.startswith("spyre.") and op.name != "spyre.yield" and list(op.results)
+                  and all(v in known for v in reads(op))):
+                known.update(op.results)
+                found.append(op)
+    return found, known
+
+
+def reads(op) -> list[ir.Value]:
+    """Every value op reads: its operands, then what its regions capture from above (first-use order)."""
+    op = op.operation
+    inner, seen, captured = set(), set(), []
+
+    def walk(o):
+        for r in o.regions:
+            for blk in r.blocks:
+                inner.update(blk.arguments)
+                for x in blk.operations:
+                    inner.update(x.operation.results)
+                    walk(x.operation)
+                for x in blk.operations:
+                    for v in x.operation.operands:
+                        if v not in inner and v not in seen:
+                            seen.add(v)
+                            captured.append(v)
+
+    vals = list(op.operands)
+    if op.regions:
+        walk(op)
+        vals += [v for v in captured if v not in inner and v not in vals]
+    return vals
 
 
 # Element types the device holds: floats it computes on (f16/bf16 become DLFloat16), i1 masks, and int64 indices

@@ -15,9 +15,8 @@ at the op's end) and K is split only when M and N cannot use the cores. An M/N-s
 emitted kernel runs it: the cores of a grid row / column share A / B tiles over the ring, so more cores do not
 mean more device-memory traffic. `cores` outside 1..max_cores is an error, as is an op no division can fit.
 The module records the machine: `spyre.cores = N` and, with `target=PATH`, `spyre.target = "PATH"`.
-Ops computed from weights and literals alone (`analysis.compile_time_ops`: a weight's cast, quantization or
-restickify) are marked `spyre.const_fold = true` instead: spyre-emit computes them while compiling, so they get
-no grid, and the later kernel passes skip them.
+Ops spyre-select-kernels marked `spyre.const_fold` (computed while compiling) or `spyre.on_host` (no device
+kernel) get no grid; every other device op must carry the `spyre.kernel` that pass chose.
 Each op's kernel is described to the cost model by `passes.op_model.op_model`.
 """
 
@@ -27,7 +26,7 @@ import dataclasses
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import CONST_FOLD, CORES, GRID, TARGET, compile_time_ops, device_ops, get_target
+from spyre_mlir.passes.analysis import CORES, GRID, TARGET, device_ops, get_target
 from spyre_mlir.passes.base import PassError, SpyrePass
 from spyre_mlir.passes.op_model import op_model
 
@@ -46,9 +45,6 @@ class DivideWorkPass(SpyrePass):
         if not 1 <= cores <= target.max_cores:
             raise PassError(f"impossible core count {cores}: target '{target.name}' has 1..{target.max_cores} cores",
                             module.location)
-        # Work on weights alone is done while compiling: no grid, no kernel.
-        for op in compile_time_ops(module):
-            op.attributes[CONST_FOLD] = ir.BoolAttr.get(True)
         for op in device_ops(module):
             model = op_model(op)
             grid = model.best_grid(cores, target)

@@ -10,9 +10,9 @@ Rules (docs/compiler.md, "After spyre-layout"):
   the PT array wants: matmul reads A sticked on K and B sticked on N and writes the result sticked on N.
 * A matmul / batch_matmul with `transpose_rhs = true` reads B as [N, K], sticked on K: it gets an explicit
   `spyre.transpose {restickify = true}` of its rhs (swapping the last two dims) and loses the flag. One
-  transpose per rhs value, placed before its first use. When the rhs is a parameter (a `spyre.param` argument,
-  possibly through the casts of spyre-reduce-precision) the transpose is marked `spyre.const_fold = true`: the
-  emitter does it at compile time, so it costs nothing at run time.
+  transpose per rhs value, placed before its first use. When the rhs is a parameter (possibly through the casts
+  of spyre-reduce-precision), spyre-select-kernels marks the transpose `spyre.const_fold`: spyre-emit does it
+  at compile time, so it costs nothing at run time.
 * A transpose that moves the innermost dimension to the second-to-last place and permutes the others
   (`[0, 2, 3, 1]`: attention's K^T after the head split) becomes a transpose that keeps the innermost dim
   (row moves) followed by a `restickify` swap of the last two dims: the two forms the device has.
@@ -28,7 +28,7 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import MATMULS, function_ops, is_device_op, is_param_derived
+from spyre_mlir.passes.analysis import MATMULS, function_ops, is_device_op
 from spyre_mlir.passes.base import SpyrePass
 
 
@@ -68,8 +68,6 @@ def _restickify_rhs(op: ir.Operation, func: ir.Operation, transposes: dict) -> N
             tr = spyre.TransposeOp(rhs, ir.RankedTensorType.get(shape, t.element_type)).operation
         tr.attributes["permutation"] = ir.DenseI64ArrayAttr.get(perm)
         tr.attributes["restickify"] = ir.BoolAttr.get(True)
-        if is_param_derived(rhs, func):
-            tr.attributes["spyre.const_fold"] = ir.BoolAttr.get(True)
         transposes[rhs] = tr.results[0]
     op.operands[1] = transposes[rhs]
     del op.attributes["transpose_rhs"]

@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import GRID, int_array, producer
+from spyre_mlir.passes.analysis import GRID, KERNEL, int_array, producer
 from spyre_mlir.passes.base import PassError
 from spyre_mlir.target import Target
 
@@ -109,11 +109,18 @@ class OpModel:
 
 
 def op_model(op: ir.Operation) -> OpModel:
+    """The model of the kernel spyre-select-kernels chose for `op` (its `spyre.kernel`)."""
+    if KERNEL not in op.attributes:
+        raise PassError(f"'{op.name}' has no spyre.kernel: run spyre-select-kernels first", op.location)
     name = op.name.removeprefix("spyre.")
     fn = _MODELS.get(name)
     if fn is None:
         raise PassError(f"no kernel model for '{op.name}'", op.location)
     return fn(op)
+
+
+def _kernel(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes[KERNEL]).value
 
 
 def _matmul(op: ir.Operation) -> OpModel:
@@ -318,58 +325,51 @@ def _cast(op: ir.Operation) -> OpModel:
 
 
 def _movement(op: ir.Operation) -> OpModel:
-    """transpose, reshape, slice, pad, concat, as spyre-emit moves them (codegen/kernels/move.py):
+    """transpose, reshape, slice, concat, as their `spyre.kernel` moves them (codegen/kernels/move.py):
 
-    * a reshape keeping the innermost dim is an alias (no scratchpad; its rows split like a row-wise op's),
-      and a transpose of the last two dims a RESTICK in device memory on one core (no scratchpad);
-    * whole rows (a transpose keeping the innermost dim, a slice or concat of whole sticks) are gathered by DMA
-      straight into the output tiles `out0 out1`;
-    * otherwise (selection matmuls inside the innermost dim, which size their own tiles for now) the rows of
-      the result with streamed input and output tiles."""
-    from spyre_mlir.codegen.kernels.move import row_sources
-
+    * `alias`, a reshape keeping the innermost dim: no scratchpad; its rows split like a row-wise op's;
+    * `restick`, a transpose of the last two dims: a RESTICK in device memory on one core (no scratchpad);
+    * `dma-rows`, whole rows (a transpose keeping the innermost dim, a slice or concat of whole sticks): gathered
+      by DMA straight into the output tiles `out0 out1`;
+    * `select-cols`, selection matmuls inside the innermost dim: every 0/1 matrix `sela`, `selb`... loaded once;
+      per row tile and group, each term's source rows gathered into `in0`, `inb0`..., multiplied into the fp32
+      `acc` and rounded into `out0`. Loads happen inside the work (a gather per group)."""
     rs = _shape(op.results[0])
     rows = _lead(rs, len(rs) - 1)
-    src = _shape(op.operands[0]) if len(op.operands) else []
-    if _is_restick(op):
+    kernel = _kernel(op)
+    if kernel == "restick":
         return OpModel(op, "rows", rows=cost.RowKernel(rows=1, inputs=(), outputs=()), chunked=())
-    if op.name == "spyre.reshape" and (src[-1:] or [1]) == (rs[-1:] or [1]):
-        # An alias: its rows split like its neighbours' (so no barrier), nothing moves through a scratchpad.
+    if kernel == "alias":
+        # Its rows split like its neighbours' (so no barrier), nothing moves through a scratchpad.
         model = _rows_model(op, rows, [("in", op.operands[0], True)])
         k = model.rows
         unbuffered = lambda ops: tuple(dataclasses.replace(o, buffered=False) for o in ops)  # noqa: E731
         model.rows = dataclasses.replace(k, inputs=unbuffered(k.inputs), outputs=unbuffered(k.outputs))
         return model
-    if op.name in ("spyre.transpose", "spyre.slice", "spyre.concat") and row_sources(op) is not None:
+    if kernel == "dma-rows":
         out = cost.RowOperand("out", rs[-1], rs[-1], fmt_of(op.results[0].type, op))
         ins = tuple(dataclasses.replace(_operand(_role(i), v, rows, op), buffered=False)
                     for i, v in enumerate(op.operands))
         k = cost.RowKernel(rows=max(1, rows), inputs=ins, outputs=(out,))
         return OpModel(op, "rows", fmt=out.fmt, out_fmt=out.fmt, rows=k, chunked=())
-    inputs = [(_role(i), v, True) for i, v in enumerate(op.operands)]
-    same_order = op.name in ("spyre.reshape",)
-    sfu = [("simple", 1)] if op.name == "spyre.pad" else []
-    return _rows_model(op, rows, inputs, sfu=sfu, chunked=None if same_order else ())
+    return _select_cols(op)
 
 
-def _is_restick(op: ir.Operation) -> bool:
-    """A transpose swapping the last two dims of one on-device format (spyre-emit's RESTICK)."""
-    if op.name != "spyre.transpose":
-        return False
-    src, res = op.operands[0].type, op.results[0].type
-    rank = len(_shape(op.operands[0]))
-    if rank < 2 or str(ir.RankedTensorType(src).element_type) != str(ir.RankedTensorType(res).element_type):
-        return False
-    return int_array(op, "permutation") == list(range(rank - 2)) + [rank - 1, rank - 2]
+def _select_cols(op: ir.Operation) -> OpModel:
+    from spyre_mlir.codegen.kernels.move import col_terms, sel_name, term_cols
 
-
-def _gather(op: ir.Operation) -> OpModel:
-    """Rows of the table by index into the output. The runtime's host gather reads the table (there is no
-    device kernel yet), so the table is not in any core's span: a 400 MB embedding table must not make the
-    op impossible to place."""
-    idx = op.operands[1]
-    rows = max(1, math.prod(_shape(idx)))
-    return _rows_model(op, rows, [("idx", idx, True)], chunked=())
+    groups = col_terms(op)
+    if groups is None:
+        raise PassError(f"'{op.name}' has no selection-matmul form", op.location)
+    fmt = fmt_of(op.results[0].type, op)
+    cout = _shape(op.results[0])[-1]
+    mats = [p for _, terms in groups for _, _, p in terms]
+    sels = tuple(cost.RowOperand(sel_name(j), p.size, cout, fmt, streamed=False) for j, p in enumerate(mats))
+    ins = tuple(cost.RowOperand(_role(t), c, c, fmt) for t, c in enumerate(term_cols(op, groups)))
+    k = cost.RowKernel(rows=len(groups[0][0]), inputs=ins + sels, outputs=(cost.RowOperand("out", cout, cout, fmt),),
+                       temps=(_fp32_temp("acc", cout, cout, 1, 2),), sfu=(("simple", len(mats)),), steps=3,
+                       prefetch=False)
+    return OpModel(op, "rows", fmt=fmt, out_fmt=fmt, rows=k, chunked=())
 
 
 def _pool(op: ir.Operation) -> OpModel:
@@ -392,7 +392,7 @@ def _pool(op: ir.Operation) -> OpModel:
 _MODELS = {
     "matmul": _matmul, "batch_matmul": _matmul, "conv2d": _conv, "map": _map, "reduce": _reduce,
     "softmax": _softmax, "layernorm": _layernorm, "rmsnorm": _rmsnorm, "cast": _cast, "transpose": _movement,
-    "reshape": _movement, "slice": _movement, "pad": _movement, "concat": _movement, "gather": _gather,
+    "reshape": _movement, "slice": _movement, "concat": _movement,
     "pool2d": _pool,
 }
 

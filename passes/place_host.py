@@ -32,7 +32,8 @@ import sys
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import NOT_DEVICE, UNCONVERTED_ATTR, function_ops, is_device_op, non_device_type
+from spyre_mlir.passes.analysis import (NOT_DEVICE, ON_HOST, UNCONVERTED_ATTR, function_ops, is_const_fold,
+                                        is_device_op, non_device_type)
 from spyre_mlir.passes.base import SpyrePass
 
 FREE_OPS = ("func.return", "arith.constant", "tensor.empty")
@@ -123,8 +124,9 @@ _NAME_LOC = re.compile(r'^loc\("([^"]+)"')
 def placement_report(module: ir.Module | ir.Operation) -> list[dict]:
     """One row per op in the function bodies: {op, placement, reason, location, source}.
 
-    `placement` is "device" for spyre ops, "host" for spyre.host regions (`op` names the ops inside) and for
-    non-spyre ops not (yet) wrapped. `source` is the linalg op a spyre op was converted from, when its location
+    `placement` is "device" for spyre ops, "host" for spyre.host regions (`op` names the ops inside), for
+    non-spyre ops not (yet) wrapped and for spyre ops spyre-select-kernels found no kernel for (`spyre.on_host`),
+    and "compile time" for what it marked `spyre.const_fold`. `source` is the linalg op a spyre op was converted from, when its location
     says so. Free ops (constants, tensor.empty, func.return) are not listed.
     """
     top = module.operation if isinstance(module, ir.Module) else module
@@ -139,7 +141,11 @@ def placement_report(module: ir.Module | ir.Operation) -> list[dict]:
             m = _NAME_LOC.match(location)
             row = {"op": name, "placement": "device", "reason": "", "location": location,
                    "source": m.group(1) if m else ""}
-            if name == "spyre.host":
+            if is_const_fold(op):
+                row.update(placement="compile time", reason="computed from weights and literals while compiling")
+            elif ON_HOST in op.attributes:
+                row.update(placement="host", reason=ir.StringAttr(op.attributes[ON_HOST]).value)
+            elif name == "spyre.host":
                 inner = [o.operation.name for o in op.regions[0].blocks[0].operations][:-1]
                 row.update(op=" + ".join(inner) or "spyre.host", placement="host",
                            reason=ir.StringAttr(op.attributes["reason"]).value if "reason" in op.attributes else "")
@@ -151,10 +157,12 @@ def placement_report(module: ir.Module | ir.Operation) -> list[dict]:
     return rows
 
 
-def print_report(rows: list[dict], out=sys.stderr) -> None:
+def print_report(rows: list[dict], out=sys.stderr, title: str = "spyre-place-host") -> None:
     """Counts per (placement, op, reason), then one line per host op with its location."""
     device = sum(r["placement"] == "device" for r in rows)
-    print(f"spyre-place-host: {device} ops on device, {len(rows) - device} on host", file=out)
+    host = sum(r["placement"] == "host" for r in rows)
+    folded = f", {len(rows) - device - host} computed while compiling" if len(rows) > device + host else ""
+    print(f"{title}: {device} ops on device, {host} on host{folded}", file=out)
     counts = collections.Counter((r["placement"], r["op"], r["reason"]) for r in rows)
     width = max([len(op) for _, op, _ in counts] + [2])
     print(f"  {'placement':9}  {'count':>5}  {'op':{width}}  reason", file=out)

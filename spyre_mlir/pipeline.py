@@ -43,6 +43,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         "spyre-layout",
         # Matmuls convert their model-typed operands/result on the scratchpad: no cast round trips through DRAM.
         "spyre-fuse",
+        # Decide once where each op runs: computed while compiling, a device kernel (which), or the host.
+        "spyre-select-kernels" + opts(target=target),
         # Spread each op over the cores (grid), with the cost model choosing splits.
         "spyre-divide-work" + opts(cores=cores, target=target),
         # Per-core tiles that fit the scratchpad with double buffering.

@@ -7,11 +7,12 @@
 
 Modules:
 
-* :mod:`.emitter`: the walk over ``@main`` (values, names, memory slots, barriers, outputs, state updates), the
-  placement pre-pass, and the dispatch of each op to a kernel emitter, :mod:`.host` or the folder;
+* :mod:`.emitter`: the walk over ``@main`` (values, names, memory slots, barriers, outputs, state updates) and
+  the dispatch of each op, where spyre-select-kernels placed it, to a kernel emitter, :mod:`.host` or the folder;
 * :mod:`.kernels`: the device kernel emitters, one module per op family (:mod:`.kernels.matmul` matmul and
   batch_matmul, :mod:`.kernels.rows` row-wise SFU ops and the row-tile skeleton, :mod:`.kernels.move` data
-  movement, :mod:`.kernels.conv` conv2d and pool2d), registered by op name;
+  movement, :mod:`.kernels.conv` conv2d and pool2d), registered by op name, each saying which kernel runs an
+  op (``select``, asked by spyre-select-kernels);
 * :mod:`.host`: ops folded at compile time and ops run on the host;
 * :mod:`.plan`: an op's kernel plan (grid, tile, scratchpad buffers) as the kernel passes wrote it, which the
   kernel emitters follow;

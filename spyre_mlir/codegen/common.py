@@ -63,37 +63,6 @@ def _loc(op) -> str:
     return f"{op.operation.name} {s}"[:200]
 
 
-def _reads(op) -> list:
-    """Every value op reads: its operands, then what its regions capture from above."""
-    vals = list(op.operation.operands)
-    if op.operation.regions:
-        vals += [v for v in _captures(op) if v not in vals]
-    return vals
-
-
-def _captures(op) -> list:
-    """Values a region op reads from above, in first-use order."""
-    inner, seen, out = set(), set(), []
-
-    def walk(o):
-        for r in o.regions:
-            for blk in r.blocks:
-                for a in blk.arguments:
-                    inner.add(a)
-                for x in blk.operations:
-                    for res in x.operation.results:
-                        inner.add(res)
-                    walk(x.operation)
-                for x in blk.operations:
-                    for v in x.operation.operands:
-                        if v not in inner and v not in seen:
-                            seen.add(v)
-                            out.append(v)
-
-    walk(op.operation)
-    return [v for v in out if v not in inner]
-
-
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 

@@ -1,33 +1,30 @@
 """The emitter: an annotated spyre module -> a ProgramBuilder holding the whole program.
 
-Walks ``@main`` in order. Every value gets one of four homes:
+Walks ``@main`` in order and follows the decisions the IR holds; it decides none itself. Where each op runs
+is spyre-select-kernels': ``spyre.const_fold`` ops are computed here while compiling, an op with a
+``spyre.kernel`` runs that kernel on the device (its plan: grid, tiles, scratchpad offsets, from the kernel
+passes), and ``spyre.on_host`` ops and ``spyre.host`` regions run on the host. A device op without a kernel
+the emitter has is an error at its location. Every value gets one of four homes:
 
 * **known**: a numpy value computed at compile time. Parameters (when their values are given) and literals
-  are known, and so is every op whose operands are all known: casts, ``const_fold``/restickify transposes,
-  reshapes and host regions of parameters fold into the constant (a parameter quantized by
-  ``spyre.cast {scale_mode}`` keeps its codes and scales). A known value that a device op or the host reads
+  are known, and so is the result of every ``const_fold`` op: casts, restickify transposes, reshapes and host
+  regions of parameters and literals fold into the constant (a parameter quantized by
+  ``spyre.cast {scale_mode}`` keeps its codes and scales). Without the parameters' values (they are then
+  binary inputs) a ``const_fold`` op runs on the host. A known value that a device op or the host reads
   becomes a **constant** buffer, encoded in its device format.
 * **device tensor**: inputs and outputs by name; intermediates in scratch memory. Intermediates only device
   kernels touch share "slot" buffers with liveness-based reuse (a slot is free again after the barrier that
   follows its last reader); tensors a host op reads or writes get buffers of their own shape.
-* **alias**: a reshape that keeps the innermost dim is the same bytes (canonical layout), so it is free.
+* **alias**: a reshape whose kernel is ``alias`` (it keeps the innermost dim) is the same bytes (canonical
+  layout), so it is free; when it is an output or a host op reads it, the host copies it into its own buffer.
 
-Device kernels: matmul, batch_matmul, map (float and i1 bodies), reduce over trailing dims, softmax/layernorm
-over the last dim, rmsnorm, float casts, conv2d with known weights (groups 1 or depthwise) and max/avg pool2d
-without padding on dlf16/fp8 data, and data movement: transposes that keep the innermost dim, slices,
-concats and reshapes (DMA row gathers when whole sticks move, exact 0/1 selection matmuls on the PT array
-when the innermost dim is cut below a stick, for dlf16/fp8 data), and transposes of the last two dims (the
-innermost dim moving) as RESTICK instructions: a restickify through device memory on core 0's DMA engine,
-fenced by barriers (so does a non-constant ``transpose_rhs`` matmul operand). Everything else (other
-transposes of the innermost dim, gathers, grouped convs, quantizing casts of activations, f32 data movement
-below a stick, every ``spyre.host`` region) runs on the host: through the runtime's own ``gather``/``copy``
-when they compute it, else through its ``call`` op and :mod:`.hostprog` (a JSON program evaluated with
-numpy). With more than one core, a barrier follows an op whose result crosses cores (``spyre.barrier`` after
-spyre-schedule; every op before that) and fences every host op.
+Host ops run through the runtime's own ``gather``/``copy`` when they compute it, else through its ``jit`` or
+``eval`` host ops (:mod:`.hostcode`, :mod:`.hostprog`). With more than one core, a barrier follows an op whose
+result crosses cores (``spyre.barrier`` after spyre-schedule; every op before that) and fences every host op.
 
-This module holds the walk: values and names, memory slots, barriers, outputs and state updates, and the
-placement pre-pass. Each op goes to :func:`.host.fold` (compile time), :func:`.host.emit_host` (the host) or the
-kernel emitter of its family (:mod:`.kernels`: ``HAS_KERNEL`` decides placement, ``EMITTERS`` emits).
+This module holds the walk: values and names, memory slots, barriers, outputs and state updates. Each op goes
+to :func:`.host.fold` (compile time), :func:`.host.emit_host` (the host) or the kernel emitter of its family
+(:mod:`.kernels`, ``EMITTERS``).
 """
 
 from __future__ import annotations
@@ -36,14 +33,14 @@ import numpy as np
 
 from spyre_mlir.runtime.assembler import ProgramBuilder
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
+from spyre_mlir.passes.analysis import KERNEL, ON_HOST, is_const_fold, reads
 from spyre_mlir.runtime.formats import Format
 
 from . import hostprog
-from .common import EmitError, TileError, _attr, _dequantize, _loc, _reads, _same_dims, _tensor_type
+from .common import EmitError, TileError, _attr, _dequantize, _loc, _same_dims, _tensor_type
 from .host import emit_host, fold, materialize_for_host
 from .hostcode import HostModule
-from .kernels import EMITTERS, HAS_KERNEL
-from .kernels.move import col_terms
+from .kernels import EMITTERS, KERNELS
 from .memory import DevTensor, format_of, io_dtype
 from .plan import PlanError
 
@@ -86,7 +83,6 @@ class Emitter:
         self._slots: list = []       # [addr, nbytes, free, buffer]
         self._pending_free: list = []
         self._next_storage = 0
-        self._fold_results: set = set()   # values the placement pre-pass found computable at compile time
         self._synced = True          # no device work since the last barrier
         self._force_barrier = False  # the kernel just emitted split work differently than planned
         self.hostmod = HostModule(module.context if hasattr(module, "context") else module.operation.context)
@@ -255,9 +251,12 @@ class Emitter:
         self._last_use = {}
         self._host_read = set()
         placement = {}
+        self._folds = set()      # results of the compile-time ops that will fold
         for i, op in enumerate(body):
             placement[i] = self._placement(op)
-            for v in _reads(op):
+            if placement[i] == "fold":
+                self._folds.update(op.operation.results)
+            for v in reads(op):
                 self._last_use[v] = i
                 if placement[i] == "host":
                     self._host_read.add(v)
@@ -275,7 +274,7 @@ class Emitter:
         return self.b
 
     def _free_dead(self, i, op):
-        for v in _reads(op):
+        for v in reads(op):
             if self._last_use.get(v) == i and v in self.dev:
                 t = self.dev[v]
                 refs = [w for w, u in self.dev.items() if u.addr == t.addr and u.buffer is t.buffer
@@ -284,41 +283,26 @@ class Emitter:
                     self._release(t)
 
     def _placement(self, op) -> str:
-        """'fold', 'device' or 'host' (decided before emission, so buffers can be chosen)."""
-        name = op.operation.name
-        reads = _reads(op)
-        if all(v in self.known or self._foldable_value(v) for v in reads):
-            self._mark_foldable(op)
+        """'fold', 'device' or 'host', as spyre-select-kernels decided (read before emission, so buffers can
+        be chosen): compile-time ops fold when the parameters' values are given (else they run on the host);
+        an op with a ``spyre.kernel`` runs on the device; ``spyre.on_host`` ops and host regions on the host."""
+        o = op.operation
+        if o.name in ("arith.constant", "tensor.empty"):
             return "fold"
-        if _attr(op, "spyre.const_fold"):
-            return "host"          # weights given at run time (parameters without values): no kernel was planned
-        if name == "spyre.reshape":
-            return "device" if self._reshape_is_alias(op) or col_terms(self, op) is not None else "host"
-        if name in HAS_KERNEL and HAS_KERNEL[name](self, op):
+        if is_const_fold(o):
+            return "fold" if all(v in self.known or v in self._folds for v in reads(op)) else "host"
+        if o.name.startswith("spyre.") and o.name != "spyre.host" and ON_HOST not in o.attributes:
+            if KERNEL not in o.attributes or _attr(op, KERNEL) not in KERNELS.get(o.name, ()):
+                raise EmitError(f"{o.name} has no device kernel it can run (spyre.kernel = "
+                                f"{_attr(op, KERNEL)!r}): run spyre-select-kernels", o.location)
             return "device"
         return "host"
-
-    def _is_known(self, v) -> bool:
-        """Known at compile time (during the placement pre-pass: or computable then)."""
-        return v in self.known or v in self._fold_results
-
-    def _foldable_value(self, v) -> bool:
-        return v in self._fold_results
-
-    def _mark_foldable(self, op):
-        for r in op.operation.results:
-            self._fold_results.add(r)
-
-    def _reshape_is_alias(self, op) -> bool:
-        ishape, _ = _tensor_type(op.operation.operands[0])
-        oshape, _ = _tensor_type(op.operation.results[0])
-        return (ishape[-1:] or (1,)) == (oshape[-1:] or (1,))
 
     def _emit_op(self, op, where):
         name = op.operation.name
         loc = _loc(op)
         if where == "fold":
-            if all(v in self.known for v in _reads(op)):
+            if all(v in self.known for v in reads(op)):
                 try:
                     fold(self, op)
                     return
@@ -331,21 +315,19 @@ class Emitter:
         if where == "host":
             emit_host(self, op, loc)
             return
-        if name == "spyre.reshape":
+        if _attr(op, KERNEL) == "alias":
             src = op.operation.operands[0]
             shape, _ = _tensor_type(op.operation.results[0])
             res = op.operation.results[0]
-            alias = self._reshape_is_alias(op)
-            if alias and not (res in self._out_name or res in self._host_read):
-                self.dev[res] = self.tensor(src).reshaped(shape)
-                # No instructions, but the plan's barrier stands: the consumer may divide the work otherwise.
-                if _attr(op, "spyre.barrier"):
-                    self.barrier(loc)
-                return
-            if alias or col_terms(self, op) is None:
+            if res in self._out_name or res in self._host_read:
                 # The output (or a host op) needs a buffer of this shape: copy on the host.
                 emit_host(self, op, loc)
                 return
+            self.dev[res] = self.tensor(src).reshaped(shape)
+            # No instructions, but the plan's barrier stands: the consumer may divide the work otherwise.
+            if _attr(op, "spyre.barrier"):
+                self.barrier(loc)
+            return
         self.kernels.append(name)
         if not self._synced and self.cores > 1 and not self._row_aligned(op):
             # spyre-schedule places barriers by grids; an op reading rows outside its own row block (data

@@ -16,8 +16,10 @@ import numpy as np
 
 from spyre_mlir.runtime.formats import Format, quantize_int, symmetric_scale
 
+from spyre_mlir.passes.analysis import reads as values_read
+
 from . import hostprog
-from .common import EmitError, _attr, _dequantize, _expand, _reads, _same_dims, _sub, _tensor_type
+from .common import EmitError, _attr, _dequantize, _expand, _same_dims, _sub, _tensor_type
 from .memory import format_of, load_rows, store_rows
 
 __all__ = ["fold", "emit_host", "materialize_for_host"]
@@ -30,7 +32,7 @@ def fold(em, op):
     if name == "spyre.cast" and _attr(op, "scale_mode") is not None and len(op.operation.operands) == 1:
         _fold_quantize(em, op)
         return
-    reads = _reads(op)
+    reads = values_read(op)
     if name == "spyre.host":
         body = list(op.operation.regions[0].blocks[0].operations)
         prog = hostprog.translate_ops(body[:-1], reads, list(body[-1].operation.operands))
@@ -104,7 +106,7 @@ def emit_host(em, op, loc):
     """Run op (a spyre.host region or a device op without a kernel) on the host: through the runtime's
     own gather/copy when they compute it, else through spyre_mlir.eval."""
     name = op.operation.name
-    reads = _reads(op)
+    reads = values_read(op)
     if name == "spyre.host":
         body = list(op.operation.regions[0].blocks[0].operations)
         ops, outs = body[:-1], list(body[-1].operation.operands)

@@ -78,9 +78,9 @@ def _stage_spyre(job: Job, linalg_ir: str):
     job.context = make_context()
     with job.context:
         job.module = prepare_module(job.imported)
-        _run(job, graph_pipeline(report=job.args.placement_report))
-        if not job.args.placement_report:
-            _placement_summary(job.module)
+        _run(job, graph_pipeline())
+        if job.args.emit == "spyre":
+            _report_placement(job)
     return job.module
 
 
@@ -98,11 +98,16 @@ def _run(job: Job, pipeline: str) -> None:
         raise StageError(mlir_error_detail(str(e)), pipeline=pipeline) from None
 
 
-def _placement_summary(module) -> None:
-    """Nothing lands on the host silently: one line when anything does (the full table with --placement-report)."""
-    from spyre_mlir.passes.place_host import placement_report
+def _report_placement(job: Job) -> None:
+    """Nothing lands on the host silently: after the last graph or kernel stage that runs (spyre-select-kernels
+    sends ops without a device kernel to the host too), one line when anything does, or the full table with
+    --placement-report."""
+    from spyre_mlir.passes.place_host import placement_report, print_report
 
-    rows = placement_report(module)
+    rows = placement_report(job.module)
+    if job.args.placement_report:
+        print_report(rows, sys.stderr, title="spyre-compile")
+        return
     host = [r for r in rows if r["placement"] == "host"]
     if host:
         reasons = sorted({r["reason"] for r in host})
@@ -118,6 +123,7 @@ def _stage_kernel(job: Job, module):
     a = job.args
     with job.context:
         _run(job, kernel_pipeline(a.precision, job.target.num_cores, a.target))
+        _report_placement(job)
     return module
 
 
@@ -190,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cores", type=int, help="cores to use (default: all cores of the target)")
     p.add_argument("--target", metavar="FILE", help="target description TOML (default: the packaged card)")
     p.add_argument("--placement-report", action="store_true",
-                   help="print which ops run on the device and which on the host, and why (spyre stage)")
+                   help="print which ops run on the device, which on the host and why, and which are computed "
+                   "while compiling (after the kernel stage, or the spyre stage with --emit=spyre)")
     return p
 
 

@@ -1,6 +1,6 @@
 // The cases before the "ERRORS" line allocate; the ones after it fail with a located diagnostic.
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-allocate-scratchpad)' | filecheck %s
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-allocate-scratchpad)'
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad)' | filecheck %s
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad)'
 
 // Matmul, per core: A [512,64] and B [64,256] dlf16 tiles twice, the fp32 [512,256] accumulator, the dlf16
 // output tile; all live through the whole kernel, so nothing shares. The module peak is the largest op's.

@@ -1,16 +1,16 @@
 // The cases before the "ERRORS" line divide; the ones after it fail with a located diagnostic.
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{cores=32})' | filecheck %s
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{cores=4})' | filecheck %s --check-prefix=FOUR
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-divide-work{cores=1})'
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{cores=2})' 2>&1 | filecheck %s --check-prefix=TWO
-// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{cores=33})' 2>&1 | filecheck %s --check-prefix=TOO-MANY
-// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{cores=-1})' 2>&1 | filecheck %s --check-prefix=NEGATIVE
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=32})' | filecheck %s
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=4})' | filecheck %s --check-prefix=FOUR
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=1})'
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=2})' 2>&1 | filecheck %s --check-prefix=TWO
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=33})' 2>&1 | filecheck %s --check-prefix=TOO-MANY
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=-1})' 2>&1 | filecheck %s --check-prefix=NEGATIVE
 // A target file with an 8-core card: its core count is the default, and more is impossible.
 // RUN: sed -e '/card.max_cores/,/^value/ s/^value = 32/value = 8/' %S/../../spyre_mlir/targets/spyre.toml > %t.toml
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{target=%t.toml})' | filecheck %s --check-prefix=EIGHT
-// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{cores=16 target=%t.toml})' 2>&1 | filecheck %s --check-prefix=NOT-EIGHT
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{target=%t.toml})' | filecheck %s --check-prefix=EIGHT
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=16 target=%t.toml})' 2>&1 | filecheck %s --check-prefix=NOT-EIGHT
 // NOT-EIGHT: error: spyre-divide-work: impossible core count 16: target 'spyre' has 1..8 cores
-// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-divide-work{target=%t.missing.toml})' 2>&1 | filecheck %s --check-prefix=NO-TARGET
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{target=%t.missing.toml})' 2>&1 | filecheck %s --check-prefix=NO-TARGET
 // NO-TARGET: error: spyre-divide-work: {{.*}}missing.toml: target file not found
 // TOO-MANY: error: spyre-divide-work: impossible core count 33: target 'spyre' has 1..32 cores
 // NEGATIVE: error: spyre-divide-work: impossible core count -1: target 'spyre' has 1..32 cores
@@ -28,10 +28,11 @@ func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x
 
 // -----
 
-// An embedding lookup in a table larger than a core's 256 MB span (Granite-3.3-8B's: 49159 x 4096 f32): the
-// runtime's host gather reads the table, so the op is placed whatever the table's size.
+// An embedding lookup in a table larger than a core's 256 MB span (Granite-3.3-8B's: 49159 x 4096 f32): no device
+// kernel gathers, the runtime's host gather reads the table, so the op gets no grid whatever the table's size.
 // CHECK-LABEL: func.func @big_embedding
-// CHECK: "spyre.gather"(%arg0, %arg1) {spyre.grid = array<i64: 1>}
+// CHECK: "spyre.gather"(%arg0, %arg1) {spyre.on_host = "no device kernel for spyre.gather
+// CHECK-NOT: spyre.grid
 func.func @big_embedding(%table: tensor<49159x4096xf32>, %ids: tensor<1x16xi64>) -> tensor<1x16x4096xf32> {
   %0 = "spyre.gather"(%table, %ids) : (tensor<49159x4096xf32>, tensor<1x16xi64>) -> tensor<1x16x4096xf32>
   return %0 : tensor<1x16x4096xf32>

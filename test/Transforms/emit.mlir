@@ -1,7 +1,7 @@
 // spyre-emit on hand-annotated kernel-level IR: the listing (one line per instruction and core) shows the
 // kernels, buffers and host ops. The cases after the "ERRORS" line fail with a located diagnostic.
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -o /dev/null -p 'builtin.module(spyre-allocate-scratchpad,spyre-emit{listing=- cores=2})' | filecheck %s
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -o /dev/null -p 'builtin.module(spyre-allocate-scratchpad,spyre-emit{cores=2})'
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -o /dev/null -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad,spyre-emit{listing=- cores=2})' | filecheck %s
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -o /dev/null -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad,spyre-emit{cores=2})'
 
 // A [64,128] x [128,128] matmul split over M on two cores: each core loads its A rows and the whole B,
 // multiplies on the PT array into an fp32 accumulator, writes back dlf16 and stores its half; a barrier

@@ -1,5 +1,5 @@
 // RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-fuse)' | filecheck %s
-// RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-fuse,spyre-divide-work{cores=32},spyre-tile,spyre-allocate-scratchpad)' | filecheck %s --check-prefix=KERNEL
+// RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-fuse,spyre-select-kernels,spyre-divide-work{cores=32},spyre-tile,spyre-allocate-scratchpad)' | filecheck %s --check-prefix=KERNEL
 
 // A model input cast to dlf16 for a matmul lhs and the cast of its result back to f32 fold into the matmul:
 // it reads the f32 input (converted on the scratchpad) and writes f32 rounded to dlf16 first. The weight's

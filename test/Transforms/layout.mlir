@@ -35,12 +35,12 @@ func.func @encodings(%x: tensor<8x64xf32>, %b: tensor<64xf32> {spyre.param = "b"
 
 // -----
 
-// transpose_rhs becomes an explicit restickify of the rhs, once per rhs value. A parameter's restickify (here
-// through its dlf16 cast) is folded at compile time; an activation's runs on the device.
+// transpose_rhs becomes an explicit restickify of the rhs, once per rhs value (spyre-select-kernels later marks
+// a parameter's, here through its dlf16 cast, to fold at compile time; an activation's runs on the device).
 // CHECK-LABEL: func.func @restickify
 // CHECK-NEXT: %[[X:.*]] = "spyre.cast"(%arg0)
 // CHECK-NEXT: %[[W:.*]] = "spyre.cast"(%arg1) {{.*}} -> tensor<32x64x!spyre.dlf16, #spyre.stick<1 : i64>>
-// CHECK-NEXT: %[[WT:.*]] = "spyre.transpose"(%[[W]]) {permutation = array<i64: 1, 0>, restickify = true, spyre.const_fold = true}
+// CHECK-NEXT: %[[WT:.*]] = "spyre.transpose"(%[[W]]) {permutation = array<i64: 1, 0>, restickify = true}
 // CHECK-SAME: (tensor<32x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<64x32x!spyre.dlf16, #spyre.stick<1 : i64>>
 // CHECK-NEXT: %[[M0:.*]] = "spyre.matmul"(%[[X]], %[[WT]]) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} :
 // CHECK-SAME: (tensor<8x64x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<64x32x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<8x32x!spyre.dlf16, #spyre.stick<1 : i64>>
@@ -87,7 +87,7 @@ func.func @key_transpose(%k: tensor<2x8x4x16x!spyre.dlf16>) -> (tensor<2x4x16x8x
 // plain type (the model's); the others are sticked. A parameter argument used directly is restickified at
 // compile time. Host regions and their results are not device tensors.
 // CHECK-LABEL: func.func @boundary
-// CHECK-NEXT: %[[WT:.*]] = "spyre.transpose"(%arg1) {permutation = array<i64: 1, 0>, restickify = true, spyre.const_fold = true} : (tensor<16x64xf32>) -> tensor<64x16xf32, #spyre.stick<1 : i64>>
+// CHECK-NEXT: %[[WT:.*]] = "spyre.transpose"(%arg1) {permutation = array<i64: 1, 0>, restickify = true} : (tensor<16x64xf32>) -> tensor<64x16xf32, #spyre.stick<1 : i64>>
 // CHECK-NEXT: %[[M:.*]] = "spyre.matmul"(%arg0, %[[WT]]) {{.*}} -> tensor<8x16xf32>
 // CHECK-NEXT: %[[S:.*]] = "spyre.softmax"(%[[M]]) {{.*}} -> tensor<8x16xf32, #spyre.stick<1 : i64>>
 // CHECK-NEXT: %[[N:.*]] = "spyre.map"(%[[S]])
@@ -121,7 +121,7 @@ func.func @boundary(%x: tensor<8x64xf32>, %w: tensor<16x64xf32> {spyre.param = "
 // PIPE-NEXT: %[[X:.*]] = "spyre.cast"(%arg0) {{.*}} : (tensor<4x64xf32>) -> tensor<4x64x!spyre.dlf16, #spyre.stick<1 : i64>>
 // PIPE-NEXT: %[[W:.*]] = "spyre.cast"(%arg1) {{.*}} : (tensor<10x64xf32>) -> tensor<10x64x!spyre.dlf16, #spyre.stick<1 : i64>>
 // PIPE-NEXT: %[[B:.*]] = "spyre.cast"(%arg2) {{.*}} : (tensor<10xf32>) -> tensor<10x!spyre.dlf16, #spyre.stick<0 : i64>>
-// PIPE-NEXT: %[[WT:.*]] = "spyre.transpose"(%[[W]]) {permutation = array<i64: 1, 0>, restickify = true, spyre.const_fold = true}
+// PIPE-NEXT: %[[WT:.*]] = "spyre.transpose"(%[[W]]) {permutation = array<i64: 1, 0>, restickify = true}
 // PIPE-SAME: -> tensor<64x10x!spyre.dlf16, #spyre.stick<1 : i64>>
 // PIPE-NEXT: %[[M:.*]] = "spyre.matmul"(%[[X]], %[[WT]], %[[B]]) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 1>}
 // PIPE-SAME: -> tensor<4x10x!spyre.dlf16, #spyre.stick<1 : i64>>

@@ -1,8 +1,8 @@
 // The cases before the "ANNOTATED" line run the whole kernel stage on 32 cores; the ones after it carry
 // hand-written grids so the barrier rules are exercised exactly; the ones after "ERRORS" fail.
-// RUN: sed -e '/^\/\/ ANNOTATED/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-divide-work{cores=32},spyre-tile,spyre-allocate-scratchpad,spyre-schedule)' | filecheck %s
-// RUN: sed -n -e '/^\/\/ ANNOTATED/,/^\/\/ ERRORS/p' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-schedule)' | filecheck %s --check-prefix=RULES
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-schedule)'
+// RUN: sed -e '/^\/\/ ANNOTATED/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=32},spyre-tile,spyre-allocate-scratchpad,spyre-schedule)' | filecheck %s
+// RUN: sed -n -e '/^\/\/ ANNOTATED/,/^\/\/ ERRORS/p' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-schedule)' | filecheck %s --check-prefix=RULES
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-select-kernels,spyre-schedule)'
 
 // 1024^3 matmul: many K steps per core, so A/B are double-buffered; its result leaves the device.
 // CHECK-LABEL: func.func @matmul_1024

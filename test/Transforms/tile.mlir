@@ -1,9 +1,9 @@
 // The cases before the "ERRORS" line tile; the ones after it fail with a located diagnostic.
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-tile)' | filecheck %s
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-tile{tile-m=128 tile-n=128 tile-k=256 tile-rows=4})' | filecheck %s --check-prefix=FORCED
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-tile)'
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-tile{tile-m=1024 tile-n=1024 tile-k=1024})' 2>&1 | filecheck %s --check-prefix=TOO-BIG
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-tile{tile-m=48})' 2>&1 | filecheck %s --check-prefix=UNEVEN
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-tile)' | filecheck %s
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-tile{tile-m=128 tile-n=128 tile-k=256 tile-rows=4})' | filecheck %s --check-prefix=FORCED
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-select-kernels,spyre-tile)'
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-tile{tile-m=1024 tile-n=1024 tile-k=1024})' 2>&1 | filecheck %s --check-prefix=TOO-BIG
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-tile{tile-m=48})' 2>&1 | filecheck %s --check-prefix=UNEVEN
 
 // Per-core block 512x256x1024 (grid 2x4x1): the whole M and N block per tile, K in steps of one stick, so A
 // and B stream double-buffered against the PT array and nothing is loaded twice.

@@ -176,7 +176,8 @@ def test_agrees_with_the_runtime_cycle_model(cores, grid, split_k, tile, dims):
 _EMIT_MATMUL = """
 func.func @main(%a: tensor<{M}x{K}x!spyre.dlf16>, %b: tensor<{K}x{N}x!spyre.dlf16>) -> tensor<{M}x{N}x!spyre.dlf16> {{
   %r = "spyre.matmul"(%a, %b) {{acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>,
-      spyre.double_buffer = {db}, spyre.grid = array<i64: {grid}>, spyre.tile = array<i64: {tile}>}}
+      spyre.double_buffer = {db}, spyre.grid = array<i64: {grid}>, spyre.kernel = "matmul",
+      spyre.tile = array<i64: {tile}>}}
       : (tensor<{M}x{K}x!spyre.dlf16>, tensor<{K}x{N}x!spyre.dlf16>) -> tensor<{M}x{N}x!spyre.dlf16>
   return %r : tensor<{M}x{N}x!spyre.dlf16>
 }}

@@ -16,7 +16,7 @@ from spyre_mlir.target import load_target
 
 
 def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference"):
-    """Plan the kernels (the kernel passes; a hand-written grid and tile are kept), emit, load."""
+    """Select and plan the kernels (the kernel passes; a hand-written grid and tile are kept), emit, load."""
     from torch_mlir import ir
 
     from spyre_mlir.passes.manager import run_pipeline
@@ -26,6 +26,7 @@ def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference"):
         plan = "spyre-allocate-scratchpad," + plan
     if "spyre.grid" not in ir_text:
         plan = f"spyre-divide-work{{cores={cores}}},spyre-tile," + plan
+    plan = "spyre-select-kernels," + plan
     with make_context():
         module = ir.Module.parse(ir_text)
         run_pipeline(module, f"builtin.module({plan})")

@@ -50,7 +50,8 @@ def _run(text: str, precision: str, layout: bool):
     ctx = make_context()
     with ctx:
         module = ir.Module.parse(text)
-        passes = f"spyre-reduce-precision{{precision={precision}}}" + (",spyre-layout" if layout else "")
+        passes = f"spyre-reduce-precision{{precision={precision}}}" + (",spyre-layout,spyre-select-kernels"
+                                                                       if layout else "")
         run_pipeline(module, f"builtin.module({passes},canonicalize,cse)")
         assert module.operation.verify()
     return ctx, module
@@ -118,9 +119,10 @@ def test_layout(graphs, name, precision):
                     assert t.encoding is None, op
                 else:
                     assert str(t.encoding) == f"#spyre.stick<{t.rank - 1} : i64>", op
-            if op.name == "spyre.transpose" and "restickify" in op.attributes:
+        for op in module.body.operations[0].regions[0].blocks[0].operations:
+            if op.operation.name == "spyre.transpose" and "restickify" in op.operation.attributes:
                 # The examples' transposed matmul rhs are all weights: restickified at compile time.
-                assert "spyre.const_fold" in op.attributes, op
+                assert "spyre.const_fold" in op.operation.attributes, op
 
 
 def test_unknown_precision_names_the_policies():

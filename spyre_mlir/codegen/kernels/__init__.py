@@ -10,17 +10,27 @@ One module per op family:
   selection matmuls;
 * :mod:`.conv`: conv2d (groups 1 or depthwise) and pool2d.
 
-Each family module has ``EMITTERS``, op name -> ``emit(em, op, loc)``, and ``has_kernel(em, op)``, whether
-the device runs that op (the emitter's placement pre-pass asks it before anything is emitted). ``em`` is the
+Each family module has ``EMITTERS``, op name -> ``emit(em, op, loc)``, and ``select(op, target, known)``, the
+kernel that runs that op on the device (None: none can). spyre-select-kernels asks it (:func:`select`) and
+records the answer as the op's ``spyre.kernel``; the emitter follows that attribute. ``em`` is the
 :class:`~spyre_mlir.codegen.emitter.Emitter`: a kernel reads its operands with ``em.tensor(v)`` (known values
 in ``em.known``, quantized ones with ``em.qscale``/``em.qfmt``), allocates its result with ``em.result(op)``,
 emits through the ProgramBuilder ``em.b`` on ``em.cores`` cores, may fence with ``em.barrier(loc)``, and sets
 ``em._force_barrier`` when it split the work otherwise than spyre-schedule planned. An emitter returns the
-number of cores it used. :data:`EMITTERS` and :data:`HAS_KERNEL` gather the families for the emitter.
+number of cores it used.
 """
 
 from . import conv, matmul, move, rows
 
 FAMILIES = (matmul, rows, move, conv)
 EMITTERS = {name: fn for fam in FAMILIES for name, fn in fam.EMITTERS.items()}
-HAS_KERNEL = {name: fam.has_kernel for fam in FAMILIES for name in fam.EMITTERS}
+KERNELS = {name: kernels for fam in FAMILIES for name, kernels in fam.KERNELS.items()}   # op -> its kernels
+_FAMILY = {name: fam for fam in FAMILIES for name in fam.EMITTERS}
+
+
+def select(op, target, known) -> str | None:
+    """The device kernel that runs ``op`` (its ``spyre.kernel``), or None when no kernel can: the op's family
+    decides from its types, attributes and the ``target``; ``known`` holds the values known at compile time
+    (a conv2d's weights must be)."""
+    fam = _FAMILY.get(op.operation.name)
+    return fam.select(op, target, known) if fam is not None else None

@@ -15,22 +15,23 @@ from ..common import _attr, _dequantize, _sub, _tb, _tensor_type
 from ..memory import format_of, load_gather, load_rows, store_rows, store_scatter
 from .rows import choose_rows_grid, planned
 
-__all__ = ["has_kernel", "EMITTERS"]
+__all__ = ["select", "EMITTERS"]
 
 
-def has_kernel(em, op) -> bool:
-    """Whether the device runs ``op`` (a conv2d or pool2d): see :func:`_conv_plan`; pooling without padding
-    of a 4-D dlf16/fp8 input to dlf16 or fp32."""
+def select(op, target, known) -> str | None:
+    """``"conv2d"`` / ``"pool2d"`` when the device runs ``op``: a conv2d :func:`_conv_plan` accepts (its
+    weights and bias among the compile-time values ``known``); pooling without padding of a 4-D dlf16/fp8
+    input to dlf16 or fp32. Else None."""
     if op.operation.name == "spyre.conv2d":
-        return _conv_plan(em, op) is not None
+        return "conv2d" if _conv_plan(op, target, known) is not None else None
     _, res_elt = _tensor_type(op.operation.results[0])
     ishape, ielt = _tensor_type(op.operation.operands[0])
-    return (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
+    return "pool2d" if (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
             format_of(ielt) in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2) and
-            format_of(res_elt) in (Format.DLF16, Format.FP32))
+            format_of(res_elt) in (Format.DLF16, Format.FP32)) else None
 
 
-def _conv_plan(em, op):
+def _conv_plan(op, target, known):
     """The geometry of a conv2d the device runs (groups 1, dlf16/fp8 data, known weights and bias, and
     working tiles that fit), else None (it runs on the host)."""
     o = op.operation
@@ -43,21 +44,21 @@ def _conv_plan(em, op):
     groups = _attr(op, "groups", 1)
     depthwise = groups == c_ == f_ and cg == 1
     if ((groups != 1 and not depthwise) or fmt not in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2)
-            or format_of(oelt) not in (Format.DLF16, Format.FP32) or not em._is_known(w)
-            or (bias is not None and not em._is_known(bias))):
+            or format_of(oelt) not in (Format.DLF16, Format.FP32) or w not in known
+            or (bias is not None and bias not in known)):
         return None
     t = _tb
     if depthwise:
         rows = n_ * c_ * oh
         need = (t(rows, wd, fmt) + 2 * t(rows, ow, "fp32") + kw * t(wd, ow, fmt) + t(rows, 1, fmt)
                 + t(rows, 1, "fp32") + t(rows, ow, format_of(oelt)))
-        if need > em.target.scratchpad_usable_bytes:
+        if need > target.scratchpad_usable_bytes:
             return None
         return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, depthwise=True)
     need = (t(oh * c_, wd, fmt) + t(oh * c_, ow, "fp32") + t(oh * c_, ow, fmt) + kw * t(wd, ow, fmt)
             + kh * kw * t(f_, c_, fmt) + oh * t(f_, ow, "fp32") + t(f_, ow, format_of(oelt))
             + t(f_, 1, "fp32"))
-    if need > em.target.scratchpad_usable_bytes:
+    if need > target.scratchpad_usable_bytes:
         return None
     return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, depthwise=False)
 
@@ -70,7 +71,9 @@ def emit_conv2d(em, op, loc):
     3. acc_oh [F, OW] += W_ij [F, C] @ Y[(oh, .)] contracts the channels, accumulating in fp32,
 
     then bias per row (SFU), one rounding, and acc_oh is stored to the rows (n, f, oh)."""
-    g = _conv_plan(em, op)
+    g = _conv_plan(op, em.target, em.known)
+    if g is None:
+        raise ValueError("conv2d needs its weights (and bias) at compile time and working tiles that fit")
     o = op.operation
     X = em.tensor(o.operands[0])
     O = em.result(op)
@@ -280,3 +283,4 @@ def emit_pool2d(em, op, loc):
 
 
 EMITTERS = {"spyre.conv2d": emit_conv2d, "spyre.pool2d": emit_pool2d}
+KERNELS = {"spyre.conv2d": ("conv2d",), "spyre.pool2d": ("pool2d",)}

@@ -27,7 +27,7 @@ from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
 from .move import restick
 
-__all__ = ["matmul", "has_kernel", "EMITTERS"]
+__all__ = ["matmul", "select", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
@@ -269,12 +269,13 @@ def _cast(b, core, dst, src, loc):
     return dst
 
 
-def has_kernel(em, op) -> bool:
-    """Whether the device runs ``op`` (a matmul or batch_matmul): a float lhs and a result the device holds."""
+def select(op, target, known) -> str | None:
+    """``"matmul"`` when the device runs ``op`` (a matmul or batch_matmul): a float lhs and a result the device
+    holds; else None."""
     res_shape, res_elt = _tensor_type(op.operation.results[0])
     if str(res_elt) not in _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2", "i8") or res_shape is None:
-        return False
-    return str(_tensor_type(op.operation.operands[0])[1]) in _DEVICE_FLOATS
+        return None
+    return "matmul" if str(_tensor_type(op.operation.operands[0])[1]) in _DEVICE_FLOATS else None
 
 
 def emit_matmul(em, op, loc):
@@ -367,3 +368,4 @@ def _round_fmt(op):
 
 
 EMITTERS = {"spyre.matmul": emit_matmul, "spyre.batch_matmul": emit_batch_matmul}
+KERNELS = {name: ("matmul",) for name in EMITTERS}

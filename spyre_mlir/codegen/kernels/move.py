@@ -6,8 +6,7 @@
 * a transpose of the last two dims (the innermost dim moving) is a RESTICK instruction (:func:`restick`): a
   restickify through device memory on core 0's DMA engine, fenced by barriers;
 * data movement inside the innermost dim, below a stick, is exact 0/1 selection matmuls on the PT array
-  (:func:`col_terms`, for dlf16/fp8 data). This kernel still sizes its own row tiles (``rows_plan``): its
-  plan does not describe its selection matrices yet.
+  (:func:`col_terms`, for dlf16/fp8 data), every selection matrix loaded once per core.
 """
 
 from __future__ import annotations
@@ -21,23 +20,38 @@ from spyre_mlir.runtime.formats import Format
 
 from ..common import _attr, _sub, _tb, _tensor_type
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
-from .rows import pipelined, planned, rows_plan
+from .rows import _role, pipelined, planned
 
-__all__ = ["restick", "col_terms", "row_sources", "has_kernel", "EMITTERS"]
+__all__ = ["restick", "col_terms", "term_cols", "sel_name", "row_sources", "select", "EMITTERS"]
 
 
-def has_kernel(em, op) -> bool:
-    """Whether the device moves ``op``'s data (a transpose, slice or concat): by DMA, RESTICK or selection
-    matmuls."""
-    return row_sources(op) is not None or _restick_shape(em, op) is not None or col_terms(em, op) is not None
+def select(op, target, known) -> str | None:
+    """How the device moves ``op``'s data (a transpose, slice, concat or reshape): ``"alias"`` (a reshape
+    keeping the innermost dim: the same bytes), ``"dma-rows"``, ``"restick"`` or ``"select-cols"``; None when
+    it cannot (then the host does)."""
+    if op.operation.name == "spyre.reshape" and _is_alias(op):
+        return "alias"
+    if row_sources(op) is not None:
+        return "dma-rows"
+    if _restick_shape(op, target) is not None:
+        return "restick"
+    if _selections_fit(op, target):
+        return "select-cols"
+    return None
+
+
+def _is_alias(op) -> bool:
+    ishape, _ = _tensor_type(op.operation.operands[0])
+    oshape, _ = _tensor_type(op.operation.results[0])
+    return (ishape[-1:] or (1,)) == (oshape[-1:] or (1,))
 
 
 def emit_move(em, op, loc):
-    if row_sources(op) is not None:
-        return _emit_rows(em, op, loc)
-    if _restick_shape(em, op) is not None:
-        return _emit_restick(em, op, loc)
-    return _emit_cols(em, op, loc)
+    kernel = _attr(op, "spyre.kernel")
+    emit = {"dma-rows": _emit_rows, "restick": _emit_restick, "select-cols": _emit_cols}.get(kernel)
+    if emit is None:
+        raise ValueError(f"{op.operation.name} has no data movement kernel '{kernel}'")
+    return emit(em, op, loc)
 
 
 def row_sources(op):
@@ -126,7 +140,7 @@ def _emit_rows(em, op, loc):
     return gr
 
 
-def _restick_shape(em, op):
+def _restick_shape(op, target):
     """(batch, rows, cols) of the source of a transpose that swaps the last two dims (any rank: batch is
     the product of the leading dims) of one on-device format, which RESTICK does in device memory;
     else None."""
@@ -145,7 +159,7 @@ def _restick_shape(em, op):
     if not fmt.on_device or list(_attr(op, "permutation")) != list(range(rank - 2)) + [rank - 1, rank - 2]:
         return None
     n, k = ishape[-2], ishape[-1]
-    span = em.target.core_span_bytes
+    span = target.core_span_bytes
     if n * _tb(1, k, fmt) > span or k * _tb(1, n, fmt) > span:     # one batch per instruction at least
         return None
     return math.prod(ishape[:-2]), n, k
@@ -164,7 +178,10 @@ def restick(em, S: DevTensor, O: DevTensor, m: int, n: int, k: int, loc) -> None
 
 def _emit_restick(em, op, loc):
     """A transpose of the last two dims (the innermost dim moves): a restickify in device memory."""
-    m, n, k = _restick_shape(em, op)
+    shape = _restick_shape(op, em.target)
+    if shape is None:
+        raise ValueError("the transpose is not a restickify of one on-device format the cores can address")
+    m, n, k = shape
     S = em.tensor(op.operation.operands[0])
     O = em.result(op)
     restick(em, S, O, m, n, k, loc)
@@ -172,7 +189,7 @@ def _emit_restick(em, op, loc):
     return 1
 
 
-def col_terms(em, op):
+def col_terms(op):
     """Data movement inside the innermost dim (a slice of it, a concat along it, a reshape that splits or
     merges it), which DMA cannot do below stick granularity, as products with 0/1 selection matrices on
     the PT array: exact, because every output element is one input times 1.0 accumulated in fp32 with
@@ -200,12 +217,14 @@ def col_terms(em, op):
         P[off[-1] + np.arange(cout) * step[-1], np.arange(cout)] = 1
         groups = [(np.arange(rout), [(0, rows, P)])]
     elif name == "spyre.concat" and _attr(op, "dim") % len(oshape) == len(oshape) - 1:
-        ca = _tensor_type(o.operands[0])[0][-1]
-        pa = np.zeros((ca, cout), np.float32)
-        pa[np.arange(ca), np.arange(ca)] = 1
-        pb = np.zeros((cout - ca, cout), np.float32)
-        pb[np.arange(cout - ca), ca + np.arange(cout - ca)] = 1
-        groups = [(np.arange(rout), [(0, np.arange(rout), pa), (1, np.arange(rout), pb)])]
+        terms, c0 = [], 0
+        for i, v in enumerate(o.operands):
+            c = _tensor_type(v)[0][-1]
+            P = np.zeros((c, cout), np.float32)
+            P[np.arange(c), c0 + np.arange(c)] = 1
+            terms.append((i, np.arange(rout), P))
+            c0 += c
+        groups = [(np.arange(rout), terms)]
     elif name == "spyre.reshape":
         ishape, _ = _tensor_type(o.operands[0])
         cin = ishape[-1] if ishape else 1
@@ -225,53 +244,76 @@ def col_terms(em, op):
                 P[np.arange(cin), h * cin + np.arange(cin)] = 1
                 terms.append((0, np.arange(rout) * k + h, P))
             groups = [(np.arange(rout), terms)]
-    if groups is None:
-        return None
-    fmt = format_of(elt)
-    usable = em.target.scratchpad_usable_bytes
-    if sum(_tb(p.shape[0], p.shape[1], fmt) for _, terms in groups for _, _, p in terms) > usable // 4:
-        return None
     return groups
 
 
+def _selections_fit(op, target) -> bool:
+    """The selection matrices, loaded once per core, take at most a quarter of the scratchpad."""
+    groups = col_terms(op)
+    if groups is None:
+        return False
+    fmt = format_of(_tensor_type(op.operation.results[0])[1])
+    need = sum(_tb(p.shape[0], p.shape[1], fmt) for _, terms in groups for _, _, p in terms)
+    return need <= target.scratchpad_usable_bytes // 4
+
+
+def sel_name(j: int) -> str:
+    """The buffer of the j-th selection matrix: sela, selb, ..., selaa (a name ending in 0/1 would read as a
+    double buffer)."""
+    name = ""
+    while True:
+        name = chr(ord("a") + j % 26) + name
+        j = j // 26 - 1
+        if j < 0:
+            return "sel" + name
+
+
+def term_cols(op, groups) -> list[int]:
+    """The source width of each term position of the groups (the ``in0``, ``inb0``... tiles)."""
+    width = max(len(terms) for _, terms in groups)
+    cols = [_tensor_type(v)[0][-1] if _tensor_type(v)[0] else 1 for v in op.operation.operands]
+    return [max(cols[terms[t][0]] for _, terms in groups if t < len(terms)) for t in range(width)]
+
+
 def _emit_cols(em, op, loc):
-    groups = col_terms(em, op)
+    """Movement inside the innermost dim as its plan says: every selection matrix loaded once per core
+    (``sela``...), then per row tile and group the terms' source rows gathered (``in0``, ``inb0``...),
+    multiplied into the fp32 ``acc`` (accumulating over a group's terms) and rounded into ``out0``, scattered
+    to the group's destination rows."""
+    groups = col_terms(op)
+    if groups is None:
+        raise ValueError("it is no slice, concat or reshape inside the innermost dim")
     srcs = [em.tensor(v) for v in op.operation.operands]
     O = em.result(op)
     fmt, cout = O.fmt, O.cols
     b = em.b
-    consts = {}
-    for gi, (_, terms) in enumerate(groups):
-        for ti, (_, _, P) in enumerate(terms):
-            buf = b.constant(em._name(f"select{em._op_index}.{gi}.{ti}"), P, fmt)
-            consts[gi, ti] = em._buffer_tensor(buf)
-    used = 1
-    for gi, (dst, terms) in enumerate(groups):
-        cins = [srcs[s].cols for s, _, _ in terms]
-        once = _tb(1, cout, "fp32") + _tb(1, cout, fmt)
-        fixed = sum(_tb(c, cout, fmt) for c in cins)
-        plan, gr, tr, _ = rows_plan(em, op, len(dst), once + sum(_tb(1, c, fmt) for c in cins), 0,
-                                    fixed, op.operation.name)
-        used = max(used, gr)
-        for core in range(gr):
-            b.reset_scratchpad(core)
-            Ps = [b.alloc(core, c, cout, fmt) for c in cins]
-            for ti, Pt in enumerate(Ps):
-                load_rows(b, core, Pt, consts[gi, ti], 0, loc=loc)
-            As = [b.alloc(core, tr, c, fmt) for c in cins]
-            acc, out = b.alloc(core, tr, cout, "fp32"), b.alloc(core, tr, cout, fmt)
-            for c2, r0, n in plan:
-                if c2 != core:
-                    continue
+    mats = [(gi, ti, P) for gi, (_, terms) in enumerate(groups) for ti, (_, _, P) in enumerate(terms)]
+    consts = {(gi, ti): em._buffer_tensor(b.constant(em._name(f"select{em._op_index}.{gi}.{ti}"), P, fmt))
+              for gi, ti, P in mats}
+    kp, plan = planned(em, op, len(groups[0][0]))
+    tr = kp.tile[-1]
+    for core in range(kp.cores):
+        sel = {}
+        for j, (gi, ti, P) in enumerate(mats):
+            sel[gi, ti] = kp.tile_at(sel_name(j), P.shape[0], cout, fmt)
+            load_rows(b, core, sel[gi, ti], consts[gi, ti], 0, loc=loc)
+        ins = [kp.tile_at(_role(t) + "0", tr, c, fmt) for t, c in enumerate(term_cols(op, groups))]
+        acc, out = kp.tile_at("acc", tr, cout, "fp32"), kp.tile_at("out0", tr, cout, fmt)
+        for c2, r0, n in plan:
+            if c2 != core:
+                continue
+            for gi, (dst, terms) in enumerate(groups):
                 for ti, (s, rows, _) in enumerate(terms):
-                    At = _sub(As[ti], n, cins[ti])
+                    At = _sub(ins[ti], n, srcs[s].cols)
                     load_gather(b, core, At, srcs[s], rows[r0:r0 + n], loc=loc)
                     last = ti == len(terms) - 1
-                    b.matmul(core, At, Ps[ti], _sub(acc, n, cout), accumulate=ti > 0,
+                    b.matmul(core, At, sel[gi, ti], _sub(acc, n, cout), accumulate=ti > 0,
                              out=_sub(out, n, cout) if last else None, loc=loc)
                 store_scatter(b, core, _sub(out, n, cout), O, dst[r0:r0 + n], loc=loc)
-    return used
+    return kp.cores
 
 
 EMITTERS = {"spyre.transpose": emit_move, "spyre.slice": emit_move, "spyre.concat": emit_move,
             "spyre.reshape": emit_move}
+KERNELS = {name: ("dma-rows", "restick", "select-cols") for name in EMITTERS}
+KERNELS["spyre.reshape"] = ("alias", "select-cols")

@@ -7,9 +7,6 @@ buffer's ``spyre.scratchpad`` offset by the name the op model gives it (``passes
 streamed inputs, ``inb``... further map operands, ``out0 out1``, ``xf``/``sq`` fp32 work tiles, row statistics
 ``max sum`` / ``mean var`` / ``ms``, map temporaries ``ta tb``..., reduce ``rt acc``), double-buffered when the
 plan is. :func:`pipelined` runs a core's tiles, issuing the next tile's load before this tile's work.
-
-Data movement (:mod:`.move`) still sizes its own row tiles with :func:`rows_plan` / :func:`rowwise` (largest
-even split, largest tile that fits): it picks its kernel itself, which its plan does not describe yet.
 """
 
 from __future__ import annotations
@@ -18,60 +15,17 @@ import math
 
 import numpy as np
 
-from ..common import _DEVICE_FLOATS, TileError, _attr, _divisors, _sub, _tensor_type
+from ..common import _DEVICE_FLOATS, _attr, _divisors, _sub, _tensor_type
 from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..sfu import NotOnSfu, live_temps, translate
 
-__all__ = ["rowwise", "rows_plan", "pipelined", "choose_rows_grid", "broadcast_rows", "has_kernel", "EMITTERS"]
+__all__ = ["pipelined", "choose_rows_grid", "broadcast_rows", "select", "EMITTERS"]
 
 
 def choose_rows_grid(rows: int, cores: int) -> int:
     """Cores for a row-wise op: the largest divisor of ``rows`` not above ``cores`` (even split)."""
     return max(d for d in _divisors(rows) if d <= cores)
-
-
-def rowwise(em, rows: int, cols_bytes_per_row: int, fixed_bytes: int, grid=None, tile_rows=None,
-            what="op"):
-    """Yield (core, first row, rows) of every tile of a row-wise op over ``rows`` rows.
-
-    ``cols_bytes_per_row``: scratchpad bytes one row of all the op's tiles takes (inputs, temporaries,
-    output); ``fixed_bytes``: tiles independent of the row count (gamma/beta, COL broadcasts)."""
-    cores = em.cores
-    gr = grid[0] if grid else choose_rows_grid(rows, cores)
-    rb = -(-rows // gr)
-    usable = em.target.scratchpad_usable_bytes
-    if tile_rows:
-        tr = tile_rows
-    else:
-        tr = min(rb, max(0, (usable - fixed_bytes) // max(cols_bytes_per_row, 1)))
-    if tr < 1 or fixed_bytes + tr * cols_bytes_per_row > usable:
-        raise TileError(f"{what}: a row needs {cols_bytes_per_row} B of scratchpad (+{fixed_bytes} B fixed); "
-                        f"not even one row fits the {usable} B usable scratchpad")
-    plan = []
-    for core in range(gr):
-        end = min(rows, (core + 1) * rb)
-        for r0 in range(core * rb, end, tr):
-            plan.append((core, r0, min(tr, end - r0)))
-    return plan, gr, tr
-
-
-def rows_plan(em, op, rows, once, buffered, fixed, what):
-    """Row tiles of a row-wise op: ``once`` bytes per row of single tiles (temporaries), ``buffered`` bytes
-    per row of tiles that DMA touches (inputs, output), doubled when double buffering, which is on unless
-    spyre-schedule said otherwise and dropped when it would not fit. Returns (plan, cores, rows, nbuf)."""
-    grid = _attr(op, "spyre.grid")
-    tile = _attr(op, "spyre.tile")
-    tr = tile[0] if tile else None
-    if _attr(op, "spyre.double_buffer", True):
-        try:
-            plan, gr, tr2 = rowwise(em, rows, once + 2 * buffered, fixed, grid=grid, tile_rows=tr, what=what)
-            if len(plan) > gr:             # more than one tile on a core: something to overlap
-                return plan, gr, tr2, 2
-        except TileError:
-            pass
-    plan, gr, tr2 = rowwise(em, rows, once + buffered, fixed, grid=grid, tile_rows=tr, what=what)
-    return plan, gr, tr2, 1
 
 
 def planned(em, op, rows: int):
@@ -121,10 +75,14 @@ def broadcast_rows(in_shape, out_shape, r0, n) -> np.ndarray:
     return np.ravel_multi_index(src, [max(s, 1) for s in in_lead]) if in_lead else np.zeros(n, np.int64)
 
 
-def has_kernel(em, op) -> bool:
-    """Whether the device runs ``op`` (a map, reduce, softmax, layernorm, rmsnorm or cast): float data (maps
+def select(op, target, known) -> str | None:
+    """``"rows"`` when the device runs ``op`` (a map, reduce, softmax, layernorm, rmsnorm or cast): float data (maps
     also i1) and, for a map, a body the SFU computes; reductions over trailing dims; softmax and layernorm
-    over the last dim; casts without scales."""
+    over the last dim; casts without scales; else None."""
+    return "rows" if _runs(op) else None
+
+
+def _runs(op) -> bool:
     name = op.operation.name
     res_shape, res_elt = _tensor_type(op.operation.results[0])
     elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
@@ -432,3 +390,4 @@ def emit_cast(em, op, loc):
 
 EMITTERS = {"spyre.map": emit_map, "spyre.reduce": emit_reduce, "spyre.softmax": emit_softmax,
             "spyre.layernorm": emit_layernorm, "spyre.rmsnorm": emit_rmsnorm, "spyre.cast": emit_cast}
+KERNELS = {name: ("rows",) for name in EMITTERS}

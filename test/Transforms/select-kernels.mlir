@@ -1,0 +1,87 @@
+// RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels)' | filecheck %s
+// A target whose scratchpad is too small for the conv's working tiles: the conv goes to the host.
+// RUN: sed -e '/scratchpad_usable_bytes/,/^value/ s/^value = .*/value = 16384/' %S/../../spyre_mlir/targets/spyre.toml > %t.toml
+// RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels{target=%t.toml})' | filecheck %s --check-prefix=SMALL
+// RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels{target=%t.missing.toml})' 2>&1 | filecheck %s --check-prefix=NO-TARGET
+// NO-TARGET: error: spyre-select-kernels: {{.*}}missing.toml: target file not found
+
+// A linear layer: the weight's cast and restickify are computed while compiling; the matmul and the map run on
+// the device, each with its kernel.
+// CHECK-LABEL: func.func @linear
+// CHECK: "spyre.cast"(%arg0) {{{.*}}spyre.kernel = "rows"}
+// CHECK: "spyre.cast"(%arg1) {{{.*}}spyre.const_fold = true}
+// CHECK: "spyre.transpose"{{.*}}spyre.const_fold = true
+// CHECK: "spyre.matmul"{{.*}}spyre.kernel = "matmul"
+// CHECK: "spyre.map"
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.kernel = "rows"}
+// CHECK-NOT: spyre.on_host
+func.func @linear(%x: tensor<8x64xf32>, %w: tensor<32x64xf32> {spyre.param = "fc.weight"}) -> tensor<8x32x!spyre.dlf16> {
+  %0 = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<8x64xf32>) -> tensor<8x64x!spyre.dlf16>
+  %1 = "spyre.cast"(%w) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<32x64xf32>) -> tensor<32x64x!spyre.dlf16>
+  %2 = "spyre.transpose"(%1) {permutation = array<i64: 1, 0>, restickify = true} : (tensor<32x64x!spyre.dlf16>) -> tensor<64x32x!spyre.dlf16>
+  %3 = "spyre.matmul"(%0, %2) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<8x64x!spyre.dlf16>, tensor<64x32x!spyre.dlf16>) -> tensor<8x32x!spyre.dlf16>
+  %4 = "spyre.map"(%3) ({
+  ^bb0(%a: f32):
+    %z = arith.constant 0.0 : f32
+    %m = arith.maximumf %a, %z : f32
+    "spyre.yield"(%m) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x32x!spyre.dlf16>) -> tensor<8x32x!spyre.dlf16>
+  return %4 : tensor<8x32x!spyre.dlf16>
+}
+
+// -----
+
+// Data movement: each form gets the kernel that moves it, and what none can move stays on the host.
+// CHECK-LABEL: func.func @movement
+// CHECK: "spyre.reshape"{{.*}}spyre.kernel = "alias"
+// CHECK: "spyre.transpose"{{.*}}spyre.kernel = "dma-rows"
+// CHECK: "spyre.transpose"{{.*}}spyre.kernel = "restick"
+// CHECK: "spyre.slice"{{.*}}spyre.kernel = "select-cols"
+// An f32 slice below a stick: selection matmuls would round it, DMA moves whole sticks.
+// CHECK: "spyre.slice"{{.*}}spyre.on_host = "no device kernel for spyre.slice on tensor<8x64xf32>, tensor<8x16xf32>"
+// CHECK: "spyre.gather"{{.*}}spyre.on_host = "no device kernel for spyre.gather
+func.func @movement(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<8x64xf32>, %t: tensor<128x64xf32>, %ids: tensor<1x8xi64>)
+    -> (tensor<2x4x64x!spyre.dlf16>, tensor<4x2x64x!spyre.dlf16>, tensor<2x64x4x!spyre.dlf16>, tensor<8x16x!spyre.dlf16>, tensor<8x16xf32>, tensor<1x8x64xf32>) {
+  %0 = "spyre.reshape"(%x) : (tensor<8x64x!spyre.dlf16>) -> tensor<2x4x64x!spyre.dlf16>
+  %1 = "spyre.transpose"(%0) {permutation = array<i64: 1, 0, 2>} : (tensor<2x4x64x!spyre.dlf16>) -> tensor<4x2x64x!spyre.dlf16>
+  %2 = "spyre.transpose"(%0) {permutation = array<i64: 0, 2, 1>} : (tensor<2x4x64x!spyre.dlf16>) -> tensor<2x64x4x!spyre.dlf16>
+  %3 = "spyre.slice"(%x) {offsets = array<i64: 0, 16>, sizes = array<i64: 8, 16>, strides = array<i64: 1, 1>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x16x!spyre.dlf16>
+  %4 = "spyre.slice"(%y) {offsets = array<i64: 0, 16>, sizes = array<i64: 8, 16>, strides = array<i64: 1, 1>} : (tensor<8x64xf32>) -> tensor<8x16xf32>
+  %5 = "spyre.gather"(%t, %ids) : (tensor<128x64xf32>, tensor<1x8xi64>) -> tensor<1x8x64xf32>
+  return %0, %1, %2, %3, %4, %5 : tensor<2x4x64x!spyre.dlf16>, tensor<4x2x64x!spyre.dlf16>, tensor<2x64x4x!spyre.dlf16>, tensor<8x16x!spyre.dlf16>, tensor<8x16xf32>, tensor<1x8x64xf32>
+}
+
+// -----
+
+// A conv2d runs on the PT array only with its weights known while compiling (its kernel is built from them);
+// with a weight that is an activation it runs on the host. On a small scratchpad its working tiles do not fit.
+// CHECK-LABEL: func.func @conv
+// CHECK: "spyre.conv2d"{{.*}}spyre.kernel = "conv2d"
+// CHECK: "spyre.conv2d"{{.*}}spyre.on_host = "no device kernel for spyre.conv2d
+// SMALL-LABEL: func.func @conv
+// SMALL: "spyre.conv2d"{{.*}}spyre.on_host
+// SMALL: "spyre.conv2d"{{.*}}spyre.on_host
+func.func @conv(%img: tensor<1x8x32x32x!spyre.dlf16>, %f: tensor<16x8x3x3x!spyre.dlf16> {spyre.param = "conv.weight"}, %g: tensor<16x8x3x3x!spyre.dlf16>)
+    -> (tensor<1x16x30x30x!spyre.dlf16>, tensor<1x16x30x30x!spyre.dlf16>) {
+  %0 = "spyre.conv2d"(%img, %f) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x8x32x32x!spyre.dlf16>, tensor<16x8x3x3x!spyre.dlf16>) -> tensor<1x16x30x30x!spyre.dlf16>
+  %1 = "spyre.conv2d"(%img, %g) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x8x32x32x!spyre.dlf16>, tensor<16x8x3x3x!spyre.dlf16>) -> tensor<1x16x30x30x!spyre.dlf16>
+  return %0, %1 : tensor<1x16x30x30x!spyre.dlf16>, tensor<1x16x30x30x!spyre.dlf16>
+}
+
+// -----
+
+// Position ids from literals (a host region reading only constants) are computed while compiling; the
+// quantizing cast of an activation has no device kernel.
+// CHECK-LABEL: func.func @compile_time
+// CHECK: "spyre.host"
+// CHECK: {reason = "int64 index math", spyre.const_fold = true}
+// CHECK: "spyre.cast"{{.*}}spyre.on_host
+func.func @compile_time(%x: tensor<4x64xf32>) -> (tensor<16xi64>, tensor<4x64xi8>) {
+  %e = tensor.empty() : tensor<16xi64>
+  %h = "spyre.host"() ({
+    %c = arith.constant dense<3> : tensor<16xi64>
+    "spyre.yield"(%c) : (tensor<16xi64>) -> ()
+  }) {reason = "int64 index math"} : () -> tensor<16xi64>
+  %q = "spyre.cast"(%x) {scale_mode = "per-tensor", operandSegmentSizes = array<i32: 1, 0>} : (tensor<4x64xf32>) -> tensor<4x64xi8>
+  return %h, %q : tensor<16xi64>, tensor<4x64xi8>
+}
