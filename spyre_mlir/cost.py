@@ -599,7 +599,8 @@ class ConvKernel:
     kernel row when dilated along H) the PT array multiplies the tile's filters [tf, ``rows_per_product`` x
     channels] by ``rows_per_product`` consecutive input rows of the patch read through a column window (the
     kernel column's shift, the stride, the zero padding), accumulating [tf, ow] in fp32. Groups other than 1
-    multiply block-diagonal filters (zero where a channel is not the filter's group)."""
+    multiply block-diagonal filters (zero where a channel is not the filter's group). Data in a format the PT
+    array does not multiply (fp32 in fp32-reference) is converted to DLFloat16 on the SFU after each load."""
 
     n: int
     f: int
@@ -644,6 +645,9 @@ def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buff
     a = tile_bytes(cin * k.in_rows(toh), k.w, k.fmt)
     b = tile_bytes(k.products * tf, k.rows_per_product * cin, k.fmt)
     bufs = [Buffer(f"a{i}", a) for i in range(nbuf)] + [Buffer(f"b{i}", b) for i in range(nbuf)]
+    if _pt_fmt(k.fmt) != k.fmt:
+        bufs += [Buffer("pa", tile_bytes(cin * k.in_rows(toh), k.w, "dlf16")),
+                 Buffer("pb", tile_bytes(k.products * tf, k.rows_per_product * cin, "dlf16"))]
     bufs += [Buffer("acc", tile_bytes(toh * tf, k.ow, FP32)), Buffer("out", tile_bytes(toh * tf, k.ow, k.out_fmt))]
     if k.bias:
         bufs.append(Buffer("bias", tile_bytes(tf, 1, FP32)))
@@ -662,11 +666,14 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
     tiles = nb * nft * _ceil(ohb, toh)
     depth = k.rows_per_product * k.in_channels(tf)
     pt = tiles * toh * k.products * (_pad(tf, target.pt_rows) * _pad(k.ow, target.pt_cols) * depth
-                                     / pt_rate(target, k.fmt) + target.pt_latency_cycles)
+                                     / pt_rate(target, _pt_fmt(k.fmt)) + target.pt_latency_cycles)
+    lanes, simple = target.sfu_lanes_per_core, target.sfu_cycles("simple")
     sfu = 0.0
     if k.bias:
-        lanes, simple = target.sfu_lanes_per_core, target.sfu_cycles("simple")
         sfu = tiles * ((toh + 1) * target.sfu_latency_cycles + 2 * toh * tf * k.ow * simple / lanes)
+    if _pt_fmt(k.fmt) != k.fmt:            # the patch every tile, the filters every filter tile
+        sfu += (tiles * (k.in_rows(toh) * k.in_channels(tf) * k.w) + nft * k.products * tf * depth) * simple / lanes
+        sfu += (tiles + nft) * target.sfu_latency_cycles
     bufs = {b.name: b.nbytes for b in conv_buffers(k, (1, tf, toh), 1)}
     moved = tiles * (bufs["a0"] + bufs["out"]) + nft * (bufs["b0"] + bufs.get("bias", 0))
     transfers = 2 * tiles + nft * (1 + k.bias)

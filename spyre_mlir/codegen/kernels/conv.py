@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from spyre_mlir.runtime.formats import Format
+from spyre_mlir.runtime.isa import PT_FORMATS
 
 from ..common import _attr, _dequantize, _sub, _tensor_type
 from ..memory import format_of, load_gather, load_rows, store_rows
@@ -35,7 +36,7 @@ def has_kernel(em, op) -> bool:
 
 
 def _conv_plan(em, op):
-    """The geometry of a conv2d the device runs (groups 1 or depthwise, dlf16/fp8 data to dlf16/fp32, known
+    """The geometry of a conv2d the device runs (groups 1 or depthwise, dlf16/fp8/fp32 data to dlf16/fp32, known
     weights and bias), else None (it runs on the host). Its tiles are the op's kernel plan."""
     o = op.operation
     x, w = o.operands[0], o.operands[1]
@@ -45,7 +46,8 @@ def _conv_plan(em, op):
     (_, _, oh, ow), oelt = _tensor_type(o.results[0])
     fmt = format_of(xelt)
     groups = _attr(op, "groups", 1)
-    if ((groups != 1 and not groups == c_ == f_) or fmt not in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2)
+    if ((groups != 1 and not groups == c_ == f_) or fmt not in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2,
+                                                                  Format.FP32)
             or format_of(oelt) not in (Format.DLF16, Format.FP32) or not em._is_known(w)
             or (bias is not None and not em._is_known(bias))):
         return None
@@ -110,6 +112,10 @@ def emit_conv2d(em, op, loc):
     B = [kp.tile_at(f"b{i}", nprod * tf, ki * cin, fmt) for i in range(kp.nbuf)]
     ACC, OUT = kp.tile_at("acc", toh * tf, k.ow, "fp32"), kp.tile_at("out", toh * tf, k.ow, O.fmt)
     BI = kp.tile_at("bias", tf, 1, "fp32") if k.bias else None
+    # fp32 data (fp32-reference) is converted to DLFloat16 for the PT array after each load.
+    convert = fmt not in PT_FORMATS
+    PA = kp.tile_at("pa", cin * rows_in, k.w, "dlf16") if convert else None
+    PB = kp.tile_at("pb", nprod * tf, ki * cin, "dlf16") if convert else None
     for core in range(kp.cores):
         bi, rest = divmod(core, gf * goh)
         bj, bl = divmod(rest, goh)
@@ -139,6 +145,11 @@ def emit_conv2d(em, op, loc):
             if first[i] and BI is not None:
                 load_rows(b, core, BI, BC, f0, loc=loc)
             a, wt = A[i % kp.nbuf], B[wslot[i] % kp.nbuf]
+            if convert:
+                if first[i]:
+                    b.sfu(core, "cast", PB, wt, loc=loc)
+                b.sfu(core, "cast", PA, a, loc=loc)
+                a, wt = PA, PB
             for r in range(toh):
                 acc, out = ACC.row_slice(r * tf, (r + 1) * tf), OUT.row_slice(r * tf, (r + 1) * tf)
                 for q in range(nprod):
