@@ -207,6 +207,8 @@ def describe(rec, width: int = 0) -> str:
         v = rec[f].item()
         if f == "fn" and op in (Op.SFU, Op.REDUCE):
             v = _enum_name(SfuFn if op is Op.SFU else ReduceFn, v)
+        elif f == "dev" and op is Op.MATMUL and v >> 63:
+            v -= 1 << 64                          # a window's negative column offset
         if v:
             parts.append(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}")
     if width:

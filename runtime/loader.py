@@ -159,10 +159,9 @@ class _Decoder:
             if v % STICK_BYTES:
                 self.fail(f, f"{v} is not a multiple of the {STICK_BYTES}-byte stick")
         # The scratchpad side (and the device side of a store) must not overlap itself: this bounds the
-        # transfer by the scratchpad size and makes every write well defined.
-        # Either the blocks are disjoint ranges, or (the nest read the other way round) the rows of the blocks
-        # interleave: block b's row r sits between the rows of the other blocks (a tile stored in row order
-        # (r, f) to rows (f, r) of a tensor).
+        # transfer by the scratchpad size and makes every write well defined. Either the blocks are disjoint
+        # ranges, or the rows of the blocks interleave (the nest read the other way round: row r of every block
+        # before row r + 1 of any; a conv tile held in (row, filter) order stored to (filter, row) rows).
         sides = [("a3", "a4", ss2, ss1)] + ([("a1", "a2", ds2, ds1)] if store else [])
         for f2, f1, s2, s1 in sides:
             if (m > 1 and n > 1 and s2 >= k and s1 >= (m - 1) * s2 + k):

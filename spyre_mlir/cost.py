@@ -637,9 +637,10 @@ class ConvKernel:
 
 
 def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buffer]:
-    """a0 a1: input patch [channels x input rows, w]; b0 b1: filters [products x tf, rows_per_product x
-    channels] (one block per product); acc fp32 and out [toh x tf, ow] (rows (output row, filter)); bias fp32
-    [tf, 1]. All live throughout."""
+    """a0 a1: input patch [input rows x channels, w]; b0 b1: filters [products x tf, rows_per_product x
+    channels] (one block per product); pa pb: their DLFloat16 copies when the data is in a format the PT array
+    does not multiply; acc fp32 and out [toh x tf, ow] (rows (output row, filter)); bias fp32 [tf, 1]. All live
+    throughout."""
     _, tf, toh = tile
     cin = k.in_channels(tf)
     a = tile_bytes(cin * k.in_rows(toh), k.w, k.fmt)

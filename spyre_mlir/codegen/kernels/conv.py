@@ -88,7 +88,7 @@ def emit_conv2d(em, op, loc):
     X, O = em.tensor(o.operands[0]), em.result(op)
     gn, gf, goh = kp.grid
     _, tf, toh = kp.tile
-    nb, fb, ohb = k.n // max(gn, 1), k.f // max(gf, 1), k.oh // max(goh, 1)
+    nb, fb, ohb = k.n // gn, k.f // gf, k.oh // goh
     if (kp.cores > em.cores or k.n % gn or k.f % gf or k.oh % goh or fb % tf or ohb % toh or kp.tile[0] != 1):
         kp.fail(f"grid {list(kp.grid)} and tile {list(kp.tile)} do not tile the {k.n}x{k.f}x{k.oh} conv on "
                 f"{em.cores} cores")
