@@ -162,6 +162,12 @@ def _quantized(v: ir.Value, op: ir.Operation) -> tuple[str, str | None] | None:
 
 
 def _conv(op: ir.Operation) -> OpModel:
+    k = conv_kernel(op)
+    return OpModel(op, "conv", fmt=k.fmt, out_fmt=k.out_fmt, bias=k.bias, conv=k)
+
+
+def conv_kernel(op: ir.Operation) -> cost.ConvKernel:
+    """The implicit-GEMM kernel of a conv2d (codegen/kernels/conv.py)."""
     x, w = op.operands[0], op.operands[1]
     n, c, h, wd = _shape(x)
     f, _, kh, kw = _shape(w)
@@ -169,10 +175,11 @@ def _conv(op: ir.Operation) -> OpModel:
     pad = int_array(op, "padding") or [0, 0, 0, 0]
     strides = int_array(op, "strides") or [1, 1]
     dil = int_array(op, "dilations") or [1, 1]
-    k = cost.ConvKernel(n=n, f=f, oh=oh, ow=ow, c=c, h=h + pad[0] + pad[2], w=wd + pad[1] + pad[3], kh=kh, kw=kw,
+    # The W padding costs no bytes: the kernel reads the stored columns through a window that zero-pads.
+    k = cost.ConvKernel(n=n, f=f, oh=oh, ow=ow, c=c, h=h + pad[0] + pad[2], w=wd, kh=kh, kw=kw,
                         groups=_attr_int(op, "groups", 1), stride_h=strides[0], dil_h=dil[0],
                         fmt=fmt_of(x.type, op), out_fmt=fmt_of(op.results[0].type, op), bias=len(op.operands) > 2)
-    return OpModel(op, "conv", fmt=k.fmt, out_fmt=k.out_fmt, bias=k.bias, conv=k)
+    return k
 
 
 # ---- row-wise ops ------------------------------------------------------------------------------------------

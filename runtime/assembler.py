@@ -245,11 +245,17 @@ class ProgramBuilder:
 
     def matmul(self, core: int, a: Tile, b: Tile, c: Tile, accumulate: bool = False, out: Tile | None = None,
                bias: Tile | None = None, scale: float | None = None, col_scale: Tile | None = None,
-               loc=None) -> int:
-        """PT matmul: ``c (+)= a @ b``; with ``out``, also ``out = fmt(c * scale * col_scale + bias)``."""
+               window: tuple[int, int, int] | None = None, loc=None) -> int:
+        """PT matmul: ``c (+)= a @ b``; with ``out``, also ``out = fmt(c * scale * col_scale + bias)``.
+        ``window`` = (offset, stride, n): the B operand is ``b[:, offset + j * stride]`` for j < n, zero where
+        that column is outside ``b`` (a convolution's shifted, strided, zero-padded input columns)."""
         flags = MatmulFlag(0)
         f = dict(m=a.rows, n=b.cols, k=a.cols, a0=a.addr, f0=int(a.fmt), a1=b.addr, f1=int(b.fmt),
                  a2=c.addr, f2=int(c.fmt))
+        if window is not None:
+            off, stride, n = window
+            flags |= MatmulFlag.WINDOW
+            f.update(n=n, mask=b.cols, fn=stride, dev=off & (2**64 - 1))
         if accumulate:
             flags |= MatmulFlag.ACC
         if out is not None:

@@ -38,8 +38,9 @@ __all__ = [
 ]
 
 MAGIC = b"SPYREBIN"
-VERSION = (1, 3)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
-#                  1.3: state buffers, entries (several programs sharing constants and state)
+VERSION = (1, 4)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
+#                  1.3: state buffers, entries (several programs sharing constants and state); 1.4: MATMUL
+#                  WINDOW (a column window on B), DMA blocks whose rows interleave
 _HEADER = struct.Struct("<8sHHIII32sQII8x")      # 80 bytes
 _CRC_OFFSET = 64                                 # where the header checksum sits
 _ENTRY = struct.Struct("<IIQQII")                # 32 bytes

@@ -30,7 +30,7 @@ from .hostops import run_host_op
 from .isa import ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
 from .schedule import Sync, bits
 
-__all__ = ["Memory", "TileView", "DmaCopy", "Restick", "Machine", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval",
+__all__ = ["Memory", "TileView", "WindowView", "DmaCopy", "Restick", "Machine", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval",
            "NUMERICS", "SpyreRuntimeError"]
 
 NUMERICS = ("faithful", "fp32-reference")
@@ -129,6 +129,23 @@ class TileView:
         if self.shadow is not None:
             self.shadow[...] = values
             self.shadow_pad[...] = 0
+
+
+class WindowView:
+    """MATMUL's B operand read through a column window (flag WINDOW): column j is the stored tile's column
+    ``offset + j * stride``, zero where that is outside the tile (a convolution's shifted, strided input
+    columns and its zero padding)."""
+
+    def __init__(self, view: TileView, offset: int, stride: int, n: int):
+        cols = offset + stride * np.arange(n)
+        self.view, self.ok = view, (cols >= 0) & (cols < view.cols)
+        self.cols = cols[self.ok]
+
+    def read(self) -> np.ndarray:
+        t = self.view.read()
+        out = np.zeros((t.shape[0], self.ok.size), t.dtype)
+        out[:, self.ok] = t[:, self.cols]
+        return out
 
 
 class DmaCopy:
@@ -304,8 +321,10 @@ class Machine:
             src, dst, shape, fmt, _, _ = s.restick
             return Restick(dev, src, dst, shape, fmt)
         if s.op is Op.MATMUL:
-            fl, a, b, acc, out, bias, cs, imm, ints = s.mm
+            fl, a, b, acc, out, bias, cs, imm, ints, window = s.mm
             A, B, C = self._tile(c, a), self._tile(c, b), self._tile(c, acc)
+            if window is not None:
+                B = WindowView(B, *window)
             O, BI, CS = self._tile(c, out), self._tile(c, bias), self._tile(c, cs)
             ints = ints and self.numerics == "faithful"
             accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)

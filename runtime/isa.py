@@ -130,6 +130,7 @@ class MatmulFlag(enum.IntFlag):
     BIAS = 4       # bias [1,n] at a4, format f4 (needs OUT)
     SCALE = 8      # multiply by imm on write-back (needs OUT)
     COLSCALE = 16  # per-column scale [1,n] at a5, format f5 (needs OUT)
+    WINDOW = 32    # B is read through a column window: B[k,j] = T[k, dev + j*fn] (0 outside T's mask columns)
 
 
 # Formats the PT array multiplies; bf16/fp16 data is converted to DLFloat16 before it gets here.
@@ -155,6 +156,8 @@ FIELDS: dict[Op, dict[str, str]] = {
         "a4": "bias [1,N] (BIAS)", "f4": "bias format (BIAS)",
         "a5": "per-column scale [1,N] (COLSCALE)", "f5": "column scale format (COLSCALE)",
         "imm": "scale (SCALE)",
+        "mask": "columns of the stored B tile T [K,mask] (WINDOW)", "fn": "column stride of the window (WINDOW)",
+        "dev": "column offset of the window, two's complement (WINDOW)",
     },
     Op.SFU: {
         "fn": "SfuFn", "flags": "bits 0-2 Bcast of src1, bit 3 SWAP", "m": "rows", "n": "cols",
@@ -204,6 +207,8 @@ def describe(rec, width: int = 0) -> str:
         v = rec[f].item()
         if f == "fn" and op in (Op.SFU, Op.REDUCE):
             v = _enum_name(SfuFn if op is Op.SFU else ReduceFn, v)
+        elif f == "dev" and op is Op.MATMUL and v >> 63:
+            v -= 1 << 64                          # a window's negative column offset
         if v:
             parts.append(f"{f}={v:g}" if isinstance(v, float) else f"{f}={v}")
     if width:

@@ -159,9 +159,13 @@ class _Decoder:
             if v % STICK_BYTES:
                 self.fail(f, f"{v} is not a multiple of the {STICK_BYTES}-byte stick")
         # The scratchpad side (and the device side of a store) must not overlap itself: this bounds the
-        # transfer by the scratchpad size and makes every write well defined.
+        # transfer by the scratchpad size and makes every write well defined. Either the blocks are disjoint
+        # ranges, or the rows of the blocks interleave (the nest read the other way round: row r of every block
+        # before row r + 1 of any; a conv tile held in (row, filter) order stored to (filter, row) rows).
         sides = [("a3", "a4", ss2, ss1)] + ([("a1", "a2", ds2, ds1)] if store else [])
         for f2, f1, s2, s1 in sides:
+            if (m > 1 and n > 1 and s2 >= k and s1 >= (m - 1) * s2 + k):
+                continue
             if n > 1 and s1 < k:
                 self.fail(f1, f"row stride {s1} < row bytes {k}: rows overlap")
             if m > 1 and s2 < (n - 1) * s1 + k:
@@ -204,12 +208,27 @@ class _Decoder:
 
     def _matmul(self, ins):
         flags = self.u("flags")
-        if flags & ~int(MatmulFlag(31)):
+        if flags & ~int(MatmulFlag(63)):
             self.fail("flags", f"unknown bits 0x{flags:x}")
         fl = MatmulFlag(flags)
         m, n, k = self.u("m"), self.u("n"), self.u("k")
         a = self.tile(ins, "a0", m, k, "f0", PT_FORMATS)
-        b = self.tile(ins, "a1", k, n, "f1", PT_FORMATS)
+        window = None
+        if fl & MatmulFlag.WINDOW:
+            # B is read from the stored tile [k, mask] through a column window; every read is inside that tile.
+            off, stride = self.u("dev"), self.u("fn")
+            off = off - (1 << 64) if off >> 63 else off
+            if stride < 1:
+                self.fail("fn", "window stride must be >= 1")
+            if not (1 <= n <= MAX_TILE_DIM) or abs(off) > MAX_TILE_DIM:
+                self.fail("dev", f"window of {n} columns at offset {off} out of range")
+            b = self.tile(ins, "a1", k, self.u("mask"), "f1", PT_FORMATS)
+            window = (off, stride, n)
+        else:
+            for f in ("mask", "fn", "dev"):
+                if self.u(f):
+                    self.fail(f, "set but flag WINDOW is not")
+            b = self.tile(ins, "a1", k, n, "f1", PT_FORMATS)
         ints = not a[3].is_float and not b[3].is_float
         acc_fmt = Format.INT32 if ints else Format.FP32
         c = self.tile(ins, "a2", m, n, "f2", {acc_fmt})
@@ -239,7 +258,7 @@ class _Decoder:
         slow = max((a[3], b[3]), key=lambda f: -self.target.macs_per_cycle(f.key))
         ins.pt_fmt = slow.key
         ins.mm = (fl, a, b, c, opt.get(MatmulFlag.OUT), opt.get(MatmulFlag.BIAS),
-                  opt.get(MatmulFlag.COLSCALE), imm, ints)
+                  opt.get(MatmulFlag.COLSCALE), imm, ints, window)
 
     def _sfu(self, ins):
         try:

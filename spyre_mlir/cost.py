@@ -590,8 +590,17 @@ def best_rows_grid(k: RowKernel, cores: int, target: Target) -> tuple[int] | Non
 
 @dataclasses.dataclass(frozen=True)
 class ConvKernel:
-    """NCHW conv2d: batch n, filters f, output rows oh x cols ow; c input channels in c // groups per group,
-    kh x kw window, input rows h x (padded) cols w, strides/dilations along H."""
+    """NCHW conv2d as an implicit GEMM on the PT array (``codegen/kernels/conv.py``): batch n, filters f, output
+    rows oh x cols ow; c input channels in c // groups per group, kh x kw window, h input rows counting the
+    padding, w input columns (stored: the W padding is the window's zeros), strides/dilations along H.
+
+    A tile is one image's [tf filters x toh output rows]. Its input patch (rows (input row, channel) of the
+    channels its filters read, ``in_channels(tf)``) is loaded once; for every output row and kernel column (and
+    kernel row when dilated along H) the PT array multiplies the tile's filters [tf, ``rows_per_product`` x
+    channels] by ``rows_per_product`` consecutive input rows of the patch read through a column window (the
+    kernel column's shift, the stride, the zero padding), accumulating [tf, ow] in fp32. Groups other than 1
+    multiply block-diagonal filters (zero where a channel is not the filter's group). Data in a format the PT
+    array does not multiply (fp32 in fp32-reference) is converted to DLFloat16 on the SFU after each load."""
 
     n: int
     f: int
@@ -617,42 +626,69 @@ class ConvKernel:
         return cg * min(self.groups, _ceil(tf, fg))
 
     @property
-    def reduction(self) -> int:
-        return self.c // self.groups * self.kh * self.kw
+    def rows_per_product(self) -> int:
+        """Kernel rows one product folds into its K: all of them when they are consecutive input rows."""
+        return self.kh if self.dil_h == 1 else 1
+
+    @property
+    def products(self) -> int:
+        """PT products per output row."""
+        return self.kw * (self.kh // self.rows_per_product)
 
 
 def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buffer]:
-    """a0 a1: input patch [channels x rows, w]; b0 b1: filters [c/g*kh*kw, tf]; acc fp32 and out
-    [tf x toh, ow]; bias fp32 [1, tf]. All live throughout."""
+    """a0 a1: input patch [input rows x channels, w]; b0 b1: filters [products x tf, rows_per_product x
+    channels] (one block per product); pa pb: their DLFloat16 copies when the data is in a format the PT array
+    does not multiply; acc fp32 and out [toh x tf, ow] (rows (output row, filter)); bias fp32 [tf, 1]. All live
+    throughout."""
     _, tf, toh = tile
-    a = tile_bytes(k.in_channels(tf) * k.in_rows(toh), k.w, k.fmt)
-    b = tile_bytes(k.reduction, tf, k.fmt)
+    cin = k.in_channels(tf)
+    a = tile_bytes(cin * k.in_rows(toh), k.w, k.fmt)
+    b = tile_bytes(k.products * tf, k.rows_per_product * cin, k.fmt)
     bufs = [Buffer(f"a{i}", a) for i in range(nbuf)] + [Buffer(f"b{i}", b) for i in range(nbuf)]
-    bufs += [Buffer("acc", tile_bytes(tf * toh, k.ow, FP32)), Buffer("out", tile_bytes(tf * toh, k.ow, k.out_fmt))]
+    if _pt_fmt(k.fmt) != k.fmt:
+        bufs += [Buffer("pa", tile_bytes(cin * k.in_rows(toh), k.w, "dlf16")),
+                 Buffer("pb", tile_bytes(k.products * tf, k.rows_per_product * cin, "dlf16"))]
+    bufs += [Buffer("acc", tile_bytes(toh * tf, k.ow, FP32)), Buffer("out", tile_bytes(toh * tf, k.ow, k.out_fmt))]
     if k.bias:
-        bufs.append(Buffer("bias", tile_bytes(1, tf, FP32)))
+        bufs.append(Buffer("bias", tile_bytes(tf, 1, FP32)))
     return bufs
 
 
 def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
                 double_buffer: bool = True, active: int | None = None) -> Cycles:
+    """A core walks its filter tiles (loading their filters and bias once), and for each its images and
+    output-row tiles: load the patch, ``toh x products`` PT products, the bias (SFU, per output row) and one
+    rounding (the last product's write-back, or an SFU cast after the bias), one store."""
     gn, gf, goh = grid
     nb, fb, ohb = _ceil(k.n, gn), _ceil(k.f, gf), _ceil(k.oh, goh)
     _, tf, toh = tile or (1, fb, ohb)
-    tiles = nb * _ceil(fb, tf) * _ceil(ohb, toh)
-    pt = tiles * (_pad(toh * k.ow, target.pt_rows) * _pad(tf, target.pt_cols) * k.reduction
-                  / pt_rate(target, k.fmt) + target.pt_latency_cycles)
+    nft = _ceil(fb, tf)
+    tiles = nb * nft * _ceil(ohb, toh)
+    depth = k.rows_per_product * k.in_channels(tf)
+    pt = tiles * toh * k.products * (_pad(tf, target.pt_rows) * _pad(k.ow, target.pt_cols) * depth
+                                     / pt_rate(target, _pt_fmt(k.fmt)) + target.pt_latency_cycles)
+    lanes, simple = target.sfu_lanes_per_core, target.sfu_cycles("simple")
+    sfu = 0.0
+    if k.bias:
+        sfu = tiles * ((toh + 1) * target.sfu_latency_cycles + 2 * toh * tf * k.ow * simple / lanes)
+    if _pt_fmt(k.fmt) != k.fmt:            # the patch every tile, the filters every filter tile
+        sfu += (tiles * (k.in_rows(toh) * k.in_channels(tf) * k.w) + nft * k.products * tf * depth) * simple / lanes
+        sfu += (tiles + nft) * target.sfu_latency_cycles
     bufs = {b.name: b.nbytes for b in conv_buffers(k, (1, tf, toh), 1)}
-    moved = tiles * (bufs["a0"] + bufs["b0"] + bufs["out"] + bufs.get("bias", 0))
-    dma = moved / _bytes_per_cycle(target, active or gn * gf * goh) + tiles * (3 + k.bias) * target.dma_latency_cycles
-    return Cycles(pt=pt, dma=dma, total=_overlap(pt, dma, tiles, double_buffer) + sync_cycles(gn * gf * goh, target))
+    moved = tiles * (bufs["a0"] + bufs["out"]) + nft * (bufs["b0"] + bufs.get("bias", 0))
+    transfers = 2 * tiles + nft * (1 + k.bias)
+    dma = moved / _bytes_per_cycle(target, active or gn * gf * goh) + transfers * target.dma_latency_cycles
+    return Cycles(pt=pt, sfu=sfu, dma=dma,
+                  total=_overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(gn * gf * goh, target))
 
 
 def conv_span(k: ConvKernel, grid: Sequence[int]) -> int:
     gn, gf, goh = grid
     nb, fb, ohb = _ceil(k.n, gn), _ceil(k.f, gf), _ceil(k.oh, goh)
     return nb * (tile_bytes(k.in_channels(fb) * k.in_rows(ohb), k.w, k.fmt)
-                 + tile_bytes(fb * ohb, k.ow, k.out_fmt)) + tile_bytes(k.reduction, fb, k.fmt)
+                 + tile_bytes(fb * ohb, k.ow, k.out_fmt)) + tile_bytes(k.products * fb, k.rows_per_product
+                                                                       * k.in_channels(fb), k.fmt)
 
 
 def conv_plan(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: Target
@@ -668,16 +704,17 @@ def conv_plan(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: T
 
 def conv_tile_candidates(k: ConvKernel, grid: Sequence[int], target: Target,
                          force: Sequence[int | None] = (None, None, None)) -> tuple[list[int], list[int]]:
-    """Filters per tile (multiples of the PT columns dividing the core's filters) and output rows per tile."""
+    """Filters per tile (multiples of the PT rows, the product's M, dividing the core's filters) and output rows
+    per tile."""
     fb, ohb = _ceil(k.f, grid[1]), _ceil(k.oh, grid[2])
-    tfs = [force[1]] if force[1] else ([d for d in divisors(fb) if d % target.pt_cols == 0] or [fb])
+    tfs = [force[1]] if force[1] else ([d for d in divisors(fb) if d % target.pt_rows == 0] or [fb])
     tohs = [force[2]] if force[2] else divisors(ohb)
     return tfs, tohs
 
 
 def best_conv_tile(k: ConvKernel, grid: Sequence[int], target: Target,
                    force: Sequence[int | None] = (None, None, None)) -> tuple[tuple[int, int, int], int] | None:
-    """The cheapest conv tile (1, tf, toh): filters in multiples of the PT columns, output rows dividing the
+    """The cheapest conv tile (1, tf, toh): filters in multiples of the PT rows, output rows dividing the
     core's block; with its buffer count. None when nothing fits."""
     tfs, tohs = conv_tile_candidates(k, grid, target, force)
     best = None

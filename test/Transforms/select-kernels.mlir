@@ -1,6 +1,6 @@
 // RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels)' | filecheck %s
 // A target whose scratchpad is too small for the conv's working tiles: the conv goes to the host.
-// RUN: sed -e '/scratchpad_usable_bytes/,/^value/ s/^value = .*/value = 16384/' %S/../../spyre_mlir/targets/spyre.toml > %t.toml
+// RUN: sed -e '/scratchpad_usable_bytes/,/^value/ s/^value = .*/value = 4096/' %S/../../spyre_mlir/targets/spyre.toml > %t.toml
 // RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels{target=%t.toml})' | filecheck %s --check-prefix=SMALL
 // RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels{target=%t.missing.toml})' 2>&1 | filecheck %s --check-prefix=NO-TARGET
 // NO-TARGET: error: spyre-select-kernels: {{.*}}missing.toml: target file not found

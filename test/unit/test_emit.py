@@ -329,27 +329,34 @@ func.func @main(%x: tensor<1x4x8x8x!spyre.dlf16>) -> (tensor<1x4x4x4x!spyre.dlf1
 
 CONV = """
 func.func @main(%x: tensor<2x{C}x9x10x!spyre.dlf16>, %w: tensor<{F}x{CG}x3x3x!spyre.dlf16> {{spyre.param = "w"}}, %b: tensor<{F}x!spyre.dlf16> {{spyre.param = "b"}}) -> tensor<2x{F}x{OH}x{OW}x!spyre.dlf16> {{
-  %r = "spyre.conv2d"(%x, %w, %b) {{dilations = array<i64: 1, 1>, groups = {G} : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: {S}, {S}>}} : (tensor<2x{C}x9x10x!spyre.dlf16>, tensor<{F}x{CG}x3x3x!spyre.dlf16>, tensor<{F}x!spyre.dlf16>) -> tensor<2x{F}x{OH}x{OW}x!spyre.dlf16>
+  %r = "spyre.conv2d"(%x, %w, %b) {{dilations = array<i64: {D}, {D}>, groups = {G} : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: {P}>, strides = array<i64: {S}, {S}>{PLAN}}} : (tensor<2x{C}x9x10x!spyre.dlf16>, tensor<{F}x{CG}x3x3x!spyre.dlf16>, tensor<{F}x!spyre.dlf16>) -> tensor<2x{F}x{OH}x{OW}x!spyre.dlf16>
   return %r : tensor<2x{F}x{OH}x{OW}x!spyre.dlf16>
 }}"""
 
 
-@pytest.mark.parametrize("C, F, G, S", [(3, 8, 1, 2), (4, 4, 4, 1)])
-def test_conv2d_on_the_pt_array(C, F, G, S):
-    """conv2d (groups 1: per-tap selection + channel contraction on the PT array; depthwise: selection +
-    per-channel weights on the SFU), padding and stride included, fp32 accumulation and one rounding:
+@pytest.mark.parametrize("C, F, G, S, D, P, plan", [
+    (3, 8, 1, 2, 1, (1, 1, 1, 1), ""),
+    (4, 4, 4, 1, 1, (1, 1, 1, 1), ""),
+    (5, 16, 1, 1, 2, (2, 0, 1, 3), ""),                                                 # dilated: per kernel row
+    (16, 16, 16, 1, 1, (0, 2, 1, 1), ", spyre.grid = array<i64: 1, 2, 2>, spyre.tile = array<i64: 1, 8, 2>"),
+    (6, 16, 1, 2, 1, (1, 1, 1, 1), ", spyre.grid = array<i64: 2, 1, 1>, spyre.tile = array<i64: 1, 8, 1>"),
+])
+def test_conv2d_on_the_pt_array(C, F, G, S, D, P, plan):
+    """conv2d as an implicit GEMM on the PT array (groups 1, and depthwise with block-diagonal filters), the
+    input columns read through MATMUL windows; padding (asymmetric too), stride, dilation, and hand-written
+    grids and tiles (several filter tiles, images and row blocks per core); fp32 accumulation and one rounding:
     |err| <= 2^-9 * sum |x||w| (dlf16 weights and output) on dlf16 inputs."""
     from spyre_mlir.runtime.formats import dlf16_round
 
     from spyre_mlir.runtime.hostprog import _conv2d
 
-    OH, OW = (9 + 2 - 3) // S + 1, (10 + 2 - 3) // S + 1
+    OH, OW = (9 + P[0] + P[2] - D * 2 - 1) // S + 1, (10 + P[1] + P[3] - D * 2 - 1) // S + 1
     x = dlf16_round(rand(2, C, 9, 10))
     w, bias = rand(F, C // G, 3, 3), rand(F)
-    ir_text = CONV.format(C=C, F=F, CG=C // G, G=G, S=S, OH=OH, OW=OW)
-    (y,), em, _ = run(ir_text, [x], cores=2, params={"w": w, "b": bias}, numerics="faithful")
+    ir_text = CONV.format(C=C, F=F, CG=C // G, G=G, S=S, D=D, P=", ".join(map(str, P)), OH=OH, OW=OW, PLAN=plan)
+    (y,), em, _ = run(ir_text, [x], cores=4, params={"w": w, "b": bias}, numerics="faithful")
     assert em.host_ops == []
-    attrs = {"strides": [S, S], "padding": [1, 1, 1, 1], "groups": G}
+    attrs = {"strides": [S, S], "dilations": [D, D], "padding": list(P), "groups": G}
     wq, bq = dlf16_round(w), dlf16_round(bias)
     ref = _conv2d(x, wq, bq, attrs)
     bound = 2.0**-9 * (_conv2d(np.abs(x), np.abs(wq), np.abs(bq), attrs)) + 1e-6

@@ -131,6 +131,36 @@ def test_int8_matmul_scales_are_exact(targets):
     assert np.allclose(y, (exact * 0.25 * cs).astype(np.float32), rtol=2**-23, atol=0)
 
 
+@pytest.mark.parametrize("offset, stride", [(-1, 1), (2, 1), (-1, 2), (0, 3)])
+def test_matmul_column_window_and_interleaved_store(targets, offset, stride):
+    """MATMUL WINDOW reads B's columns offset + j*stride of the stored tile (zero outside it), exactly the
+    product with the shifted, zero-padded columns; a DMA store whose blocks' rows interleave writes a tile held
+    in (half, row) order to rows (row, half)."""
+    rng = _rng(8)
+    M, K, W, N = 8, 24, 20, 12
+    x, w = rng.standard_normal((K, W)).astype(np.float32), rng.standard_normal((M, K)).astype(np.float32)
+    b = ProgramBuilder(targets[1])
+    x_buf, w_buf = b.constant("x", x, "fp32"), b.constant("w", w, "fp32")
+    y_out = b.output("y", (M, N), "fp32")
+    X, Wt, C = b.alloc(0, K, W, "fp32"), b.alloc(0, M, K, "fp32"), b.alloc(0, M, N, "fp32")
+    Xd, Wd = b.alloc(0, K, W, "dlf16"), b.alloc(0, M, K, "dlf16")
+    b.load_tile(0, X, x_buf)
+    b.load_tile(0, Wt, w_buf)
+    b.sfu(0, "cast", Xd, X)
+    b.sfu(0, "cast", Wd, Wt)
+    # C rows (h, r) for halves h of M: stored to output rows (r, h) by one DMA with interleaved rows.
+    for h in range(2):
+        b.matmul(0, Wd.row_slice(4 * h, 4 * h + 4), Xd, C.row_slice(4 * h, 4 * h + 4), window=(offset, stride, N))
+    p = C.pitch
+    b.dma_store(0, y_out.addr, C.addr, (4, 2, p), (2 * p, p), (p, 4 * p))
+    (y,) = b.load()()
+    cols = offset + stride * np.arange(N)
+    xs = np.where((cols >= 0) & (cols < W), x[:, np.clip(cols, 0, W - 1)], 0)
+    ref = np.asarray(dlf16_round(w)) @ np.asarray(dlf16_round(xs))
+    ref = ref.reshape(2, 4, N).transpose(1, 0, 2).reshape(M, N)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_fp8_matmul(targets):
     rng = _rng(4)
     M, N, K = 32, 128, 128

@@ -6,7 +6,8 @@ plan the kernel passes wrote on it:
 
 * the cores that run its instructions are exactly its grid's (``spyre.grid``: cores 0..prod(grid)-1);
 * its tile loop is the plan's: one result store per planned tile on every core (row-wise ops: the rows of the
-  core's block in ``spyre.tile`` rows; matmuls: the output tiles of the core's block);
+  core's block in ``spyre.tile`` rows; matmuls: the output tiles of the core's block; conv2d: the core's
+  images x filter tiles x output-row tiles);
 * every scratchpad byte it touches lies in one of its planned buffers (``spyre.scratchpad`` offsets, sizes
   from the kernel's one buffer description);
 * the loaded program's scratchpad peak is the module's ``spyre.scratchpad_peak``.
@@ -99,6 +100,9 @@ def _store_tiles(op):
         M, N = shape[-2], shape[-1]
         return lambda p: (-(-(M // p.grid[0]) // p.tile[0]) * -(-(N // p.grid[1]) // p.tile[1])
                           if p.grid[2] == 1 else None)
+    if name == "spyre.conv2d":
+        n, f, oh = shape[0], shape[1], shape[2]
+        return lambda p: n // p.grid[0] * (f // p.grid[1] // p.tile[1]) * (oh // p.grid[2] // p.tile[2])
     return None
 
 
@@ -172,18 +176,9 @@ CASES = {
     "conv": (Conv, (torch.randn(2, 4, 34, 34),), {"spyre.conv2d"}),
 }
 
-# Kernel kinds whose emitter does not follow its plan yet, with why. Strict: one that starts passing must leave
-# this table.
-_CONV = ("the conv2d emitter runs per-tap selection matmuls on its own split of output rows; the plan (grid, tile, "
-         "buffers) describes an implicit GEMM the emitter does not have yet")
-KNOWN_GAPS = {("conv", 1): _CONV, ("conv", 8): _CONV}
-
-
 @pytest.mark.parametrize("cores", [1, 8])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_binary_follows_the_kernel_plan(case, cores, request):
-    if (case, cores) in KNOWN_GAPS:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[case, cores], strict=True))
+def test_binary_follows_the_kernel_plan(case, cores):
     torch.manual_seed(0)
     cls, inputs, kinds = CASES[case]
     checked, problems = _checked(cls().eval(), inputs, cores=cores)

@@ -1,29 +1,34 @@
-"""Convolution and pooling on the device (NCHW, dlf16/fp8 data): conv2d with known weights (groups 1 or
-depthwise) and max/avg pool2d without padding. Input rows are gathered by DMA per kernel row, each kernel
-column picks its columns through an exact 0/1 selection matmul on the PT array, and the taps combine in fp32
-(PT array accumulation for conv2d, SFU for depthwise convs and pooling) with one rounding on write.
+"""Convolution and pooling on the device (NCHW, dlf16/fp8 data).
+
+conv2d with known weights (groups 1 or depthwise) is an implicit GEMM on the PT array that follows the op's
+kernel plan (``spyre.grid`` [gn, gf, goh], ``spyre.tile`` [1, tf, toh], the buffers of ``cost.conv_buffers``):
+per tile the input patch is loaded once and every PT product reads its rows through a column window (the
+kernel column's sub-stick shift, the stride and the zero padding; MATMUL ``WINDOW``), so no data is copied
+per tap. Max/avg pool2d without padding gathers input rows per kernel row, picks columns with exact 0/1
+selection matmuls and combines the window on the SFU.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from spyre_mlir.runtime.assembler import Tile
 from spyre_mlir.runtime.formats import Format
+from spyre_mlir.runtime.isa import PT_FORMATS
 
-from ..common import _attr, _dequantize, _sub, _tb, _tensor_type
-from ..memory import format_of, load_gather, load_rows, store_rows, store_scatter
-from .rows import choose_rows_grid, planned
+from ..common import _attr, _dequantize, _sub, _tensor_type
+from ..memory import format_of, load_gather, load_rows, store_rows
+from ..plan import KernelPlan
+from .rows import planned
 
 __all__ = ["select", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
     """``"conv2d"`` / ``"pool2d"`` when the device runs ``op``: a conv2d :func:`_conv_plan` accepts (its
-    weights and bias among the compile-time values ``known``); pooling without padding of a 4-D dlf16/fp8
+    weights and bias among the compile-time values ``known``) with a tile that fits the scratchpad; pooling without padding of a 4-D dlf16/fp8
     input to dlf16 or fp32. Else None."""
     if op.operation.name == "spyre.conv2d":
-        return "conv2d" if _conv_plan(op, target, known) is not None else None
+        return "conv2d" if _conv_plan(op, target, known) is not None and _fits(op, target) else None
     _, res_elt = _tensor_type(op.operation.results[0])
     ishape, ielt = _tensor_type(op.operation.operands[0])
     return "pool2d" if (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
@@ -31,9 +36,17 @@ def select(op, target, known) -> str | None:
             format_of(res_elt) in (Format.DLF16, Format.FP32)) else None
 
 
+def _fits(op, target) -> bool:
+    """Some tile of the conv fits the scratchpad (on one core: more cores only shrink the blocks)."""
+    from spyre_mlir import cost
+    from spyre_mlir.passes.op_model import conv_kernel
+
+    return cost.best_conv_tile(conv_kernel(op.operation), (1, 1, 1), target) is not None
+
+
 def _conv_plan(op, target, known):
-    """The geometry of a conv2d the device runs (groups 1, dlf16/fp8 data, known weights and bias, and
-    working tiles that fit), else None (it runs on the host)."""
+    """The geometry of a conv2d the device runs (groups 1 or depthwise, dlf16/fp8/fp32 data to dlf16/fp32, known
+    weights and bias), else None (it runs on the host). Its tiles are the op's kernel plan."""
     o = op.operation
     x, w = o.operands[0], o.operands[1]
     bias = o.operands[2] if len(o.operands) > 2 else None
@@ -42,195 +55,138 @@ def _conv_plan(op, target, known):
     (_, _, oh, ow), oelt = _tensor_type(o.results[0])
     fmt = format_of(xelt)
     groups = _attr(op, "groups", 1)
-    depthwise = groups == c_ == f_ and cg == 1
-    if ((groups != 1 and not depthwise) or fmt not in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2)
+    if ((groups != 1 and not groups == c_ == f_) or fmt not in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2,
+                                                                  Format.FP32)
             or format_of(oelt) not in (Format.DLF16, Format.FP32) or w not in known
             or (bias is not None and bias not in known)):
         return None
-    t = _tb
-    if depthwise:
-        rows = n_ * c_ * oh
-        need = (t(rows, wd, fmt) + 2 * t(rows, ow, "fp32") + kw * t(wd, ow, fmt) + t(rows, 1, fmt)
-                + t(rows, 1, "fp32") + t(rows, ow, format_of(oelt)))
-        if need > target.scratchpad_usable_bytes:
-            return None
-        return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, depthwise=True)
-    need = (t(oh * c_, wd, fmt) + t(oh * c_, ow, "fp32") + t(oh * c_, ow, fmt) + kw * t(wd, ow, fmt)
-            + kh * kw * t(f_, c_, fmt) + oh * t(f_, ow, "fp32") + t(f_, ow, format_of(oelt))
-            + t(f_, 1, "fp32"))
-    if need > target.scratchpad_usable_bytes:
-        return None
-    return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, depthwise=False)
+    return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, groups=groups)
+
+
+def _filters(wv, k, tf):
+    """The weights as the kernel multiplies them: per filter tile t, per product (kernel column j, kernel-row
+    group ig), the block [tf, rows_per_product x in_channels(tf)] with columns (kernel row, channel of the
+    tile); a filter's weights sit at its group's channels, zero elsewhere (block-diagonal for groups > 1)."""
+    ki, kh, kw = k.rows_per_product, k.kh, k.kw
+    nig, cin, cg, fg = kh // ki, k.in_channels(tf), k.c // k.groups, k.f // k.groups
+    out = np.zeros((k.f // tf, kw, nig, tf, ki, cin), np.float32)
+    for f in range(k.f):
+        t, fl = divmod(f, tf)
+        rel = (f // fg) * cg - (t * tf // fg) * cg
+        out[t, :, :, fl, :, rel:rel + cg] = wv[f].reshape(cg, nig, ki, kw).transpose(3, 1, 2, 0)
+    return out.reshape(k.f // tf * kw * nig * tf, ki * cin)
 
 
 def emit_conv2d(em, op, loc):
-    """conv2d (groups 1) on the PT array, on core 0: per kernel tap (i, j) and output row oh,
+    """conv2d on the grid and tiles of its plan. Core (i, j, l) of the grid [gn, gf, goh] takes images block i,
+    filters block j, output rows block l; it walks its filter tiles (filters and bias loaded once each) and,
+    for each, its images and output-row tiles:
 
-    1. Z[(oh, c), :] = x[n, c, oh*sh + i*dh - pt, :] gathered by DMA (rows in the padding are zeros),
-    2. Y = Z @ S_j picks columns ow*sw + j*dw - pl (an exact 0/1 matmul; the W padding drops out),
-    3. acc_oh [F, OW] += W_ij [F, C] @ Y[(oh, .)] contracts the channels, accumulating in fp32,
+    1. the patch: input rows of the tile (padding rows zero-filled) x the channels its filters read, one DMA;
+    2. per output row r and product (kernel column j, kernel-row group): acc_r [tf, OW] (+)= filters
+       [tf, rows x channels] @ patch rows of those input rows read through the window (offset j*dw - pad_left,
+       stride sw), fp32, the last product rounding into out_r on write-back (or the bias added on the SFU,
+       then one cast);
+    3. one store of the tile's toh x tf rows to the output rows (n, f, oh)."""
+    from spyre_mlir.passes.op_model import op_model
 
-    then bias per row (SFU), one rounding, and acc_oh is stored to the rows (n, f, oh)."""
     g = _conv_plan(op, em.target, em.known)
     if g is None:
-        raise ValueError("conv2d needs its weights (and bias) at compile time and working tiles that fit")
+        raise ValueError("conv2d needs its weights (and bias) at compile time")
     o = op.operation
-    X = em.tensor(o.operands[0])
-    O = em.result(op)
+    kp = KernelPlan.of(op, em.target)
+    k = op_model(o).conv
+    X, O = em.tensor(o.operands[0]), em.result(op)
+    gn, gf, goh = kp.grid
+    _, tf, toh = kp.tile
+    nb, fb, ohb = k.n // gn, k.f // gf, k.oh // goh
+    if (kp.cores > em.cores or k.n % gn or k.f % gf or k.oh % goh or fb % tf or ohb % toh or kp.tile[0] != 1):
+        kp.fail(f"grid {list(kp.grid)} and tile {list(kp.tile)} do not tile the {k.n}x{k.f}x{k.oh} conv on "
+                f"{em.cores} cores")
     wv = np.asarray(em.known[o.operands[1]], np.float32)
     if o.operands[1] in em.qscale:
         wv = _dequantize(wv, *em.qscale[o.operands[1]])
-    bv = np.asarray(em.known[o.operands[2]], np.float32) if len(o.operands) > 2 else None
-    n_, c_, h, wd, f_, kh, kw, oh, ow, fmt = (g[k] for k in ("n", "c", "h", "w", "f", "kh", "kw", "oh",
-                                                             "ow", "fmt"))
-    sh, sw = _attr(op, "strides") or [1, 1]
-    dh, dw = _attr(op, "dilations") or [1, 1]
-    pt, pl, _, _ = _attr(op, "padding") or [0, 0, 0, 0]
-    b = em.b
+    fmt, b = g["fmt"], em.b
 
     def const(name, arr, f=fmt):
         return em._buffer_tensor(b.constant(em._name(f"conv{em._op_index}.{name}"), arr, f))
 
-    sel = []
-    for j in range(kw):
-        S = np.zeros((wd, ow), np.float32)
-        src = np.arange(ow) * sw + j * dw - pl
-        ok = (src >= 0) & (src < wd)
-        S[src[ok], np.arange(ow)[ok]] = 1
-        sel.append(const(f"S{j}", S))
-    if g["depthwise"]:
-        return _depthwise(em, X, O, wv, bv, sel, g, (sh, dh, pt), loc)
-    wts = [const(f"W{i}{j}", wv[:, :, i, j].copy()) for i in range(kh) for j in range(kw)]
-    bias_c = const("bias", bv.reshape(f_, 1), "fp32") if bv is not None else None
-    if em.cores > 1:
-        em.barrier(loc)
-    # Output rows oh split evenly over the cores; each core builds only its rows' windows. Every core
-    # loads all the weights, so a core gets at least 4 output rows (else the duplicated weight traffic
-    # on the shared DRAM costs more than the split saves).
-    gr = choose_rows_grid(oh, max(1, min(em.cores, oh // 4)))
-    ob = oh // gr
-    for core in range(gr):
-        _conv_core(em, core, X, O, sel, wts, bias_c, g, (sh, dh, pt), range(core * ob, (core + 1) * ob), loc)
-    em._force_barrier = True
-    return gr
+    W = const("w", _filters(wv, k, tf))
+    BC = const("bias", np.asarray(em.known[o.operands[2]], np.float32).reshape(k.f, 1), "fp32") if k.bias else None
+    sh, sw = _attr(op, "strides") or [1, 1]
+    dh, dw = _attr(op, "dilations") or [1, 1]
+    pt, pl = (_attr(op, "padding") or [0, 0, 0, 0])[:2]
+    ki, cin, rows_in = k.rows_per_product, k.in_channels(tf), k.in_rows(toh)
+    nig, nprod = k.kh // ki, k.products
+    H, C, OH = g["h"], k.c, k.oh
+    A = [kp.tile_at(f"a{i}", cin * rows_in, k.w, fmt) for i in range(kp.nbuf)]
+    B = [kp.tile_at(f"b{i}", nprod * tf, ki * cin, fmt) for i in range(kp.nbuf)]
+    ACC, OUT = kp.tile_at("acc", toh * tf, k.ow, "fp32"), kp.tile_at("out", toh * tf, k.ow, O.fmt)
+    BI = kp.tile_at("bias", tf, 1, "fp32") if k.bias else None
+    # fp32 data (fp32-reference) is converted to DLFloat16 for the PT array after each load.
+    convert = fmt not in PT_FORMATS
+    PA = kp.tile_at("pa", cin * rows_in, k.w, "dlf16") if convert else None
+    PB = kp.tile_at("pb", nprod * tf, ki * cin, "dlf16") if convert else None
+    for core in range(kp.cores):
+        bi, rest = divmod(core, gf * goh)
+        bj, bl = divmod(rest, goh)
+        tiles = [(f0, n, oh0) for f0 in range(bj * fb, (bj + 1) * fb, tf)
+                 for n in range(bi * nb, (bi + 1) * nb) for oh0 in range(bl * ohb, (bl + 1) * ohb, toh)]
+        first = [i == 0 or tiles[i - 1][0] != t[0] for i, t in enumerate(tiles)]
+        wslot = np.cumsum(first) - 1            # which filter tile (weight buffer) each tile uses
 
+        def load(i, core=core, tiles=tiles, first=first, wslot=wslot):
+            f0, n, oh0 = tiles[i]
+            if first[i]:
+                load_rows(b, core, B[wslot[i] % kp.nbuf], W, f0 // tf * nprod * tf, loc=loc)
+            a = A[i % kp.nbuf]
+            p0 = oh0 * sh - pt                  # input row of the patch's first row (negative: padding)
+            lo, hi = max(0, -p0), min(rows_in, H - p0)
+            for r0, r1 in ((0, min(lo, rows_in)), (max(hi, 0), rows_in)):
+                if r1 > r0:
+                    b.sfu(core, "fill", a.row_slice(r0 * cin, r1 * cin), imm=0.0, loc=loc)
+            if hi > lo:
+                c0 = (f0 // (k.f // k.groups)) * (C // k.groups)
+                pitch = a.pitch
+                b.dma_load(core, X.addr + ((n * C + c0) * H + p0 + lo) * pitch, a.addr + lo * cin * pitch,
+                           (hi - lo, cin, pitch), (pitch, H * pitch), (cin * pitch, pitch), loc=loc)
 
-def _conv_core(em, core, X, O, sel, wts, bias_c, g, hgeom, ohs, loc):
-    """One core's share of a groups-1 conv2d: output rows ``ohs`` of every image and filter."""
-    b, fmt = em.b, g["fmt"]
-    n_, c_, h, wd, f_, kh, kw, oh, ow = (g[k] for k in ("n", "c", "h", "w", "f", "kh", "kw", "oh", "ow"))
-    sh, dh, pt = hgeom
-    nb = len(ohs)
-    b.reset_scratchpad(core)
-    S_t = [b.alloc(core, wd, ow, fmt) for _ in range(kw)]
-    W_t = [b.alloc(core, f_, c_, fmt) for _ in range(kh * kw)]
-    for tiles, srcs in ((S_t, sel), (W_t, wts)):
-        for t, src in zip(tiles, srcs):
-            load_rows(b, core, t, src, 0, loc=loc)
-    BI = None
-    if bias_c is not None:
-        BI = b.alloc(core, f_, 1, "fp32")
-        load_rows(b, core, BI, bias_c, 0, loc=loc)
-    Z = b.alloc(core, nb * c_, wd, fmt)
-    YC = b.alloc(core, nb * c_, ow, "fp32")
-    Y = b.alloc(core, nb * c_, ow, fmt)
-    ACC = [b.alloc(core, f_, ow, "fp32") for _ in range(nb)]
-    R = b.alloc(core, f_, ow, O.fmt)
-    rows_oh = np.repeat(np.asarray(ohs), c_)          # Z row (oh, c)
-    rows_c = np.tile(np.arange(c_), nb)
-    for n in range(n_):
-        tap = 0
-        for i in range(kh):
-            ih = rows_oh * sh + i * dh - pt
-            valid = (ih >= 0) & (ih < h)
-            if not valid.all():
-                b.sfu(core, "fill", Z, imm=0.0, loc=loc)
-            src = (n * c_ + rows_c) * h + ih
-            r = 0
-            while r < len(src):              # runs of rows inside the image
-                if not valid[r]:
-                    r += 1
-                    continue
-                e = r
-                while e < len(src) and valid[e]:
-                    e += 1
-                load_gather(b, core, Tile(Z.addr + r * Z.pitch, e - r, wd, fmt), X, src[r:e], loc=loc)
-                r = e
-            for j in range(kw):
-                b.matmul(core, Z, S_t[j], YC, out=Y, loc=loc)
-                for k in range(nb):
-                    b.matmul(core, W_t[tap], Y.row_slice(k * c_, (k + 1) * c_), ACC[k],
-                             accumulate=tap > 0, loc=loc)
-                tap += 1
-        for k, r0 in enumerate(ohs):
+        def work(i, core=core, tiles=tiles, first=first, wslot=wslot):
+            f0, n, oh0 = tiles[i]
+            if first[i] and BI is not None:
+                load_rows(b, core, BI, BC, f0, loc=loc)
+            a, wt = A[i % kp.nbuf], B[wslot[i] % kp.nbuf]
+            if convert:
+                if first[i]:
+                    b.sfu(core, "cast", PB, wt, loc=loc)
+                b.sfu(core, "cast", PA, a, loc=loc)
+                a, wt = PA, PB
+            for r in range(toh):
+                acc, out = ACC.row_slice(r * tf, (r + 1) * tf), OUT.row_slice(r * tf, (r + 1) * tf)
+                for q in range(nprod):
+                    j, ig = divmod(q, nig)
+                    p = r * sh + ig * ki * dh
+                    fin = q == nprod - 1 and BI is None
+                    b.matmul(core, wt.row_slice(q * tf, (q + 1) * tf), a.row_slice(p * cin, (p + ki) * cin), acc,
+                             accumulate=q > 0, out=out if fin else None, window=(j * dw - pl, sw, k.ow), loc=loc)
+                if BI is not None:
+                    b.sfu(core, "add", acc, acc, BI, loc=loc)
             if BI is not None:
-                b.sfu(core, "add", ACC[k], ACC[k], BI, loc=loc)
-            b.sfu(core, "cast", R, ACC[k], loc=loc)
-            store_scatter(b, core, R, O, (n * f_ + np.arange(f_)) * oh + r0, loc=loc)
+                b.sfu(core, "cast", OUT, ACC, loc=loc)
+            pitch = OUT.pitch                   # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
+            b.dma_store(core, O.addr + ((n * k.f + f0) * OH + oh0) * pitch, OUT.addr, (toh, tf, pitch),
+                        (pitch, OH * pitch), (tf * pitch, pitch), loc=loc)
 
-
-def _depthwise(em, X, O, wv, bv, sel, g, hgeom, loc):
-    """Depthwise conv2d (one filter per channel): rows (n, c, oh) gathered per kernel row, columns picked
-    per kernel column by a 0/1 matmul, then scaled by the per-row (per channel) weight and summed on
-    the SFU in fp32 (one rounding)."""
-    b, fmt = em.b, g["fmt"]
-    n_, c_, h, wd, kh, kw, oh, ow = (g[k] for k in ("n", "c", "h", "w", "kh", "kw", "oh", "ow"))
-    sh, dh, pt = hgeom
-    rows = n_ * c_ * oh
-    r_nc, r_oh = np.arange(rows) // oh, np.arange(rows) % oh
-    chan = r_nc % c_
-    # weights as [taps, C, 1] rows (one value per channel), gathered per output row with repeats
-    wc = em._buffer_tensor(b.constant(em._name(f"conv{em._op_index}.w"),
-                                      wv.reshape(c_, kh * kw).T.reshape(kh * kw, c_, 1).copy(), fmt))
-    bc = em._buffer_tensor(b.constant(em._name(f"conv{em._op_index}.b"), bv.reshape(c_, 1), "fp32")) \
-        if bv is not None else None
-    if em.cores > 1:
-        em.barrier(loc)
-    gr = choose_rows_grid(rows, max(1, min(em.cores, rows // 32)))   # >= 32 rows per core
-    rb = rows // gr
-    for core in range(gr):
-        blk = slice(core * rb, (core + 1) * rb)
-        b.reset_scratchpad(core)
-        S_t = [b.alloc(core, wd, ow, fmt) for _ in range(kw)]
-        for t, src in zip(S_t, sel):
-            load_rows(b, core, t, src, 0, loc=loc)
-        Z = b.alloc(core, rb, wd, fmt)
-        YC, ACC = b.alloc(core, rb, ow, "fp32"), b.alloc(core, rb, ow, "fp32")
-        WT, BT = b.alloc(core, rb, 1, fmt), b.alloc(core, rb, 1, "fp32")
-        OUT = b.alloc(core, rb, ow, O.fmt)
-        tap = 0
-        for i in range(kh):
-            ih = r_oh[blk] * sh + i * dh - pt
-            valid = (ih >= 0) & (ih < h)
-            if not valid.all():
-                b.sfu(core, "fill", Z, imm=0.0, loc=loc)
-            src = r_nc[blk] * h + ih
-            r = 0
-            while r < rb:
-                if not valid[r]:
-                    r += 1
-                    continue
-                e = r
-                while e < rb and valid[e]:
-                    e += 1
-                load_gather(b, core, Tile(Z.addr + r * Z.pitch, e - r, wd, fmt), X, src[r:e], loc=loc)
-                r = e
-            for j in range(kw):
-                b.matmul(core, Z, S_t[j], YC, loc=loc)
-                load_gather(b, core, WT, wc, tap * c_ + chan[blk], loc=loc)
-                if tap == 0:
-                    b.sfu(core, "mul", ACC, YC, WT, loc=loc)
-                else:
-                    b.sfu(core, "mul", YC, YC, WT, loc=loc)
-                    b.sfu(core, "add", ACC, ACC, YC, loc=loc)
-                tap += 1
-        if bc is not None:
-            load_gather(b, core, BT, bc, chan[blk], loc=loc)
-            b.sfu(core, "add", ACC, ACC, BT, loc=loc)
-        b.sfu(core, "cast", OUT, ACC, loc=loc)
-        store_rows(b, core, OUT, O, core * rb, loc=loc)
-    em._force_barrier = True
-    return gr
+        # Double-buffered, the next tile's loads are issued before this tile's products (DMA runs in order).
+        if kp.nbuf == 2:
+            load(0)
+        for i in range(len(tiles)):
+            if kp.nbuf == 1:
+                load(i)
+            elif i + 1 < len(tiles):
+                load(i + 1)
+            work(i)
+    return kp.cores
 
 
 def emit_pool2d(em, op, loc):

@@ -15,17 +15,12 @@ import math
 
 import numpy as np
 
-from ..common import _DEVICE_FLOATS, _attr, _divisors, _sub, _tensor_type
+from ..common import _DEVICE_FLOATS, _attr, _sub, _tensor_type
 from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..sfu import NotOnSfu, live_temps, translate
 
-__all__ = ["pipelined", "choose_rows_grid", "broadcast_rows", "select", "EMITTERS"]
-
-
-def choose_rows_grid(rows: int, cores: int) -> int:
-    """Cores for a row-wise op: the largest divisor of ``rows`` not above ``cores`` (even split)."""
-    return max(d for d in _divisors(rows) if d <= cores)
+__all__ = ["pipelined", "broadcast_rows", "select", "EMITTERS"]
 
 
 def planned(em, op, rows: int):
