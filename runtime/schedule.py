@@ -97,8 +97,10 @@ def _uninit(mask: np.ndarray, idx: np.ndarray) -> int | None:
 
 
 def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks: int) -> list:
-    """Order all instructions as the emulator runs them and prove every read initialized."""
+    """Order all instructions as the emulator runs them, prove every read initialized and every device-memory
+    access ordered (:class:`_Races`)."""
     C = prog.num_cores
+    races = _Races(C, dev_sticks)
     sp_init = [np.zeros(sp_sticks, dtype=bool) for _ in range(C)]
     dev_init = np.zeros(dev_sticks, dtype=bool)
     for b in prog.buffers:
@@ -120,6 +122,7 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
                                     f"{(s + 1) * STICK_BYTES}) that were never written")
         sp_init[ins.core][ins.sp_writes] = True
         dev_init[ins.dev_writes] = True
+        races.access(ins)
 
     while not all(ended):
         for c in range(C):
@@ -149,6 +152,7 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
             if not all(m in waiting and int(waiting[m].rec["mask"]) == mask for m in members):
                 continue
             steps.append(_release(members, waiting, sends, reds, sp_init))
+            races.sync(members)
             for m in members:
                 pos[m] += 1
                 del waiting[m]
@@ -170,6 +174,48 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
                 raise BinaryFormatError(f"program: output '{b.name}' is not fully written (device bytes "
                                         f"[{s * STICK_BYTES}, {(s + 1) * STICK_BYTES}) never stored)")
     return steps
+
+
+class _Races:
+    """Proof that no two cores touch the same device-memory bytes unordered (a read of bytes another core
+    writes, or two writes, with no barrier between them), so the program's result does not depend on how the
+    cores interleave. Vector clocks: ``clock[c, w]`` is the last barrier interval of core ``w`` that core ``c``
+    has met since; a write records its core and that core's interval, and a later access by another core is
+    ordered after it only when that core has met the writer at a barrier since."""
+
+    def __init__(self, cores: int, dev_sticks: int):
+        self.clock = np.full((cores, cores), -1, dtype=np.int64)
+        np.fill_diagonal(self.clock, 0)
+        self.writer = np.full(dev_sticks, -1, dtype=np.int64)
+        self.interval = np.zeros(dev_sticks, dtype=np.int64)
+        self.index = np.zeros(dev_sticks, dtype=np.int64)
+
+    def access(self, ins: Ins) -> None:
+        c = ins.core
+        for what, st in (("reads", ins.dev_reads), ("writes", ins.dev_writes)):
+            if not st.size:
+                continue
+            w = self.writer[st]
+            bad = (w >= 0) & (w != c)
+            if bad.any():
+                bad &= self.clock[c, np.where(bad, w, 0)] < self.interval[st]
+            if bad.any():
+                s = int(st[np.argmax(bad)])
+                raise BinaryFormatError(
+                    f"code {ins.label}: {what} device bytes [{s * STICK_BYTES}, {(s + 1) * STICK_BYTES}) that "
+                    f"core {int(self.writer[s])} writes (instruction {int(self.index[s])}) with no barrier "
+                    f"between them: the result would depend on how the cores interleave")
+        if ins.dev_writes.size:
+            self.writer[ins.dev_writes] = c
+            self.interval[ins.dev_writes] = self.clock[c, c]
+            self.index[ins.dev_writes] = ins.idx
+
+    def sync(self, members) -> None:
+        merged = self.clock[list(members)].max(axis=0)
+        for m in members:
+            self.clock[m] = merged
+        for m in members:
+            self.clock[m, m] += 1
 
 
 def _release(members, waiting, sends, reds, sp_init) -> Sync:

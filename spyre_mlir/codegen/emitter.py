@@ -83,8 +83,6 @@ class Emitter:
         self._slots: list = []       # [addr, nbytes, free, buffer]
         self._pending_free: list = []
         self._next_storage = 0
-        self._synced = True          # no device work since the last barrier
-        self._force_barrier = False  # the kernel just emitted split work differently than planned
         self.hostmod = HostModule(module.context if hasattr(module, "context") else module.operation.context)
 
     # ---- names and memory ---------------------------------------------------------------------------------
@@ -123,7 +121,6 @@ class Emitter:
     def barrier(self, loc=None) -> None:
         if self.cores > 1:
             self.b.barrier(loc=loc)
-        self._synced = True
         for s in self._pending_free:
             s[2] = True
         self._pending_free = []
@@ -328,38 +325,17 @@ class Emitter:
             if _attr(op, "spyre.barrier"):
                 self.barrier(loc)
             return
+        if _attr(op, "spyre.double_buffer") is None:
+            raise EmitError(f"{name} has no spyre.double_buffer: run spyre-schedule (the kernel pipeline) before "
+                            f"spyre-emit", op.operation.location)
         self.kernels.append(name)
-        if not self._synced and self.cores > 1 and not self._row_aligned(op):
-            # spyre-schedule places barriers by grids; an op reading rows outside its own row block (data
-            # movement, broadcasts, pooling, matmul operands) also needs its producers to have finished.
-            self.barrier(loc)
         try:
             EMITTERS[name](self, op, loc)
         except (TileError, PlanError, ValueError) as e:
             raise EmitError(str(e), op.operation.location) from None
-        self._synced = False
-        barrier = _attr(op, "spyre.barrier")
-        if barrier is None:
-            # After spyre-schedule a missing flag means "no data crosses cores here"; before it, be safe.
-            barrier = self.cores > 1 and _attr(op, "spyre.double_buffer") is None
-        if barrier or (self._force_barrier and self.cores > 1):
-            self._force_barrier = False
+        # spyre-schedule's barrier: the result is read on other cores than those that wrote it.
+        if _attr(op, "spyre.barrier"):
             self.barrier(loc)
-
-    def _row_aligned(self, op) -> bool:
-        """True when every row the op reads from a non-constant operand is a row it writes itself (same 2-D
-        view): then the same row split on both sides keeps the data on one core."""
-        o = op.operation
-        name = o.name
-        shape, _ = _tensor_type(o.results[0])
-        if name in ("spyre.softmax", "spyre.layernorm", "spyre.rmsnorm", "spyre.cast"):
-            return True
-        if name == "spyre.reduce":
-            ishape, _ = _tensor_type(o.operands[0])
-            return sorted(d % len(ishape) for d in _attr(op, "dims")) == [len(ishape) - 1]
-        if name == "spyre.map":
-            return all(v in self.known or tuple(_tensor_type(v)[0]) == tuple(shape) for v in o.operands)
-        return False
 
     def _emit_outputs(self, outs, ret):
         """Every returned value must end in its output buffer; values that are not there yet (inputs,

@@ -1,7 +1,7 @@
 // spyre-emit on hand-annotated kernel-level IR: the listing (one line per instruction and core) shows the
 // kernels, buffers and host ops. The cases after the "ERRORS" line fail with a located diagnostic.
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -o /dev/null -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad,spyre-emit{listing=- cores=2})' | filecheck %s
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -o /dev/null -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad,spyre-emit{cores=2})'
+// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -o /dev/null -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad,spyre-schedule,spyre-emit{listing=- cores=2})' | filecheck %s
+// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -o /dev/null -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad,spyre-schedule,spyre-emit{cores=2})'
 
 // A [64,128] x [128,128] matmul split over M on two cores: each core loads its A rows and the whole B,
 // multiplies on the PT array into an fp32 accumulator, writes back dlf16 and stores its half; a barrier
@@ -68,6 +68,8 @@ func.func @main(%x: tensor<8x64x!spyre.dlf16>) -> tensor<4x2x64x!spyre.dlf16> {
 // CHECK: dma_store
 // CHECK: core 1:
 // CHECK: ring_reduce mask=3 m=16 n=128
+// CHECK-NEXT: barrier mask=3
+// spyre-schedule's barrier after an op that func.return reads.
 // CHECK-NEXT: barrier mask=3
 // CHECK-NEXT: end
 func.func @main(%a: tensor<16x256x!spyre.dlf16>, %b: tensor<256x128x!spyre.dlf16>, %bias: tensor<128xf32> {spyre.param = "fc.bias"}) -> tensor<16x128x!spyre.dlf16> {

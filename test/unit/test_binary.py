@@ -436,3 +436,35 @@ def test_debug_info_may_grow_with_the_code(monkeypatch):
     monkeypatch.setattr(binary, "MAX_JSON_BYTES", 512)
     assert len(json.dumps(b.program().debug)) > 512
     load_bytes(data, target=load_target(cores=1))
+
+
+def _handoff(barrier_between: bool, core_writes_twice: bool = False):
+    """Core 0 stores a scratch tensor, core 1 loads it (with or without a barrier between) and stores y."""
+    b = ProgramBuilder(T2)
+    x, s, y = b.input("x", (8, 64)), b.scratch("s", (8, 64)), b.output("y", (8, 64))
+    T0, T1 = b.alloc(0, 8, 64), b.alloc(1, 8, 64)
+    b.load_tile(0, T0, x)
+    b.store_tile(0, T0, s)
+    if barrier_between:
+        b.barrier()
+    if core_writes_twice:
+        b.load_tile(1, T1, x)
+        b.store_tile(1, T1, s)
+    else:
+        b.load_tile(1, T1, s)
+    b.barrier()
+    b.load_tile(0, T0, s)
+    b.store_tile(0, T0, y)
+    return b
+
+
+def test_cross_core_access_needs_a_barrier():
+    """A read of bytes another core writes, or two cores writing the same bytes, with no barrier between them:
+    the result would depend on how the cores interleave, so the loader refuses it."""
+    assert _handoff(barrier_between=True).load()
+    with pytest.raises(BinaryFormatError, match=r"code core 1 instruction 0 \(dma_load.*\): reads device bytes "
+                                                r"\[\d+, \d+\) that core 0 writes \(instruction 1\) with no barrier"):
+        _handoff(barrier_between=False).load()
+    with pytest.raises(BinaryFormatError, match=r"code core 1 instruction 1 \(dma_store.*\): writes device bytes "
+                                                r"\[\d+, \d+\) that core 0 writes \(instruction 1\) with no barrier"):
+        _handoff(barrier_between=False, core_writes_twice=True).load()

@@ -15,9 +15,8 @@ kernel that runs that op on the device (None: none can). spyre-select-kernels as
 records the answer as the op's ``spyre.kernel``; the emitter follows that attribute. ``em`` is the
 :class:`~spyre_mlir.codegen.emitter.Emitter`: a kernel reads its operands with ``em.tensor(v)`` (known values
 in ``em.known``, quantized ones with ``em.qscale``/``em.qfmt``), allocates its result with ``em.result(op)``,
-emits through the ProgramBuilder ``em.b`` on ``em.cores`` cores, may fence with ``em.barrier(loc)``, and sets
-``em._force_barrier`` when it split the work otherwise than spyre-schedule planned. An emitter returns the
-number of cores it used.
+and emits through the ProgramBuilder ``em.b`` on the cores of the op's plan; the barrier after it is
+spyre-schedule's (``spyre.barrier``). An emitter returns the number of cores it used.
 """
 
 from . import conv, matmul, move, rows

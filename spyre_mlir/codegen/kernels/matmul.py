@@ -304,7 +304,6 @@ def emit_batch_matmul(em, op, loc):
     batches = [(i * M, i * K, i * M) for i in range(nb)]
     used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, plan=KernelPlan.of(op, em.target),
                         batches=batches, loc=loc, round_fmt=_round_fmt(op))
-    em._force_barrier = True          # batches map to cores by this kernel's own rule
     return len(used)
 
 

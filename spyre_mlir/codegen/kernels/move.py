@@ -185,7 +185,6 @@ def _emit_restick(em, op, loc):
     S = em.tensor(op.operation.operands[0])
     O = em.result(op)
     restick(em, S, O, m, n, k, loc)
-    em._force_barrier = True      # one core wrote all of it: every consumer waits
     return 1
 
 
