@@ -3,7 +3,7 @@
 Memories are plain byte arrays (numpy uint8) sized to what the program declares and uses; the loader has
 already proved every access in bounds and every read initialized, so this module only moves bytes and
 computes. What each instruction does lives here: :class:`Machine` turns the loader's decoded instructions
-into a plan of closures over precomputed numpy views (:class:`TileView`, :class:`DmaCopy`), built once at
+into a plan of closures over precomputed numpy views (:class:`TileView`, :class:`Copy`), built once at
 load; a call walks the plan and each step is a handful of vectorized numpy operations per tile.
 
 Numerics:
@@ -20,17 +20,19 @@ Numerics:
 
 from __future__ import annotations
 
+from collections import Counter, deque
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from spyre_mlir.errors import SpyreError
 
-from .formats import Format, decode, encode
+from .formats import STICK_BYTES, Format, decode, encode
 from .hostops import run_host_op
-from .isa import ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
-from .schedule import Sync, bits
+from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
+from .schedule import Sync, bits, sticks
 
-__all__ = ["Memory", "TileView", "DmaCopy", "Restick", "Machine", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval",
+__all__ = ["Memory", "TileView", "TileList", "tiles", "Copy", "Restick", "Machine", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval",
            "NUMERICS", "SpyreRuntimeError"]
 
 NUMERICS = ("faithful", "fp32-reference")
@@ -46,6 +48,13 @@ class Memory:
     def __init__(self, nbytes: int, shadow: bool):
         self.bytes = np.zeros(nbytes, dtype=np.uint8)
         self.shadow = np.zeros(nbytes, dtype=np.float32) if shadow else None
+
+    def part(self, start: int, nbytes: int) -> "Memory":
+        """Bytes [start, start + nbytes) as a memory of their own (views, not copies)."""
+        m = Memory.__new__(Memory)
+        m.bytes = self.bytes[start:start + nbytes]
+        m.shadow = None if self.shadow is None else self.shadow[start:start + nbytes]
+        return m
 
 
 INT_RANGE = {Format.INT8: (-128, 127), Format.INT4: (-8, 7), Format.INT32: (-(2**31), 2**31 - 1),
@@ -86,22 +95,29 @@ class TileView:
     """A dense [rows, cols] region of ``fmt`` at ``addr`` (row pitch padded to sticks), as numpy views.
 
     Used for scratchpad tiles and for whole device buffers (same layout). Writes zero the row padding so
-    the bytes of a region never depend on what was there before.
+    the bytes of a region never depend on what was there before. With ``count`` > 1 it is that many such
+    regions ``step`` bytes apart (the same tile on several cores' scratchpads), seen as [count, rows, cols].
     """
 
-    def __init__(self, mem: Memory, addr: int, rows: int, cols: int, fmt: Format):
+    def __init__(self, mem: Memory, addr: int, rows: int, cols: int, fmt: Format, count: int = 0, step: int = 0):
         self.fmt, self.rows, self.cols = fmt, rows, cols
+        self.shape = (count, rows, cols) if count else (rows, cols)
         pitch = tile_pitch(cols, fmt)
         rb = fmt.nbytes(cols)
-        region = mem.bytes[addr:addr + rows * pitch].reshape(rows, pitch)
-        self.raw = region[:, :rb]
-        self.pad = region[:, rb:]
+        lead = ((count,), (step,)) if count else ((), ())
+
+        def regions(a: np.ndarray) -> np.ndarray:
+            f = a.itemsize
+            return as_strided(a[addr:], lead[0] + (rows, pitch), tuple(x * f for x in lead[1] + (pitch, 1)))
+        region = regions(mem.bytes)
+        self.raw = region[..., :rb]
+        self.pad = region[..., rb:]
         self.store = self.raw if fmt in (Format.INT4, Format.BOOL) else self.raw.view(fmt.storage_dtype)
         self.shadow = self.shadow_pad = None
         if mem.shadow is not None and fmt is not Format.INT4 and not fmt.exact_storage:
-            sreg = mem.shadow[addr:addr + rows * pitch].reshape(rows, pitch)
-            self.shadow = sreg[:, 0:rb:fmt.bits // 8]
-            self.shadow_pad = sreg[:, rb:]
+            sreg = regions(mem.shadow)
+            self.shadow = sreg[..., 0:rb:fmt.bits // 8]
+            self.shadow_pad = sreg[..., rb:]
 
     def read_bytes(self) -> np.ndarray:
         """Decode the stored bytes: float32 for float formats, integers for integer formats."""
@@ -117,9 +133,9 @@ class TileView:
         return self.shadow if self.shadow is not None else self.read_bytes()
 
     def write(self, values) -> None:
-        """Round ``values`` (broadcastable to [rows, cols]) into the format; keep the exact value in the
+        """Round ``values`` (broadcastable to the view's shape) into the format; keep the exact value in the
         shadow when there is one."""
-        values = np.broadcast_to(values, (self.rows, self.cols))
+        values = np.broadcast_to(values, self.shape)
         bits = to_storage(self.fmt, values)
         if self.fmt is Format.BOOL:
             self.raw[...] = bits
@@ -131,24 +147,76 @@ class TileView:
             self.shadow_pad[...] = 0
 
 
-class DmaCopy:
-    """A strided byte copy (outer, rows, row_bytes) between two memories, shadow included."""
+class TileList:
+    """The same tile shape at offsets that are not evenly spaced (cores using different addresses for it):
+    one view per tile, read as one [count, rows, cols] array. The rare case; :class:`TileView` is the fast one."""
 
-    def __init__(self, src: Memory, src_addr: int, src_strides, dst: Memory, dst_addr: int, dst_strides,
-                 shape):
+    def __init__(self, mem: Memory, offsets, rows: int, cols: int, fmt: Format):
+        self.views = [TileView(mem, o, rows, cols, fmt) for o in offsets]
+        self.shape = (len(offsets), rows, cols)
+
+    def read_bytes(self) -> np.ndarray:
+        return np.stack([v.read_bytes() for v in self.views])
+
+    def read(self) -> np.ndarray:
+        return np.stack([v.read() for v in self.views])
+
+    def write(self, values) -> None:
+        for v, x in zip(self.views, np.broadcast_to(values, self.shape)):
+            v.write(x)
+
+
+def _step(offsets) -> int | None:
+    """The spacing of evenly spaced, increasing offsets (0 for a single one), else None."""
+    if len(offsets) == 1:
+        return 0
+    d = offsets[1] - offsets[0]
+    ok = d > 0 and all(b - a == d for a, b in zip(offsets, offsets[1:]))
+    return d if ok else None
+
+
+def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView | TileList:
+    """The same [rows, cols] tile at each of ``offsets`` in ``mem``, as one [count, rows, cols] view."""
+    step = _step(offsets)
+    if step is None:
+        return TileList(mem, offsets, rows, cols, fmt)
+    return TileView(mem, offsets[0], rows, cols, fmt, count=len(offsets), step=step)
+
+
+class Copy:
+    """Byte copies of one (outer, rows, row_bytes) strided shape at several (source, destination) offset pairs
+    between two memories, shadow included. Evenly spaced offsets make one strided copy; otherwise the
+    128-byte sticks move by index (every DMA and ring transfer is whole sticks)."""
+
+    def __init__(self, src: Memory, src_offs, src_strides, dst: Memory, dst_offs, dst_strides, shape):
         m, n, k = shape
-        self.src = as_strided(src.bytes[src_addr:], (m, n, k), (src_strides[0], src_strides[1], 1))
-        self.dst = as_strided(dst.bytes[dst_addr:], (m, n, k), (dst_strides[0], dst_strides[1], 1))
-        self.ssrc = self.sdst = None
-        if src.shadow is not None:
-            f = src.shadow.itemsize
-            self.ssrc = as_strided(src.shadow[src_addr:], (m, n, k), (src_strides[0] * f, src_strides[1] * f, f))
-            self.sdst = as_strided(dst.shadow[dst_addr:], (m, n, k), (dst_strides[0] * f, dst_strides[1] * f, f))
+        ss, ds = _step(src_offs), _step(dst_offs)
+        if ss is None and len(set(src_offs)) == 1:
+            ss = 0                       # every copy reads the same bytes (a broadcast load)
+        arrays = [(src.bytes, dst.bytes)] + ([(src.shadow, dst.shadow)] if src.shadow is not None else [])
+        if ss is not None and ds is not None:
+            def view(a, off, step, strides):
+                f = a.itemsize
+                return as_strided(a[off:], (len(src_offs), m, n, k), (step * f, strides[0] * f, strides[1] * f, f))
+            self.index = None
+            self.pairs = [(view(d, dst_offs[0], ds, dst_strides), view(s, src_offs[0], ss, src_strides))
+                          for s, d in arrays]
+        else:
+            def sticks(offs, strides):
+                one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
+                       + np.arange(0, k, STICK_BYTES)[None, None, :]).ravel()
+                return np.concatenate([(o + one) // STICK_BYTES for o in offs])
+            self.index = (sticks(src_offs, src_strides), sticks(dst_offs, dst_strides))
+            self.pairs = [(d.reshape(-1, STICK_BYTES), s.reshape(-1, STICK_BYTES)) for s, d in arrays]
 
     def __call__(self) -> None:
-        np.copyto(self.dst, self.src)
-        if self.ssrc is not None:
-            np.copyto(self.sdst, self.ssrc)
+        if self.index is None:
+            for d, s in self.pairs:
+                np.copyto(d, s)
+        else:
+            si, di = self.index
+            for d, s in self.pairs:
+                d[di] = s[si]
 
 
 class Restick:
@@ -252,61 +320,145 @@ def sfu_eval(fn: SfuFn, shape, x, y, imm: float, swap: bool) -> np.ndarray:
 
 
 def reduce_eval(fn: ReduceFn, x) -> np.ndarray:
-    """Row reduction [m,n] -> [m,1], accumulating in fp32."""
+    """Row reduction [..., m, n] -> [..., m, 1], accumulating in fp32."""
     x = np.asarray(x, dtype=_F32)
     if fn is ReduceFn.SUM:
-        r = np.sum(x, axis=1, dtype=_F32)
+        r = np.sum(x, axis=-1, dtype=_F32)
     elif fn is ReduceFn.MEAN:
-        r = np.sum(x, axis=1, dtype=_F32) / _F32(x.shape[1])
+        r = np.sum(x, axis=-1, dtype=_F32) / _F32(x.shape[-1])
     elif fn is ReduceFn.MAX:
-        r = np.max(x, axis=1)
+        r = np.max(x, axis=-1)
     else:
-        r = np.min(x, axis=1)
-    return r.reshape(-1, 1)
+        r = np.min(x, axis=-1)
+    return r[..., None]
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What each instruction does: the static schedule as a plan of closures
+# What each instruction does: the static schedule as a plan of batched steps
 # ---------------------------------------------------------------------------------------------------------
+
+# The record fields that say where an instruction acts (addresses, peer, group). Instructions of different cores
+# that agree on every other field are one operation on other data (SPMD code): they run as one numpy operation.
+_WHERE = {Op.DMA_LOAD: ("a0", "dev"), Op.DMA_STORE: ("a0", "dev"),
+          Op.MATMUL: ("a0", "a1", "a2", "a3", "a4", "a5"), Op.SFU: ("a0", "a1", "a2"), Op.REDUCE: ("a0", "a1"),
+          Op.RING_SEND: ("a0", "a1", "core"), Op.RING_REDUCE: ("a0", "a1", "core", "mask")}
+
+
+def _mask(where) -> np.ndarray:
+    m = np.full(INSTR_DTYPE.itemsize, 0xFF, dtype=np.uint8)
+    for f in where:
+        dt, off = INSTR_DTYPE.fields[f][:2]
+        m[off:off + dt.itemsize] = 0
+    return m
+
+
+_WHAT = {op: _mask(where) for op, where in _WHERE.items()}
+
+
+def _f32(x) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _kind(ins):
+    """What instructions must share to run as one batch: the record without its where-fields. HOST and
+    RESTICK run alone (the instruction itself is its kind)."""
+    what = _WHAT.get(ins.op)
+    return ins if what is None else (np.frombuffer(ins.rec.tobytes(), dtype=np.uint8) & what).tobytes()
+
+
+def _races(seg: list) -> bool:
+    """Whether two cores of a segment touch the same device sticks, one of them writing."""
+    writes, reads = {}, {}
+    for s in seg:
+        writes.setdefault(s.core, []).append(s.dev_writes)
+        reads.setdefault(s.core, []).append(s.dev_reads)
+    ws = [np.unique(np.concatenate(w)) for w in writes.values()]
+    allw = np.concatenate(ws)
+    if len(writes) < 2 or allw.size == 0:
+        return False
+    owner = np.repeat(np.array(list(writes)), [len(w) for w in ws])
+    order = np.argsort(allw, kind="stable")
+    allw, owner = allw[order], owner[order]
+    if np.any(allw[1:] == allw[:-1]):
+        return True
+    for c, r in reads.items():
+        r = np.concatenate(r)
+        pos = np.minimum(np.searchsorted(allw, r), allw.size - 1)
+        if np.any((allw[pos] == r) & (owner[pos] != c)):
+            return True
+    return False
+
+
+def _batches(seg: list) -> list[list]:
+    """The instructions of one segment (between two barrier releases) as batches that run as one operation: at
+    each turn, the operation most cores have next (ties: the first core's), on all of them. Each core keeps
+    its order and cores only meet at barriers, so this computes what the schedule's order computes, unless two
+    cores touch the same device bytes in the segment (one writing): such a segment runs one by one, in order."""
+    if len(seg) < 2 or _races(seg):
+        return [[s] for s in seg]
+    kind = {s: _kind(s) for s in seg}
+    queues: dict[int, deque] = {}
+    for s in seg:
+        queues.setdefault(s.core, deque()).append(s)
+    out = []
+    while queues:
+        heads = {c: kind[q[0]] for c, q in queues.items()}
+        best = Counter(heads.values()).most_common(1)[0][0]
+        out.append([queues[c].popleft() for c, k in heads.items() if k == best])
+        queues = {c: q for c, q in queues.items() if q}
+    return out
 
 
 class Machine:
-    """The memories of one loaded program (device memory, one scratchpad per core) in a numerics mode, and what
-    each instruction does to them. :meth:`plan` turns the loader's static schedule (decoded
-    :class:`~.schedule.Ins` and :class:`~.schedule.Sync` steps, :mod:`.schedule`) into closures over
-    precomputed views, once at load; a run calls them in order."""
+    """The memories of one loaded program (device memory; the scratchpads of all cores as one memory, core
+    ``c``'s at offset ``c * sp_stride``) in a numerics mode, and what each instruction does to them.
+    :meth:`plan` turns the loader's static schedule (decoded :class:`~.schedule.Ins` and
+    :class:`~.schedule.Sync` steps, :mod:`.schedule`) into closures over precomputed views, once at load;
+    the same instruction of several cores is one closure over [cores, rows, cols] views. A run calls them
+    in order."""
 
-    def __init__(self, device: Memory, sp: list[Memory], numerics: str, host_code=None):
-        self.device, self.sp, self.numerics, self.host_code = device, sp, numerics, host_code
+    def __init__(self, device: Memory, sp: Memory, sp_stride: int, numerics: str, host_code=None):
+        self.device, self.sp, self.stride, self.numerics, self.host_code = device, sp, sp_stride, numerics, host_code
+        self._staged = {}       # RING_SEND -> (its batch's staging memory, offset): delivered at the barrier
 
     def buffer_view(self, b) -> TileView:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
         return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
 
-    def _tile(self, core: int, t) -> TileView | None:
-        return None if t is None else TileView(self.sp[core], *t)
-
     def plan(self, steps) -> list:
-        """The steps of the static schedule as closures, in schedule order (a barrier with nothing to deliver
-        has none)."""
-        return [f for f in map(self._prepare, steps) if f is not None]
+        """The steps of the static schedule as closures, in schedule order: each segment between barrier
+        releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
+        delivered)."""
+        plan, seg = [], []
+        for s in list(steps) + [None]:
+            if s is not None and not isinstance(s, Sync):
+                seg.append(s)
+                continue
+            plan += [self._prepare(b) for b in _batches(seg)]
+            seg = []
+            if s is not None and (f := self._prepare_sync(s)) is not None:
+                plan.append(f)
+        return plan
 
-    def _prepare(self, s):
-        if isinstance(s, Sync):
-            return self._prepare_sync(s)
-        c, sp, dev = s.core, self.sp[s.core], self.device
+    def _tiles(self, batch, tile):
+        """The tile ``tile(ins)`` of every instruction of a batch (each on its core) as one view."""
+        t = tile(batch[0])
+        if t is None:
+            return None
+        return tiles(self.sp, [i.core * self.stride + tile(i)[0] for i in batch], *t[1:])
+
+    def _prepare(self, batch):
+        s = batch[0]
         if s.op in (Op.DMA_LOAD, Op.DMA_STORE):
-            daddr, dstr, saddr, sstr, shape = s.dma
+            _, dstr, _, sstr, shape = s.dma
+            dev = [i.dma[0] for i in batch]
+            sp = [i.core * self.stride + i.dma[2] for i in batch]
             if s.op is Op.DMA_LOAD:
-                return DmaCopy(dev, daddr, dstr, sp, saddr, sstr, shape)
-            return DmaCopy(sp, saddr, sstr, dev, daddr, dstr, shape)
-        if s.op is Op.RESTICK:
-            src, dst, shape, fmt, _, _ = s.restick
-            return Restick(dev, src, dst, shape, fmt)
+                return Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
+            return Copy(self.sp, sp, sstr, self.device, dev, dstr, shape)
         if s.op is Op.MATMUL:
-            fl, a, b, acc, out, bias, cs, imm, ints = s.mm
-            A, B, C = self._tile(c, a), self._tile(c, b), self._tile(c, acc)
-            O, BI, CS = self._tile(c, out), self._tile(c, bias), self._tile(c, cs)
+            fl, _, _, _, _, _, _, imm, ints = s.mm
+            A, B, C, O, BI, CS = (self._tiles(batch, lambda i, j=j: i.mm[j]) for j in range(1, 7))
             ints = ints and self.numerics == "faithful"
             accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)
 
@@ -317,98 +469,107 @@ class Machine:
                         r += C.read().astype(np.int64)
                     r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
                 else:
-                    r = A.read().astype(np.float32) @ B.read().astype(np.float32)
+                    # Contiguous operands (copies of strided shadows), as BLAS sums them the same way every time.
+                    r = _f32(A.read()) @ _f32(B.read())
                     if accumulate:
-                        r = C.read().astype(np.float32) + r
+                        r = C.read().astype(np.float32, copy=False) + r
                 C.write(r)
                 if O is not None:
-                    v = r.astype(np.float32)
+                    v = r.astype(np.float32, copy=False)
                     if scale is not None:
                         v = v * np.float32(scale)
                     if CS is not None:
-                        v = v * CS.read().astype(np.float32)
+                        v = v * CS.read().astype(np.float32, copy=False)
                     if BI is not None:
-                        v = v + BI.read().astype(np.float32)
+                        v = v + BI.read().astype(np.float32, copy=False)
                     O.write(v)
             return matmul
         if s.op is Op.SFU:
-            fn, mode, swap, dst, src0, src1, imm = s.sfu
-            D, S0, S1 = self._tile(c, dst), self._tile(c, src0), self._tile(c, src1)
-            shape = (dst[1], dst[2])
+            fn, mode, swap, dst, _, _, imm = s.sfu
+            D, S0, S1 = (self._tiles(batch, lambda i, j=j: i.sfu[j]) for j in (3, 4, 5))
+            shape = (len(batch), dst[1], dst[2])
 
             def sfu():
                 D.write(sfu_eval(fn, shape, S0.read() if S0 is not None else None,
                                  S1.read() if S1 is not None else imm, imm, swap))
             return sfu
         if s.op is Op.REDUCE:
-            fn, dst, src = s.red
-            D, S = self._tile(c, dst), self._tile(c, src)
+            fn = s.red[0]
+            D, S = (self._tiles(batch, lambda i, j=j: i.red[j]) for j in (1, 2))
             return lambda: D.write(reduce_eval(fn, S.read()))
         if s.op is Op.RING_SEND:
-            peer, dst, src, k = s.send
-            s.stage = np.zeros(k, dtype=np.uint8)
-            s.stage_shadow = np.zeros(k, dtype=np.float32) if sp.shadow is not None else None
-
-            def send():
-                s.stage[...] = sp.bytes[src:src + k]
-                if s.stage_shadow is not None:
-                    s.stage_shadow[...] = sp.shadow[src:src + k]
-            return send
+            k = s.send[3]
+            stage = Memory(len(batch) * k, self.sp.shadow is not None)
+            for j, i in enumerate(batch):
+                self._staged[i] = (stage, j * k)
+            return Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
+                        stage, [j * k for j in range(len(batch))], (0, 0), (1, 1, k))
         if s.op is Op.RING_REDUCE:
-            S = self._tile(c, s.reduce[3])
-            s.slot = [None]
+            S = self._tiles(batch, lambda i: i.reduce[3])
+            for i in batch:
+                i.slot = [None]
 
             def contribute():
-                s.slot[0] = np.array(S.read(), dtype=np.float32)
+                for i, v in zip(batch, np.array(S.read(), dtype=np.float32)):
+                    i.slot[0] = v
             return contribute
+        if s.op is Op.RESTICK:
+            src, dst, shape, fmt, _, _ = s.restick
+            return Restick(self.device, src, dst, shape, fmt)
         if s.op is Op.HOST:
-            op, ins_bufs, out_bufs, attrs = s.host
-            views = [self.buffer_view(b) for b in ins_bufs]
-            outs = [self.buffer_view(b) for b in out_bufs]
-
-            if op == "jit":
-                call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
-                                           [b.shape for b in ins_bufs], [b.shape for b in out_bufs])
-                run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
-            else:
-                run = run_host_op
-
-            def host():
-                # Integers and bools as stored (their fp32 shadow is no integer); floats as the numerics see them.
-                args = [(v.read() if b.fmt.is_float else v.read_bytes()).reshape(b.shape)
-                        for v, b in zip(views, ins_bufs)]
-                try:
-                    res = run(op, attrs, args, [b.shape for b in out_bufs])
-                except Exception as e:   # user functions may raise anything: report where it happened
-                    raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
-                for v, r, b in zip(outs, res, out_bufs):
-                    v.write(np.asarray(r).reshape(v.rows, v.cols))
-            return host
+            return self._prepare_host(s)
         raise AssertionError(s.op)
+
+    def _prepare_host(self, s):
+        op, ins_bufs, out_bufs, attrs = s.host
+        views = [self.buffer_view(b) for b in ins_bufs]
+        outs = [self.buffer_view(b) for b in out_bufs]
+
+        if op == "jit":
+            call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
+                                       [b.shape for b in ins_bufs], [b.shape for b in out_bufs])
+            run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
+        else:
+            run = run_host_op
+
+        def host():
+            # Integers and bools as stored (their fp32 shadow is no integer); floats as the numerics see them.
+            args = [(v.read() if b.fmt.is_float else v.read_bytes()).reshape(b.shape)
+                    for v, b in zip(views, ins_bufs)]
+            try:
+                res = run(op, attrs, args, [b.shape for b in out_bufs])
+            except Exception as e:   # user functions may raise anything: report where it happened
+                raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
+            for v, r, b in zip(outs, res, out_bufs):
+                v.write(np.asarray(r).reshape(v.rows, v.cols))
+        return host
 
     def _prepare_sync(self, s: Sync):
         deliveries = []
+        # Sends whose destinations overlap land one by one in issue order (the last one wins); otherwise the
+        # sends of one batch land together.
+        dests = [sticks(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
+        alone = bool(dests) and np.unique(np.concatenate(dests)).size < sum(d.size for d in dests)
+        groups: dict = {}
         for snd in s.sends:
-            peer, dst, _, k = snd.send
-            mem = self.sp[peer]
-
-            def deliver(snd=snd, mem=mem, dst=dst, k=k):
-                mem.bytes[dst:dst + k] = snd.stage
-                if snd.stage_shadow is not None:
-                    mem.shadow[dst:dst + k] = snd.stage_shadow
-            deliveries.append(deliver)
+            groups.setdefault(snd if alone else self._staged[snd][0], []).append(snd)
+        for group in groups.values():
+            stage, k = self._staged[group[0]][0], group[0].send[3]
+            deliveries.append(Copy(stage, [self._staged[g][1] for g in group], (0, 0), self.sp,
+                                   [g.send[0] * self.stride + g.send[1] for g in group], (0, 0), (1, 1, k)))
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
             receivers = bits(mask) if root == ROOT_ALL else [root]
-            views = [TileView(self.sp[r], *dst) for r in receivers]
+            view = tiles(self.sp, [r * self.stride + dst[0] for r in receivers], *dst[1:])
 
-            def reduce_sum(group=group, views=views):
+            def reduce_sum(group=group, view=view):
                 total = group[0].slot[0]
                 for g in group[1:]:            # in core order, like the ring
                     total = total + g.slot[0]
-                for v in views:
-                    v.write(total)
+                view.write(total)
             deliveries.append(reduce_sum)
         if not deliveries:
             return None
+        if len(deliveries) == 1:
+            return deliveries[0]
         return lambda: [d() for d in deliveries]

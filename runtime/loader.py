@@ -419,8 +419,11 @@ class Executable:
                 for r in bits(ins.reduce[0]):
                     d = ins.reduce[2]
                     sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
-        self.sp = [Memory(n, shadow) for n in sp_size]
-        self.machine = Machine(self.device, self.sp, numerics, host_code)
+        # All scratchpads in one memory, equally spaced, so that one tile of many cores is one strided view.
+        stride = -(-max(sp_size) // STICK_BYTES) * STICK_BYTES
+        sp = Memory(prog.num_cores * stride, shadow)
+        self.sp = [sp.part(c * stride, stride) for c in range(prog.num_cores)]
+        self.machine = Machine(self.device, sp, stride, numerics, host_code)
         for name, blob in ({} if shared else prog.constants).items():
             b = prog.buffer(name)
             self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
