@@ -30,7 +30,7 @@ from spyre_mlir.errors import SpyreError
 
 from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
 from .cycles import Profile, model_program
-from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView
+from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread
 from .formats import STICK_BYTES, Format
 from .hostjit import HostCode, HostCodeError, host_dtype
 from .hostops import HostOpError, check_host_op
@@ -500,7 +500,7 @@ class Executable:
         t0 = time.perf_counter()
         for v, a in zip(self._in_views, values):
             v.write(a.reshape(v.rows, v.cols))
-        with np.errstate(all="ignore"), warnings.catch_warnings():
+        with np.errstate(all="ignore"), warnings.catch_warnings(), one_blas_thread():
             warnings.simplefilter("ignore", RuntimeWarning)
             try:
                 for step in self._plan:
