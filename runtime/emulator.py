@@ -33,8 +33,8 @@ from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
 from .schedule import Sync, bits, sticks
 
-__all__ = ["Memory", "TileView", "TileList", "tiles", "Copy", "Restick", "Machine", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval",
-           "NUMERICS", "SpyreRuntimeError", "one_blas_thread"]
+__all__ = ["Memory", "TileView", "TileList", "tiles", "Copy", "Restick", "Machine", "to_storage", "INT_RANGE",
+           "sfu_eval", "reduce_eval", "NUMERICS", "SpyreRuntimeError", "one_blas_thread"]
 
 NUMERICS = ("faithful", "fp32-reference")
 
