@@ -34,7 +34,7 @@ from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pi
 from .schedule import Sync, bits, sticks
 
 __all__ = ["Memory", "TileView", "TileList", "tiles", "Copy", "Restick", "Machine", "to_storage", "INT_RANGE",
-           "sfu_eval", "reduce_eval", "NUMERICS", "SpyreRuntimeError", "one_blas_thread"]
+           "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "block_sticks", "SpyreRuntimeError", "one_blas_thread"]
 
 NUMERICS = ("faithful", "fp32-reference")
 
@@ -200,6 +200,28 @@ def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView |
     return TileView(mem, offsets[0], rows, cols, fmt, count=len(offsets), step=step)
 
 
+def block_sticks(offsets, strides, shape) -> np.ndarray:
+    """The 128-byte sticks of (outer, rows, row_bytes) strided blocks at each of ``offsets``, in copy order."""
+    m, n, k = shape
+    one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
+           + np.arange(0, k, STICK_BYTES)[None, None, :]).ravel()
+    return np.concatenate([(o + one) // STICK_BYTES for o in offsets])
+
+
+class Frozen:
+    """A tile whose bytes are the same at every run where it is read (copied from constants only): its values
+    are decoded at the first run and kept (read only), so weights are not decoded again at every call."""
+
+    def __init__(self, view):
+        self.view, self.value = view, None
+
+    def read(self) -> np.ndarray:
+        if self.value is None:
+            self.value = np.array(self.view.read())       # a copy: the memory changes later in the run
+            self.value.flags.writeable = False
+        return self.value
+
+
 class Copy:
     """Byte copies of one (outer, rows, row_bytes) strided shape at several (source, destination) offset pairs
     between two memories, shadow included. Evenly spaced offsets make one strided copy; otherwise the
@@ -219,11 +241,7 @@ class Copy:
             self.pairs = [(view(d, dst_offs[0], ds, dst_strides), view(s, src_offs[0], ss, src_strides))
                           for s, d in arrays]
         else:
-            def sticks(offs, strides):
-                one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
-                       + np.arange(0, k, STICK_BYTES)[None, None, :]).ravel()
-                return np.concatenate([(o + one) // STICK_BYTES for o in offs])
-            self.index = (sticks(src_offs, src_strides), sticks(dst_offs, dst_strides))
+            self.index = (block_sticks(src_offs, src_strides, shape), block_sticks(dst_offs, dst_strides, shape))
             self.pairs = [(d.reshape(-1, STICK_BYTES), s.reshape(-1, STICK_BYTES)) for s, d in arrays]
 
     def __call__(self) -> None:
@@ -442,10 +460,17 @@ class Machine:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
         return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
 
-    def plan(self, steps) -> list:
+    def plan(self, steps, constants=()) -> list:
         """The steps of the static schedule as closures, in schedule order: each segment between barrier
         releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
-        delivered)."""
+        delivered). ``constants``: (addr, nbytes) of the constant buffers."""
+        # Which sticks hold bytes copied from constants only, at this point of the plan: the same at every run.
+        # Faithful tiles read from them are decoded once (:class:`Frozen`); the fp32-reference shadow is read
+        # as a strided view, and numpy's elementwise kernels may differ between layouts, so it is left alone.
+        self._cdev = np.zeros(self.device.bytes.size // STICK_BYTES, dtype=bool)
+        for addr, nbytes in constants:
+            self._cdev[addr // STICK_BYTES:(addr + nbytes) // STICK_BYTES] = True
+        self._csp = np.zeros(self.sp.bytes.size // STICK_BYTES, dtype=bool)
         plan, seg = [], []
         for s in list(steps) + [None]:
             if s is not None and not isinstance(s, Sync):
@@ -457,12 +482,20 @@ class Machine:
                 plan.append(f)
         return plan
 
-    def _tiles(self, batch, tile):
-        """The tile ``tile(ins)`` of every instruction of a batch (each on its core) as one view."""
+    def _tiles(self, batch, tile, write: bool = False):
+        """The tile ``tile(ins)`` of every instruction of a batch (each on its core) as one view. Create an
+        instruction's read tiles before its written ones: this follows what the sticks hold."""
         t = tile(batch[0])
         if t is None:
             return None
-        return tiles(self.sp, [i.core * self.stride + tile(i)[0] for i in batch], *t[1:])
+        offs = [i.core * self.stride + tile(i)[0] for i in batch]
+        view = tiles(self.sp, offs, *t[1:])
+        st = np.concatenate([sticks(o, o + t[1] * tile_pitch(t[2], t[3])) for o in offs])
+        if write:
+            self._csp[st] = False
+        elif self.numerics == "faithful" and self._csp[st].all():
+            return Frozen(view)
+        return view
 
     def _prepare(self, batch):
         s = batch[0]
@@ -471,25 +504,29 @@ class Machine:
             dev = [i.dma[0] for i in batch]
             sp = [i.core * self.stride + i.dma[2] for i in batch]
             if s.op is Op.DMA_LOAD:
+                self._csp[block_sticks(sp, sstr, shape)] = self._cdev[block_sticks(dev, dstr, shape)]
                 return Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
+            self._cdev[block_sticks(dev, dstr, shape)] = self._csp[block_sticks(sp, sstr, shape)]
             return Copy(self.sp, sp, sstr, self.device, dev, dstr, shape)
         if s.op is Op.MATMUL:
             fl, _, _, _, _, _, _, imm, ints = s.mm
-            A, B, C, O, BI, CS = (self._tiles(batch, lambda i, j=j: i.mm[j]) for j in range(1, 7))
-            ints = ints and self.numerics == "faithful"
             accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)
+            A, B, BI, CS = (self._tiles(batch, lambda i, j=j: i.mm[j]) for j in (1, 2, 5, 6))
+            CR = self._tiles(batch, lambda i: i.mm[3]) if accumulate else None
+            C, O = (self._tiles(batch, lambda i, j=j: i.mm[j], write=True) for j in (3, 4))
+            ints = ints and self.numerics == "faithful"
 
             def matmul():
                 if ints:
                     r = (A.read().astype(np.float64) @ B.read().astype(np.float64)).astype(np.int64)
                     if accumulate:
-                        r += C.read().astype(np.int64)
+                        r += CR.read().astype(np.int64)
                     r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
                 else:
                     # Contiguous operands (copies of strided shadows), as BLAS sums them the same way every time.
                     r = _f32(A.read()) @ _f32(B.read())
                     if accumulate:
-                        r = C.read().astype(np.float32, copy=False) + r
+                        r = CR.read().astype(np.float32, copy=False) + r
                 C.write(r)
                 if O is not None:
                     v = r.astype(np.float32, copy=False)
@@ -503,7 +540,8 @@ class Machine:
             return matmul
         if s.op is Op.SFU:
             fn, mode, swap, dst, _, _, imm = s.sfu
-            D, S0, S1 = (self._tiles(batch, lambda i, j=j: i.sfu[j]) for j in (3, 4, 5))
+            S0, S1 = (self._tiles(batch, lambda i, j=j: i.sfu[j]) for j in (4, 5))
+            D = self._tiles(batch, lambda i: i.sfu[3], write=True)
             shape = (len(batch), dst[1], dst[2])
 
             def sfu():
@@ -512,13 +550,15 @@ class Machine:
             return sfu
         if s.op is Op.REDUCE:
             fn = s.red[0]
-            D, S = (self._tiles(batch, lambda i, j=j: i.red[j]) for j in (1, 2))
+            S = self._tiles(batch, lambda i: i.red[2])
+            D = self._tiles(batch, lambda i: i.red[1], write=True)
             return lambda: D.write(reduce_eval(fn, S.read()))
         if s.op is Op.RING_SEND:
             k = s.send[3]
             stage = Memory(len(batch) * k, self.sp.shadow is not None)
             for j, i in enumerate(batch):
-                self._staged[i] = (stage, j * k)
+                src = i.core * self.stride + i.send[2]
+                self._staged[i] = (stage, j * k, self._csp[sticks(src, src + k)])
             return Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
                         stage, [j * k for j in range(len(batch))], (0, 0), (1, 1, k))
         if s.op is Op.RING_REDUCE:
@@ -532,8 +572,10 @@ class Machine:
             return contribute
         if s.op is Op.RESTICK:
             src, dst, shape, fmt, _, _ = s.restick
+            self._cdev[s.dev_writes] = False
             return Restick(self.device, src, dst, shape, fmt)
         if s.op is Op.HOST:
+            self._cdev[s.dev_writes] = False
             return self._prepare_host(s)
         raise AssertionError(s.op)
 
@@ -566,6 +608,8 @@ class Machine:
         # Sends whose destinations overlap land one by one in issue order (the last one wins); otherwise the
         # sends of one batch land together.
         dests = [sticks(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
+        for snd, d in zip(s.sends, dests):              # in issue order, as they land
+            self._csp[d] = self._staged[snd][2]
         alone = bool(dests) and np.unique(np.concatenate(dests)).size < sum(d.size for d in dests)
         groups: dict = {}
         for snd in s.sends:
@@ -577,7 +621,10 @@ class Machine:
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
             receivers = bits(mask) if root == ROOT_ALL else [root]
-            view = tiles(self.sp, [r * self.stride + dst[0] for r in receivers], *dst[1:])
+            offs = [r * self.stride + dst[0] for r in receivers]
+            view = tiles(self.sp, offs, *dst[1:])
+            for o in offs:
+                self._csp[sticks(o, o + dst[1] * tile_pitch(dst[2], dst[3]))] = False
 
             def reduce_sum(group=group, view=view):
                 total = group[0].slot[0]

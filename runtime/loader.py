@@ -432,7 +432,7 @@ class Executable:
                 v.shadow[...] = v.read_bytes()
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
-        self._plan = self.machine.plan(steps)
+        self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"])
         self.static_profile: Profile = dataclasses.replace(model_program(prog, target, steps),
                                                            scratchpad_peak_bytes=max(sp_size),
                                                            usable_scratchpad_bytes=target.scratchpad_usable_bytes)
