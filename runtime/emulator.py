@@ -28,13 +28,13 @@ from numpy.lib.stride_tricks import as_strided
 
 from spyre_mlir.errors import SpyreError
 
-from .formats import STICK_BYTES, Format, decode, encode
+from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
 from .schedule import Sync, bits, sticks
 
 __all__ = ["Memory", "TileView", "TileList", "tiles", "Copy", "Restick", "Machine", "to_storage", "INT_RANGE",
-           "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "block_sticks", "SpyreRuntimeError", "one_blas_thread"]
+           "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Once", "block_sticks", "SpyreRuntimeError", "one_blas_thread"]
 
 NUMERICS = ("faithful", "fp32-reference")
 
@@ -94,6 +94,9 @@ def to_storage(fmt: Format, x) -> np.ndarray:
     return encode(fmt, x.astype(np.int64))
 
 
+# to_storage of the formats tiles use most, without its dispatch (the same functions it calls).
+_ENCODERS = {Format.DLF16: dlf16_encode, Format.FP32: lambda x: np.asarray(x, dtype=np.float32)}
+
 _LUTS: dict[Format, np.ndarray] = {}
 
 
@@ -135,14 +138,15 @@ class TileView:
             sreg = regions(mem.shadow)
             self.shadow = sreg[..., 0:rb:fmt.bits // 8]
             self.shadow_pad = sreg[..., rb:]
+        self._lut = _lut(fmt)
+        self._encode = _ENCODERS.get(fmt) or (lambda x: to_storage(fmt, x))
 
     def read_bytes(self) -> np.ndarray:
         """Decode the stored bytes: float32 for float formats, integers for integer formats."""
+        if self._lut is not None:
+            return self._lut[self.store]
         if self.fmt is Format.BOOL:
             return self.raw != 0
-        lut = _lut(self.fmt)
-        if lut is not None:
-            return lut[self.store]
         return decode(self.fmt, self.store, self.cols)
 
     def read(self) -> np.ndarray:
@@ -152,13 +156,11 @@ class TileView:
     def write(self, values) -> None:
         """Round ``values`` (broadcastable to the view's shape) into the format; keep the exact value in the
         shadow when there is one."""
-        values = np.broadcast_to(values, self.shape)
-        bits = to_storage(self.fmt, values)
-        if self.fmt is Format.BOOL:
-            self.raw[...] = bits
-        else:
-            self.store[...] = bits
-        self.pad[...] = 0
+        if np.shape(values) != self.shape:
+            values = np.broadcast_to(values, self.shape)
+        self.store[...] = self._encode(values)      # BOOL and INT4: store is the raw bytes
+        if self.pad.size:
+            self.pad[...] = 0
         if self.shadow is not None:
             self.shadow[...] = values
             self.shadow_pad[...] = 0
@@ -220,6 +222,19 @@ class Frozen:
             self.value = np.array(self.view.read())       # a copy: the memory changes later in the run
             self.value.flags.writeable = False
         return self.value
+
+
+class Once:
+    """A step whose effect lasts: it runs at the first call only (constants loaded into scratchpad bytes that
+    nothing else writes hold the same bytes at every later call)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def __call__(self) -> None:
+        if self.step is not None:
+            self.step()
+            self.step = None
 
 
 class Copy:
@@ -471,6 +486,20 @@ class Machine:
         for addr, nbytes in constants:
             self._cdev[addr // STICK_BYTES:(addr + nbytes) // STICK_BYTES] = True
         self._csp = np.zeros(self.sp.bytes.size // STICK_BYTES, dtype=bool)
+        # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
+        # nothing else writes leaves the same bytes there for every later run: it runs once).
+        self._writers = np.zeros(self._csp.size, dtype=np.int32)
+        per_core = self.stride // STICK_BYTES
+        for s in steps:
+            if isinstance(s, Sync):
+                for group in s.reduces:
+                    mask, root, dst, _ = group[0].reduce
+                    for r in bits(mask) if root == ROOT_ALL else [root]:
+                        np.add.at(self._writers, r * per_core + self._tile_sticks(0, dst), 1)
+            else:
+                np.add.at(self._writers, s.core * per_core + s.sp_writes, 1)
+                if s.op is Op.RING_SEND:
+                    np.add.at(self._writers, s.send[0] * per_core + s.peer_sticks, 1)
         plan, seg = [], []
         for s in list(steps) + [None]:
             if s is not None and not isinstance(s, Sync):
@@ -482,15 +511,19 @@ class Machine:
                 plan.append(f)
         return plan
 
+    def _tile_sticks(self, off: int, t) -> np.ndarray:
+        """Sticks of tile ``t`` (addr, rows, cols, fmt) at scratchpad-memory offset ``off``."""
+        lo = off + t[0]
+        return sticks(lo, lo + t[1] * tile_pitch(t[2], t[3]))
+
     def _tiles(self, batch, tile, write: bool = False):
         """The tile ``tile(ins)`` of every instruction of a batch (each on its core) as one view. Create an
         instruction's read tiles before its written ones: this follows what the sticks hold."""
         t = tile(batch[0])
         if t is None:
             return None
-        offs = [i.core * self.stride + tile(i)[0] for i in batch]
-        view = tiles(self.sp, offs, *t[1:])
-        st = np.concatenate([sticks(o, o + t[1] * tile_pitch(t[2], t[3])) for o in offs])
+        view = tiles(self.sp, [i.core * self.stride + tile(i)[0] for i in batch], *t[1:])
+        st = np.concatenate([self._tile_sticks(i.core * self.stride, tile(i)) for i in batch])
         if write:
             self._csp[st] = False
         elif self.numerics == "faithful" and self._csp[st].all():
@@ -504,8 +537,10 @@ class Machine:
             dev = [i.dma[0] for i in batch]
             sp = [i.core * self.stride + i.dma[2] for i in batch]
             if s.op is Op.DMA_LOAD:
-                self._csp[block_sticks(sp, sstr, shape)] = self._cdev[block_sticks(dev, dstr, shape)]
-                return Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
+                dst = block_sticks(sp, sstr, shape)
+                const = self._csp[dst] = self._cdev[block_sticks(dev, dstr, shape)]
+                copy = Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
+                return Once(copy) if const.all() and (self._writers[dst] == 1).all() else copy
             self._cdev[block_sticks(dev, dstr, shape)] = self._csp[block_sticks(sp, sstr, shape)]
             return Copy(self.sp, sp, sstr, self.device, dev, dstr, shape)
         if s.op is Op.MATMUL:
@@ -621,10 +656,9 @@ class Machine:
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
             receivers = bits(mask) if root == ROOT_ALL else [root]
-            offs = [r * self.stride + dst[0] for r in receivers]
-            view = tiles(self.sp, offs, *dst[1:])
-            for o in offs:
-                self._csp[sticks(o, o + dst[1] * tile_pitch(dst[2], dst[3]))] = False
+            view = tiles(self.sp, [r * self.stride + dst[0] for r in receivers], *dst[1:])
+            for r in receivers:
+                self._csp[self._tile_sticks(r * self.stride, dst)] = False
 
             def reduce_sum(group=group, view=view):
                 total = group[0].slot[0]
