@@ -153,6 +153,11 @@ class TileView:
         """The values a unit sees: the shadow in fp32-reference mode, else the decoded bytes."""
         return self.shadow if self.shadow is not None else self.read_bytes()
 
+    def peek(self) -> np.ndarray:
+        """:meth:`read`, as a view of the memory where it is one (fp32 tiles): for arithmetic whose result
+        does not depend on the operand's layout (IEEE +, -, *, /, sqrt, min/max, compares), never kept."""
+        return self.store if self.shadow is None and self.fmt is Format.FP32 else self.read()
+
     def write(self, values) -> None:
         """Round ``values`` (broadcastable to the view's shape) into the format; keep the exact value in the
         shadow when there is one."""
@@ -179,6 +184,8 @@ class TileList:
 
     def read(self) -> np.ndarray:
         return np.stack([v.read() for v in self.views])
+
+    peek = read
 
     def write(self, values) -> None:
         for v, x in zip(self.views, np.broadcast_to(values, self.shape)):
@@ -222,6 +229,8 @@ class Frozen:
             self.value = np.array(self.view.read())       # a copy: the memory changes later in the run
             self.value.flags.writeable = False
         return self.value
+
+    peek = read
 
 
 class Once:
@@ -405,6 +414,12 @@ def _mask(where) -> np.ndarray:
 _WHAT = {op: _mask(where) for op, where in _WHERE.items()}
 
 
+# SFU functions that are exactly rounded IEEE operations (or exact): the same bits whatever the operands' layout.
+_EXACT = frozenset({SfuFn.CAST, SfuFn.NEG, SfuFn.ABS, SfuFn.SQRT, SfuFn.RSQRT, SfuFn.RECIP, SfuFn.RELU, SfuFn.FILL,
+                    SfuFn.ADD, SfuFn.SUB, SfuFn.MUL, SfuFn.DIV, SfuFn.MAX, SfuFn.MIN, SfuFn.EQ, SfuFn.NE,
+                    SfuFn.LT, SfuFn.LE, SfuFn.GT, SfuFn.GE, SfuFn.SELECT})
+
+
 def _f32(x) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
@@ -561,16 +576,16 @@ class Machine:
                     # Contiguous operands (copies of strided shadows), as BLAS sums them the same way every time.
                     r = _f32(A.read()) @ _f32(B.read())
                     if accumulate:
-                        r = CR.read().astype(np.float32, copy=False) + r
+                        r = np.add(CR.peek(), r, out=r)       # C + product, in that operand order
                 C.write(r)
                 if O is not None:
                     v = r.astype(np.float32, copy=False)
                     if scale is not None:
                         v = v * np.float32(scale)
                     if CS is not None:
-                        v = v * CS.read().astype(np.float32, copy=False)
+                        v = v * CS.peek().astype(np.float32, copy=False)
                     if BI is not None:
-                        v = v + BI.read().astype(np.float32, copy=False)
+                        v = v + BI.peek().astype(np.float32, copy=False)
                     O.write(v)
             return matmul
         if s.op is Op.SFU:
@@ -579,9 +594,13 @@ class Machine:
             D = self._tiles(batch, lambda i: i.sfu[3], write=True)
             shape = (len(batch), dst[1], dst[2])
 
+            # Functions whose numpy kernels may round differently by operand layout read contiguous copies.
+            get = "peek" if fn in _EXACT else "read"
+            x = getattr(S0, get) if S0 is not None else (lambda: None)
+            y = getattr(S1, get) if S1 is not None else (lambda: imm)
+
             def sfu():
-                D.write(sfu_eval(fn, shape, S0.read() if S0 is not None else None,
-                                 S1.read() if S1 is not None else imm, imm, swap))
+                D.write(sfu_eval(fn, shape, x(), y(), imm, swap))
             return sfu
         if s.op is Op.REDUCE:
             fn = s.red[0]
