@@ -421,6 +421,7 @@ _EXACT = frozenset({SfuFn.CAST, SfuFn.NEG, SfuFn.ABS, SfuFn.SQRT, SfuFn.RSQRT, S
 
 
 def _f32(x) -> np.ndarray:
+    """A matmul operand as BLAS gets it from a 2-D read: contiguous float32 (a copy only when it is not)."""
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
@@ -484,7 +485,9 @@ class Machine:
 
     def __init__(self, device: Memory, sp: Memory, sp_stride: int, numerics: str, host_code=None):
         self.device, self.sp, self.stride, self.numerics, self.host_code = device, sp, sp_stride, numerics, host_code
-        self._staged = {}       # RING_SEND -> (its batch's staging memory, offset): delivered at the barrier
+        # RING_SEND -> (its batch's staging memory, offset, which of its sticks held constants): delivered at
+        # the barrier.
+        self._staged = {}
 
     def buffer_view(self, b) -> TileView:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
