@@ -21,7 +21,9 @@ Numerics:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -244,6 +246,35 @@ class Once:
         if self.step is not None:
             self.step()
             self.step = None
+
+
+# Host threads a run uses: a big batch splits into two halves of its cores, the second on a worker thread.
+# numpy releases the GIL in its loops, copies and BLAS calls, so on an idle host big steps take about half
+# the time; each half computes exactly what it would alone (BLAS stays on one thread per call).
+_THREADS = min(2, os.cpu_count() or 1)
+_SPLIT_WORK = 1 << 18          # elements (or MACs / 64, bytes / 4) below which a second thread costs more
+_POOL: list = []
+
+
+def _quietly(step) -> None:
+    with np.errstate(all="ignore"):       # numpy's error state is per thread
+        step()
+
+
+class Parallel:
+    """Two steps on disjoint cores, the second on a worker thread."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __call__(self) -> None:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="spyre-emu"))
+        pending = _POOL[0].submit(_quietly, self.second)
+        try:
+            self.first()
+        finally:
+            pending.result()
 
 
 class Copy:
@@ -523,11 +554,20 @@ class Machine:
             if s is not None and not isinstance(s, Sync):
                 seg.append(s)
                 continue
-            plan += [self._prepare(b) for b in _batches(seg)]
+            plan += [self._prepare_split(b) for b in _batches(seg)]
             seg = []
             if s is not None and (f := self._prepare_sync(s)) is not None:
                 plan.append(f)
         return plan
+
+    def _prepare_split(self, batch):
+        """A big batch as two halves run at once (:class:`Parallel`), else as one step."""
+        s = batch[0]
+        work = len(batch) * max(s.useful_macs // 64, s.elems, s.nbytes // 4)
+        if _THREADS < 2 or len(batch) < 2 or work < _SPLIT_WORK or s.op is Op.RING_REDUCE:
+            return self._prepare(batch)
+        h = len(batch) // 2
+        return Parallel(self._prepare(batch[:h]), self._prepare(batch[h:]))
 
     def _tile_sticks(self, off: int, t) -> np.ndarray:
         """Sticks of tile ``t`` (addr, rows, cols, fmt) at scratchpad-memory offset ``off``."""
