@@ -294,7 +294,9 @@ def write_doc(results, path: str, plots: list[str], args) -> None:
              "time (the larger of the model's FLOPs at the cores' DLFloat16 peak and its compulsory bytes - "
              "inputs and outputs in fp32, weights at 2 B, each moved once - at DRAM read bandwidth, from the "
              "target file) over the modeled time. The emulator's numbers are wall time of a bit-exact emulation "
-             "on the host CPU, not the card's.", "",
+             "on the host CPU, not the card's. torch.compile's compile time is with inductor's on-disk cache as "
+             "the host has it. The host may be shared: the load average is the 1-minute one at the end of the run.",
+             "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in rows(results)]
     lines += ["", "IREE columns need the optional packages (`pip install -e '.[peers]'`); \"skipped\" means they "
