@@ -24,8 +24,10 @@ demo: setup
 check-lit: setup
 	$(BIN)/lit $(LIT_OPTS) test
 
+# PYTEST_WORKERS=1 on a host shared with other work.
+PYTEST_WORKERS ?= 2
 check-pytest: setup
-	$(BIN)/python -m pytest -n 2 test/unit
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) test/unit
 
 # lit first, pytest last: the runner's summary line closes the output.
 check: setup

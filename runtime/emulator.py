@@ -3,7 +3,7 @@
 Memories are plain byte arrays (numpy uint8) sized to what the program declares and uses; the loader has
 already proved every access in bounds and every read initialized, so this module only moves bytes and
 computes. What each instruction does lives here: :class:`Machine` turns the loader's decoded instructions
-into a plan of closures over precomputed numpy views (:class:`TileView`, :class:`DmaCopy`), built once at
+into a plan of closures over precomputed numpy views (:class:`TileView`, :class:`Copy`), built once at
 load; a call walks the plan and each step is a handful of vectorized numpy operations per tile.
 
 Numerics:
@@ -20,20 +20,42 @@ Numerics:
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from spyre_mlir.errors import SpyreError
 
-from .formats import Format, decode, encode
+from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from .hostops import run_host_op
-from .isa import ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
-from .schedule import Sync, bits
+from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
+from .schedule import Sync, bits, sticks
 
-__all__ = ["Memory", "TileView", "WindowView", "DmaCopy", "Restick", "Machine", "to_storage", "INT_RANGE", "sfu_eval", "reduce_eval",
-           "NUMERICS", "SpyreRuntimeError"]
+__all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Restick", "Machine", "to_storage",
+           "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Once", "block_sticks", "SpyreRuntimeError",
+           "one_blas_thread"]
 
 NUMERICS = ("faithful", "fp32-reference")
+
+
+_BLAS: list = []
+
+
+def one_blas_thread():
+    """A context in which numpy's BLAS runs on the calling thread only. The emulator makes many small matmuls
+    (a tile per core); OpenBLAS's fork/join per call costs more than it gains at those sizes, and on a busy
+    host its spinning threads slow each call by 10-100x (a 1024^3 matmul program: 1.5 s -> 0.37 s)."""
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+            _BLAS.append(ThreadpoolController().select(user_api="blas"))
+        except ImportError:       # optional at run time: only speed depends on it
+            _BLAS.append(None)
+    return _BLAS[0].limit(limits=1) if _BLAS[0] is not None else contextlib.nullcontext()
 
 
 class SpyreRuntimeError(SpyreError, RuntimeError):
@@ -46,6 +68,13 @@ class Memory:
     def __init__(self, nbytes: int, shadow: bool):
         self.bytes = np.zeros(nbytes, dtype=np.uint8)
         self.shadow = np.zeros(nbytes, dtype=np.float32) if shadow else None
+
+    def part(self, start: int, nbytes: int) -> "Memory":
+        """Bytes [start, start + nbytes) as a memory of their own (views, not copies)."""
+        m = Memory.__new__(Memory)
+        m.bytes = self.bytes[start:start + nbytes]
+        m.shadow = None if self.shadow is None else self.shadow[start:start + nbytes]
+        return m
 
 
 INT_RANGE = {Format.INT8: (-128, 127), Format.INT4: (-8, 7), Format.INT32: (-(2**31), 2**31 - 1),
@@ -68,6 +97,9 @@ def to_storage(fmt: Format, x) -> np.ndarray:
     return encode(fmt, x.astype(np.int64))
 
 
+# to_storage of the formats tiles use most, without its dispatch (the same functions it calls).
+_ENCODERS = {Format.DLF16: dlf16_encode, Format.FP32: lambda x: np.asarray(x, dtype=np.float32)}
+
 _LUTS: dict[Format, np.ndarray] = {}
 
 
@@ -86,46 +118,57 @@ class TileView:
     """A dense [rows, cols] region of ``fmt`` at ``addr`` (row pitch padded to sticks), as numpy views.
 
     Used for scratchpad tiles and for whole device buffers (same layout). Writes zero the row padding so
-    the bytes of a region never depend on what was there before.
+    the bytes of a region never depend on what was there before. With ``count`` > 1 it is that many such
+    regions ``step`` bytes apart (the same tile on several cores' scratchpads), seen as [count, rows, cols].
     """
 
-    def __init__(self, mem: Memory, addr: int, rows: int, cols: int, fmt: Format):
+    def __init__(self, mem: Memory, addr: int, rows: int, cols: int, fmt: Format, count: int = 0, step: int = 0):
         self.fmt, self.rows, self.cols = fmt, rows, cols
+        self.shape = (count, rows, cols) if count else (rows, cols)
         pitch = tile_pitch(cols, fmt)
         rb = fmt.nbytes(cols)
-        region = mem.bytes[addr:addr + rows * pitch].reshape(rows, pitch)
-        self.raw = region[:, :rb]
-        self.pad = region[:, rb:]
+        lead = ((count,), (step,)) if count else ((), ())
+
+        def regions(a: np.ndarray) -> np.ndarray:
+            f = a.itemsize
+            return as_strided(a[addr:], lead[0] + (rows, pitch), tuple(x * f for x in lead[1] + (pitch, 1)))
+        region = regions(mem.bytes)
+        self.raw = region[..., :rb]
+        self.pad = region[..., rb:]
         self.store = self.raw if fmt in (Format.INT4, Format.BOOL) else self.raw.view(fmt.storage_dtype)
         self.shadow = self.shadow_pad = None
         if mem.shadow is not None and fmt is not Format.INT4 and not fmt.exact_storage:
-            sreg = mem.shadow[addr:addr + rows * pitch].reshape(rows, pitch)
-            self.shadow = sreg[:, 0:rb:fmt.bits // 8]
-            self.shadow_pad = sreg[:, rb:]
+            sreg = regions(mem.shadow)
+            self.shadow = sreg[..., 0:rb:fmt.bits // 8]
+            self.shadow_pad = sreg[..., rb:]
+        self._lut = _lut(fmt)
+        self._encode = _ENCODERS.get(fmt) or (lambda x: to_storage(fmt, x))
 
     def read_bytes(self) -> np.ndarray:
         """Decode the stored bytes: float32 for float formats, integers for integer formats."""
+        if self._lut is not None:
+            return self._lut[self.store]
         if self.fmt is Format.BOOL:
             return self.raw != 0
-        lut = _lut(self.fmt)
-        if lut is not None:
-            return lut[self.store]
         return decode(self.fmt, self.store, self.cols)
 
     def read(self) -> np.ndarray:
         """The values a unit sees: the shadow in fp32-reference mode, else the decoded bytes."""
         return self.shadow if self.shadow is not None else self.read_bytes()
 
+    def peek(self) -> np.ndarray:
+        """:meth:`read`, as a view of the memory where it is one (fp32 tiles): for arithmetic whose result
+        does not depend on the operand's layout (IEEE +, -, *, /, sqrt, min/max, compares), never kept."""
+        return self.store if self.shadow is None and self.fmt is Format.FP32 else self.read()
+
     def write(self, values) -> None:
-        """Round ``values`` (broadcastable to [rows, cols]) into the format; keep the exact value in the
+        """Round ``values`` (broadcastable to the view's shape) into the format; keep the exact value in the
         shadow when there is one."""
-        values = np.broadcast_to(values, (self.rows, self.cols))
-        bits = to_storage(self.fmt, values)
-        if self.fmt is Format.BOOL:
-            self.raw[...] = bits
-        else:
-            self.store[...] = bits
-        self.pad[...] = 0
+        if np.shape(values) != self.shape:
+            values = np.broadcast_to(values, self.shape)
+        self.store[...] = self._encode(values)      # BOOL and INT4: store is the raw bytes
+        if self.pad.size:
+            self.pad[...] = 0
         if self.shadow is not None:
             self.shadow[...] = values
             self.shadow_pad[...] = 0
@@ -133,39 +176,155 @@ class TileView:
 
 class WindowView:
     """MATMUL's B operand read through a column window (flag WINDOW): column j is the stored tile's column
-    ``offset + j * stride``, zero where that is outside the tile (a convolution's shifted, strided input
-    columns and its zero padding)."""
+    ``offset + j * stride``, zero where that is outside the tile's ``width`` columns (a convolution's shifted,
+    strided input columns and its zero padding). Reads like the view it wraps ([rows, cols] or batched)."""
 
-    def __init__(self, view: TileView, offset: int, stride: int, n: int):
+    def __init__(self, view, width: int, offset: int, stride: int, n: int):
         cols = offset + stride * np.arange(n)
-        self.view, self.ok = view, (cols >= 0) & (cols < view.cols)
+        self.view, self.ok = view, (cols >= 0) & (cols < width)
         self.cols = cols[self.ok]
 
     def read(self) -> np.ndarray:
         t = self.view.read()
-        out = np.zeros((t.shape[0], self.ok.size), t.dtype)
-        out[:, self.ok] = t[:, self.cols]
+        out = np.zeros(t.shape[:-1] + (self.ok.size,), t.dtype)
+        out[..., self.ok] = t[..., self.cols]
         return out
 
 
-class DmaCopy:
-    """A strided byte copy (outer, rows, row_bytes) between two memories, shadow included."""
+class TileList:
+    """The same tile shape at offsets that are not evenly spaced (cores using different addresses for it):
+    one view per tile, read as one [count, rows, cols] array. The rare case; :class:`TileView` is the fast one."""
 
-    def __init__(self, src: Memory, src_addr: int, src_strides, dst: Memory, dst_addr: int, dst_strides,
-                 shape):
-        m, n, k = shape
-        self.src = as_strided(src.bytes[src_addr:], (m, n, k), (src_strides[0], src_strides[1], 1))
-        self.dst = as_strided(dst.bytes[dst_addr:], (m, n, k), (dst_strides[0], dst_strides[1], 1))
-        self.ssrc = self.sdst = None
-        if src.shadow is not None:
-            f = src.shadow.itemsize
-            self.ssrc = as_strided(src.shadow[src_addr:], (m, n, k), (src_strides[0] * f, src_strides[1] * f, f))
-            self.sdst = as_strided(dst.shadow[dst_addr:], (m, n, k), (dst_strides[0] * f, dst_strides[1] * f, f))
+    def __init__(self, mem: Memory, offsets, rows: int, cols: int, fmt: Format):
+        self.views = [TileView(mem, o, rows, cols, fmt) for o in offsets]
+        self.shape = (len(offsets), rows, cols)
+
+    def read_bytes(self) -> np.ndarray:
+        return np.stack([v.read_bytes() for v in self.views])
+
+    def read(self) -> np.ndarray:
+        return np.stack([v.read() for v in self.views])
+
+    peek = read
+
+    def write(self, values) -> None:
+        for v, x in zip(self.views, np.broadcast_to(values, self.shape)):
+            v.write(x)
+
+
+def _step(offsets) -> int | None:
+    """The spacing of evenly spaced, increasing offsets (0 for a single one), else None."""
+    if len(offsets) == 1:
+        return 0
+    d = offsets[1] - offsets[0]
+    ok = d > 0 and all(b - a == d for a, b in zip(offsets, offsets[1:]))
+    return d if ok else None
+
+
+def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView | TileList:
+    """The same [rows, cols] tile at each of ``offsets`` in ``mem``, as one [count, rows, cols] view."""
+    step = _step(offsets)
+    if step is None:
+        return TileList(mem, offsets, rows, cols, fmt)
+    return TileView(mem, offsets[0], rows, cols, fmt, count=len(offsets), step=step)
+
+
+def block_sticks(offsets, strides, shape) -> np.ndarray:
+    """The 128-byte sticks of (outer, rows, row_bytes) strided blocks at each of ``offsets``, in copy order."""
+    m, n, k = shape
+    one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
+           + np.arange(0, k, STICK_BYTES)[None, None, :]).ravel()
+    return np.concatenate([(o + one) // STICK_BYTES for o in offsets])
+
+
+class Frozen:
+    """A tile whose bytes are the same at every run where it is read (copied from constants only): its values
+    are decoded at the first run and kept (read only), so weights are not decoded again at every call."""
+
+    def __init__(self, view):
+        self.view, self.value = view, None
+
+    def read(self) -> np.ndarray:
+        if self.value is None:
+            self.value = np.array(self.view.read())       # a copy: the memory changes later in the run
+            self.value.flags.writeable = False
+        return self.value
+
+    peek = read
+
+
+class Once:
+    """A step whose effect lasts: it runs at the first call only (constants loaded into scratchpad bytes that
+    nothing else writes hold the same bytes at every later call)."""
+
+    def __init__(self, step):
+        self.step = step
 
     def __call__(self) -> None:
-        np.copyto(self.dst, self.src)
-        if self.ssrc is not None:
-            np.copyto(self.sdst, self.ssrc)
+        if self.step is not None:
+            self.step()
+            self.step = None
+
+
+# Host threads a run uses: a big batch splits into two halves of its cores, the second on a worker thread.
+# numpy releases the GIL in its loops, copies and BLAS calls, so on an idle host big steps take about half
+# the time; each half computes exactly what it would alone (BLAS stays on one thread per call).
+_THREADS = min(2, os.cpu_count() or 1)
+_SPLIT_WORK = 1 << 18          # elements (or MACs / 64, bytes / 4) below which a second thread costs more
+_POOL: list = []
+
+
+def _quietly(step) -> None:
+    with np.errstate(all="ignore"):       # numpy's error state is per thread
+        step()
+
+
+class Parallel:
+    """Two steps on disjoint cores, the second on a worker thread."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __call__(self) -> None:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="spyre-emu"))
+        pending = _POOL[0].submit(_quietly, self.second)
+        try:
+            self.first()
+        finally:
+            pending.result()
+
+
+class Copy:
+    """Byte copies of one (outer, rows, row_bytes) strided shape at several (source, destination) offset pairs
+    between two memories, shadow included. Evenly spaced offsets make one strided copy; otherwise the
+    128-byte sticks move by index (every DMA and ring transfer is whole sticks)."""
+
+    def __init__(self, src: Memory, src_offs, src_strides, dst: Memory, dst_offs, dst_strides, shape):
+        m, n, k = shape
+        ss, ds = _step(src_offs), _step(dst_offs)
+        if ss is None and len(set(src_offs)) == 1:
+            ss = 0                       # every copy reads the same bytes (a broadcast load)
+        arrays = [(src.bytes, dst.bytes)] + ([(src.shadow, dst.shadow)] if src.shadow is not None else [])
+        if ss is not None and ds is not None:
+            def view(a, off, step, strides):
+                f = a.itemsize
+                return as_strided(a[off:], (len(src_offs), m, n, k), (step * f, strides[0] * f, strides[1] * f, f))
+            self.index = None
+            self.pairs = [(view(d, dst_offs[0], ds, dst_strides), view(s, src_offs[0], ss, src_strides))
+                          for s, d in arrays]
+        else:
+            self.index = (block_sticks(src_offs, src_strides, shape), block_sticks(dst_offs, dst_strides, shape))
+            self.pairs = [(d.reshape(-1, STICK_BYTES), s.reshape(-1, STICK_BYTES)) for s, d in arrays]
+
+    def __call__(self) -> None:
+        if self.index is None:
+            for d, s in self.pairs:
+                np.copyto(d, s)
+        else:
+            si, di = self.index
+            for d, s in self.pairs:
+                d[di] = s[si]
 
 
 class Restick:
@@ -269,165 +428,306 @@ def sfu_eval(fn: SfuFn, shape, x, y, imm: float, swap: bool) -> np.ndarray:
 
 
 def reduce_eval(fn: ReduceFn, x) -> np.ndarray:
-    """Row reduction [m,n] -> [m,1], accumulating in fp32."""
+    """Row reduction [..., m, n] -> [..., m, 1], accumulating in fp32."""
     x = np.asarray(x, dtype=_F32)
     if fn is ReduceFn.SUM:
-        r = np.sum(x, axis=1, dtype=_F32)
+        r = np.sum(x, axis=-1, dtype=_F32)
     elif fn is ReduceFn.MEAN:
-        r = np.sum(x, axis=1, dtype=_F32) / _F32(x.shape[1])
+        r = np.sum(x, axis=-1, dtype=_F32) / _F32(x.shape[-1])
     elif fn is ReduceFn.MAX:
-        r = np.max(x, axis=1)
+        r = np.max(x, axis=-1)
     else:
-        r = np.min(x, axis=1)
-    return r.reshape(-1, 1)
+        r = np.min(x, axis=-1)
+    return r[..., None]
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What each instruction does: the static schedule as a plan of closures
+# What each instruction does: the static schedule as a plan of batched steps
 # ---------------------------------------------------------------------------------------------------------
+
+# The record fields that say where an instruction acts (addresses, peer, group). Instructions of different cores
+# that agree on every other field are one operation on other data (SPMD code): they run as one numpy operation.
+_WHERE = {Op.DMA_LOAD: ("a0", "dev"), Op.DMA_STORE: ("a0", "dev"),
+          Op.MATMUL: ("a0", "a1", "a2", "a3", "a4", "a5"), Op.SFU: ("a0", "a1", "a2"), Op.REDUCE: ("a0", "a1"),
+          Op.RING_SEND: ("a0", "a1", "core"), Op.RING_REDUCE: ("a0", "a1", "core", "mask")}
+
+
+def _mask(where) -> np.ndarray:
+    m = np.full(INSTR_DTYPE.itemsize, 0xFF, dtype=np.uint8)
+    for f in where:
+        dt, off = INSTR_DTYPE.fields[f][:2]
+        m[off:off + dt.itemsize] = 0
+    return m
+
+
+_WHAT = {op: _mask(where) for op, where in _WHERE.items()}
+
+
+# SFU functions that are exactly rounded IEEE operations (or exact): the same bits whatever the operands' layout.
+_EXACT = frozenset({SfuFn.CAST, SfuFn.NEG, SfuFn.ABS, SfuFn.SQRT, SfuFn.RSQRT, SfuFn.RECIP, SfuFn.RELU, SfuFn.FILL,
+                    SfuFn.ADD, SfuFn.SUB, SfuFn.MUL, SfuFn.DIV, SfuFn.MAX, SfuFn.MIN, SfuFn.EQ, SfuFn.NE,
+                    SfuFn.LT, SfuFn.LE, SfuFn.GT, SfuFn.GE, SfuFn.SELECT})
+
+
+def _f32(x) -> np.ndarray:
+    """A matmul operand as BLAS gets it from a 2-D read: contiguous float32 (a copy only when it is not)."""
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _kind(ins):
+    """What instructions must share to run as one batch: the record without its where-fields. HOST and
+    RESTICK run alone (the instruction itself is its kind)."""
+    what = _WHAT.get(ins.op)
+    return ins if what is None else (np.frombuffer(ins.rec.tobytes(), dtype=np.uint8) & what).tobytes()
+
+
+def _batches(seg: list) -> list[list]:
+    """The instructions of one segment (between two barrier releases) as batches that run as one operation: at
+    each turn, the operation most cores have next (ties: the first core's), on all of them. Each core keeps
+    its order and cores only meet at barriers, and no two cores touch the same device bytes in a segment with one
+    writing (the loader proves it, :class:`~.schedule._Races`), so this computes what the schedule's order
+    computes."""
+    if len(seg) < 2:
+        return [[s] for s in seg]
+    kind = {s: _kind(s) for s in seg}
+    queues: dict[int, deque] = {}
+    for s in seg:
+        queues.setdefault(s.core, deque()).append(s)
+    out = []
+    while queues:
+        heads = {c: kind[q[0]] for c, q in queues.items()}
+        best = Counter(heads.values()).most_common(1)[0][0]
+        out.append([queues[c].popleft() for c, k in heads.items() if k == best])
+        queues = {c: q for c, q in queues.items() if q}
+    return out
 
 
 class Machine:
-    """The memories of one loaded program (device memory, one scratchpad per core) in a numerics mode, and what
-    each instruction does to them. :meth:`plan` turns the loader's static schedule (decoded
-    :class:`~.schedule.Ins` and :class:`~.schedule.Sync` steps, :mod:`.schedule`) into closures over
-    precomputed views, once at load; a run calls them in order."""
+    """The memories of one loaded program (device memory; the scratchpads of all cores as one memory, core
+    ``c``'s at offset ``c * sp_stride``) in a numerics mode, and what each instruction does to them.
+    :meth:`plan` turns the loader's static schedule (decoded :class:`~.schedule.Ins` and
+    :class:`~.schedule.Sync` steps, :mod:`.schedule`) into closures over precomputed views, once at load;
+    the same instruction of several cores is one closure over [cores, rows, cols] views. A run calls them
+    in order."""
 
-    def __init__(self, device: Memory, sp: list[Memory], numerics: str, host_code=None):
-        self.device, self.sp, self.numerics, self.host_code = device, sp, numerics, host_code
+    def __init__(self, device: Memory, sp: Memory, sp_stride: int, numerics: str, host_code=None):
+        self.device, self.sp, self.stride, self.numerics, self.host_code = device, sp, sp_stride, numerics, host_code
+        # RING_SEND -> (its batch's staging memory, offset, which of its sticks held constants): delivered at
+        # the barrier.
+        self._staged = {}
 
     def buffer_view(self, b) -> TileView:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
         return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
 
-    def _tile(self, core: int, t) -> TileView | None:
-        return None if t is None else TileView(self.sp[core], *t)
+    def plan(self, steps, constants=()) -> list:
+        """The steps of the static schedule as closures, in schedule order: each segment between barrier
+        releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
+        delivered). ``constants``: (addr, nbytes) of the constant buffers."""
+        # Which sticks hold bytes copied from constants only, at this point of the plan: the same at every run.
+        # Faithful tiles read from them are decoded once (:class:`Frozen`); the fp32-reference shadow is read
+        # as a strided view, and numpy's elementwise kernels may differ between layouts, so it is left alone.
+        self._cdev = np.zeros(self.device.bytes.size // STICK_BYTES, dtype=bool)
+        for addr, nbytes in constants:
+            self._cdev[addr // STICK_BYTES:(addr + nbytes) // STICK_BYTES] = True
+        self._csp = np.zeros(self.sp.bytes.size // STICK_BYTES, dtype=bool)
+        # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
+        # nothing else writes leaves the same bytes there for every later run: it runs once).
+        self._writers = np.zeros(self._csp.size, dtype=np.int32)
+        per_core = self.stride // STICK_BYTES
+        for s in steps:
+            if isinstance(s, Sync):
+                for group in s.reduces:
+                    mask, root, dst, _ = group[0].reduce
+                    for r in bits(mask) if root == ROOT_ALL else [root]:
+                        np.add.at(self._writers, r * per_core + self._tile_sticks(0, dst), 1)
+            else:
+                np.add.at(self._writers, s.core * per_core + s.sp_writes, 1)
+                if s.op is Op.RING_SEND:
+                    np.add.at(self._writers, s.send[0] * per_core + s.peer_sticks, 1)
+        plan, seg = [], []
+        for s in list(steps) + [None]:
+            if s is not None and not isinstance(s, Sync):
+                seg.append(s)
+                continue
+            plan += [self._prepare_split(b) for b in _batches(seg)]
+            seg = []
+            if s is not None and (f := self._prepare_sync(s)) is not None:
+                plan.append(f)
+        return plan
 
-    def plan(self, steps) -> list:
-        """The steps of the static schedule as closures, in schedule order (a barrier with nothing to deliver
-        has none)."""
-        return [f for f in map(self._prepare, steps) if f is not None]
+    def _prepare_split(self, batch):
+        """A big batch as two halves run at once (:class:`Parallel`), else as one step."""
+        s = batch[0]
+        work = len(batch) * max(s.useful_macs // 64, s.elems, s.nbytes // 4)
+        if _THREADS < 2 or len(batch) < 2 or work < _SPLIT_WORK or s.op is Op.RING_REDUCE:
+            return self._prepare(batch)
+        h = len(batch) // 2
+        return Parallel(self._prepare(batch[:h]), self._prepare(batch[h:]))
 
-    def _prepare(self, s):
-        if isinstance(s, Sync):
-            return self._prepare_sync(s)
-        c, sp, dev = s.core, self.sp[s.core], self.device
+    def _tile_sticks(self, off: int, t) -> np.ndarray:
+        """Sticks of tile ``t`` (addr, rows, cols, fmt) at scratchpad-memory offset ``off``."""
+        lo = off + t[0]
+        return sticks(lo, lo + t[1] * tile_pitch(t[2], t[3]))
+
+    def _tiles(self, batch, tile, write: bool = False):
+        """The tile ``tile(ins)`` of every instruction of a batch (each on its core) as one view. Create an
+        instruction's read tiles before its written ones: this follows what the sticks hold."""
+        t = tile(batch[0])
+        if t is None:
+            return None
+        view = tiles(self.sp, [i.core * self.stride + tile(i)[0] for i in batch], *t[1:])
+        st = np.concatenate([self._tile_sticks(i.core * self.stride, tile(i)) for i in batch])
+        if write:
+            self._csp[st] = False
+        elif self.numerics == "faithful" and self._csp[st].all():
+            return Frozen(view)
+        return view
+
+    def _prepare(self, batch):
+        s = batch[0]
         if s.op in (Op.DMA_LOAD, Op.DMA_STORE):
-            daddr, dstr, saddr, sstr, shape = s.dma
+            _, dstr, _, sstr, shape = s.dma
+            dev = [i.dma[0] for i in batch]
+            sp = [i.core * self.stride + i.dma[2] for i in batch]
             if s.op is Op.DMA_LOAD:
-                return DmaCopy(dev, daddr, dstr, sp, saddr, sstr, shape)
-            return DmaCopy(sp, saddr, sstr, dev, daddr, dstr, shape)
-        if s.op is Op.RESTICK:
-            src, dst, shape, fmt, _, _ = s.restick
-            return Restick(dev, src, dst, shape, fmt)
+                dst = block_sticks(sp, sstr, shape)
+                const = self._csp[dst] = self._cdev[block_sticks(dev, dstr, shape)]
+                copy = Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
+                return Once(copy) if const.all() and (self._writers[dst] == 1).all() else copy
+            self._cdev[block_sticks(dev, dstr, shape)] = self._csp[block_sticks(sp, sstr, shape)]
+            return Copy(self.sp, sp, sstr, self.device, dev, dstr, shape)
         if s.op is Op.MATMUL:
-            fl, a, b, acc, out, bias, cs, imm, ints, window = s.mm
-            A, B, C = self._tile(c, a), self._tile(c, b), self._tile(c, acc)
-            if window is not None:
-                B = WindowView(B, *window)
-            O, BI, CS = self._tile(c, out), self._tile(c, bias), self._tile(c, cs)
-            ints = ints and self.numerics == "faithful"
+            fl, _, b, _, _, _, _, imm, ints, window = s.mm
             accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)
+            A, B, BI, CS = (self._tiles(batch, lambda i, j=j: i.mm[j]) for j in (1, 2, 5, 6))
+            if window is not None:
+                B = WindowView(B, b[2], *window)
+            CR = self._tiles(batch, lambda i: i.mm[3]) if accumulate else None
+            C, O = (self._tiles(batch, lambda i, j=j: i.mm[j], write=True) for j in (3, 4))
+            ints = ints and self.numerics == "faithful"
 
             def matmul():
                 if ints:
                     r = (A.read().astype(np.float64) @ B.read().astype(np.float64)).astype(np.int64)
                     if accumulate:
-                        r += C.read().astype(np.int64)
+                        r += CR.read().astype(np.int64)
                     r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
                 else:
-                    r = A.read().astype(np.float32) @ B.read().astype(np.float32)
+                    # Contiguous operands (copies of strided shadows), as BLAS sums them the same way every time.
+                    r = _f32(A.read()) @ _f32(B.read())
                     if accumulate:
-                        r = C.read().astype(np.float32) + r
+                        r = np.add(CR.peek(), r, out=r)       # C + product, in that operand order
                 C.write(r)
                 if O is not None:
-                    v = r.astype(np.float32)
+                    v = r.astype(np.float32, copy=False)
                     if scale is not None:
                         v = v * np.float32(scale)
                     if CS is not None:
-                        v = v * CS.read().astype(np.float32)
+                        v = v * CS.peek().astype(np.float32, copy=False)
                     if BI is not None:
-                        v = v + BI.read().astype(np.float32)
+                        v = v + BI.peek().astype(np.float32, copy=False)
                     O.write(v)
             return matmul
         if s.op is Op.SFU:
-            fn, mode, swap, dst, src0, src1, imm = s.sfu
-            D, S0, S1 = self._tile(c, dst), self._tile(c, src0), self._tile(c, src1)
-            shape = (dst[1], dst[2])
+            fn, mode, swap, dst, _, _, imm = s.sfu
+            S0, S1 = (self._tiles(batch, lambda i, j=j: i.sfu[j]) for j in (4, 5))
+            D = self._tiles(batch, lambda i: i.sfu[3], write=True)
+            shape = (len(batch), dst[1], dst[2])
+
+            # Functions whose numpy kernels may round differently by operand layout read contiguous copies.
+            get = "peek" if fn in _EXACT else "read"
+            x = getattr(S0, get) if S0 is not None else (lambda: None)
+            y = getattr(S1, get) if S1 is not None else (lambda: imm)
 
             def sfu():
-                D.write(sfu_eval(fn, shape, S0.read() if S0 is not None else None,
-                                 S1.read() if S1 is not None else imm, imm, swap))
+                D.write(sfu_eval(fn, shape, x(), y(), imm, swap))
             return sfu
         if s.op is Op.REDUCE:
-            fn, dst, src = s.red
-            D, S = self._tile(c, dst), self._tile(c, src)
+            fn = s.red[0]
+            S = self._tiles(batch, lambda i: i.red[2])
+            D = self._tiles(batch, lambda i: i.red[1], write=True)
             return lambda: D.write(reduce_eval(fn, S.read()))
         if s.op is Op.RING_SEND:
-            peer, dst, src, k = s.send
-            s.stage = np.zeros(k, dtype=np.uint8)
-            s.stage_shadow = np.zeros(k, dtype=np.float32) if sp.shadow is not None else None
-
-            def send():
-                s.stage[...] = sp.bytes[src:src + k]
-                if s.stage_shadow is not None:
-                    s.stage_shadow[...] = sp.shadow[src:src + k]
-            return send
+            k = s.send[3]
+            stage = Memory(len(batch) * k, self.sp.shadow is not None)
+            for j, i in enumerate(batch):
+                src = i.core * self.stride + i.send[2]
+                self._staged[i] = (stage, j * k, self._csp[sticks(src, src + k)])
+            return Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
+                        stage, [j * k for j in range(len(batch))], (0, 0), (1, 1, k))
         if s.op is Op.RING_REDUCE:
-            S = self._tile(c, s.reduce[3])
-            s.slot = [None]
+            S = self._tiles(batch, lambda i: i.reduce[3])
+            for i in batch:
+                i.slot = [None]
 
             def contribute():
-                s.slot[0] = np.array(S.read(), dtype=np.float32)
+                for i, v in zip(batch, np.array(S.read(), dtype=np.float32)):
+                    i.slot[0] = v
             return contribute
+        if s.op is Op.RESTICK:
+            src, dst, shape, fmt, _, _ = s.restick
+            self._cdev[s.dev_writes] = False
+            return Restick(self.device, src, dst, shape, fmt)
         if s.op is Op.HOST:
-            op, ins_bufs, out_bufs, attrs = s.host
-            views = [self.buffer_view(b) for b in ins_bufs]
-            outs = [self.buffer_view(b) for b in out_bufs]
-
-            if op == "jit":
-                call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
-                                           [b.shape for b in ins_bufs], [b.shape for b in out_bufs])
-                run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
-            else:
-                run = run_host_op
-
-            def host():
-                # Integers and bools as stored (their fp32 shadow is no integer); floats as the numerics see them.
-                args = [(v.read() if b.fmt.is_float else v.read_bytes()).reshape(b.shape)
-                        for v, b in zip(views, ins_bufs)]
-                try:
-                    res = run(op, attrs, args, [b.shape for b in out_bufs])
-                except Exception as e:   # user functions may raise anything: report where it happened
-                    raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
-                for v, r, b in zip(outs, res, out_bufs):
-                    v.write(np.asarray(r).reshape(v.rows, v.cols))
-            return host
+            self._cdev[s.dev_writes] = False
+            return self._prepare_host(s)
         raise AssertionError(s.op)
+
+    def _prepare_host(self, s):
+        op, ins_bufs, out_bufs, attrs = s.host
+        views = [self.buffer_view(b) for b in ins_bufs]
+        outs = [self.buffer_view(b) for b in out_bufs]
+
+        if op == "jit":
+            call = self.host_code.call(attrs["fn"], attrs["in_dtypes"], attrs["out_dtypes"],
+                                       [b.shape for b in ins_bufs], [b.shape for b in out_bufs])
+            run = lambda op, attrs, args, shapes: call.run(args)   # noqa: E731
+        else:
+            run = run_host_op
+
+        def host():
+            # Integers and bools as stored (their fp32 shadow is no integer); floats as the numerics see them.
+            args = [(v.read() if b.fmt.is_float else v.read_bytes()).reshape(b.shape)
+                    for v, b in zip(views, ins_bufs)]
+            try:
+                res = run(op, attrs, args, [b.shape for b in out_bufs])
+            except Exception as e:   # user functions may raise anything: report where it happened
+                raise SpyreRuntimeError(f"{s.label}: {e.__class__.__name__}: {e}") from e
+            for v, r, b in zip(outs, res, out_bufs):
+                v.write(np.asarray(r).reshape(v.rows, v.cols))
+        return host
 
     def _prepare_sync(self, s: Sync):
         deliveries = []
+        # Sends whose destinations overlap land one by one in issue order (the last one wins); otherwise the
+        # sends of one batch land together.
+        dests = [sticks(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
+        for snd, d in zip(s.sends, dests):              # in issue order, as they land
+            self._csp[d] = self._staged[snd][2]
+        alone = bool(dests) and np.unique(np.concatenate(dests)).size < sum(d.size for d in dests)
+        groups: dict = {}
         for snd in s.sends:
-            peer, dst, _, k = snd.send
-            mem = self.sp[peer]
-
-            def deliver(snd=snd, mem=mem, dst=dst, k=k):
-                mem.bytes[dst:dst + k] = snd.stage
-                if snd.stage_shadow is not None:
-                    mem.shadow[dst:dst + k] = snd.stage_shadow
-            deliveries.append(deliver)
+            groups.setdefault(snd if alone else self._staged[snd][0], []).append(snd)
+        for group in groups.values():
+            stage, k = self._staged[group[0]][0], group[0].send[3]
+            deliveries.append(Copy(stage, [self._staged[g][1] for g in group], (0, 0), self.sp,
+                                   [g.send[0] * self.stride + g.send[1] for g in group], (0, 0), (1, 1, k)))
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
             receivers = bits(mask) if root == ROOT_ALL else [root]
-            views = [TileView(self.sp[r], *dst) for r in receivers]
+            view = tiles(self.sp, [r * self.stride + dst[0] for r in receivers], *dst[1:])
+            for r in receivers:
+                self._csp[self._tile_sticks(r * self.stride, dst)] = False
 
-            def reduce_sum(group=group, views=views):
+            def reduce_sum(group=group, view=view):
                 total = group[0].slot[0]
                 for g in group[1:]:            # in core order, like the ring
                     total = total + g.slot[0]
-                for v in views:
-                    v.write(total)
+                view.write(total)
             deliveries.append(reduce_sum)
         if not deliveries:
             return None
+        if len(deliveries) == 1:
+            return deliveries[0]
         return lambda: [d() for d in deliveries]

@@ -52,6 +52,28 @@ _FP32_NMAX_BITS = np.uint32(
 
 
 def dlf16_encode(x, saturate: bool = True) -> np.ndarray:
+    """fp32 -> DLFloat16 bit patterns (uint16), bit-exact to the device conversion (:func:`_dlf16_encode_bits`
+    is the conversion itself; this looks its results up in a table built from it, ~5x faster)."""
+    x = np.asarray(x, dtype=np.float32)
+    if saturate:
+        x = np.clip(x, np.float32(-DLF16_MAX), np.float32(DLF16_MAX))  # NaN passes through
+    return _dlf16_table()[x.view(np.uint32) >> 13]
+
+
+_DLF16_TABLE: list[np.ndarray] = []
+
+
+def _dlf16_table() -> np.ndarray:
+    """The unsaturated encoding of every fp32 pattern, indexed by its top 19 bits (sign, exponent, 10 fraction
+    bits). That is all it depends on: rounding adds 1 << 13 and keeps bits 14 and up, so only bit 13 of the
+    dropped bits matters, and the NaN threshold's low 13 bits are all ones. 1 MiB, built once."""
+    if not _DLF16_TABLE:
+        reps = (np.arange(1 << 19, dtype=np.uint32) << 13).view(np.float32)
+        _DLF16_TABLE.append(_dlf16_encode_bits(reps, saturate=False))
+    return _DLF16_TABLE[0]
+
+
+def _dlf16_encode_bits(x, saturate: bool = True) -> np.ndarray:
     """fp32 -> DLFloat16 bit patterns (uint16), bit-exact to the device conversion.
 
     Rounding: add half an ulp (1 << 13) to the fp32 magnitude bits and truncate, i.e. round to nearest with

@@ -30,7 +30,7 @@ from spyre_mlir.errors import SpyreError
 
 from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
 from .cycles import Profile, model_program
-from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView
+from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread
 from .formats import STICK_BYTES, Format
 from .hostjit import HostCode, HostCodeError, host_dtype
 from .hostops import HostOpError, check_host_op
@@ -438,8 +438,11 @@ class Executable:
                 for r in bits(ins.reduce[0]):
                     d = ins.reduce[2]
                     sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
-        self.sp = [Memory(n, shadow) for n in sp_size]
-        self.machine = Machine(self.device, self.sp, numerics, host_code)
+        # All scratchpads in one memory, equally spaced, so that one tile of many cores is one strided view.
+        stride = -(-max(sp_size) // STICK_BYTES) * STICK_BYTES
+        sp = Memory(prog.num_cores * stride, shadow)
+        self.sp = [sp.part(c * stride, stride) for c in range(prog.num_cores)]
+        self.machine = Machine(self.device, sp, stride, numerics, host_code)
         for name, blob in ({} if shared else prog.constants).items():
             b = prog.buffer(name)
             self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
@@ -448,7 +451,7 @@ class Executable:
                 v.shadow[...] = v.read_bytes()
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
-        self._plan = self.machine.plan(steps)
+        self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"])
         self.static_profile: Profile = dataclasses.replace(model_program(prog, target, steps),
                                                            scratchpad_peak_bytes=max(sp_size),
                                                            usable_scratchpad_bytes=target.scratchpad_usable_bytes)
@@ -516,7 +519,7 @@ class Executable:
         t0 = time.perf_counter()
         for v, a in zip(self._in_views, values):
             v.write(a.reshape(v.rows, v.cols))
-        with np.errstate(all="ignore"), warnings.catch_warnings():
+        with np.errstate(all="ignore"), warnings.catch_warnings(), one_blas_thread():
             warnings.simplefilter("ignore", RuntimeWarning)
             try:
                 for step in self._plan:

@@ -367,6 +367,38 @@ def test_ring_send_between_cores(targets):
     assert np.array_equal(out, dlf16_round(dlf16_round(2 * dlf16_round(x_val)) + 1))
 
 
+def test_batched_cores_compute_what_the_schedule_order_computes(targets):
+    """The plan runs the same instruction of several cores as one operation; where the cores' order matters
+    (ring sends landing on the same bytes) it must still compute what cores run in index order compute, and
+    cores using different tile addresses for the same operation batch too. (Cores touching the same device
+    bytes in one segment never reach the emulator: the loader refuses them, test_binary.py.)"""
+    b = ProgramBuilder(targets[4])
+    x = b.input("x", (4, 8, 64))
+    z, w = b.output("z", (8, 64)), b.output("w", (4, 8, 64))
+    T = [b.alloc(c, 8, 64) for c in range(4)]
+    # Cores 1..3 send to the same bytes of core 0 (core 2 half as many, so it batches apart from 1 and 3):
+    # they land in issue order, core 3's last.
+    for c in (1, 2, 3):
+        b.load_tile(c, T[c], x, index=(c,))
+        b.ring_send(c, 0, T[0].addr, T[c], nbytes=T[c].nbytes // 2 if c == 2 else None)
+    b.barrier()
+    b.store_tile(0, T[0], z)
+    b.barrier()
+    # The same op on every core, core 2's tile at another address.
+    U2 = b.alloc(2, 8, 64)
+    for c in range(4):
+        t = U2 if c == 2 else T[c]
+        b.load_tile(c, t, x, index=(c,))
+        b.sfu(c, "exp", t, t)
+        b.store_tile(c, t, w, index=(c,))
+    x_val = _rng(12).standard_normal((4, 8, 64)).astype(np.float32)
+    exe = b.load()
+    for _ in range(2):                 # the second call runs what the first one cached
+        z_out, w_out = exe(x_val)
+        assert np.array_equal(z_out, dlf16_round(x_val[3]))
+        assert np.array_equal(w_out, dlf16_round(np.exp(dlf16_round(x_val))))
+
+
 def test_host_ops_gather_copy_call(targets):
     @register_host_function("test_scale_rows")
     def _scale(a, factor=1.0):
