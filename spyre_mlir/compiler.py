@@ -14,7 +14,9 @@ values travel in the IR as resources holding the arrays themselves (:mod:`spyre_
 
 Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's bytes, the options,
 the target's fingerprint and the spyre_mlir version (with a hash of the compiler's sources), so a cache hit is
-exactly the binary a fresh compile would write. The cache lives in ``cache_dir``, else
+exactly the binary a fresh compile would write. A model (not an already imported one) is also looked up before
+Torch-MLIR runs: a model file by its bytes (:func:`file_key`, a hit does not even load it), a module or an
+exported program by the exported program (:func:`program_key`, a hit costs the export). The cache lives in ``cache_dir``, else
 ``$SPYRE_MLIR_CACHE_DIR``, else ``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
 """
 
@@ -57,25 +59,26 @@ _VERSION = None
 
 
 def _version() -> str:
-    """The spyre_mlir version plus a hash of the compiler's own sources (passes, dialect, codegen, pipelines):
+    """The spyre_mlir version plus a hash of the compiler's own sources (the package with its frontend, codegen,
+    cost model and targets; the dialect, the passes and the runtime, whose assembler writes the binary):
     an editable install keeps its version number while the code changes, and a cache must not outlive that."""
     global _VERSION
     if _VERSION is None:
         from importlib.metadata import PackageNotFoundError, version
 
-        from spyre_mlir import codegen, dialects, passes
+        import spyre_mlir
+        from spyre_mlir import dialects, passes, runtime
 
         try:
             v = version("spyre-mlir")
         except PackageNotFoundError:
             v = "0"
         h = hashlib.sha256()
-        here = os.path.dirname(os.path.abspath(__file__))
-        files = [os.path.join(here, "pipeline.py"), os.path.abspath(__file__)]
-        for pkg in (codegen, dialects, passes):
+        files = []
+        for pkg in (spyre_mlir, dialects, passes, runtime):
             for d, subdirs, names in os.walk(os.path.dirname(os.path.abspath(pkg.__file__))):
                 subdirs.sort()               # subpackages (codegen/kernels/) too, in a fixed order
-                files += [os.path.join(d, f) for f in sorted(names) if f.endswith(".py")]
+                files += [os.path.join(d, f) for f in sorted(names) if f.endswith((".py", ".toml"))]
         for f in files:
             with open(f, "rb") as fh:
                 h.update(fh.read())
@@ -115,6 +118,68 @@ def cache_key(imported, precision, cores, target, persistent_state=False) -> str
     h.update(target.fingerprint().encode())
     h.update(_version().encode())
     return h.hexdigest()
+
+
+def program_key(ep, precision, cores, target, persistent_state=False) -> str:
+    """sha256 over everything that determines the binary, known before Torch-MLIR runs: the exported program
+    (graph, signature, every node's type and source line, the bytes of every parameter, buffer and constant),
+    the options, the target's fingerprint and the compiler's version (which covers the frontend)."""
+    import torch
+
+    h = hashlib.sha256()
+    h.update(ep.graph_module.code.encode())
+    h.update(str(ep.graph_signature).encode())
+    for n in ep.graph.nodes:
+        v = n.meta.get("val")
+        h.update(f"{n.name}:{getattr(v, 'shape', None)}:{getattr(v, 'dtype', None)}:"
+                 f"{n.meta.get('stack_trace') or ''}".encode())
+    tensors = {**ep.state_dict, **ep.constants}
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}:{getattr(t, 'dtype', type(t).__name__)}:{tuple(getattr(t, 'shape', ()))}".encode())
+        if isinstance(t, torch.Tensor):
+            h.update(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    opts = {"precision": precision, "cores": cores, "persistent_state": bool(persistent_state)}
+    h.update(json.dumps(opts, sort_keys=True).encode())
+    h.update(target.fingerprint().encode())
+    h.update(_version().encode())
+    return h.hexdigest()
+
+
+def file_key(path, example_inputs, input_shapes, precision, cores, target, persistent_state=False) -> str:
+    """sha256 over a model file's bytes, the types of the inputs it is loaded with (example inputs' shapes and
+    dtypes, or ``input_shapes``), the options, the target and the compiler's version: a cached compile of the
+    same file is found without loading it."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return ""          # the loader reports the file; nothing to look up
+    if isinstance(example_inputs, dict):
+        example_inputs = [example_inputs[k] for k in sorted(example_inputs)]
+    types = [(tuple(getattr(t, "shape", ())), str(getattr(t, "dtype", type(t).__name__)))
+             for t in example_inputs or ()]
+    opts = {"inputs": types, "input_shapes": [str(x) for x in input_shapes or ()], "precision": precision,
+            "cores": cores, "persistent_state": bool(persistent_state)}
+    h.update(json.dumps(opts, sort_keys=True).encode())
+    h.update(target.fingerprint().encode())
+    h.update(_version().encode())
+    return "file-" + h.hexdigest()
+
+
+def _cached_program(cdir, pkey):
+    """(binary key, state) of the program compiled before under ``pkey``, when its binary is still cached."""
+    if not cdir or not pkey:
+        return None
+    try:
+        with open(os.path.join(cdir, pkey + ".program.json")) as f:
+            entry = json.load(f)
+        key, state = entry["key"], [tuple(s) for s in entry["state"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (key, state) if os.path.exists(os.path.join(cdir, key + ".spyre")) else None
 
 
 def _cache_dir(cache_dir):
@@ -216,24 +281,41 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 
 def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
                      persistent_state=False):
-    from spyre_mlir.frontend import import_model
+    from spyre_mlir.frontend.importer import import_program, lower_to_linalg
+    from spyre_mlir.frontend.load import load_program
 
     t0 = time.perf_counter()
     tgt, cores = _check_options(precision, cores, target)
+    cdir = _cache_dir(cache_dir)
+    found = pkey = None
     if hasattr(model_or_path, "linalg_ir") and hasattr(model_or_path, "params"):
         imported = model_or_path       # already imported (an ImportedModel): compile it for several options
     else:
-        imported = import_model(model_or_path, example_inputs, input_shapes=input_shapes)
-    key = cache_key(imported, precision, cores, tgt, persistent_state)
-    names = [spec.name for spec in imported.inputs]
-    state = [(st.kind, st.target, names.index(st.target), st.output) for st in imported.state]
+        # A binary cached for this model file, or else for this exported program, is found before Torch-MLIR
+        # runs (a file's: before it is even loaded).
+        ep = None
+        if isinstance(model_or_path, (str, os.PathLike)) and cdir:
+            pkey = file_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt, persistent_state)
+        else:
+            ep = load_program(model_or_path, example_inputs, input_shapes)
+            pkey = program_key(ep, precision, cores, tgt, persistent_state)
+        found = _cached_program(cdir, pkey)
+        if found is None:
+            imported = import_program(ep or load_program(model_or_path, example_inputs, input_shapes))
+            imported.linalg_ir = lower_to_linalg(imported.torch_ir)
+    if found is not None:
+        key, state = found
+    else:
+        key = cache_key(imported, precision, cores, tgt, persistent_state)
+        names = [spec.name for spec in imported.inputs]
+        state = [(st.kind, st.target, names.index(st.target), st.output) for st in imported.state]
+    program_entry = {"key": key, "state": state}
     device_state = []
     if persistent_state:
         if any(kind != "buffer" for kind, *_ in state):
             raise CompileError("persistent_state keeps module buffers on the device; this program also updates "
                                "an input in place")
         device_state, state = [(target, i, o) for _, target, i, o in state], []
-    cdir = _cache_dir(cache_dir)
     cached = os.path.join(cdir, key + ".spyre") if cdir else None
     hit = cached is not None and os.path.exists(cached)
     host_ops, device_ops, host_locs = [], [], []
@@ -269,6 +351,8 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             _atomic_write(cached[:-len(".spyre")] + ".json", json.dumps({"host_ops": host_ops,
                                                                         "device_ops": device_ops,
                                                                         "host_locations": host_locs}))
+    if cdir and pkey and found is None:
+        _atomic_write(os.path.join(cdir, pkey + ".program.json"), json.dumps(program_entry))
     path = output or cached or dest
     info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops, state,
                        host_locs)

@@ -141,6 +141,37 @@ def test_cache_reuses_the_binary(tmp_path):
     np.testing.assert_array_equal(a(*ex)[0], b(*ex)[0])
 
 
+def test_cache_hit_skips_the_import(tmp_path, monkeypatch):
+    """A module is found by its exported program and a model file by its bytes, before Torch-MLIR runs (a file
+    is not even loaded); other weights or options miss."""
+    import spyre_mlir.frontend.importer as importer
+    import spyre_mlir.frontend.load as load
+
+    m, ex = _example("mlp")
+    a = spyre_mlir.compile(m, ex, cores=2, cache_dir=str(tmp_path))
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(m, ex), str(path))
+    f = spyre_mlir.compile(str(path), cores=2, cache_dir=str(tmp_path))
+    assert f.compile_info.cache_hit and f.compile_info.key == a.compile_info.key    # the same linalg IR
+
+    def no_import(*args, **kwargs):
+        raise AssertionError("Torch-MLIR ran on a cache hit")
+
+    monkeypatch.setattr(importer, "import_program", no_import)
+    b = spyre_mlir.compile(m, ex, cores=2, cache_dir=str(tmp_path))
+    assert b.compile_info.cache_hit and b.compile_info.key == a.compile_info.key
+    np.testing.assert_array_equal(a(*ex)[0], b(*ex)[0])
+    monkeypatch.setattr(load, "load_program", no_import)
+    assert spyre_mlir.compile(str(path), cores=2, cache_dir=str(tmp_path)).compile_info.cache_hit
+    monkeypatch.undo()
+    with torch.no_grad():
+        next(m.parameters()).add_(1.0)
+    c = spyre_mlir.compile(m, ex, cores=2, cache_dir=str(tmp_path))
+    d = spyre_mlir.compile(m, ex, cores=4, cache_dir=str(tmp_path))
+    assert not c.compile_info.cache_hit and not d.compile_info.cache_hit
+    assert len({a.compile_info.key, c.compile_info.key, d.compile_info.key}) == 3
+
+
 def test_env_cache_dir_and_compile_to_file(tmp_path, monkeypatch):
     monkeypatch.setenv("SPYRE_MLIR_CACHE_DIR", str(tmp_path / "cache"))
     m, ex = _example("mlp")
