@@ -10,13 +10,13 @@ cycle model's view: modeled latency, per-unit utilization, achieved vs peak FLOP
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from peers import median_time  # bench/: the same timing as the peers table
 from spyre_mlir.runtime import load_bytes
 from spyre_mlir.runtime.kernels import build_matmul
 from spyre_mlir.target import load_target
@@ -26,15 +26,6 @@ CONFIGS = {
     "grid 4x8, K tiles of 256": dict(grid=(4, 8), tile_k=256),
     "grid 2x2 x split-K 8 (ring)": dict(grid=(2, 2), split_k=8, tile_m=128, tile_n=128),
 }
-
-
-def _median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(argv=None) -> int:
@@ -57,8 +48,8 @@ def main(argv=None) -> int:
         exe = load_bytes(build_matmul(target, M, N, K, **kw).to_bytes(), target=target)
         load_s = time.perf_counter() - t0
         (y,) = exe(x, w)                                  # warm-up (and the answer)
-        emu = _median_time(lambda: exe(x, w), args.repeat)
-        npt = _median_time(lambda: x @ w, args.repeat)    # measured in the same run, same machine state
+        emu = median_time(lambda: exe(x, w), 0, args.repeat)
+        npt = median_time(lambda: x @ w, 0, args.repeat)    # measured in the same run, same machine state
         p = exe.profile
         u = p.utilization
         table.add_row(name, f"{load_s * 1e3:.0f} ms", f"{emu * 1e3:.0f} ms", f"{npt * 1e3:.1f} ms",
