@@ -123,8 +123,10 @@ def _stage_kernel(job: Job, module):
 
     a = job.args
     with job.context:
-        _run(job, kernel_pipeline(a.precision, job.target.num_cores, a.target, job.target.num_cards,
-                                  a.placement_plan, a.placement_plan_out))
+        # A forced plan without --cards brings its own card count.
+        cards = None if a.placement_plan and a.cards is None else job.target.num_cards
+        _run(job, kernel_pipeline(a.precision, job.target.num_cores, a.target, cards, a.placement_plan,
+                                  a.placement_plan_out))
         _report_placement(job)
     return module
 
