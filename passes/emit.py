@@ -74,9 +74,20 @@ def _names(main) -> tuple[list, list]:
 def emit_module(module, target=None, params=None, output: str = "", listing: str = ""):
     """Emit ``module`` (an ``ir.Operation``); returns the Emitter (its ``b``, ``host_ops``, ``kernels``...).
     ``target``: a Target (default: :func:`module_target`); ``params``: extra values by parameter name."""
+    from torch_mlir import ir
+
     from spyre_mlir import codegen
     from spyre_mlir import params as params_mod
 
+    cards = ir.IntegerAttr(module.attributes["spyre.num_cards"]).value \
+        if "spyre.num_cards" in module.attributes else 1
+    if cards > 1:
+        # The placement is decided and written (spyre-place-cards); no binary can hold it yet: refuse rather
+        # than silently emit a single-card program.
+        raise PassError(f"the module is placed over {cards} "
+                        f"cards (spyre-place-cards), and multi-card binaries are not implemented yet: compile "
+                        f"with --cards 1 for a runnable binary, or stop at --emit=kernel and read the placement "
+                        f"plan (--placement-plan-out)", module.location)
     main = params_mod.main_func(module)
     if main is None:
         raise PassError("the module has no func.func @main", module.location)

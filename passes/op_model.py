@@ -449,3 +449,26 @@ def check_rank(model: OpModel, values: list[int], attr: str) -> None:
     if any(d % g for d, g in zip(dims, values)):
         raise PassError(f"{attr} {values} does not split the {'x'.join(map(str, dims))} iteration space of "
                         f"'{model.op.name}' evenly", model.op.location)
+
+
+def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | None:
+    """The modeled cycles of `model` on the grid spyre-divide-work would choose over `cores` cores, in the tile
+    spyre-tile would choose (None when no division fits): what one card spends on the op."""
+    grid = model.best_grid(cores, target)
+    if grid is None:
+        return None
+    if model.kind == "matmul":
+        gb, gm, gn, gk = model.grid4(grid)
+        fit = cost.best_tile(model.M // gm, model.N // gn, model.K // gk, target, model.fmt, model.out_fmt,
+                             batch=model.B // gb, split_k=gk, bias=model.bias, active=gb * gm * gn * gk,
+                             grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
+        if fit is None:
+            return None
+        return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,
+                                  model.out_fmt, batch=model.B, bias=model.bias, double_buffer=fit[1] == 2,
+                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt)
+    if model.kind == "conv":
+        fit = cost.best_conv_tile(model.conv, grid, target)
+        return None if fit is None else cost.conv_cycles(model.conv, grid, fit[0], target, fit[1] == 2)
+    fit = cost.best_rows_tile(model.rows, grid[0], target)
+    return None if fit is None else cost.rowwise_cycles(model.rows, grid, fit[0], target, fit[1] == 2)

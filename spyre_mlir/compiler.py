@@ -86,7 +86,7 @@ def _version() -> str:
     return _VERSION
 
 
-def _check_options(precision, cores, target):
+def _check_options(precision, cores, target, cards=None):
     from spyre_mlir.target import TargetError, load_target
 
     if precision not in PRECISIONS:
@@ -99,7 +99,10 @@ def _check_options(precision, cores, target):
         cores = tgt.max_cores
     if not isinstance(cores, int) or not 1 <= cores <= tgt.max_cores:
         raise CompileError(f"cannot use {cores} cores: the target ({tgt.name}) has 1..{tgt.max_cores}")
-    return tgt.with_cores(cores), cores
+    cards = tgt.num_cards if cards is None else cards
+    if isinstance(cards, bool) or not isinstance(cards, int) or not 1 <= cards <= tgt.cards_per_host:
+        raise CompileError(f"cannot use {cards} cards: the target ({tgt.name}) has 1..{tgt.cards_per_host}")
+    return tgt.with_cores(cores).with_cards(cards), cores
 
 
 def cache_key(imported, precision, cores, target, persistent_state=False) -> str:
@@ -233,11 +236,12 @@ def emit(module, target=None, output: str = ""):
     """spyre-emit on a kernel-level module; returns the emitter (its ``host_ops``, ``kernels``, ``b``)."""
     from spyre_mlir.codegen.emitter import EmitError, TileError
     from spyre_mlir.params import ParamError
+    from spyre_mlir.passes.base import PassError
     from spyre_mlir.passes.emit import emit_module
 
     try:
         return emit_module(module.operation, target, output=output)
-    except (EmitError, TileError, ParamError) as e:
+    except (EmitError, TileError, ParamError, PassError) as e:
         loc = getattr(e, "location", None)
         raise CompileError(f"emission failed: {f'{loc}: ' if loc is not None else ''}{e}") from None
 
@@ -267,11 +271,11 @@ def _mark(module, args: dict, results: dict) -> None:
 
 
 def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-           persistent_state=False):
+           persistent_state=False, cards=None):
     """Compile (or take from the cache); only SpyreError subclasses leave it."""
     try:
         return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                                output, persistent_state)
+                                output, persistent_state, cards)
     except SpyreError:
         raise
     except Exception as e:  # noqa: BLE001 - a defect: report it as one, with the original chained
@@ -280,12 +284,12 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 
 
 def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-                     persistent_state=False):
+                     persistent_state=False, cards=None):
     from spyre_mlir.frontend.importer import import_program, lower_to_linalg
     from spyre_mlir.frontend.load import load_program
 
     t0 = time.perf_counter()
-    tgt, cores = _check_options(precision, cores, target)
+    tgt, cores = _check_options(precision, cores, target, cards)
     cdir = _cache_dir(cache_dir)
     found = pkey = None
     if hasattr(model_or_path, "linalg_ir") and hasattr(model_or_path, "params"):
@@ -341,7 +345,7 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
         with make_context():
             module = prepare_module(imported, device_state)
             run_stage(module, graph_pipeline(), "graph pipeline")
-            run_stage(module, kernel_pipeline(precision, cores, target), "kernel pipeline")
+            run_stage(module, kernel_pipeline(precision, cores, target, tgt.num_cards), "kernel pipeline")
             em = emit(module, tgt, output=dest)
         host_ops, device_ops, host_locs = list(em.host_ops), list(em.kernels), list(em.host_locations)
         if cached:
@@ -380,18 +384,21 @@ def _atomic_copy(src: str, dst: str) -> None:
 
 
 def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cores: int | None = None,
-            target=None, cache_dir=None, input_shapes=None, persistent_state: bool = False):
+            target=None, cache_dir=None, input_shapes=None, persistent_state: bool = False,
+            cards: int | None = None):
     """Compile and load: returns the runtime's Executable (call it with inputs; ``.profile`` afterwards;
     ``.compile_info`` says how it was built). ``model_or_path`` is an ``nn.Module`` (with
     ``example_inputs``), a model file, or an ``ImportedModel`` from ``spyre_mlir.frontend.import_model``.
-    ``cores`` None: every core of the target. ``precision`` ``fp32-reference`` runs with the emulator's
+    ``cores`` None: every core of the target (per card). ``cards`` > 1 places the model over that many cards
+    (spyre-place-cards); multi-card binaries are not implemented yet, so that is an error after placement.
+    ``precision`` ``fp32-reference`` runs with the emulator's
     fp32-reference numerics (no rounding anywhere). ``persistent_state``: buffers the model updates in place
     (a KV cache) live in device memory across calls instead of being passed in and returned (read them with
     ``exe.read_state(name)``)."""
     from spyre_mlir.runtime import load
 
     path, tgt, info = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                             None, persistent_state)
+                             None, persistent_state, cards)
     try:
         exe = load(path, target=tgt)  # the binary records the numerics its precision needs
     except SpyreError:
@@ -462,8 +469,8 @@ def to_torch(a):
 
 def compile_to_file(model_or_path, example_inputs=None, *, output: str, precision: str = "dlf16",
                     cores: int | None = None, target=None, cache_dir=None, input_shapes=None,
-                    persistent_state: bool = False) -> str:
+                    persistent_state: bool = False, cards: int | None = None) -> str:
     """Compile to a .spyre file at ``output`` (written atomically); returns the path."""
     path, _, _ = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-                        persistent_state)
+                        persistent_state, cards)
     return path

@@ -24,11 +24,14 @@ def graph_pipeline(place_host: bool = True, report: bool = False) -> str:
 PRECISIONS = ("dlf16", "fp8", "int8-weights", "fp32-reference")
 
 
-def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: str | None = None) -> str:
+def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: str | None = None,
+                    cards: int | None = None, plan: str | None = None, plan_out: str | None = None) -> str:
     """spyre graph (the output of :func:`graph_pipeline`) -> kernel level: formats, layouts, work division,
     tiles, scratchpad offsets, schedule; what ``spyre-emit`` reads (docs/compiler.md).
 
     ``cores`` None means every core of the target; ``target`` is a target TOML path (None: the packaged card).
+    ``cards`` > 1, a placement ``plan`` to force or a ``plan_out`` path adds spyre-place-cards; without them
+    the pipeline (and so a single-card binary) is exactly the single-card one.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
@@ -45,6 +48,12 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         "spyre-fuse",
         # Decide once where each op runs: computed while compiling, a device kernel (which), or the host.
         "spyre-select-kernels" + opts(target=target),
+    ]
+    if (cards or 1) > 1 or plan or plan_out:
+        # Spread the graph over the cards: pipeline stages and tensor-parallel splits, from the cost model.
+        steps.append("spyre-place-cards" + opts(cards=cards, cores=cores, target=target, plan=plan,
+                                                **{"plan-out": plan_out}))
+    steps += [
         # Spread each op over the cores (grid), with the cost model choosing splits.
         "spyre-divide-work" + opts(cores=cores, target=target),
         # Per-core tiles that fit the scratchpad with double buffering.

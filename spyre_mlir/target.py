@@ -41,6 +41,7 @@ _ENTRIES: dict[str, tuple[str, type]] = {
     "card.max_cores": ("max_cores", int),
     "card.cards_per_host": ("cards_per_host", int),
     "card.cards_per_host_z17": ("cards_per_host_z17", int),
+    "system.cards": ("default_cards", int),
     "core.corelets": ("corelets_per_core", int),
     "core.pt_rows": ("pt_rows", int),
     "core.pt_cols": ("pt_cols", int),
@@ -78,7 +79,14 @@ _ENTRIES: dict[str, tuple[str, type]] = {
     "host.link_pcie_lanes": ("host_pcie_lanes", int),
     "host.link_gbps": ("host_link_gbps", float),
     "host.latency_cycles": ("host_latency_cycles", int),
+    "link.card_gbps": ("card_link_gbps", float),
+    "link.card_latency_cycles": ("card_link_latency_cycles", int),
 }
+
+# The fields that describe the system of cards rather than one card. A single-card program does not depend on
+# them, so they enter the fingerprint only when a program spans several cards: fixing a link number must not
+# invalidate (or change the bytes of) every single-card binary.
+_SYSTEM_FIELDS = ("num_cards", "default_cards", "card_link_gbps", "card_link_latency_cycles")
 
 # Format name -> PT-array rate class. torch float16/bfloat16 compute as DLFloat16 on the device.
 _MAC_CLASS = {
@@ -94,16 +102,20 @@ _SFU_CLASSES = ("simple", "reciprocal", "transcendental")
 class Target:
     """One Spyre card as the compiler sees it. Build with :func:`load_target`, narrow with :meth:`with_cores`.
 
-    ``num_cores`` is the number of cores a program uses (1..``max_cores``); every other number is per card,
-    per core or per corelet as its name says. ``marks`` and ``sources`` map each field loaded from the file
+    ``num_cores`` is the number of cores a program uses (1..``max_cores``) on each card, ``num_cards`` the
+    number of cards (1..``cards_per_host``, narrow with :meth:`with_cards`), joined by a card-to-card link of
+    ``card_link_gbps`` and ``card_link_latency_cycles`` per transfer; every other number is per card, per core
+    or per corelet as its name says. ``marks`` and ``sources`` map each field loaded from the file
     to its mark and source string.
     """
 
     name: str
     num_cores: int
+    num_cards: int
     max_cores: int
     cards_per_host: int
     cards_per_host_z17: int
+    default_cards: int
     corelets_per_core: int
     pt_rows: int
     pt_cols: int
@@ -141,6 +153,8 @@ class Target:
     host_pcie_lanes: int
     host_link_gbps: float
     host_latency_cycles: int
+    card_link_gbps: float
+    card_link_latency_cycles: int
     marks: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     path: str = dataclasses.field(default="", repr=False, compare=False)
@@ -187,15 +201,17 @@ class Target:
 
     def canonical(self) -> dict:
         """The values that define the target (no marks, sources or path), as a JSON-ready dict."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare
+               and (self.num_cards > 1 or f.name not in _SYSTEM_FIELDS)}
         out["schema"] = SCHEMA_VERSION
         return out
 
     def fingerprint(self) -> str:
         """sha256 hex of the canonical values. A binary records it so it is not run on a different target.
 
-        Includes ``num_cores`` (work is split per core at compile time); excludes marks and sources, so fixing a
-        citation does not invalidate compiled binaries.
+        Includes ``num_cores`` (work is split per core at compile time) and, for more than one card, the card
+        count and the link; excludes marks and sources, so fixing a citation does not invalidate compiled
+        binaries.
         """
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -207,6 +223,18 @@ class Target:
         if not 1 <= n <= self.max_cores:
             raise TargetError(f"{self.path or self.name}: cores={n} out of range 1..{self.max_cores}")
         return dataclasses.replace(self, num_cores=n)
+
+    def with_cards(self, n: int) -> "Target":
+        """The system of ``n`` of these cards (1..cards_per_host)."""
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TargetError(f"{self.path or self.name}: cards must be an int, got {n!r}")
+        if not 1 <= n <= self.cards_per_host:
+            raise TargetError(f"{self.path or self.name}: cards={n} out of range 1..{self.cards_per_host}")
+        return dataclasses.replace(self, num_cards=n)
+
+    @property
+    def card_link_bytes_per_cycle(self) -> float:
+        return self.card_link_gbps / self.clock_ghz
 
 
 def _check_value(where: str, key: str, value, typ: type):
@@ -279,6 +307,8 @@ def _parse(data: dict, where: str) -> dict:
     stick = kwargs["stick_bytes"]
     if stick & (stick - 1):
         raise TargetError(f"{where}: key 'layout.stick_bytes': must be a power of two, got {stick}")
+    if kwargs["default_cards"] > kwargs["cards_per_host"]:
+        raise TargetError(f"{where}: key 'system.cards': more than card.cards_per_host")
     if kwargs["overlap_factor"] > 1:
         raise TargetError(f"{where}: key 'compute.overlap_factor': must be in (0, 1]")
 
@@ -287,8 +317,9 @@ def _parse(data: dict, where: str) -> dict:
     return kwargs
 
 
-def load_target(path: str | Path | None = None, cores: int | None = None) -> Target:
-    """Load and validate a target file (default: the packaged Spyre card), optionally narrowed to ``cores``.
+def load_target(path: str | Path | None = None, cores: int | None = None, cards: int | None = None) -> Target:
+    """Load and validate a target file (default: the packaged Spyre card), optionally narrowed to ``cores``
+    per card and ``cards`` (default: the file's ``system.cards``).
 
     Raises :class:`TargetError` naming the file and the offending key if the file is missing or malformed.
     """
@@ -305,5 +336,6 @@ def load_target(path: str | Path | None = None, cores: int | None = None) -> Tar
     except tomllib.TOMLDecodeError as e:
         raise TargetError(f"{where}: malformed TOML: {e}") from None
     kwargs = _parse(data, where)
-    target = Target(num_cores=kwargs["max_cores"], path=where, **kwargs)
-    return target if cores is None else target.with_cores(cores)
+    target = Target(num_cores=kwargs["max_cores"], num_cards=kwargs["default_cards"], path=where, **kwargs)
+    target = target if cores is None else target.with_cores(cores)
+    return target if cards is None else target.with_cards(cards)

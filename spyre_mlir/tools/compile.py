@@ -1,7 +1,8 @@
 """spyre-compile: compile a PyTorch model file, stopping at a named stage.
 
     spyre-compile MODEL --emit=torch|linalg|spyre|kernel|program|binary [-o OUT]
-                  [--precision dlf16|fp8|int8-weights|fp32-reference] [--cores N] [--target FILE]
+                  [--precision dlf16|fp8|int8-weights|fp32-reference] [--cores N] [--cards N] [--target FILE]
+                  [--placement-plan-out PLAN.json] [--placement-plan PLAN.json]
                   [--input-shape 1x3x224x224xf32 ...] [--trust-pickle] [--dump-dir DIR]
 
 The compiler is a list of named stages (``STAGES``); ``--emit=NAME`` runs the stages up to NAME and prints
@@ -122,7 +123,10 @@ def _stage_kernel(job: Job, module):
 
     a = job.args
     with job.context:
-        _run(job, kernel_pipeline(a.precision, job.target.num_cores, a.target))
+        # A forced plan without --cards brings its own card count.
+        cards = None if a.placement_plan and a.cards is None else job.target.num_cards
+        _run(job, kernel_pipeline(a.precision, job.target.num_cores, a.target, cards, a.placement_plan,
+                                  a.placement_plan_out))
         _report_placement(job)
     return module
 
@@ -194,6 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default="dlf16", choices=["dlf16", "fp8", "int8-weights", "fp32-reference"],
                    help="number formats of device tensors (kernel stage on; default: %(default)s)")
     p.add_argument("--cores", type=int, help="cores to use (default: all cores of the target)")
+    p.add_argument("--cards", type=int, help="cards of the system to place the model over (default: the target's "
+                   "system.cards, 1); more than one stops after the kernel stage: multi-card binaries are not "
+                   "implemented yet")
+    p.add_argument("--placement-plan-out", metavar="PLAN.json", help="write the multi-card placement plan here")
+    p.add_argument("--placement-plan", metavar="PLAN.json", help="force this placement plan (as written by "
+                   "--placement-plan-out, edited)")
     p.add_argument("--target", metavar="FILE", help="target description TOML (default: the packaged card)")
     p.add_argument("--placement-report", action="store_true",
                    help="print which ops run on the device, which on the host and why, and which are computed "
@@ -217,6 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"spyre-compile: error: --cores {args.cores} is impossible: the target ({target.name}) has "
               f"1..{target.max_cores} cores", file=sys.stderr)
         return 2
+    if args.cards is not None and not 1 <= args.cards <= target.cards_per_host:
+        print(f"spyre-compile: error: --cards {args.cards} is impossible: the target ({target.name}) has "
+              f"1..{target.cards_per_host} cards", file=sys.stderr)
+        return 2
     # torch and torch.export warn about their own internals (deprecations); users cannot act on those.
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
@@ -225,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     stages = STAGES[: [name for name, _ in STAGES].index(args.emit) + 1]
     job = Job(args)
-    job.target = target.with_cores(args.cores or target.max_cores)
+    job.target = target.with_cores(args.cores or target.max_cores).with_cards(args.cards or target.num_cards)
     progress = _Progress(len(stages))
     ir_text = None
     dumped = None    # with --dump-dir: the last stage's output as text, the next stage's input for a reproducer

@@ -115,3 +115,37 @@ def test_placement_summary_names_host_work(models):
     assert "ops on the device" in r.stderr and "on the host (int64 index math" in r.stderr
     r = spyre_compile(str(models / "tf.pt"), "--emit=spyre", "--placement-report")
     assert "host: linalg.generic at loc(" in r.stderr and "transformer.py" in r.stderr
+
+
+def test_cards_plan_written_forced_and_round_tripped(models, tmp_path):
+    """--cards 4 places the model (spyre-place-cards) and writes the plan; the plan, edited into a two-stage
+    pipeline, is forced with --placement-plan and written back unchanged; a binary over several cards is a
+    clear error (multi-card binaries are not implemented yet), an impossible card count a usage error."""
+    import json
+
+    plan, kernel = tmp_path / "plan.json", tmp_path / "k.mlir"
+    r = spyre_compile(str(models / "tf.pt"), "--cards", "4", "--emit=kernel", "-o", str(kernel),
+                      "--placement-plan-out", str(plan))
+    assert r.returncode == 0, r.stderr
+    p = json.loads(plan.read_text())
+    assert p["cards"] == 4 and p["ops"] and all(o["split"] in ("none", "cols", "rows", "heads") for o in p["ops"])
+    assert "spyre.cards = array<i64:" in kernel.read_text()
+    half = len(p["ops"]) // 2
+    for o in p["ops"]:
+        o["cards"], o["split"] = ([0] if o["id"] < half else [1]), "none"
+    plan.write_text(json.dumps(p))
+    again = tmp_path / "again.json"
+    r = spyre_compile(str(models / "tf.pt"), "--emit=kernel", "-o", str(kernel), "--placement-plan", str(plan),
+                      "--placement-plan-out", str(again))
+    assert r.returncode == 0, r.stderr
+    back = json.loads(again.read_text())
+    assert [(o["cards"], o["split"]) for o in back["ops"]] == [(o["cards"], o["split"]) for o in p["ops"]]
+    assert [r["cards"] for r in back["ranges"]] == [[0], [1]] and back["link_us"] > 0
+    r = spyre_compile(str(models / "tf.pt"), "--emit=kernel", "-o", str(kernel), "--placement-plan", str(again),
+                      "--placement-plan-out", str(tmp_path / "third.json"))
+    assert r.returncode == 0 and (tmp_path / "third.json").read_text() == again.read_text()
+    r = spyre_compile(str(models / "tf.pt"), "--cards", "2", "-o", str(tmp_path / "m.spyre"))
+    assert r.returncode == 1 and "multi-card binaries are not implemented yet" in r.stderr
+    assert not (tmp_path / "m.spyre").exists()
+    r = spyre_compile(str(models / "tf.pt"), "--cards", "9")
+    assert r.returncode == 2 and "--cards 9 is impossible" in r.stderr
