@@ -126,8 +126,8 @@ def placement_report(module: ir.Module | ir.Operation) -> list[dict]:
 
     `placement` is "device" for spyre ops, "host" for spyre.host regions (`op` names the ops inside), for
     non-spyre ops not (yet) wrapped and for spyre ops spyre-select-kernels found no kernel for (`spyre.on_host`),
-    and "compile time" for what it marked `spyre.const_fold`. `source` is the linalg op a spyre op was converted from, when its location
-    says so. Free ops (constants, tensor.empty, func.return) are not listed.
+    and "compile time" for what it marked `spyre.const_fold`. `source` is the linalg op a spyre op was converted
+    from, when its location says so. Free ops (constants, tensor.empty, func.return) are not listed.
     """
     top = module.operation if isinstance(module, ir.Module) else module
     rows = []

@@ -16,8 +16,8 @@ Binaries are cached by content: the key is the sha256 of the linalg IR, every pa
 the target's fingerprint and the spyre_mlir version (with a hash of the compiler's sources), so a cache hit is
 exactly the binary a fresh compile would write. A model (not an already imported one) is also looked up before
 Torch-MLIR runs: a model file by its bytes (:func:`file_key`, a hit does not even load it), a module or an
-exported program by the exported program (:func:`program_key`, a hit costs the export). The cache lives in ``cache_dir``, else
-``$SPYRE_MLIR_CACHE_DIR``, else ``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
+exported program by the exported program (:func:`program_key`, a hit costs the export). The cache lives in
+``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else ``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
 """
 
 from __future__ import annotations

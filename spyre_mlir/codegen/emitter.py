@@ -20,7 +20,8 @@ the emitter has is an error at its location. Every value gets one of four homes:
 
 Host ops run through the runtime's own ``gather``/``copy`` when they compute it, else through its ``jit`` or
 ``eval`` host ops (:mod:`.hostcode`, :mod:`.hostprog`). With more than one core, a barrier follows an op whose
-result crosses cores (``spyre.barrier`` after spyre-schedule; every op before that) and fences every host op.
+result crosses cores (spyre-schedule's ``spyre.barrier``; the loader proves that enough) and fences every host
+op.
 
 This module holds the walk: values and names, memory slots, barriers, outputs and state updates. Each op goes
 to :func:`.host.fold` (compile time), :func:`.host.emit_host` (the host) or the kernel emitter of its family
@@ -31,9 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from spyre_mlir.passes.analysis import KERNEL, ON_HOST, is_const_fold, reads
 from spyre_mlir.runtime.assembler import ProgramBuilder
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
-from spyre_mlir.passes.analysis import KERNEL, ON_HOST, is_const_fold, reads
 from spyre_mlir.runtime.formats import Format
 
 from . import hostprog

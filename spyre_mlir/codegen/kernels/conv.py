@@ -25,8 +25,8 @@ __all__ = ["select", "EMITTERS"]
 
 def select(op, target, known) -> str | None:
     """``"conv2d"`` / ``"pool2d"`` when the device runs ``op``: a conv2d :func:`_conv_plan` accepts (its
-    weights and bias among the compile-time values ``known``) with a tile that fits the scratchpad; pooling without padding of a 4-D dlf16/fp8
-    input to dlf16 or fp32. Else None."""
+    weights and bias among the compile-time values ``known``) with a tile that fits the scratchpad; pooling
+    without padding of a 4-D dlf16/fp8 input to dlf16 or fp32. Else None."""
     if op.operation.name == "spyre.conv2d":
         return "conv2d" if _conv_plan(op, target, known) is not None and _fits(op, target) else None
     _, res_elt = _tensor_type(op.operation.results[0])
