@@ -40,7 +40,7 @@ class SelectKernelsPass(SpyrePass):
     target: str = ""
 
     def run(self, module: ir.Operation) -> None:
-        from spyre_mlir.codegen.kernels import select
+        from spyre_mlir.codegen.kernels import select, why_not
 
         target = get_target(self.target, module)
         folded, known = compile_time(module)
@@ -55,9 +55,15 @@ class SelectKernelsPass(SpyrePass):
                 if kernel is not None:
                     op.attributes[KERNEL] = ir.StringAttr.get(kernel)
                 else:
-                    op.attributes[ON_HOST] = ir.StringAttr.get(_why(op))
+                    op.attributes[ON_HOST] = ir.StringAttr.get(why_not(op, target, known) or _why(op))
 
 
 def _why(op: ir.Operation) -> str:
-    types = ", ".join(str(v.type) for v in list(op.operands) + list(op.results))
-    return f"no device kernel for {op.name} on {types}"
+    """The reason, by op and element types (not shapes: the placement report groups by it)."""
+    types = []
+    for v in list(op.operands) + list(op.results):
+        t = v.type
+        e = str(ir.ShapedType(t).element_type) if isinstance(t, ir.ShapedType) else str(t)
+        if e not in types:
+            types.append(e)
+    return f"no device kernel for {op.name} on {', '.join(types)}"

@@ -113,7 +113,8 @@ def emit_host(em, op, loc):
         reason = _attr(op, "reason", "")
     else:
         ops, outs = [op], list(op.operation.results)
-        reason = "no device kernel yet"
+        reason = _attr(op, "spyre.on_host") or ("computed from parameters given at run time"
+                                                if _attr(op, "spyre.const_fold") else "")
     jit = prog = None
     if name == "spyre.host":
         try:

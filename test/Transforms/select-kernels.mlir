@@ -38,8 +38,8 @@ func.func @linear(%x: tensor<8x64xf32>, %w: tensor<32x64xf32> {spyre.param = "fc
 // CHECK: "spyre.transpose"{{.*}}spyre.kernel = "restick"
 // CHECK: "spyre.slice"{{.*}}spyre.kernel = "select-cols"
 // An f32 slice below a stick: selection matmuls would round it, DMA moves whole sticks.
-// CHECK: "spyre.slice"{{.*}}spyre.on_host = "no device kernel for spyre.slice on tensor<8x64xf32>, tensor<8x16xf32>"
-// CHECK: "spyre.gather"{{.*}}spyre.on_host = "no device kernel for spyre.gather
+// CHECK: "spyre.slice"{{.*}}spyre.on_host = "no device kernel for spyre.slice on f32"
+// CHECK: "spyre.gather"{{.*}}spyre.on_host = "no device kernel for spyre.gather on f32, i64"
 func.func @movement(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<8x64xf32>, %t: tensor<128x64xf32>, %ids: tensor<1x8xi64>)
     -> (tensor<2x4x64x!spyre.dlf16>, tensor<4x2x64x!spyre.dlf16>, tensor<2x64x4x!spyre.dlf16>, tensor<8x16x!spyre.dlf16>, tensor<8x16xf32>, tensor<1x8x64xf32>) {
   %0 = "spyre.reshape"(%x) : (tensor<8x64x!spyre.dlf16>) -> tensor<2x4x64x!spyre.dlf16>
@@ -57,10 +57,10 @@ func.func @movement(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<8x64xf32>, %t: ten
 // with a weight that is an activation it runs on the host. On a small scratchpad its working tiles do not fit.
 // CHECK-LABEL: func.func @conv
 // CHECK: "spyre.conv2d"{{.*}}spyre.kernel = "conv2d"
-// CHECK: "spyre.conv2d"{{.*}}spyre.on_host = "no device kernel for spyre.conv2d
+// CHECK: "spyre.conv2d"{{.*}}spyre.on_host = "conv2d weights computed at run time
 // SMALL-LABEL: func.func @conv
-// SMALL: "spyre.conv2d"{{.*}}spyre.on_host
-// SMALL: "spyre.conv2d"{{.*}}spyre.on_host
+// SMALL: "spyre.conv2d"{{.*}}spyre.on_host = "no conv2d tile fits the scratchpad"
+// SMALL: "spyre.conv2d"{{.*}}spyre.on_host = "conv2d weights computed at run time
 func.func @conv(%img: tensor<1x8x32x32x!spyre.dlf16>, %f: tensor<16x8x3x3x!spyre.dlf16> {spyre.param = "conv.weight"}, %g: tensor<16x8x3x3x!spyre.dlf16>)
     -> (tensor<1x16x30x30x!spyre.dlf16>, tensor<1x16x30x30x!spyre.dlf16>) {
   %0 = "spyre.conv2d"(%img, %f) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x8x32x32x!spyre.dlf16>, tensor<16x8x3x3x!spyre.dlf16>) -> tensor<1x16x30x30x!spyre.dlf16>

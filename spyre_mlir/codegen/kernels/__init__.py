@@ -33,3 +33,9 @@ def select(op, target, known) -> str | None:
     (a conv2d's weights must be)."""
     fam = _FAMILY.get(op.operation.name)
     return fam.select(op, target, known) if fam is not None else None
+
+
+def why_not(op, target, known) -> str | None:
+    """Why no kernel runs ``op``, when its family can say more than its op name and types."""
+    fam = _FAMILY.get(op.operation.name)
+    return fam.why_not(op, target, known) if hasattr(fam, "why_not") else None

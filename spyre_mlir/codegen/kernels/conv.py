@@ -20,7 +20,7 @@ from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
 from .rows import planned
 
-__all__ = ["select", "EMITTERS"]
+__all__ = ["select", "why_not", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -34,6 +34,23 @@ def select(op, target, known) -> str | None:
     return "pool2d" if (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
             format_of(ielt) in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2) and
             format_of(res_elt) in (Format.DLF16, Format.FP32)) else None
+
+
+def why_not(op, target, known) -> str | None:
+    """Why a conv2d has no device kernel, when it is something else than its types."""
+    o = op.operation
+    if o.name != "spyre.conv2d":
+        return None
+    (_, c_, _, _), _ = _tensor_type(o.operands[0])
+    (f_, _, _, _), _ = _tensor_type(o.operands[1])
+    groups = _attr(op, "groups", 1)
+    if groups != 1 and not groups == c_ == f_:
+        return f"grouped conv2d (groups {groups}: neither 1 nor depthwise)"
+    if any(v not in known for v in list(o.operands)[1:]):
+        return "conv2d weights computed at run time (the kernel's filter tiles are built while compiling)"
+    if _conv_plan(op, target, known) is not None and not _fits(op, target):
+        return "no conv2d tile fits the scratchpad"
+    return None
 
 
 def _fits(op, target) -> bool:
