@@ -137,6 +137,14 @@ class Matmuls(torch.nn.Module):
         return self.fc(x), q @ q.transpose(-1, -2)
 
 
+class TinyBatch(torch.nn.Module):
+    """A cumsum lowers to a batch_matmul; nine batches of it on eight cores run on the cores of its grid (3 groups),
+    not on as many cores as there are."""
+
+    def forward(self, x):
+        return torch.cumsum(x, 1)
+
+
 class Movement(torch.nn.Module):
     """Data movement: concats (along the innermost dim: selection matmuls; along rows: DMA), slice, transpose of
     activations."""
@@ -172,6 +180,7 @@ CASES = {
     "rows": (Rows, (torch.randn(64, 256),), {"spyre.layernorm", "spyre.softmax", "spyre.map", "spyre.reduce"}),
     "matmuls": (Matmuls, (torch.randn(64, 256), torch.randn(4, 64, 64)), {"spyre.matmul", "spyre.batch_matmul"}),
     "movement": (Movement, (torch.randn(64, 256),), {"spyre.concat", "spyre.slice", "spyre.transpose"}),
+    "tiny-batch": (TinyBatch, (torch.randn(9, 5, 5),), {"spyre.batch_matmul"}),
     "pool": (Pool, (torch.randn(2, 8, 32, 32),), {"spyre.pool2d"}),
     "conv": (Conv, (torch.randn(2, 4, 34, 34),), {"spyre.conv2d"}),
 }

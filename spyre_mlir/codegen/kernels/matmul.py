@@ -43,7 +43,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     the SFU widens the tile to O's format before the store, so O holds exactly the rounded values.
 
     ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back.
-    Batches are spread over groups of ``gm*gn*gk`` cores. The kernel follows the op's ``plan``
+    Batches are spread over the plan's ``gb`` groups of ``gm*gn*gk`` cores, in contiguous blocks. The kernel
+    follows the op's ``plan``
     (:class:`..plan.KernelPlan`): its grid and tile (the last three dims: M, N, K) and every buffer at its
     planned offset; a plan it cannot follow is a TileError or PlanError (the emitter reports it at the op). The
     per-column scales of quantized weights (fp8, int8-weights) are the plan's ``colscale`` buffer."""
@@ -56,7 +57,10 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         f"whole sticks on at most {cores} cores")
     gm, gn, gk = grid
     group = gm * gn * gk
-    ngroups = max(1, min(len(batches), cores // group))
+    ngroups = plan.grid[0] if len(plan.grid) == 4 else 1      # batch_matmul: gb groups of gm*gn*gk cores
+    if ngroups > len(batches) or ngroups * group > cores:
+        raise TileError(f"the plan's grid {list(plan.grid)} does not split {len(batches)} batches over at most "
+                        f"{cores} cores")
     mb, nb, kb = M // gm, N // gn, K // gk
     nbuf = plan.nbuf
     if (tile[1] < nb and tile[1] % se_n) or (tile[2] < kb and tile[2] % se_k) \
