@@ -383,12 +383,14 @@ def _pool(op: ir.Operation) -> OpModel:
     """Output rows (n, c, oh): per window row i the input rows are gathered into `in0` [tr, W]; each window
     column j selects its columns with a 0/1 matrix `sela`, `selb`... [W, OW] (loaded once) into `ct` [tr, OW] fp32,
     combined into `res` [tr, OW] fp32; the result `out0` [tr, OW]. Loads happen inside the work."""
+    from spyre_mlir.codegen.kernels.move import sel_name
+
     x = op.operands[0]
     n, c, _, w = _shape(x)
     _, _, oh, ow = _shape(op.results[0])
     kh, kw = int_array(op, "kernel")
     fmt, out_fmt = fmt_of(x.type, op), fmt_of(op.results[0].type, op)
-    sels = tuple(cost.RowOperand(f"sel{chr(ord('a') + j)}", w * ow, ow, fmt, streamed=False) for j in range(kw))
+    sels = tuple(cost.RowOperand(sel_name(j), w * ow, ow, fmt, streamed=False) for j in range(kw))
     k = cost.RowKernel(rows=n * c * oh, inputs=(cost.RowOperand("in", w, w, fmt),) + sels,
                        outputs=(cost.RowOperand("out", ow, ow, out_fmt),),
                        temps=(_fp32_temp("ct", ow, ow, 1, 2), _fp32_temp("res", ow, ow, 1, 2)),

@@ -302,10 +302,12 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             pkey = file_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt, persistent_state)
         else:
             ep = load_program(model_or_path, example_inputs, input_shapes)
-            pkey = program_key(ep, precision, cores, tgt, persistent_state)
+            pkey = program_key(ep, precision, cores, tgt, persistent_state) if cdir else None
         found = _cached_program(cdir, pkey)
         if found is None:
-            imported = import_program(ep or load_program(model_or_path, example_inputs, input_shapes))
+            if ep is None:
+                ep = load_program(model_or_path, example_inputs, input_shapes)
+            imported = import_program(ep)
             imported.linalg_ir = lower_to_linalg(imported.torch_ir)
     if found is not None:
         key, state = found

@@ -218,19 +218,18 @@ class Target:
 
     def with_cores(self, n: int) -> "Target":
         """The same card restricted to ``n`` cores (1..max_cores)."""
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TargetError(f"{self.path or self.name}: cores must be an int, got {n!r}")
-        if not 1 <= n <= self.max_cores:
-            raise TargetError(f"{self.path or self.name}: cores={n} out of range 1..{self.max_cores}")
-        return dataclasses.replace(self, num_cores=n)
+        return dataclasses.replace(self, num_cores=self._count("cores", n, self.max_cores))
 
     def with_cards(self, n: int) -> "Target":
         """The system of ``n`` of these cards (1..cards_per_host)."""
+        return dataclasses.replace(self, num_cards=self._count("cards", n, self.cards_per_host))
+
+    def _count(self, what: str, n, most: int) -> int:
         if isinstance(n, bool) or not isinstance(n, int):
-            raise TargetError(f"{self.path or self.name}: cards must be an int, got {n!r}")
-        if not 1 <= n <= self.cards_per_host:
-            raise TargetError(f"{self.path or self.name}: cards={n} out of range 1..{self.cards_per_host}")
-        return dataclasses.replace(self, num_cards=n)
+            raise TargetError(f"{self.path or self.name}: {what} must be an int, got {n!r}")
+        if not 1 <= n <= most:
+            raise TargetError(f"{self.path or self.name}: {what}={n} out of range 1..{most}")
+        return n
 
     @property
     def card_link_bytes_per_cycle(self) -> float:

@@ -18,6 +18,7 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _attr, _dequantize, _sub, _tensor_type
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
+from .move import sel_name
 from .rows import planned
 
 __all__ = ["select", "why_not", "EMITTERS"]
@@ -228,7 +229,7 @@ def emit_pool2d(em, op, loc):
     gr, tr = kp.grid[0], kp.tile[0]
     out_rows = np.arange(R)
     for core in range(gr):
-        S = [kp.tile_at(f"sel{chr(ord('a') + j)}", w, ow, X.fmt) for j in range(kw)]
+        S = [kp.tile_at(sel_name(j), w, ow, X.fmt) for j in range(kw)]
         for St, src in zip(S, sel):
             load_rows(b, core, St, src, 0, loc=loc)
         XT, CT = kp.tile_at("in0", tr, w, X.fmt), kp.tile_at("ct", tr, ow, "fp32")

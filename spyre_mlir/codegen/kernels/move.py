@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from spyre_mlir.passes.analysis import KERNEL
 from spyre_mlir.runtime.assembler import Tile
 from spyre_mlir.runtime.formats import Format
 
@@ -47,7 +48,7 @@ def _is_alias(op) -> bool:
 
 
 def emit_move(em, op, loc):
-    kernel = _attr(op, "spyre.kernel")
+    kernel = _attr(op, KERNEL)
     emit = {"dma-rows": _emit_rows, "restick": _emit_restick, "select-cols": _emit_cols}.get(kernel)
     if emit is None:
         raise ValueError(f"{op.operation.name} has no data movement kernel '{kernel}'")
