@@ -77,8 +77,8 @@ def is_const_fold(op: ir.Operation) -> bool:
 def compile_time(module: ir.Operation) -> tuple[list[ir.Operation], set]:
     """The ops of the functions' bodies computed from values known at compile time alone (a parameter, a
     literal, or the result of such an op), and those values. Spyre ops (casts and quantization of weights, their
-    restickifies, a broadcast mask) and host regions (position ids, masks) are listed: spyre-emit computes them
-    while compiling, so they get no kernel. Literals and ``tensor.empty`` are free and not listed."""
+    restickifies, a broadcast mask) and host regions (position ids, masks) are listed: spyre-fold-constants
+    computes them, so they get no kernel. Literals and ``tensor.empty`` are free and not listed."""
     found: list[ir.Operation] = []
     known: set = set()
     for func in function_ops(module):

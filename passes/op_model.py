@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import GRID, KERNEL, int_array, producer
+from spyre_mlir.passes.analysis import GRID, KERNEL, int_array, is_const_fold, producer
 from spyre_mlir.passes.base import PassError
 from spyre_mlir.target import Target
 
@@ -146,18 +146,21 @@ def _matmul(op: ir.Operation) -> OpModel:
 
 
 def _quantized(v: ir.Value, op: ir.Operation) -> tuple[str, str | None] | None:
-    """(storage format, per-column scale format or None) when `v` is a quantized weight's dequantize (a
-    `spyre.cast` with `scale_mode` of an fp8 / int8 value, through restickifies and reshapes): spyre-emit keeps
-    such a weight in 8 bits and applies the scales on the matmul's write-back."""
+    """(storage format, per-column scale format or None) when `v` is a quantized weight: the dequantizing
+    `spyre.cast` of fp8 / int8 codes, spyre-fold-constants' (a scale operand; per column with `axis`) or, before
+    it ran, spyre-reduce-precision's (`scale_mode`, through restickifies and reshapes). The matmul kernel reads
+    such a weight in 8 bits and applies the scales on write-back."""
     p = producer(v)
     while p is not None and p.name in ("spyre.transpose", "spyre.reshape") and len(p.operands) == 1:
         p = producer(p.operands[0])
-    if p is None or p.name != "spyre.cast" or "scale_mode" not in p.attributes:
+    if p is None or p.name != "spyre.cast" or not ("scale_mode" in p.attributes or
+                                                   (len(p.operands) == 2 and is_const_fold(p))):
         return None
     stored = fmt_of(p.operands[0].type, op)
     if stored not in ("fp8_e4m3", "fp8_e5m2", "int8"):
         return None
-    per_column = ir.StringAttr(p.attributes["scale_mode"]).value == "per-channel"
+    per_column = ("axis" in p.attributes if len(p.operands) == 2
+                  else ir.StringAttr(p.attributes["scale_mode"]).value == "per-channel")
     return stored, "fp32" if per_column else None
 
 

@@ -18,14 +18,15 @@ In every policy matmul / batch_matmul / conv2d / softmax / layernorm / rmsnorm /
 
 Rules (docs/compiler.md, "After spyre-reduce-precision"):
 * Device ops (spyre ops other than host/yield, not inside a host region) produce their float results in
-  the activation format; integer tensors (indices, masks) are never converted.
+  the activation format; integer tensors (indices, masks) are never converted. A conv2d's parameter bias stays
+  f32 (`F32_OPERANDS`): the kernel adds it in fp32.
 * Every format change is an explicit `spyre.cast`. A float value that no device op produced (function argument,
   host result, `arith.constant`) is cast right before its first device use (a spyre.cast of the model's own
   reads it as it is and becomes that cast); a device value read by anything else (`func.return`,
   the body of a `spyre.host`, which captures values from above) is cast back to its model type right before
   that reader. Each cast is made once per value and target type.
-* Quantized weights: `spyre.cast {scale_mode = "per-channel", axis = <output channel>}` to f8E4M3FN / i8 (the
-  emitter computes the scales from the parameter's values), axis 1 of a matmul rhs [K, N] (0 with
+* Quantized weights: `spyre.cast {scale_mode = "per-channel", axis = <output channel>}` to f8E4M3FN / i8 (spyre-fold-constants
+  computes the scales from the parameter's values), axis 1 of a matmul rhs [K, N] (0 with
   `transpose_rhs`), the last (second to last) dim of a batch_matmul rhs, 0 of a conv filter [F, C, KH, KW].
   The matmul/conv verifiers require lhs and rhs of one element type while activations stay dlf16, so the
   quantized weight reaches the op through a second cast to dlf16 carrying the same `scale_mode`/`axis`
@@ -49,6 +50,9 @@ ACC_OPS = ("spyre.matmul", "spyre.batch_matmul", "spyre.conv2d", "spyre.softmax"
            "spyre.rmsnorm", "spyre.reduce")
 # Operand index of the weight an op reads: matmul/batch_matmul rhs, conv2d filter.
 WEIGHT_SLOT = {"spyre.matmul": 1, "spyre.batch_matmul": 1, "spyre.conv2d": 1}
+# Operands a kernel reads in f32 whatever the policy: the conv kernel adds its bias on the SFU from an fp32
+# buffer, so a parameter bias keeps its f32 values (rounding it to the activation format would only lose bits).
+F32_OPERANDS = {("spyre.conv2d", 2)}
 
 
 @dataclasses.dataclass
@@ -112,6 +116,8 @@ class _Retyper:
         for i, v in enumerate(op.operands):
             # A spyre.cast (the model's own) reads any format: its input needs no cast of its own.
             if not is_float_tensor(v.type) or self._is_device_value(v) or op.name == "spyre.cast":
+                continue
+            if (op.name, i) in F32_OPERANDS:
                 continue
             axis = self._weight_axis(op, i, v)
             if axis is None:

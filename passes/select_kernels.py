@@ -4,7 +4,7 @@ Runs when the formats and layouts are final (after spyre-fuse) and before any op
 
 * an op computed from values known at compile time alone (`analysis.compile_time`: a weight's cast,
   quantization or restickify, a host region building position ids or a mask from literals) is marked
-  `spyre.const_fold = true`: spyre-emit computes it while compiling, so it gets no kernel and no plan;
+  `spyre.const_fold = true`: spyre-fold-constants computes it next, so it gets no kernel and no plan;
 * every other device op gets `spyre.kernel = "<kernel>"`, the device kernel of its family that runs it
   (`codegen.kernels.select`: `matmul`, `rows`, `conv2d`, `pool2d`, and for data movement `alias`,
   `dma-rows`, `restick` or `select-cols`), which the op model describes and spyre-emit follows;

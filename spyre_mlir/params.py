@@ -7,9 +7,13 @@ module's ``dialect_resources`` section, so every stage's printed output is a com
 (``spyre-compile --emit=kernel`` then ``spyre-opt -p 'builtin.module(spyre-emit{...})'`` writes the same binary
 as ``spyre-compile``).
 
+Values computed while compiling (spyre-fold-constants) travel the same way, as ``arith.constant
+dense_resource<key>`` (:func:`constant_attr`, read back by :func:`constant_value`). A resource holds the
+element type's storage: numpy's own dtype for builtin types, DLFloat16 bits (uint16) for ``!spyre.dlf16``.
+
 MLIR's Python bindings cannot read a resource's bytes back (no buffer access). So the arrays behind the
-resources a context holds are kept beside it: :func:`attach` records the arrays it wraps, :func:`parse` the
-blobs of the text it parses, and :func:`values` returns them by parameter name.
+resources a context holds are kept beside it: :func:`attach` and :func:`constant_attr` record the arrays they
+wrap, :func:`parse` the blobs of the text it parses, and :func:`values` / :func:`constant_value` return them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torch_mlir import ir
 
 PARAM_ATTR = "spyre.param"
 VALUE_ATTR = "spyre.value"
+DLF16 = "!spyre.dlf16"
 
 _STORE = "_spyre_blobs"        # attribute of the Python Context object: resource key -> ndarray | bytes
 _KEY = re.compile(r"dense_resource<(\"(?:[^\"\\]|\\.)*\"|[^>]+)>")
@@ -98,6 +103,52 @@ def attach(module, params: dict) -> None:
         main.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
 
 
+def constant_attr(values, type_, key: str):
+    """A ``dense_resource`` attribute of tensor type ``type_`` holding ``values`` (real values, or integer codes)
+    in the element type's storage; ``key`` names the blob (MLIR appends ``_N`` when it is taken)."""
+    elt = str(ir.RankedTensorType(type_).element_type)
+    shape = tuple(ir.RankedTensorType(type_).shape)
+    if elt == DLF16:
+        from spyre_mlir.runtime.formats import dlf16_encode
+
+        arr = dlf16_encode(np.asarray(values, np.float32))
+    else:
+        dtype = _dtype(elt)
+        if dtype is None:
+            raise ParamError(f"no storage for a constant of element type {elt}")
+        arr = np.asarray(values).astype(dtype)
+    arr = np.ascontiguousarray(arr.reshape(shape))
+    key = re.sub(r"[^A-Za-z0-9_.]", "_", key) or "const"
+    attr = ir.DenseResourceElementsAttr.get_from_buffer(arr.reshape(-1).view(np.uint8), key, type_)
+    _store(ir.Context.current)[_key(attr)] = arr
+    return attr
+
+
+def is_resource(attr) -> bool:
+    """``attr`` is a ``dense_resource`` elements attribute (the bindings give this class no typeid or
+    isinstance; printing it prints the key, not the bytes)."""
+    return str(attr).startswith("dense_resource<")
+
+
+def constant_value(attr, context) -> np.ndarray:
+    """The values of a ``dense_resource`` attribute made by :func:`constant_attr` (or parsed): float32 for
+    floating-point element types, the integer type for integers."""
+    key = _key(attr)
+    blobs = _store(context)
+    if key not in blobs:
+        raise ParamError(f"the bytes of resource '{key}' are not in this module (parse IR text with "
+                         f"spyre_mlir.params.parse, or keep the resources section)")
+    t = ir.RankedTensorType(attr.type)
+    arr = blobs[key]
+    if isinstance(arr, bytes):
+        arr = blobs[key] = _decode(arr, t, key)
+    if str(t.element_type) == DLF16:
+        from spyre_mlir.runtime.formats import dlf16_decode
+
+        return dlf16_decode(arr)
+    return arr.astype(np.float32) if arr.dtype.name.startswith(("bfloat", "float8")) else arr
+
+
 def _key(attr) -> str:
     m = _KEY.search(str(attr))
     key = m.group(1)
@@ -119,12 +170,15 @@ def parse(text: str, context=None) -> ir.Module:
 def values(module) -> dict[str, np.ndarray]:
     """Parameter name -> value of every ``@main`` argument that carries a ``spyre.value``."""
     main = main_func(module)
-    if main is None:
-        return {}
-    blobs = _store(main.context)
-    args = main.regions[0].blocks[0].arguments
+    return {} if main is None else {name: arr for name, (_, arr) in arg_values(main).items()}
+
+
+def arg_values(func) -> dict[str, tuple[int, np.ndarray]]:
+    """Parameter name -> (argument index, value) of every argument of ``func`` that carries a ``spyre.value``."""
+    blobs = _store(func.context)
+    args = func.regions[0].blocks[0].arguments
     out = {}
-    for i, d in enumerate(arg_dicts(main)):
+    for i, d in enumerate(arg_dicts(func)):
         if VALUE_ATTR not in d or PARAM_ATTR not in d:
             continue
         name = ir.StringAttr(d[PARAM_ATTR]).value
@@ -135,7 +189,7 @@ def values(module) -> dict[str, np.ndarray]:
         arr = blobs[key]
         if isinstance(arr, bytes):
             arr = blobs[key] = _decode(arr, args[i].type, name)
-        out[name] = arr
+        out[name] = (i, arr)
     return out
 
 
@@ -154,6 +208,8 @@ def _decode(data: bytes, type_, name: str) -> np.ndarray:
 def _dtype(elt: str):
     import ml_dtypes
 
+    if elt == DLF16:
+        return np.dtype(np.uint16)   # the format's bits
     table = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
              "i1": np.bool_, "i8": np.int8, "ui8": np.uint8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
              "f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}

@@ -48,6 +48,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         "spyre-fuse",
         # Decide once where each op runs: computed while compiling, a device kernel (which), or the host.
         "spyre-select-kernels" + opts(target=target),
+        # Compute those compile-time ops now: constants in the IR, weights quantized into codes and scales.
+        "spyre-fold-constants",
     ]
     if (cards or 1) > 1 or plan or plan_out:
         # Spread the graph over the cards: pipeline stages and tensor-parallel splits, from the cost model.

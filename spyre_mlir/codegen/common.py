@@ -1,10 +1,7 @@
 """What the emitter (:mod:`.emitter`) and the kernel emitters (:mod:`.kernels`) share: their errors, reading
-the IR (value types, attributes, locations, what an op reads), tile sizes and sub-tiles, and the dequantized
-values of quantized parameters."""
+the IR (value types, attributes, locations, what an op reads), tile sizes and sub-tiles."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from spyre_mlir.errors import SpyreError
 
@@ -82,14 +79,3 @@ def _sub(tile, rows, cols):
     if rows == tile.rows and cols == tile.cols:
         return tile
     return Tile(tile.addr, rows, cols, tile.fmt)
-
-
-def _expand(s, ndim, axis):
-    shp = [1] * ndim
-    shp[axis] = -1
-    return np.asarray(s).reshape(shp)
-
-
-def _dequantize(q, s, axis):
-    q = np.asarray(q, np.float32)
-    return q * (s if axis is None else _expand(s, q.ndim, axis))

@@ -1,17 +1,16 @@
 """The emitter: an annotated spyre module -> a ProgramBuilder holding the whole program.
 
 Walks ``@main`` in order and follows the decisions the IR holds; it decides none itself. Where each op runs
-is spyre-select-kernels': ``spyre.const_fold`` ops are computed here while compiling, an op with a
-``spyre.kernel`` runs that kernel on the device (its plan: grid, tiles, scratchpad offsets, from the kernel
-passes), and ``spyre.on_host`` ops and ``spyre.host`` regions run on the host. A device op without a kernel
-the emitter has is an error at its location. Every value gets one of four homes:
+is spyre-select-kernels': an op with a ``spyre.kernel`` runs that kernel on the device (its plan: grid, tiles,
+scratchpad offsets, from the kernel passes), and ``spyre.on_host`` ops and ``spyre.host`` regions run on the
+host. What could be computed while compiling was, by spyre-fold-constants: it left constants
+(``arith.constant dense_resource``) and quantized weights (a ``spyre.cast`` of int8/fp8 codes with a scale
+operand, which the matmul kernel reads as codes and per-column scales). A ``spyre.const_fold`` op still here
+reads a parameter without a value (a binary input) and runs on the host. A device op without a kernel the
+emitter has is an error at its location. Every value gets one of four homes:
 
-* **known**: a numpy value computed at compile time. Parameters (when their values are given) and literals
-  are known, and so is the result of every ``const_fold`` op: casts, restickify transposes, reshapes and host
-  regions of parameters and literals fold into the constant (a parameter quantized by
-  ``spyre.cast {scale_mode}`` keeps its codes and scales). Without the parameters' values (they are then
-  binary inputs) a ``const_fold`` op runs on the host. A known value that a device op or the host reads
-  becomes a **constant** buffer, encoded in its device format.
+* **known**: a numpy value given in the IR: parameters with values, constants and quantized weights. A known
+  value that a device op or the host reads becomes a **constant** buffer, encoded in its device format.
 * **device tensor**: inputs and outputs by name; intermediates in scratch memory. Intermediates only device
   kernels touch share "slot" buffers with liveness-based reuse (a slot is free again after the barrier that
   follows its last reader); tensors a host op reads or writes get buffers of their own shape.
@@ -24,7 +23,7 @@ result crosses cores (spyre-schedule's ``spyre.barrier``; the loader proves that
 op.
 
 This module holds the walk: values and names, memory slots, barriers, outputs and state updates. Each op goes
-to :func:`.host.fold` (compile time), :func:`.host.emit_host` (the host) or the kernel emitter of its family
+to :func:`.host.emit_host` (the host) or the kernel emitter of its family
 (:mod:`.kernels`, ``EMITTERS``).
 """
 
@@ -32,20 +31,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyre_mlir.passes.analysis import KERNEL, ON_HOST, is_const_fold, reads
+from spyre_mlir.passes.analysis import KERNEL, ON_HOST, is_const_fold, producer, reads
 from spyre_mlir.runtime.assembler import ProgramBuilder
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
 from spyre_mlir.runtime.formats import Format
 
 from . import hostprog
-from .common import EmitError, TileError, _attr, _dequantize, _loc, _same_dims, _tensor_type
-from .host import emit_host, fold, materialize_for_host
+from .common import EmitError, TileError, _attr, _loc, _same_dims, _tensor_type
+from .host import emit_host, materialize_for_host
 from .hostcode import HostModule
 from .kernels import EMITTERS, KERNELS
 from .memory import DevTensor, format_of, io_dtype
 from .plan import PlanError
 
 __all__ = ["Emitter", "EmitError", "TileError"]
+
+
+def _quantized_weight(op) -> bool:
+    """A weight spyre-fold-constants quantized: a ``const_fold`` cast of constant codes with a constant scale."""
+    return (op.name == "spyre.cast" and len(op.operands) == 2 and is_const_fold(op)
+            and all(producer(v) is not None and producer(v).name == "arith.constant" for v in op.operands))
 
 
 def _io_unsigned(attrs) -> bool:
@@ -72,10 +77,9 @@ class Emitter:
                 str(module.operation.attributes["spyre.precision"]) == '"fp32-reference"':
             self.b.numerics = "fp32-reference"   # compiled without rounding: run it without rounding
         self.known: dict = {}        # value -> numpy array
-        self.qscale: dict = {}       # value -> (scales array, axis or None) of a quantized known value
-        self.qfmt: dict = {}         # value -> storage Format of a quantized known value (int8 / fp8)
+        self.qscale: dict = {}       # value -> (scales array, axis or None) of a quantized weight
+        self.qfmt: dict = {}         # value -> storage Format of a quantized weight's codes (int8 / fp8)
         self.dev: dict = {}          # value -> DevTensor
-        self._dequantized: dict = {}
         self.consts: dict = {}       # (id(known array), format) -> (DevTensor, array): one constant per value
         self.host_ops: list[str] = []   # what ran on the host, for the report
         self.host_locations: list[str] = []   # the MLIR location of each (the model's source lines)
@@ -133,8 +137,9 @@ class Emitter:
         arr = self.known[v]
         shape, elt = _tensor_type(v)
         fmt = fmt or format_of(elt)
-        if v in self.qscale:     # read by something else than a matmul rhs: real values in the IR's type
-            arr = self._dequantized.setdefault(v, _dequantize(arr, *self.qscale[v]))
+        if v in self.qscale:
+            raise EmitError("a quantized weight (codes and scales) is read by something else than a matmul's rhs: "
+                            "spyre-fold-constants folds such a weight to its real values")
         key = (id(arr), fmt)
         if key not in self.consts:
             vals = np.asarray(arr).reshape(shape or (1,))
@@ -223,6 +228,8 @@ class Emitter:
                 if "spyre.param" in d:
                     pname = ir.StringAttr(d["spyre.param"]).value
             shape, elt = _tensor_type(a)
+            if pname is not None and next(iter(a.uses), None) is None:
+                continue      # folded away (spyre-fold-constants) or never read: no constant, no input
             if pname is not None and self.params is not None:
                 if pname not in self.params:
                     raise EmitError(f"no value given for parameter '{pname}'")
@@ -249,11 +256,8 @@ class Emitter:
         self._last_use = {}
         self._host_read = set()
         placement = {}
-        self._folds = set()      # results of the compile-time ops that will fold
         for i, op in enumerate(body):
             placement[i] = self._placement(op)
-            if placement[i] == "fold":
-                self._folds.update(op.operation.results)
             for v in reads(op):
                 self._last_use[v] = i
                 if placement[i] == "host":
@@ -281,14 +285,15 @@ class Emitter:
                     self._release(t)
 
     def _placement(self, op) -> str:
-        """'fold', 'device' or 'host', as spyre-select-kernels decided (read before emission, so buffers can
-        be chosen): compile-time ops fold when the parameters' values are given (else they run on the host);
-        an op with a ``spyre.kernel`` runs on the device; ``spyre.on_host`` ops and host regions on the host."""
+        """'known', 'device' or 'host', as the IR says (read before emission, so buffers can be chosen):
+        literals, constants and quantized weights are known; an op with a ``spyre.kernel`` runs on the device;
+        ``spyre.on_host`` ops, host regions and ``const_fold`` ops spyre-fold-constants left (they read a
+        parameter given at run time) run on the host."""
         o = op.operation
-        if o.name in ("arith.constant", "tensor.empty"):
-            return "fold"
+        if o.name in ("arith.constant", "tensor.empty") or _quantized_weight(o):
+            return "known"
         if is_const_fold(o):
-            return "fold" if all(v in self.known or v in self._folds for v in reads(op)) else "host"
+            return "host"
         if o.name.startswith("spyre.") and o.name != "spyre.host" and ON_HOST not in o.attributes:
             if KERNEL not in o.attributes or _attr(op, KERNEL) not in KERNELS.get(o.name, ()):
                 raise EmitError(f"{o.name} has no device kernel it can run (spyre.kernel = "
@@ -296,20 +301,40 @@ class Emitter:
             return "device"
         return "host"
 
+    def _known(self, op):
+        """The value of a literal or constant; the codes, scales and storage format of a quantized weight."""
+        from torch_mlir import ir
+
+        from spyre_mlir import params
+
+        o = op.operation
+        r = o.results[0]
+        if o.name == "spyre.cast":
+            codes, scale = o.operands
+            if codes not in self.known or scale not in self.known:
+                raise EmitError("the codes and scales of a quantized weight must be constants", o.location)
+            self.known[r] = self.known[codes]
+            self.qscale[r] = (np.asarray(self.known[scale], np.float32).reshape(-1), _attr(op, "axis"))
+            self.qfmt[r] = format_of(_tensor_type(codes)[1])
+            self._const_names[r] = self._const_names.get(codes, "w")
+            return
+        value = o.attributes["value"] if "value" in o.attributes else None
+        if value is not None and params.is_resource(value):
+            self.known[r] = params.constant_value(value, o.context)
+        else:
+            try:
+                self.known[r] = hostprog.evaluate(hostprog.translate_ops([op], [], [r]))[0]
+            except hostprog.Unsupported:
+                return    # a literal numpy cannot hold is cloned into the host code that reads it
+        if "spyre.name" in o.attributes:
+            self._const_names[r] = ir.StringAttr(o.attributes["spyre.name"]).value
+
     def _emit_op(self, op, where):
         name = op.operation.name
         loc = _loc(op)
-        if where == "fold":
-            if all(v in self.known for v in reads(op)):
-                try:
-                    fold(self, op)
-                    return
-                except hostprog.Unsupported:
-                    # The numpy folder cannot compute it. A literal or an empty tensor is cloned into the host
-                    # code that reads it; anything else runs on the host at run time.
-                    if name in ("arith.constant", "tensor.empty"):
-                        return
-            where = "host"
+        if where == "known":
+            self._known(op)
+            return
         if where == "host":
             emit_host(self, op, loc)
             return

@@ -22,6 +22,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
+from spyre_mlir.params import is_resource
 from spyre_mlir.runtime.hostprog import Unsupported
 
 __all__ = ["HostModule", "Unsupported", "LOWERING", "numpy_dtype"]
@@ -247,8 +248,14 @@ def _provide_bf16_truncation(module: ir.Module) -> None:
 
 
 def _free(v: ir.Value) -> bool:
+    """A value the host function computes itself (cloned in): an empty tensor or an inline literal. A
+    ``dense_resource`` constant (a weight or a value spyre-fold-constants computed) is an argument instead: its
+    bytes are the binary's constant, and LLVM's lowering cannot read a resource's elements."""
     owner = v.owner
-    return not isinstance(owner, ir.Block) and owner.operation.name in _FREE
+    if isinstance(owner, ir.Block) or owner.operation.name not in _FREE:
+        return False
+    op = owner.operation
+    return not ("value" in op.attributes and is_resource(op.attributes["value"]))
 
 
 def _clone(op: ir.Operation, mapping: dict) -> None:

@@ -19,6 +19,7 @@ def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference"):
     """Select and plan the kernels (the kernel passes; a hand-written grid and tile are kept), emit, load."""
     from torch_mlir import ir
 
+    from spyre_mlir.params import attach, values
     from spyre_mlir.passes.manager import run_pipeline
 
     plan = "spyre-schedule"
@@ -26,11 +27,12 @@ def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference"):
         plan = "spyre-allocate-scratchpad," + plan
     if "spyre.grid" not in ir_text:
         plan = f"spyre-divide-work{{cores={cores}}},spyre-tile," + plan
-    plan = "spyre-select-kernels," + plan
+    plan = "spyre-select-kernels,spyre-fold-constants," + plan
     with make_context():
         module = ir.Module.parse(ir_text)
+        attach(module, params or {})
         run_pipeline(module, f"builtin.module({plan})")
-        em = codegen.emit(module, load_target(cores=cores), params=params)
+        em = codegen.emit(module, load_target(cores=cores), params=values(module) or None)
     exe = load_bytes(em.b.to_bytes(), numerics=numerics)
     return exe(*inputs), em, exe
 

@@ -82,6 +82,9 @@ CASES = {
     "log10": (torch.log10, x.abs() + 0.1),                     # no SFU form: the numpy host interpreter
     "gelu_f64": (torch.nn.functional.gelu, x.double()),       # math.erf on f64 in host code (libm)
     "several_outputs_in_order": (lambda a: (a.double().sum(-1), a * 2, (a > 0).sum()), x),
+    # host code reading a value computed while compiling (a dense_resource constant): an argument, not cloned
+    # into the LLVM code (was: the lowering looped on the resource's elements)
+    "masked_scatter": (torch.masked_scatter, x, x > 0, torch.randn(5, 6, 7, generator=g)),
 }
 
 

@@ -21,7 +21,7 @@ from spyre_mlir.passes import create_pass
 from spyre_mlir.passes.analysis import device_ops, is_device_op, producer
 from spyre_mlir.passes.base import OptionError
 from spyre_mlir.passes.manager import run_pipeline
-from spyre_mlir.passes.reduce_precision import ACC_OPS, PRECISIONS
+from spyre_mlir.passes.reduce_precision import ACC_OPS, F32_OPERANDS, PRECISIONS
 from spyre_mlir.pipeline import graph_pipeline
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
@@ -83,11 +83,15 @@ def test_reduce_precision(graphs, name, precision):
             if op.name == "spyre.cast":
                 assert precision != "fp32-reference", op
                 continue
-            # Only casts change formats: every other device op reads and writes the activation format.
-            want = "f32" if precision == "fp32-reference" else "!spyre.dlf16"
-            for v in list(op.operands) + list(op.results):
+            # Only casts change formats: every other device op reads and writes the activation format, but for
+            # the operands its kernel reads in f32 (a conv's bias).
+            act = "f32" if precision == "fp32-reference" else "!spyre.dlf16"
+            for i, v in enumerate(op.operands):
                 if _is_float(v):
-                    assert str(_elt(v)) == want, op
+                    assert str(_elt(v)) == ("f32" if (op.name, i) in F32_OPERANDS else act), op
+            for v in op.results:
+                if _is_float(v):
+                    assert str(_elt(v)) == act, op
         if precision in WEIGHT_FORMAT:
             # Every matmul/conv of the examples has a parameter weight: quantized along its output channel, then
             # read through the dequantizing cast.

@@ -53,7 +53,10 @@ def _run(args, cwd, seed):
 
 
 @pytest.mark.parametrize("name,opts", [("mlp", []), ("cnn", ["--cores", "8"]),
-                                       ("transformer", ["--precision", "fp32-reference"]), ("heavy", [])])
+                                       ("transformer", ["--precision", "fp32-reference"]), ("heavy", []),
+                                       # Quantized weights travel as codes and scales (spyre-fold-constants).
+                                       ("heavy", ["--precision", "int8-weights"]),
+                                       ("cnn", ["--precision", "fp8", "--cores", "8"])])
 def test_kernel_ir_emits_the_same_binary_by_hand(tmp_path, name, opts):
     torch.manual_seed(0)
     m, ex = (Heavy(), (torch.randn(16, 512),)) if name == "heavy" else _example(name)
@@ -62,7 +65,10 @@ def test_kernel_ir_emits_the_same_binary_by_hand(tmp_path, name, opts):
     _run([os.path.join(BIN, "spyre-compile"), "m.pt2", "-o", "a.spyre", *opts], tmp_path, 1)
     _run([os.path.join(BIN, "spyre-compile"), "m.pt2", "--emit=kernel", "-o", "k.mlir", *opts], tmp_path, 2)
     kernel = (tmp_path / "k.mlir").read_text()
-    assert "dialect_resources" in kernel and "spyre.value = dense_resource<" in kernel
+    # The weights are in the IR: folded into constants (spyre-fold-constants) held as resources.
+    assert "dialect_resources" in kernel and "arith.constant {spyre.name" in kernel
+    if "int8" in opts or "fp8" in opts:
+        assert "xi8>" in kernel or "xf8E4M3FN>" in kernel
     _run([os.path.join(BIN, "spyre-opt"), "k.mlir", "-p", "builtin.module(spyre-emit{output=b.spyre})"],
          tmp_path, 3)
     assert _sha(tmp_path / "a.spyre") == _sha(tmp_path / "b.spyre")

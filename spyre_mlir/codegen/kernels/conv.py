@@ -15,7 +15,7 @@ import numpy as np
 from spyre_mlir.runtime.formats import Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
-from ..common import _attr, _dequantize, _sub, _tensor_type
+from ..common import _attr, _sub, _tensor_type
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
 from .move import sel_name
@@ -122,8 +122,6 @@ def emit_conv2d(em, op, loc):
         kp.fail(f"grid {list(kp.grid)} and tile {list(kp.tile)} do not tile the {k.n}x{k.f}x{k.oh} conv on "
                 f"{em.cores} cores")
     wv = np.asarray(em.known[o.operands[1]], np.float32)
-    if o.operands[1] in em.qscale:
-        wv = _dequantize(wv, *em.qscale[o.operands[1]])
     fmt, b = g["fmt"], em.b
 
     def const(name, arr, f=fmt):
