@@ -3,8 +3,9 @@
 * `spyre.double_buffer = true|false` on every device op: true when its allocation holds two buffers of a
   streamed operand (`a0`/`a1`, `in0`/`in1`, ...), so the DMA of the next tile overlaps compute on this one.
 * `spyre.barrier = true` on an op whose result is read where the data crosses cores: by a later device op that
-  does not read it on the cores that wrote it, by a host region, by `func.return` or by any other non-device op.
-  Ops without the attribute need no barrier after them.
+  does not read it on the cores that wrote it, by a host region or by any other non-device op. `func.return`
+  is no such reader: the host reads outputs after every core has ended, and the copies and state updates the
+  emitter adds at the end bring their own barriers. Ops without the attribute need no barrier after them.
 
 Whether data stays on its core is decided from the work division. An op's result is held in contiguous row
 blocks, block c on core c, when the op is row-wise (`[gr]`), a matmul split along M only (`[gm, 1, 1]`, as the
@@ -56,6 +57,8 @@ class SchedulePass(SpyrePass):
         """Whether any reader of the op's result reads it on other cores than those that wrote it."""
         held = result_blocks(*models[op])
         for use in op.results[0].uses:
+            if _op(use.owner).name == "func.return":
+                continue
             reader = models.get(_op(use.owner))
             if held is None or reader is None or operand_blocks(*reader, use.operand_number) != held:
                 return True

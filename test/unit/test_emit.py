@@ -15,8 +15,9 @@ from spyre_mlir.target import load_target
 
 
 
-def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference"):
-    """Select and plan the kernels (the kernel passes; a hand-written grid and tile are kept), emit, load."""
+def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference", layout=False):
+    """Select and plan the kernels (the kernel passes; a hand-written grid and tile are kept), emit, load.
+    ``layout``: run spyre-layout first (sticks, and transpose_rhs as an explicit restickify)."""
     from torch_mlir import ir
 
     from spyre_mlir.params import attach, values
@@ -27,7 +28,7 @@ def run(ir_text, inputs, cores=2, params=None, numerics="fp32-reference"):
         plan = "spyre-allocate-scratchpad," + plan
     if "spyre.grid" not in ir_text:
         plan = f"spyre-divide-work{{cores={cores}}},spyre-tile," + plan
-    plan = "spyre-select-kernels,spyre-fold-constants," + plan
+    plan = ("spyre-layout," if layout else "") + "spyre-select-kernels,spyre-fold-constants," + plan
     with make_context():
         module = ir.Module.parse(ir_text)
         attach(module, params or {})
@@ -87,11 +88,14 @@ func.func @main(%a: tensor<3x8x64xf32>, %b: tensor<3x32x64xf32>) -> tensor<3x8x3
   return %r : tensor<3x8x32xf32>
 }"""
     a, b = rand(3, 8, 64), rand(3, 32, 64)
-    (y,), em, exe = run(ir_text, [a, b], cores=2)
+    (y,), em, exe = run(ir_text, [a, b], cores=2, layout=True)
     np.testing.assert_allclose(y, a @ b.transpose(0, 2, 1), rtol=1e-5, atol=1e-4)
     assert em.host_ops == []
     rst = [r for r in exe.program.code[0] if r["op"] == Op.RESTICK]
     assert len(rst) == 1 and (int(rst[0]["m"]), int(rst[0]["n"]), int(rst[0]["k"])) == (3, 32, 64)
+    # Without spyre-layout the kernel would have to restickify B itself: it refuses, at the op's location.
+    with pytest.raises(codegen.EmitError, match="transpose_rhs.*run spyre-layout"):
+        run(ir_text, [a, b], cores=2)
 
 
 def test_map_broadcasts_and_rewrites():

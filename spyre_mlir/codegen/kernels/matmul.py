@@ -22,10 +22,9 @@ import numpy as np
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
-from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _loc, _sub, _tensor_type
+from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
-from .move import restick
 
 __all__ = ["matmul", "select", "EMITTERS"]
 
@@ -288,7 +287,7 @@ def emit_matmul(em, op, loc):
     bias = o.operands[2] if len(o.operands) > 2 else None
     A = em.tensor(lhs)
     M, K = A.shape
-    B, colscale, scale = _rhs(em, op, rhs, transpose=bool(_attr(op, "transpose_rhs", False)))
+    B, colscale, scale = _rhs(em, op, rhs)
     N = B.shape[-1]
     O = em.result(op)
     bias_t = em.tensor(bias) if bias is not None else None
@@ -300,7 +299,7 @@ def emit_matmul(em, op, loc):
 def emit_batch_matmul(em, op, loc):
     o = op.operation
     A = em.tensor(o.operands[0])
-    B, colscale, scale = _rhs(em, op, o.operands[1], transpose=bool(_attr(op, "transpose_rhs", False)))
+    B, colscale, scale = _rhs(em, op, o.operands[1])
     O = em.result(op)
     ashape, bshape = A.shape, B.shape
     M, K, N = ashape[-2], ashape[-1], bshape[-1]
@@ -311,51 +310,34 @@ def emit_batch_matmul(em, op, loc):
     return len(used)
 
 
-def _rhs(em, op, rhs, transpose: bool):
-    """The rhs as a [.., K, N] device tensor; a transposed parameter is transposed at compile time, a
-    quantized one brings its per-column (or per-tensor) scale."""
+def _rhs(em, op, rhs):
+    """The rhs as a [.., K, N] device tensor; a quantized weight brings its per-column (or per-tensor) scale.
+    The kernel reads B sticked on N: a ``transpose_rhs`` is spyre-layout's to make an explicit restickify."""
+    if _attr(op, "transpose_rhs", False):
+        raise EmitError(f"{op.operation.name} with transpose_rhs: the kernel reads its rhs as [K, N] (run "
+                        f"spyre-layout, which makes the transpose an explicit restickify)", op.operation.location)
     colscale = scale = None
-    if rhs in em.known:
-        val = np.asarray(em.known[rhs])
-        qs = em.qscale.get(rhs)
-        if transpose:
-            val = np.swapaxes(val, -1, -2)
-        shape, elt = _tensor_type(rhs)
-        fmt = em.qfmt.get(rhs) or format_of(elt)
-        name = em._name(em._const_names.get(rhs, "w") + (".T" if transpose else ""))
-        if fmt is Format.INT8:
-            buf = em.b.constant(name, val.astype(np.int8), fmt, encoded=True)
+    if rhs not in em.known:
+        return em.tensor(rhs), colscale, scale
+    val = np.asarray(em.known[rhs])
+    qs = em.qscale.get(rhs)
+    shape, elt = _tensor_type(rhs)
+    fmt = em.qfmt.get(rhs) or format_of(elt)
+    name = em._name(em._const_names.get(rhs, "w"))
+    if fmt is Format.INT8:
+        buf = em.b.constant(name, val.astype(np.int8), fmt, encoded=True)
+    else:
+        buf = em.b.constant(name, val.astype(np.float32), fmt)
+    B = em._buffer_tensor(buf)
+    if qs is not None:
+        s, axis = qs
+        if axis is None:
+            scale = float(np.asarray(s).reshape(-1)[0])
         else:
-            buf = em.b.constant(name, val.astype(np.float32), fmt)
-        B = em._buffer_tensor(buf)
-        if qs is not None:
-            s, axis = qs
-            if axis is None:
-                scale = float(np.asarray(s).reshape(-1)[0])
-            else:
-                n_axis = (len(shape) - 2 if transpose else len(shape) - 1)
-                if axis % len(shape) != n_axis:
-                    raise EmitError("per-channel weight scales must be along the output channels",
-                                    op.operation.location)
-                colscale = em._buffer_tensor(em.b.constant(em._name(name + ".scale"),
-                                                           np.asarray(s, np.float32).reshape(1, -1),
-                                                           "fp32"))
-        return B, colscale, scale
-    B = em.tensor(rhs)
-    if transpose:
-        shape, elt = _tensor_type(rhs)
-        perm = list(range(len(shape)))
-        perm[-1], perm[-2] = perm[-2], perm[-1]
-        tshape = tuple(shape[p] for p in perm)
-        buf = em.b.scratch(em._name(f"t{em._op_index}.T"), tshape, B.fmt)
-        T = em._buffer_tensor(buf)
-        if em.cores > 1:
-            em.barrier(_loc(op))
-        # A restickify in device memory (B is in the canonical layout: a slot, a buffer or an alias).
-        restick(em, B, T, math.prod(shape[:-2]), shape[-2], shape[-1], _loc(op))
-        if em.cores > 1:
-            em.barrier(_loc(op))
-        B = T
+            if axis % len(shape) != len(shape) - 1:
+                raise EmitError("per-channel weight scales must be along the output channels", op.operation.location)
+            colscale = em._buffer_tensor(em.b.constant(em._name(name + ".scale"),
+                                                       np.asarray(s, np.float32).reshape(1, -1), "fp32"))
     return B, colscale, scale
 
 
