@@ -337,7 +337,9 @@ def _cast(op: ir.Operation) -> OpModel:
 def _movement(op: ir.Operation) -> OpModel:
     """transpose, reshape, slice, concat, as their `spyre.kernel` moves them (codegen/kernels/move.py):
 
-    * `alias`, a reshape keeping the innermost dim: no scratchpad; its rows split like a row-wise op's;
+    * `alias`, a reshape whose result has its operand's bytes: no scratchpad; its rows split like a row-wise
+      op's. One that splits or merges whole sticks of the innermost dim has rows of another width, so its row
+      blocks are not its operand's: it reads it on no particular cores (a barrier after the producer);
     * `restick`, a transpose of the last two dims: a RESTICK in device memory on one core (no scratchpad);
     * `dma-rows`, whole rows (a transpose keeping the innermost dim, a slice or concat of whole sticks): gathered
       by DMA straight into the output tiles `out0 out1`;
@@ -351,7 +353,9 @@ def _movement(op: ir.Operation) -> OpModel:
         return OpModel(op, "rows", rows=cost.RowKernel(rows=1, inputs=(), outputs=()), chunked=())
     if kernel == "alias":
         # Its rows split like its neighbours' (so no barrier), nothing moves through a scratchpad.
-        model = _rows_model(op, rows, [("in", op.operands[0], True)])
+        from spyre_mlir.codegen.kernels.move import same_innermost
+
+        model = _rows_model(op, rows, [("in", op.operands[0], True)], chunked=None if same_innermost(op) else ())
         k = model.rows
         unbuffered = lambda ops: tuple(dataclasses.replace(o, buffered=False) for o in ops)  # noqa: E731
         model.rows = dataclasses.replace(k, inputs=unbuffered(k.inputs), outputs=unbuffered(k.outputs))

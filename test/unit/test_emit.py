@@ -312,6 +312,32 @@ func.func @main(%x: tensor<2x16x64x!spyre.dlf16>) -> (tensor<2x16x8x!spyre.dlf16
     assert em.host_ops == []
 
 
+def test_head_split_of_whole_sticks_is_an_alias():
+    """[16, 256] -> [16, 4, 64] dlf16 (one stick per head) moves no data: the second map reads the first one's bytes in
+    place, after a barrier (its rows are not the producer's rows), bit-exact."""
+    ir_text = """
+func.func @main(%x: tensor<16x256x!spyre.dlf16>) -> tensor<16x4x64x!spyre.dlf16> {
+  %a = "spyre.map"(%x) ({
+  ^bb0(%e: f32):
+    %n = arith.negf %e : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<16x256x!spyre.dlf16>) -> tensor<16x256x!spyre.dlf16>
+  %s = "spyre.reshape"(%a) : (tensor<16x256x!spyre.dlf16>) -> tensor<16x4x64x!spyre.dlf16>
+  %b = "spyre.map"(%s) ({
+  ^bb0(%e: f32):
+    %t = arith.addf %e, %e : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<16x4x64x!spyre.dlf16>) -> tensor<16x4x64x!spyre.dlf16>
+  return %b : tensor<16x4x64x!spyre.dlf16>
+}"""
+    from spyre_mlir.runtime.formats import dlf16_round
+
+    x = dlf16_round(rand(16, 256))
+    (y,), em, _ = run(ir_text, [x], cores=4, numerics="faithful")
+    np.testing.assert_array_equal(y, (-2 * x).reshape(16, 4, 64))
+    assert em.host_ops == [] and em.kernels == ["spyre.map", "spyre.map"]
+
+
 def test_pooling_and_suffix_reductions_on_device():
     """Max/avg pooling (row gathers + selection matmuls + SFU max/add) and a mean over the trailing (H, W)
     dims (rows combined in fp32, then one row reduction); dlf16 data, exact selection, one rounding."""

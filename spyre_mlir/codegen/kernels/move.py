@@ -17,7 +17,7 @@ import numpy as np
 
 from spyre_mlir.passes.analysis import KERNEL
 from spyre_mlir.runtime.assembler import Tile
-from spyre_mlir.runtime.formats import Format
+from spyre_mlir.runtime.formats import STICK_BYTES, Format
 
 from ..common import _attr, _sub, _tb, _tensor_type
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
@@ -30,7 +30,7 @@ def select(op, target, known) -> str | None:
     """How the device moves ``op``'s data (a transpose, slice, concat or reshape): ``"alias"`` (a reshape
     keeping the innermost dim: the same bytes), ``"dma-rows"``, ``"restick"`` or ``"select-cols"``; None when
     it cannot (then the host does)."""
-    if op.operation.name == "spyre.reshape" and _is_alias(op):
+    if op.operation.name == "spyre.reshape" and _is_alias(op) and (same_innermost(op) or not _leaves(op)):
         return "alias"
     if row_sources(op) is not None:
         return "dma-rows"
@@ -42,6 +42,30 @@ def select(op, target, known) -> str | None:
 
 
 def _is_alias(op) -> bool:
+    """The reshape's result has its operand's bytes: the innermost dim stays, or both innermost dims are whole
+    sticks (no padding on either side, so both layouts are the same row-major bytes: splitting [.., 768] into
+    [.., 12, 64] dlf16 heads, or merging them back)."""
+    ishape, elt = _tensor_type(op.operation.operands[0])
+    oshape, _ = _tensor_type(op.operation.results[0])
+    inner, outer = (ishape[-1:] or (1,))[0], (oshape[-1:] or (1,))[0]
+    if inner == outer:
+        return True
+    try:
+        fmt = format_of(elt)
+    except ValueError:
+        return False
+    return fmt.nbytes(inner) % STICK_BYTES == 0 and fmt.nbytes(outer) % STICK_BYTES == 0
+
+
+def _leaves(op) -> bool:
+    """The result is returned or read by host code: an alias would need a host copy into a buffer of its own
+    shape, so a reshape that moves whole sticks between rows keeps a device kernel there."""
+    return any(u.owner.name in ("func.return", "spyre.host") or not u.owner.name.startswith("spyre.")
+               for u in op.operation.results[0].uses)
+
+
+def same_innermost(op) -> bool:
+    """A reshape that keeps its innermost dim (its rows are its operand's rows, split or merged)."""
     ishape, _ = _tensor_type(op.operation.operands[0])
     oshape, _ = _tensor_type(op.operation.results[0])
     return (ishape[-1:] or (1,)) == (oshape[-1:] or (1,))
