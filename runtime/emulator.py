@@ -295,6 +295,11 @@ class Parallel:
             pending.result()
 
 
+def _as_sticks(a: np.ndarray) -> np.ndarray:
+    """A contiguous memory array as a 1-D array of its 128-element sticks, each one opaque (void) element."""
+    return a.view(np.dtype((np.void, STICK_BYTES * a.itemsize)))
+
+
 class Copy:
     """Byte copies of one (outer, rows, row_bytes) strided shape at several (source, destination) offset pairs
     between two memories, shadow included. Evenly spaced offsets make one strided copy; otherwise the
@@ -315,7 +320,9 @@ class Copy:
                           for s, d in arrays]
         else:
             self.index = (block_sticks(src_offs, src_strides, shape), block_sticks(dst_offs, dst_strides, shape))
-            self.pairs = [(d.reshape(-1, STICK_BYTES), s.reshape(-1, STICK_BYTES)) for s, d in arrays]
+            # Each stick as one opaque element: numpy's fancy indexing copies it whole, several times faster
+            # than 128 uint8 (or float32) columns per index.
+            self.pairs = [(_as_sticks(d), _as_sticks(s)) for s, d in arrays]
 
     def __call__(self) -> None:
         if self.index is None:
