@@ -521,9 +521,10 @@ class Machine:
 
     def __init__(self, device: Memory, sp: Memory, sp_stride: int, numerics: str, host_code=None):
         self.device, self.sp, self.stride, self.numerics, self.host_code = device, sp, sp_stride, numerics, host_code
-        # RING_SEND -> (its batch's staging memory, offset, which of its sticks held constants): delivered at
-        # the barrier.
+        # RING_SEND -> (offset in the staging memory, which of its sticks held constants): delivered at the
+        # barrier. One staging memory for all sends (a slot each), so the sends a barrier delivers are one copy.
         self._staged = {}
+        self._stage, self._stage_end = None, 0
 
     def buffer_view(self, b) -> TileView:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
@@ -554,6 +555,8 @@ class Machine:
                 np.add.at(self._writers, s.core * per_core + s.sp_writes, 1)
                 if s.op is Op.RING_SEND:
                     np.add.at(self._writers, s.send[0] * per_core + s.peer_sticks, 1)
+        slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
+        self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
         plan, seg = [], []
         for s in list(steps) + [None]:
             if s is not None and not isinstance(s, Sync):
@@ -658,13 +661,13 @@ class Machine:
             D = self._tiles(batch, lambda i: i.red[1], write=True)
             return lambda: D.write(reduce_eval(fn, S.read()))
         if s.op is Op.RING_SEND:
-            k = s.send[3]
-            stage = Memory(len(batch) * k, self.sp.shadow is not None)
+            k, base = s.send[3], self._stage_end
+            self._stage_end += len(batch) * k
             for j, i in enumerate(batch):
                 src = i.core * self.stride + i.send[2]
-                self._staged[i] = (stage, j * k, self._csp[sticks(src, src + k)])
+                self._staged[i] = (base + j * k, self._csp[sticks(src, src + k)])
             return Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
-                        stage, [j * k for j in range(len(batch))], (0, 0), (1, 1, k))
+                        self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k))
         if s.op is Op.RING_REDUCE:
             S = self._tiles(batch, lambda i: i.reduce[3])
             for i in batch:
@@ -713,14 +716,14 @@ class Machine:
         # sends of one batch land together.
         dests = [sticks(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
         for snd, d in zip(s.sends, dests):              # in issue order, as they land
-            self._csp[d] = self._staged[snd][2]
+            self._csp[d] = self._staged[snd][1]
         alone = bool(dests) and np.unique(np.concatenate(dests)).size < sum(d.size for d in dests)
         groups: dict = {}
         for snd in s.sends:
-            groups.setdefault(snd if alone else self._staged[snd][0], []).append(snd)
+            groups.setdefault(snd if alone else snd.send[3], []).append(snd)     # one copy per size
         for group in groups.values():
-            stage, k = self._staged[group[0]][0], group[0].send[3]
-            deliveries.append(Copy(stage, [self._staged[g][1] for g in group], (0, 0), self.sp,
+            k = group[0].send[3]
+            deliveries.append(Copy(self._stage, [self._staged[g][0] for g in group], (0, 0), self.sp,
                                    [g.send[0] * self.stride + g.send[1] for g in group], (0, 0), (1, 1, k)))
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
