@@ -185,11 +185,20 @@ class WindowView:
         cols = offset + stride * np.arange(n)
         self.view, self.ok = view, (cols >= 0) & (cols < width)
         self.cols = cols[self.ok]
+        # The columns in the window are outputs [lo, hi), stored columns first, first + stride, ...: a basic
+        # slice, several times faster than a masked fancy-index copy at a convolution's small tiles.
+        inside = np.flatnonzero(self.ok)
+        self.lo, self.hi = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
+        first = offset + stride * self.lo
+        self.src = slice(first, first + stride * (self.hi - self.lo - 1) + 1, stride) if inside.size else None
 
     def read(self) -> np.ndarray:
         t = self.view.read()
-        out = np.zeros(t.shape[:-1] + (self.ok.size,), t.dtype)
-        out[..., self.ok] = t[..., self.cols]
+        out = np.empty(t.shape[:-1] + (self.ok.size,), t.dtype)
+        out[..., :self.lo] = 0
+        out[..., self.hi:] = 0
+        if self.src is not None:
+            out[..., self.lo:self.hi] = t[..., self.src]
         return out
 
 
