@@ -442,7 +442,10 @@ def sfu_eval(fn: SfuFn, shape, x, y, imm: float, swap: bool) -> np.ndarray:
         return np.where(x != 0, y, _F32(imm)).astype(_F32)
     if swap:
         x, y = y, x
-    return np.broadcast_to(_BINARY[fn](x, y), shape).astype(_F32)
+    r = _BINARY[fn](x, y)
+    if r.shape == tuple(shape) and r.dtype == _F32:
+        return r                  # already a fresh fp32 array of the result's shape: no copy
+    return np.broadcast_to(r, shape).astype(_F32)
 
 
 def reduce_eval(fn: ReduceFn, x) -> np.ndarray:
