@@ -36,8 +36,8 @@ from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pi
 from .schedule import Sync, bits, sticks
 
 __all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Restick", "Machine", "to_storage",
-           "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Once", "block_sticks", "SpyreRuntimeError",
-           "one_blas_thread"]
+           "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Shared", "Once", "block_sticks",
+           "SpyreRuntimeError", "one_blas_thread"]
 
 NUMERICS = ("faithful", "fp32-reference")
 
@@ -175,6 +175,17 @@ class TileView:
             self.shadow[...] = values
             self.shadow_pad[...] = 0
 
+    def write_one(self, values) -> None:
+        """:meth:`write` of the same values (broadcastable to one tile) to each of the ``count`` tiles, rounded
+        once."""
+        values = np.broadcast_to(values, (1,) + self.shape[1:])
+        self.store[...] = self._encode(values)
+        if self.pad.size:
+            self.pad[...] = 0
+        if self.shadow is not None:
+            self.shadow[...] = values
+            self.shadow_pad[...] = 0
+
 
 class WindowView:
     """MATMUL's B operand read through a column window (flag WINDOW): column j is the stored tile's column
@@ -222,6 +233,10 @@ class TileList:
         for v, x in zip(self.views, np.broadcast_to(values, self.shape)):
             v.write(x)
 
+    def write_one(self, values) -> None:
+        for v in self.views:
+            v.write(np.broadcast_to(values, (1,) + v.shape)[0])
+
 
 def _step(offsets) -> int | None:
     """The spacing of evenly spaced, increasing offsets (0 for a single one), else None."""
@@ -260,6 +275,19 @@ class Frozen:
             self.value = np.array(self.view.read())       # a copy: the memory changes later in the run
             self.value.flags.writeable = False
         return self.value
+
+    peek = read
+
+
+class Shared:
+    """The same tile on several cores whose bytes are provably equal (copied by one DMA batch from the same
+    device bytes, unwritten since): decoded once, from the first core's copy, then copied per core."""
+
+    def __init__(self, first: TileView, count: int):
+        self.first, self.shape = first, (count,) + first.shape
+
+    def read(self) -> np.ndarray:
+        return np.broadcast_to(self.first.read(), self.shape).copy()     # contiguous, as a decode makes it
 
     peek = read
 
@@ -533,8 +561,9 @@ class Machine:
 
     def __init__(self, device: Memory, sp: Memory, sp_stride: int, numerics: str, host_code=None):
         self.device, self.sp, self.stride, self.numerics, self.host_code = device, sp, sp_stride, numerics, host_code
-        # RING_SEND -> (offset in the staging memory, which of its sticks held constants): delivered at the
-        # barrier. One staging memory for all sends (a slot each), so the sends a barrier delivers are one copy.
+        # RING_SEND -> (offset in the staging memory, which of its sticks held constants, their ids in _orig):
+        # delivered at the barrier. One staging memory for all sends (a slot each), so the sends a barrier
+        # delivers are one copy.
         self._staged = {}
         self._stage, self._stage_end = None, 0
 
@@ -553,6 +582,12 @@ class Machine:
         for addr, nbytes in constants:
             self._cdev[addr // STICK_BYTES:(addr + nbytes) // STICK_BYTES] = True
         self._csp = np.zeros(self.sp.bytes.size // STICK_BYTES, dtype=bool)
+        # Where each scratchpad stick's bytes come from, at this point of the plan: equal ids, equal bytes. A DMA
+        # load gives (its batch, the device stick) ids, so the cores of one broadcast load share them; a ring
+        # delivery gives the ids its sender's sticks had; any other write gives new ids of its own (negative,
+        # never repeated).
+        self._orig = -np.arange(1, self._csp.size + 1, dtype=np.int64)
+        self._next_id, self._loads = self._csp.size + 1, 0
         # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
         # nothing else writes leaves the same bytes there for every later run: it runs once).
         self._writers = np.zeros(self._csp.size, dtype=np.int32)
@@ -604,9 +639,25 @@ class Machine:
         st = np.concatenate([self._tile_sticks(i.core * self.stride, tile(i)) for i in batch])
         if write:
             self._csp[st] = False
+            self._fresh(st)
         elif self.numerics == "faithful" and self._csp[st].all():
             return Frozen(view)
+        elif _lut(t[3]) is not None and self._same(batch, tile):
+            return Shared(TileView(self.sp, batch[0].core * self.stride + t[0], *t[1:]), len(batch))
         return view
+
+    def _same(self, batch, tile) -> bool:
+        """Whether tile ``tile(ins)`` holds the same bytes on every core of a batch, at this point of the plan
+        (faithful numerics only: the fp32-reference shadow is left as it is)."""
+        if self.numerics != "faithful" or len(batch) < 2 or tile(batch[0]) is None:
+            return False
+        orig = self._orig[np.stack([self._tile_sticks(i.core * self.stride, tile(i)) for i in batch])]
+        return bool((orig == orig[0]).all())
+
+    def _fresh(self, st) -> None:
+        """Sticks ``st`` get bytes of their own (ids nothing else has)."""
+        self._orig[st] = -np.arange(self._next_id, self._next_id + st.size)
+        self._next_id += st.size
 
     def _prepare(self, batch):
         s = batch[0]
@@ -616,7 +667,10 @@ class Machine:
             sp = [i.core * self.stride + i.dma[2] for i in batch]
             if s.op is Op.DMA_LOAD:
                 dst = block_sticks(sp, sstr, shape)
-                const = self._csp[dst] = self._cdev[block_sticks(dev, dstr, shape)]
+                src = block_sticks(dev, dstr, shape)
+                const = self._csp[dst] = self._cdev[src]
+                self._loads += 1
+                self._orig[dst] = self._loads * self._cdev.size + src
                 copy = Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
                 return Once(copy) if const.all() and (self._writers[dst] == 1).all() else copy
             self._cdev[block_sticks(dev, dstr, shape)] = self._csp[block_sticks(sp, sstr, shape)]
@@ -655,6 +709,9 @@ class Machine:
             return matmul
         if s.op is Op.SFU:
             fn, mode, swap, dst, _, _, imm = s.sfu
+            if fn in _EXACT and dst[3] in _ENCODERS and all(self._same(batch, lambda i, j=j: i.sfu[j])
+                                                           for j in (4, 5) if s.sfu[j] is not None):
+                return self._prepare_same_sfu(batch)
             S0, S1 = (self._tiles(batch, lambda i, j=j: i.sfu[j]) for j in (4, 5))
             D = self._tiles(batch, lambda i: i.sfu[3], write=True)
             shape = (len(batch), dst[1], dst[2])
@@ -677,7 +734,8 @@ class Machine:
             self._stage_end += len(batch) * k
             for j, i in enumerate(batch):
                 src = i.core * self.stride + i.send[2]
-                self._staged[i] = (base + j * k, self._csp[sticks(src, src + k)])
+                st = sticks(src, src + k)
+                self._staged[i] = (base + j * k, self._csp[st], self._orig[st])
             return Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
                         self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k))
         if s.op is Op.RING_REDUCE:
@@ -697,6 +755,27 @@ class Machine:
             self._cdev[s.dev_writes] = False
             return self._prepare_host(s)
         raise AssertionError(s.op)
+
+    def _prepare_same_sfu(self, batch):
+        """An SFU batch whose operands hold the same bytes on every core (a cast of a tile all cores loaded):
+        computed once, on the first core's operands, and written to every core. Exactly rounded functions
+        only (:data:`_EXACT`): their result does not depend on how many elements one numpy call computes."""
+        fn, mode, swap, dst, _, _, imm = batch[0].sfu
+        first = batch[0].core * self.stride
+        S0, S1 = (None if t is None else TileView(self.sp, first + t[0], *t[1:], count=1)
+                  for t in batch[0].sfu[4:6])
+        D = self._tiles(batch, lambda i: i.sfu[3], write=True)
+        # Every core's result has the bytes of the first core's: the same ids.
+        one = self._tile_sticks(first, dst)
+        for i in batch[1:]:
+            self._orig[self._tile_sticks(i.core * self.stride, i.sfu[3])] = self._orig[one]
+        shape = (1, dst[1], dst[2])
+        x = S0.peek if S0 is not None else (lambda: None)
+        y = S1.peek if S1 is not None else (lambda: imm)
+
+        def sfu():
+            D.write_one(sfu_eval(fn, shape, x(), y(), imm, swap))
+        return sfu
 
     def _prepare_host(self, s):
         op, ins_bufs, out_bufs, attrs = s.host
@@ -728,7 +807,7 @@ class Machine:
         # sends of one batch land together.
         dests = [sticks(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
         for snd, d in zip(s.sends, dests):              # in issue order, as they land
-            self._csp[d] = self._staged[snd][1]
+            _, self._csp[d], self._orig[d] = self._staged[snd]      # the bytes the send read, and their ids
         alone = bool(dests) and np.unique(np.concatenate(dests)).size < sum(d.size for d in dests)
         groups: dict = {}
         for snd in s.sends:
@@ -743,6 +822,7 @@ class Machine:
             view = tiles(self.sp, [r * self.stride + dst[0] for r in receivers], *dst[1:])
             for r in receivers:
                 self._csp[self._tile_sticks(r * self.stride, dst)] = False
+                self._fresh(self._tile_sticks(r * self.stride, dst))
 
             def reduce_sum(group=group, view=view):
                 total = group[0].slot[0]
