@@ -339,10 +339,31 @@ def _as_sticks(a: np.ndarray) -> np.ndarray:
     return a.view(np.dtype((np.void, STICK_BYTES * a.itemsize)))
 
 
+def _runs(src_offs, dst_offs) -> list[tuple[int, int]]:
+    """[start, end) runs of consecutive (source, destination) pairs whose offsets both step evenly and upwards."""
+    runs, i = [], 0
+    while i < len(src_offs):
+        j = i + 1
+        if j < len(src_offs):
+            steps = (src_offs[j] - src_offs[i], dst_offs[j] - dst_offs[i])
+            while (j < len(src_offs) and min(steps) > 0
+                   and (src_offs[j] - src_offs[j - 1], dst_offs[j] - dst_offs[j - 1]) == steps):
+                j += 1
+            j = max(j, i + 1)
+        runs.append((i, j))
+        i = j
+    return runs
+
+
+_RUNS = 4          # a copy in at most this many strided pieces rather than by stick index
+
+
 class Copy:
     """Byte copies of one (outer, rows, row_bytes) strided shape at several (source, destination) offset pairs
-    between two memories, shadow included. Evenly spaced offsets make one strided copy; otherwise the
-    128-byte sticks move by index (every DMA and ring transfer is whole sticks)."""
+    between two memories, shadow included. Evenly spaced offsets make one strided copy, a few runs of them
+    (a ring's shift: cores 1..15 then core 0) a few; otherwise the 128-byte sticks move by index (every DMA
+    and ring transfer is whole sticks). The destinations of one copy never overlap (each core's own bytes, or
+    what the loader proved no other core touches), so the pieces may move in any order."""
 
     def __init__(self, src: Memory, src_offs, src_strides, dst: Memory, dst_offs, dst_strides, shape):
         m, n, k = shape
@@ -350,7 +371,12 @@ class Copy:
         if ss is None and len(set(src_offs)) == 1:
             ss = 0                       # every copy reads the same bytes (a broadcast load)
         arrays = [(src.bytes, dst.bytes)] + ([(src.shadow, dst.shadow)] if src.shadow is not None else [])
-        if ss is not None and ds is not None:
+        runs = _runs(src_offs, dst_offs) if ss is None or ds is None else []
+        if 1 < len(runs) <= _RUNS:
+            self.index = None
+            self.pairs = [p for i, j in runs for p in Copy(src, src_offs[i:j], src_strides, dst, dst_offs[i:j],
+                                                           dst_strides, shape).pairs]
+        elif ss is not None and ds is not None:
             def view(a, off, step, strides):
                 f = a.itemsize
                 return as_strided(a[off:], (len(src_offs), m, n, k), (step * f, strides[0] * f, strides[1] * f, f))
