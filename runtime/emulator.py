@@ -21,6 +21,7 @@ Numerics:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
@@ -255,12 +256,13 @@ def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView |
     return TileView(mem, offsets[0], rows, cols, fmt, count=len(offsets), step=step)
 
 
-def block_sticks(offsets, strides, shape) -> np.ndarray:
-    """The 128-byte sticks of (outer, rows, row_bytes) strided blocks at each of ``offsets``, in copy order."""
+def block_sticks(offsets, strides, shape, unit: int = STICK_BYTES) -> np.ndarray:
+    """The 128-byte sticks (or ``unit``-byte pieces, a unit the blocks are made of) of (outer, rows, row_bytes)
+    strided blocks at each of ``offsets``, in copy order."""
     m, n, k = shape
     one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
-           + np.arange(0, k, STICK_BYTES)[None, None, :]).ravel()
-    return np.concatenate([(o + one) // STICK_BYTES for o in offsets])
+           + np.arange(0, k, unit)[None, None, :]).ravel()
+    return np.concatenate([(o + one) // unit for o in offsets])
 
 
 class Frozen:
@@ -334,9 +336,10 @@ class Parallel:
             pending.result()
 
 
-def _as_sticks(a: np.ndarray) -> np.ndarray:
-    """A contiguous memory array as a 1-D array of its 128-element sticks, each one opaque (void) element."""
-    return a.view(np.dtype((np.void, STICK_BYTES * a.itemsize)))
+def _units(a: np.ndarray, unit: int) -> np.ndarray:
+    """A contiguous memory array as a 1-D array of its ``unit``-element pieces, each one opaque (void) element
+    (a tail shorter than a unit left out)."""
+    return a[:a.size // unit * unit].view(np.dtype((np.void, unit * a.itemsize)))
 
 
 def _runs(src_offs, dst_offs) -> list[tuple[int, int]]:
@@ -384,10 +387,12 @@ class Copy:
             self.pairs = [(view(d, dst_offs[0], ds, dst_strides), view(s, src_offs[0], ss, src_strides))
                           for s, d in arrays]
         else:
-            self.index = (block_sticks(src_offs, src_strides, shape), block_sticks(dst_offs, dst_strides, shape))
-            # Each stick as one opaque element: numpy's fancy indexing copies it whole, several times faster
-            # than 128 uint8 (or float32) columns per index.
-            self.pairs = [(_as_sticks(d), _as_sticks(s)) for s, d in arrays]
+            # The largest unit every offset, stride and row is made of (a stick at least), each unit one opaque
+            # element: numpy's fancy indexing copies it whole, several times faster than its bytes as columns.
+            unit = math.gcd(*src_offs, *dst_offs, *src_strides, *dst_strides, k)
+            self.index = (block_sticks(src_offs, src_strides, shape, unit),
+                          block_sticks(dst_offs, dst_strides, shape, unit))
+            self.pairs = [(_units(d, unit), _units(s, unit)) for s, d in arrays]
 
     def __call__(self) -> None:
         if self.index is None:
