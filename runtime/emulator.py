@@ -21,6 +21,7 @@ Numerics:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
@@ -36,8 +37,8 @@ from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pi
 from .schedule import Sync, bits, sticks
 
 __all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Restick", "Machine", "to_storage",
-           "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Once", "block_sticks", "SpyreRuntimeError",
-           "one_blas_thread"]
+           "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Shared", "Once", "block_sticks",
+           "SpyreRuntimeError", "one_blas_thread"]
 
 NUMERICS = ("faithful", "fp32-reference")
 
@@ -147,7 +148,9 @@ class TileView:
     def read_bytes(self) -> np.ndarray:
         """Decode the stored bytes: float32 for float formats, integers for integer formats."""
         if self._lut is not None:
-            return self._lut[self.store]
+            # take with intp indices: numpy's fast gather (indexing by the uint16 codes, or strided ones, is
+            # about twice as slow).
+            return np.take(self._lut, self.store.astype(np.intp))
         if self.fmt is Format.BOOL:
             return self.raw != 0
         return decode(self.fmt, self.store, self.cols)
@@ -173,6 +176,17 @@ class TileView:
             self.shadow[...] = values
             self.shadow_pad[...] = 0
 
+    def write_one(self, values) -> None:
+        """:meth:`write` of the same values (broadcastable to one tile) to each of the ``count`` tiles, rounded
+        once."""
+        values = np.broadcast_to(values, (1,) + self.shape[1:])
+        self.store[...] = self._encode(values)
+        if self.pad.size:
+            self.pad[...] = 0
+        if self.shadow is not None:
+            self.shadow[...] = values
+            self.shadow_pad[...] = 0
+
 
 class WindowView:
     """MATMUL's B operand read through a column window (flag WINDOW): column j is the stored tile's column
@@ -183,11 +197,20 @@ class WindowView:
         cols = offset + stride * np.arange(n)
         self.view, self.ok = view, (cols >= 0) & (cols < width)
         self.cols = cols[self.ok]
+        # The columns in the window are outputs [lo, hi), stored columns first, first + stride, ...: a basic
+        # slice, several times faster than a masked fancy-index copy at a convolution's small tiles.
+        inside = np.flatnonzero(self.ok)
+        self.lo, self.hi = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
+        first = offset + stride * self.lo
+        self.src = slice(first, first + stride * (self.hi - self.lo - 1) + 1, stride) if inside.size else None
 
     def read(self) -> np.ndarray:
         t = self.view.read()
-        out = np.zeros(t.shape[:-1] + (self.ok.size,), t.dtype)
-        out[..., self.ok] = t[..., self.cols]
+        out = np.empty(t.shape[:-1] + (self.ok.size,), t.dtype)
+        out[..., :self.lo] = 0
+        out[..., self.hi:] = 0
+        if self.src is not None:
+            out[..., self.lo:self.hi] = t[..., self.src]
         return out
 
 
@@ -211,6 +234,10 @@ class TileList:
         for v, x in zip(self.views, np.broadcast_to(values, self.shape)):
             v.write(x)
 
+    def write_one(self, values) -> None:
+        for v in self.views:
+            v.write(np.broadcast_to(values, (1,) + v.shape)[0])
+
 
 def _step(offsets) -> int | None:
     """The spacing of evenly spaced, increasing offsets (0 for a single one), else None."""
@@ -229,12 +256,13 @@ def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView |
     return TileView(mem, offsets[0], rows, cols, fmt, count=len(offsets), step=step)
 
 
-def block_sticks(offsets, strides, shape) -> np.ndarray:
-    """The 128-byte sticks of (outer, rows, row_bytes) strided blocks at each of ``offsets``, in copy order."""
+def block_sticks(offsets, strides, shape, unit: int = STICK_BYTES) -> np.ndarray:
+    """The 128-byte sticks (or ``unit``-byte pieces, a unit the blocks are made of) of (outer, rows, row_bytes)
+    strided blocks at each of ``offsets``, in copy order."""
     m, n, k = shape
     one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
-           + np.arange(0, k, STICK_BYTES)[None, None, :]).ravel()
-    return np.concatenate([(o + one) // STICK_BYTES for o in offsets])
+           + np.arange(0, k, unit)[None, None, :]).ravel()
+    return np.concatenate([(o + one) // unit for o in offsets])
 
 
 class Frozen:
@@ -249,6 +277,19 @@ class Frozen:
             self.value = np.array(self.view.read())       # a copy: the memory changes later in the run
             self.value.flags.writeable = False
         return self.value
+
+    peek = read
+
+
+class Shared:
+    """The same tile on several cores whose bytes are provably equal (copied by one DMA batch from the same
+    device bytes, unwritten since): decoded once, from the first core's copy, then copied per core."""
+
+    def __init__(self, first: TileView, count: int):
+        self.first, self.shape = first, (count,) + first.shape
+
+    def read(self) -> np.ndarray:
+        return np.broadcast_to(self.first.read(), self.shape).copy()     # contiguous, as a decode makes it
 
     peek = read
 
@@ -295,10 +336,37 @@ class Parallel:
             pending.result()
 
 
+def _units(a: np.ndarray, unit: int) -> np.ndarray:
+    """A contiguous memory array as a 1-D array of its ``unit``-element pieces, each one opaque (void) element
+    (a tail shorter than a unit left out)."""
+    return a[:a.size // unit * unit].view(np.dtype((np.void, unit * a.itemsize)))
+
+
+def _runs(src_offs, dst_offs) -> list[tuple[int, int]]:
+    """[start, end) runs of consecutive (source, destination) pairs whose offsets both step evenly and upwards."""
+    runs, i = [], 0
+    while i < len(src_offs):
+        j = i + 1
+        if j < len(src_offs):
+            steps = (src_offs[j] - src_offs[i], dst_offs[j] - dst_offs[i])
+            while (j < len(src_offs) and min(steps) > 0
+                   and (src_offs[j] - src_offs[j - 1], dst_offs[j] - dst_offs[j - 1]) == steps):
+                j += 1
+            j = max(j, i + 1)
+        runs.append((i, j))
+        i = j
+    return runs
+
+
+_RUNS = 4          # a copy in at most this many strided pieces rather than by stick index
+
+
 class Copy:
     """Byte copies of one (outer, rows, row_bytes) strided shape at several (source, destination) offset pairs
-    between two memories, shadow included. Evenly spaced offsets make one strided copy; otherwise the
-    128-byte sticks move by index (every DMA and ring transfer is whole sticks)."""
+    between two memories, shadow included. Evenly spaced offsets make one strided copy, a few runs of them
+    (a ring's shift: cores 1..15 then core 0) a few; otherwise the 128-byte sticks move by index (every DMA
+    and ring transfer is whole sticks). The destinations of one copy never overlap (each core's own bytes, or
+    what the loader proved no other core touches), so the pieces may move in any order."""
 
     def __init__(self, src: Memory, src_offs, src_strides, dst: Memory, dst_offs, dst_strides, shape):
         m, n, k = shape
@@ -306,7 +374,12 @@ class Copy:
         if ss is None and len(set(src_offs)) == 1:
             ss = 0                       # every copy reads the same bytes (a broadcast load)
         arrays = [(src.bytes, dst.bytes)] + ([(src.shadow, dst.shadow)] if src.shadow is not None else [])
-        if ss is not None and ds is not None:
+        runs = _runs(src_offs, dst_offs) if ss is None or ds is None else []
+        if 1 < len(runs) <= _RUNS:
+            self.index = None
+            self.pairs = [p for i, j in runs for p in Copy(src, src_offs[i:j], src_strides, dst, dst_offs[i:j],
+                                                           dst_strides, shape).pairs]
+        elif ss is not None and ds is not None:
             def view(a, off, step, strides):
                 f = a.itemsize
                 return as_strided(a[off:], (len(src_offs), m, n, k), (step * f, strides[0] * f, strides[1] * f, f))
@@ -314,8 +387,12 @@ class Copy:
             self.pairs = [(view(d, dst_offs[0], ds, dst_strides), view(s, src_offs[0], ss, src_strides))
                           for s, d in arrays]
         else:
-            self.index = (block_sticks(src_offs, src_strides, shape), block_sticks(dst_offs, dst_strides, shape))
-            self.pairs = [(d.reshape(-1, STICK_BYTES), s.reshape(-1, STICK_BYTES)) for s, d in arrays]
+            # The largest unit every offset, stride and row is made of (a stick at least), each unit one opaque
+            # element: numpy's fancy indexing copies it whole, several times faster than its bytes as columns.
+            unit = math.gcd(*src_offs, *dst_offs, *src_strides, *dst_strides, k)
+            self.index = (block_sticks(src_offs, src_strides, shape, unit),
+                          block_sticks(dst_offs, dst_strides, shape, unit))
+            self.pairs = [(_units(d, unit), _units(s, unit)) for s, d in arrays]
 
     def __call__(self) -> None:
         if self.index is None:
@@ -424,7 +501,10 @@ def sfu_eval(fn: SfuFn, shape, x, y, imm: float, swap: bool) -> np.ndarray:
         return np.where(x != 0, y, _F32(imm)).astype(_F32)
     if swap:
         x, y = y, x
-    return np.broadcast_to(_BINARY[fn](x, y), shape).astype(_F32)
+    r = _BINARY[fn](x, y)
+    if r.shape == tuple(shape) and r.dtype == _F32:
+        return r                  # already a fresh fp32 array of the result's shape: no copy
+    return np.broadcast_to(r, shape).astype(_F32)
 
 
 def reduce_eval(fn: ReduceFn, x) -> np.ndarray:
@@ -512,9 +592,11 @@ class Machine:
 
     def __init__(self, device: Memory, sp: Memory, sp_stride: int, numerics: str, host_code=None):
         self.device, self.sp, self.stride, self.numerics, self.host_code = device, sp, sp_stride, numerics, host_code
-        # RING_SEND -> (its batch's staging memory, offset, which of its sticks held constants): delivered at
-        # the barrier.
+        # RING_SEND -> (offset in the staging memory, which of its sticks held constants, their ids in _orig):
+        # delivered at the barrier. One staging memory for all sends (a slot each), so the sends a barrier
+        # delivers are one copy.
         self._staged = {}
+        self._stage, self._stage_end = None, 0
 
     def buffer_view(self, b) -> TileView:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
@@ -531,6 +613,12 @@ class Machine:
         for addr, nbytes in constants:
             self._cdev[addr // STICK_BYTES:(addr + nbytes) // STICK_BYTES] = True
         self._csp = np.zeros(self.sp.bytes.size // STICK_BYTES, dtype=bool)
+        # Where each scratchpad stick's bytes come from, at this point of the plan: equal ids, equal bytes. A DMA
+        # load gives (its batch, the device stick) ids, so the cores of one broadcast load share them; a ring
+        # delivery gives the ids its sender's sticks had; any other write gives new ids of its own (negative,
+        # never repeated).
+        self._orig = -np.arange(1, self._csp.size + 1, dtype=np.int64)
+        self._next_id, self._loads = self._csp.size + 1, 0
         # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
         # nothing else writes leaves the same bytes there for every later run: it runs once).
         self._writers = np.zeros(self._csp.size, dtype=np.int32)
@@ -545,6 +633,8 @@ class Machine:
                 np.add.at(self._writers, s.core * per_core + s.sp_writes, 1)
                 if s.op is Op.RING_SEND:
                     np.add.at(self._writers, s.send[0] * per_core + s.peer_sticks, 1)
+        slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
+        self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
         plan, seg = [], []
         for s in list(steps) + [None]:
             if s is not None and not isinstance(s, Sync):
@@ -580,9 +670,25 @@ class Machine:
         st = np.concatenate([self._tile_sticks(i.core * self.stride, tile(i)) for i in batch])
         if write:
             self._csp[st] = False
+            self._fresh(st)
         elif self.numerics == "faithful" and self._csp[st].all():
             return Frozen(view)
+        elif _lut(t[3]) is not None and self._same(batch, tile):
+            return Shared(TileView(self.sp, batch[0].core * self.stride + t[0], *t[1:]), len(batch))
         return view
+
+    def _same(self, batch, tile) -> bool:
+        """Whether tile ``tile(ins)`` holds the same bytes on every core of a batch, at this point of the plan
+        (faithful numerics only: the fp32-reference shadow is left as it is)."""
+        if self.numerics != "faithful" or len(batch) < 2 or tile(batch[0]) is None:
+            return False
+        orig = self._orig[np.stack([self._tile_sticks(i.core * self.stride, tile(i)) for i in batch])]
+        return bool((orig == orig[0]).all())
+
+    def _fresh(self, st) -> None:
+        """Sticks ``st`` get bytes of their own (ids nothing else has)."""
+        self._orig[st] = -np.arange(self._next_id, self._next_id + st.size)
+        self._next_id += st.size
 
     def _prepare(self, batch):
         s = batch[0]
@@ -592,7 +698,10 @@ class Machine:
             sp = [i.core * self.stride + i.dma[2] for i in batch]
             if s.op is Op.DMA_LOAD:
                 dst = block_sticks(sp, sstr, shape)
-                const = self._csp[dst] = self._cdev[block_sticks(dev, dstr, shape)]
+                src = block_sticks(dev, dstr, shape)
+                const = self._csp[dst] = self._cdev[src]
+                self._loads += 1
+                self._orig[dst] = self._loads * self._cdev.size + src
                 copy = Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
                 return Once(copy) if const.all() and (self._writers[dst] == 1).all() else copy
             self._cdev[block_sticks(dev, dstr, shape)] = self._csp[block_sticks(sp, sstr, shape)]
@@ -631,6 +740,9 @@ class Machine:
             return matmul
         if s.op is Op.SFU:
             fn, mode, swap, dst, _, _, imm = s.sfu
+            if fn in _EXACT and dst[3] in _ENCODERS and all(self._same(batch, lambda i, j=j: i.sfu[j])
+                                                           for j in (4, 5) if s.sfu[j] is not None):
+                return self._prepare_same_sfu(batch)
             S0, S1 = (self._tiles(batch, lambda i, j=j: i.sfu[j]) for j in (4, 5))
             D = self._tiles(batch, lambda i: i.sfu[3], write=True)
             shape = (len(batch), dst[1], dst[2])
@@ -649,13 +761,14 @@ class Machine:
             D = self._tiles(batch, lambda i: i.red[1], write=True)
             return lambda: D.write(reduce_eval(fn, S.read()))
         if s.op is Op.RING_SEND:
-            k = s.send[3]
-            stage = Memory(len(batch) * k, self.sp.shadow is not None)
+            k, base = s.send[3], self._stage_end
+            self._stage_end += len(batch) * k
             for j, i in enumerate(batch):
                 src = i.core * self.stride + i.send[2]
-                self._staged[i] = (stage, j * k, self._csp[sticks(src, src + k)])
+                st = sticks(src, src + k)
+                self._staged[i] = (base + j * k, self._csp[st], self._orig[st])
             return Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
-                        stage, [j * k for j in range(len(batch))], (0, 0), (1, 1, k))
+                        self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k))
         if s.op is Op.RING_REDUCE:
             S = self._tiles(batch, lambda i: i.reduce[3])
             for i in batch:
@@ -673,6 +786,27 @@ class Machine:
             self._cdev[s.dev_writes] = False
             return self._prepare_host(s)
         raise AssertionError(s.op)
+
+    def _prepare_same_sfu(self, batch):
+        """An SFU batch whose operands hold the same bytes on every core (a cast of a tile all cores loaded):
+        computed once, on the first core's operands, and written to every core. Exactly rounded functions
+        only (:data:`_EXACT`): their result does not depend on how many elements one numpy call computes."""
+        fn, mode, swap, dst, _, _, imm = batch[0].sfu
+        first = batch[0].core * self.stride
+        S0, S1 = (None if t is None else TileView(self.sp, first + t[0], *t[1:], count=1)
+                  for t in batch[0].sfu[4:6])
+        D = self._tiles(batch, lambda i: i.sfu[3], write=True)
+        # Every core's result has the bytes of the first core's: the same ids.
+        one = self._tile_sticks(first, dst)
+        for i in batch[1:]:
+            self._orig[self._tile_sticks(i.core * self.stride, i.sfu[3])] = self._orig[one]
+        shape = (1, dst[1], dst[2])
+        x = S0.peek if S0 is not None else (lambda: None)
+        y = S1.peek if S1 is not None else (lambda: imm)
+
+        def sfu():
+            D.write_one(sfu_eval(fn, shape, x(), y(), imm, swap))
+        return sfu
 
     def _prepare_host(self, s):
         op, ins_bufs, out_bufs, attrs = s.host
@@ -704,14 +838,14 @@ class Machine:
         # sends of one batch land together.
         dests = [sticks(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
         for snd, d in zip(s.sends, dests):              # in issue order, as they land
-            self._csp[d] = self._staged[snd][2]
+            _, self._csp[d], self._orig[d] = self._staged[snd]      # the bytes the send read, and their ids
         alone = bool(dests) and np.unique(np.concatenate(dests)).size < sum(d.size for d in dests)
         groups: dict = {}
         for snd in s.sends:
-            groups.setdefault(snd if alone else self._staged[snd][0], []).append(snd)
+            groups.setdefault(snd if alone else snd.send[3], []).append(snd)     # one copy per size
         for group in groups.values():
-            stage, k = self._staged[group[0]][0], group[0].send[3]
-            deliveries.append(Copy(stage, [self._staged[g][1] for g in group], (0, 0), self.sp,
+            k = group[0].send[3]
+            deliveries.append(Copy(self._stage, [self._staged[g][0] for g in group], (0, 0), self.sp,
                                    [g.send[0] * self.stride + g.send[1] for g in group], (0, 0), (1, 1, k)))
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
@@ -719,6 +853,7 @@ class Machine:
             view = tiles(self.sp, [r * self.stride + dst[0] for r in receivers], *dst[1:])
             for r in receivers:
                 self._csp[self._tile_sticks(r * self.stride, dst)] = False
+                self._fresh(self._tile_sticks(r * self.stride, dst))
 
             def reduce_sum(group=group, view=view):
                 total = group[0].slot[0]
