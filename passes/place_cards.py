@@ -29,7 +29,10 @@ bytes. Modeled time is the latency of one run: pipeline stages add link transfer
 holds and its modeled time; per stage the op range; totals. `plan=PATH` forces a plan instead: each device op's
 entry (`id` = its index among device ops in program order, `op` = its name) gives its cards and split; an
 entry for no such op, a split the op cannot take or a placement over a card's memory is an error located at
-the op. Bytes are the parameters (in their device formats) a card holds; activations are not counted.
+the op. A card's memory holds the parameters it is given (in their device formats) and, at the run's fullest
+point, its activations: every tensor one of its ops produces or reads (a model input, a state buffer such as a
+KV cache, an op's whole result: a split op's result is whole on each card after its collective), from its
+producer to its last reader on the card (inputs and state for the whole run). Both must fit.
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ def value_bytes(v: ir.Value, where: ir.Operation) -> int:
     """Device-memory bytes of a tensor value in its device format (innermost dim in whole sticks)."""
     shape = list(ir.RankedTensorType(v.type).shape) or [1]
     return tile_bytes(math.prod(shape[:-1]), shape[-1], fmt_of(v.type, where))
+
+
+def _result_of(owner) -> ir.Value | None:
+    """The first result of a use's owner (an op), or None (func.return, ops without results)."""
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    return op.results[0] if len(op.results) else None
 
 
 @dataclasses.dataclass
@@ -91,6 +100,19 @@ class Placer:
             self.ops.append(Op(i, op, model, weights, value_bytes(r, op),
                                tile_bytes(math.prod(shape[:-1]), shape[-1], "fp32")))
         self.by_value = {o.op.results[0]: o for o in self.ops}
+        # Activations: a result lives from its op to its last device reader (to the end when anything else, the
+        # host or func.return, reads it); a model input or state argument for the whole run.
+        end = len(self.ops)
+        self.last_use = {}
+        for o in self.ops:
+            r = o.op.results[0]
+            self.last_use[r] = max([self.by_value[u].index if u in self.by_value else end
+                                    for u in (_result_of(use.owner) for use in r.uses)], default=o.index)
+        self.inputs = {}           # non-parameter argument -> bytes
+        for o in self.ops:
+            for v in o.op.operands:
+                if isinstance(v.owner, ir.Block) and v not in known and isinstance(v.type, ir.RankedTensorType):
+                    self.inputs[v] = value_bytes(v, o.op)
         self._cycles: dict = {}
 
     # ---- one op ------------------------------------------------------------------------------------------
@@ -182,7 +204,33 @@ class Placer:
             total += comp + moved + coll
             link += moved + coll
         per_card = [sum(h.values()) for h in held]
-        return dict(rows=rows, total=total, link=link, per_card=per_card)
+        return dict(rows=rows, total=total, link=link, per_card=per_card,
+                    activations=self.activation_peaks(placement))
+
+    def activation_peaks(self, placement) -> list[int]:
+        """Per card, the most bytes of activations (inputs and state included) live at once under `placement`."""
+        cards_of = {}                       # value -> cards holding it (its producer's and its readers')
+        for o, (cards, _) in zip(self.ops, placement):
+            for v in [o.op.results[0], *o.op.operands]:
+                if v in self.by_value or v in self.inputs:
+                    cards_of.setdefault(v, set()).update(cards)
+        fixed = [0] * self.cards
+        for v, b in self.inputs.items():
+            for card in cards_of.get(v, ()):
+                fixed[card] += b
+        live = [0] * self.cards
+        peak = list(fixed)
+        ends: dict[int, list] = {}
+        for o in self.ops:
+            r = o.op.results[0]
+            for card in cards_of[r]:
+                live[card] += o.result_bytes
+                peak[card] = max(peak[card], fixed[card] + live[card])
+            ends.setdefault(self.last_use[r], []).append(o)
+            for done in ends.pop(o.index, []):
+                for card in cards_of[done.op.results[0]]:
+                    live[card] -= done.result_bytes
+        return peak
 
     def strategy(self, stages: int, tp: int) -> list[tuple[tuple[int, ...], str]]:
         """`stages` contiguous op ranges with about equal parameter bytes, each on `tp` cards."""
@@ -202,7 +250,7 @@ class Placer:
             for stages in range(1, self.cards // tp + 1):
                 placement = self.strategy(stages, tp)
                 ev = self.evaluate(placement)
-                peak = max(ev["per_card"])
+                peak = max(p + a for p, a in zip(ev["per_card"], ev["activations"]))
                 if smallest is None or peak < smallest[0]:
                     smallest = (peak, stages, tp)
                 if peak > self.target.dram_bytes:
@@ -213,7 +261,7 @@ class Placer:
         if best is None:
             whole = sum(b for o in self.ops for b in o.weights.values())
             peak, stages, tp = smallest
-            raise PassError(f"the model's {whole} bytes of parameters fit no placement over "
+            raise PassError(f"the model's {whole} bytes of parameters and its activations fit no placement over "
                             f"{self.cards} cards of {self.target.dram_bytes} bytes: the best ({stages} stages x "
                             f"{tp} cards) still puts {peak} bytes on one card", None)
         return best[1], best[2], best[3]
@@ -241,7 +289,8 @@ def plan_json(placer: Placer, placement, ev, strategy, target) -> dict:
             "card_bytes": target.dram_bytes,
             "strategy": strategy,
             "modeled_us": _us(ev["total"], target), "link_us": _us(ev["link"], target),
-            "one_card_us": _us(one, target), "bytes_per_card": ev["per_card"], "ranges": stages, "ops": ops}
+            "one_card_us": _us(one, target), "bytes_per_card": ev["per_card"],
+            "activation_bytes_per_card": ev["activations"], "ranges": stages, "ops": ops}
 
 
 def plan_text(plan: dict) -> str:
@@ -327,11 +376,12 @@ class PlaceCardsPass(SpyrePass):
         if self.plan:
             placement, strategy = read_plan(self.plan, plan, placer, module)
             ev = placer.evaluate(placement)
-            for card, b in enumerate(ev["per_card"]):
-                if b > target.dram_bytes:
-                    first = next(o for o, (cs, _) in zip(placer.ops, placement) if card in cs and o.weights)
-                    raise PassError(f"{self.plan} puts {b} bytes of parameters on card {card}, "
-                                    f"over its {target.dram_bytes} bytes of device memory", first.op.location)
+            for card, (b, a) in enumerate(zip(ev["per_card"], ev["activations"])):
+                if b + a > target.dram_bytes:
+                    first = next(o for o, (cs, _) in zip(placer.ops, placement)
+                                 if card in cs and (o.weights or not b))
+                    raise PassError(f"{self.plan} puts {b} bytes of parameters and {a} bytes of activations on card "
+                                    f"{card}, over its {target.dram_bytes} bytes of device memory", first.op.location)
         else:
             try:
                 placement, ev, (stages, tp) = placer.choose()

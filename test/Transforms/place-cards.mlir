@@ -23,7 +23,15 @@
 // RUN: sed -e 's/^value = 120259084288/value = 100000000/' %S/../../spyre_mlir/targets/spyre.toml > %t.toml
 // RUN: spyre-opt %s -p 'builtin.module(spyre-select-kernels,spyre-place-cards{cards=2 target=%t.toml})' | filecheck %s --check-prefix=SMALL
 // RUN: not spyre-opt %s -p 'builtin.module(spyre-select-kernels,spyre-place-cards{cards=1 target=%t.toml})' 2>&1 | filecheck %s --check-prefix=NOWHERE
-// NOWHERE: error: spyre-place-cards: the model's 134217728 bytes of parameters fit no placement over 1 cards of 100000000 bytes
+// NOWHERE: error: spyre-place-cards: the model's 134217728 bytes of parameters and its activations fit no placement over 1 cards of 100000000 bytes
+// Activations count too: on a card of 134,400,000 bytes the parameters alone would fit, but with x, h and g
+// live at once (327,680 bytes at the fullest point) one card is over memory.
+// RUN: sed -e 's/^value = 120259084288/value = 134400000/' %S/../../spyre_mlir/targets/spyre.toml > %t.tight.toml
+// RUN: not spyre-opt %s -p 'builtin.module(spyre-select-kernels,spyre-place-cards{cards=1 target=%t.tight.toml})' 2>&1 | filecheck %s --check-prefix=TIGHT
+// TIGHT: error: spyre-place-cards: {{.*}} still puts 134545408 bytes on one card
+// RUN: spyre-opt %s -p 'builtin.module(spyre-select-kernels,spyre-place-cards{cards=1 plan-out=%t.one.json})' > /dev/null
+// RUN: not spyre-opt %s -p 'builtin.module(spyre-select-kernels,spyre-place-cards{plan=%t.one.json target=%t.tight.toml})' 2>&1 | filecheck %s --check-prefix=TIGHT-PLAN
+// TIGHT-PLAN: place-cards.mlir:{{[0-9]+}}:8: error: spyre-place-cards: {{.*}}one.json puts 134217728 bytes of parameters and 327680 bytes of activations on card 0, over its 134400000 bytes of device memory
 // RUN: not spyre-opt %s -p 'builtin.module(spyre-select-kernels,spyre-place-cards{cards=9})' 2>&1 | filecheck %s --check-prefix=NINE
 // NINE: error: spyre-place-cards: impossible card count 9: target 'spyre' has 1..8 cards
 
@@ -44,6 +52,9 @@
 // PLAN-NEXT: "tensor_parallel": 4
 // PLAN: "bytes_per_card": [
 // PLAN-NEXT: 33554432,
+// Each card holds x, then h and g whole (a cols split's all-gather makes its result whole on every card).
+// PLAN: "activation_bytes_per_card": [
+// PLAN-NEXT: 327680,
 // PLAN: {{^}} "ops": [
 // PLAN-NEXT: {"id": 0, "op": "spyre.matmul", "loc": "{{.*}}", "cards": [0, 1, 2, 3], "split": "cols", "bytes_per_card": 16777216, "compute_us": {{.*}}, "link_us": {{.*}}}
 // PIPE: "spyre.matmul"{{.*}}spyre.card_split = "none", spyre.cards = array<i64: 0>
