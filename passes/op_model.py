@@ -466,6 +466,8 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
     grid = model.best_grid(cores, target)
     if grid is None:
         return None
+    if KERNEL in model.op.attributes and _kernel(model.op) == "alias":
+        return cost.Cycles()                # a view of its operand's bytes: no instruction runs
     if model.kind == "matmul":
         gb, gm, gn, gk = model.grid4(grid)
         fit = cost.best_tile(model.M // gm, model.N // gn, model.K // gk, target, model.fmt, model.out_fmt,

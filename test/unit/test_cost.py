@@ -301,3 +301,32 @@ def test_fused_matmul_buffers_and_cost():
     # Same PT work at the DLFloat16 rate plus the SFU conversions; fp32 A tiles and result move twice the bytes.
     assert fused.pt > plain.pt and fused.dma > plain.dma
     assert fused.pt < 1.5 * plain.pt
+
+
+def test_an_alias_reshape_costs_nothing():
+    """A reshape that is a view of its operand's bytes (spyre.kernel = "alias") runs no instruction: what a card
+    spends on it (the placement's per-op cost) is zero, a copy of the same rows is not."""
+    from torch_mlir import ir
+
+    from spyre_mlir.context import make_context
+    from spyre_mlir.passes.analysis import device_ops
+    from spyre_mlir.passes.manager import run_pipeline
+    from spyre_mlir.passes.op_model import best_cycles, op_model
+
+    text = """
+func.func @main(%x: tensor<1024x4096x!spyre.dlf16>) -> tensor<1024x32x128x!spyre.dlf16> {
+  %v = "spyre.reshape"(%x) : (tensor<1024x4096x!spyre.dlf16>) -> tensor<1024x32x128x!spyre.dlf16>
+  %y = "spyre.map"(%v) ({
+  ^bb0(%a: f32):
+    "spyre.yield"(%a) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1024x32x128x!spyre.dlf16>) -> tensor<1024x32x128x!spyre.dlf16>
+  return %y : tensor<1024x32x128x!spyre.dlf16>
+}"""
+    t = load_target()
+    with make_context():
+        module = ir.Module.parse(text)
+        run_pipeline(module, "builtin.module(spyre-select-kernels)")
+        view, copy = device_ops(module.operation)
+        assert str(view.attributes["spyre.kernel"]) == '"alias"'
+        assert best_cycles(op_model(view), 32, t).total == 0
+        assert best_cycles(op_model(copy), 32, t).total > 0
