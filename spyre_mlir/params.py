@@ -130,19 +130,25 @@ def is_resource(attr) -> bool:
     return str(attr).startswith("dense_resource<")
 
 
-def constant_value(attr, context) -> np.ndarray:
-    """The values of a ``dense_resource`` attribute made by :func:`constant_attr` (or parsed): float32 for
-    floating-point element types, the integer type for integers."""
+def constant_storage(attr, context) -> np.ndarray:
+    """The stored array of a ``dense_resource`` attribute made by :func:`constant_attr` (or parsed): the element
+    type's storage (DLFloat16 as its uint16 bits)."""
     key = _key(attr)
     blobs = _store(context)
     if key not in blobs:
         raise ParamError(f"the bytes of resource '{key}' are not in this module (parse IR text with "
                          f"spyre_mlir.params.parse, or keep the resources section)")
-    t = ir.RankedTensorType(attr.type)
     arr = blobs[key]
     if isinstance(arr, bytes):
-        arr = blobs[key] = _decode(arr, t, key)
-    if str(t.element_type) == DLF16:
+        arr = blobs[key] = _decode(arr, ir.RankedTensorType(attr.type), key)
+    return arr
+
+
+def constant_value(attr, context) -> np.ndarray:
+    """The values of a ``dense_resource`` attribute made by :func:`constant_attr` (or parsed): float32 for
+    floating-point element types, the integer type for integers."""
+    arr = constant_storage(attr, context)
+    if str(ir.RankedTensorType(attr.type).element_type) == DLF16:
         from spyre_mlir.runtime.formats import dlf16_decode
 
         return dlf16_decode(arr)

@@ -79,6 +79,7 @@ class Emitter:
         self.known: dict = {}        # value -> numpy array
         self.qscale: dict = {}       # value -> (scales array, axis or None) of a quantized weight
         self.qfmt: dict = {}         # value -> storage Format of a quantized weight's codes (int8 / fp8)
+        self.dlf16_bits: dict = {}   # value -> its DLFloat16 bits, for a dlf16 constant (no decode and re-encode)
         self.dev: dict = {}          # value -> DevTensor
         self.consts: dict = {}       # (id(known array), format) -> (DevTensor, array): one constant per value
         self.host_ops: list[str] = []   # what ran on the host, for the report
@@ -152,9 +153,16 @@ class Emitter:
             else:
                 vals = vals.astype(np.float32)
             name = self._name(self._const_names.get(v, "const"))
-            buf = self.b.constant(name, vals, fmt)
+            buf = self.dlf16_constant(v, name, fmt) or self.b.constant(name, vals, fmt)
             self.consts[key] = (self._buffer_tensor(buf), arr)
         return self.consts[key][0]
+
+    def dlf16_constant(self, v, name, fmt):
+        """The constant buffer of a dlf16 constant stored as it is in the IR (its bits), or None."""
+        if fmt is not Format.DLF16 or v not in self.dlf16_bits:
+            return None
+        shape, _ = _tensor_type(v)
+        return self.b.constant(name, self.dlf16_bits[v].reshape(shape or (1,)), fmt, encoded=True)
 
     def tensor(self, v) -> DevTensor:
         """Where value v is in device memory (a known value becomes a constant)."""
@@ -321,6 +329,8 @@ class Emitter:
         value = o.attributes["value"] if "value" in o.attributes else None
         if value is not None and params.is_resource(value):
             self.known[r] = params.constant_value(value, o.context)
+            if str(_tensor_type(r)[1]) == params.DLF16:
+                self.dlf16_bits[r] = params.constant_storage(value, o.context)
         else:
             try:
                 self.known[r] = hostprog.evaluate(hostprog.translate_ops([op], [], [r]))[0]

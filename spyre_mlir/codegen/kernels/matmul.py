@@ -327,7 +327,7 @@ def _rhs(em, op, rhs):
     if fmt is Format.INT8:
         buf = em.b.constant(name, val.astype(np.int8), fmt, encoded=True)
     else:
-        buf = em.b.constant(name, val.astype(np.float32), fmt)
+        buf = em.dlf16_constant(rhs, name, fmt) or em.b.constant(name, val.astype(np.float32), fmt)
     B = em._buffer_tensor(buf)
     if qs is not None:
         s, axis = qs
