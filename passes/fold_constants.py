@@ -109,18 +109,10 @@ class _Folder:
         from spyre_mlir.codegen import hostprog
 
         try:
-            self.known[v] = self._literal(op)
+            self.known[v] = hostprog.literal_value(op)
         except (hostprog.Unsupported, params.ParamError):
             return False      # a literal the interpreter cannot read: its readers stay (the host clones it)
         return True
-
-    def _literal(self, op) -> np.ndarray:
-        from spyre_mlir.codegen import hostprog
-
-        value = op.attributes["value"] if "value" in op.attributes else None
-        if value is not None and params.is_resource(value):
-            return params.constant_value(value, self.ctx)
-        return hostprog.evaluate(hostprog.translate_ops([op], [], list(op.results)))[0]
 
     def _real(self, v) -> np.ndarray:
         return self.lazy[v].real() if v in self.lazy else self.known[v]

@@ -326,16 +326,13 @@ class Emitter:
             self.qfmt[r] = format_of(_tensor_type(codes)[1])
             self._const_names[r] = self._const_names.get(codes, "w")
             return
+        try:
+            self.known[r] = hostprog.literal_value(op)
+        except hostprog.Unsupported:
+            return    # a literal numpy cannot hold is cloned into the host code that reads it
         value = o.attributes["value"] if "value" in o.attributes else None
-        if value is not None and params.is_resource(value):
-            self.known[r] = params.constant_value(value, o.context)
-            if str(_tensor_type(r)[1]) == params.DLF16:
-                self.dlf16_bits[r] = params.constant_storage(value, o.context)
-        else:
-            try:
-                self.known[r] = hostprog.evaluate(hostprog.translate_ops([op], [], [r]))[0]
-            except hostprog.Unsupported:
-                return    # a literal numpy cannot hold is cloned into the host code that reads it
+        if value is not None and params.is_resource(value) and str(_tensor_type(r)[1]) == params.DLF16:
+            self.dlf16_bits[r] = params.constant_storage(value, o.context)
         if "spyre.name" in o.attributes:
             self._const_names[r] = ir.StringAttr(o.attributes["spyre.name"]).value
 

@@ -22,7 +22,7 @@ from spyre_mlir.runtime.hostprog import CASTS as _CASTS
 from spyre_mlir.runtime.hostprog import ELEMENTWISE as _ELEMENTWISE
 from spyre_mlir.runtime.hostprog import Unsupported, evaluate
 
-__all__ = ["Unsupported", "translate_ops", "evaluate", "np_dtype"]
+__all__ = ["Unsupported", "translate_ops", "evaluate", "np_dtype", "literal_value"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -214,3 +214,15 @@ def translate_ops(ops, inputs, outputs) -> dict:
     args = [t.vid(v, create=True) for v in inputs]
     steps = [t.op(op) for op in ops]
     return {"args": args, "steps": steps, "results": [t.vid(v) for v in outputs]}
+
+
+def literal_value(op) -> np.ndarray:
+    """The value of an ``arith.constant`` or ``tensor.empty``: a ``dense_resource`` constant's array (made by
+    spyre-fold-constants, or parsed), else what the interpreter computes (Unsupported when it cannot)."""
+    from spyre_mlir import params
+
+    op = op.operation
+    value = op.attributes["value"] if "value" in op.attributes else None
+    if value is not None and params.is_resource(value):
+        return params.constant_value(value, op.context)
+    return evaluate(translate_ops([op], [], list(op.results)))[0]
