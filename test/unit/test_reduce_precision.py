@@ -43,7 +43,13 @@ def graphs():
             module = ir.Module.parse(linalg_ir)
             run_pipeline(module, graph_pipeline())
             out[name] = str(module)
+            SIGNATURES[name] = str(module.body.operations[0].attributes["function_type"])
     return out
+
+
+# name -> @main's function type in the graph IR, read where the graph is made (re-parsing the text in a fresh
+# context per test crashed a worker twice inside ir.Module.parse; see the closing note of that session).
+SIGNATURES: dict = {}
 
 
 def _run(text: str, precision: str, layout: bool):
@@ -55,11 +61,6 @@ def _run(text: str, precision: str, layout: bool):
         run_pipeline(module, f"builtin.module({passes},canonicalize,cse)")
         assert module.operation.verify()
     return ctx, module
-
-
-def _signature(text: str) -> str:
-    with make_context():
-        return str(ir.Module.parse(text).body.operations[0].attributes["function_type"])
 
 
 def _elt(v: ir.Value) -> ir.Type:
@@ -75,7 +76,7 @@ def _is_float(v: ir.Value) -> bool:
 def test_reduce_precision(graphs, name, precision):
     ctx, module = _run(graphs[name], precision, layout=False)
     with ctx:
-        assert str(module.body.operations[0].attributes["function_type"]) == _signature(graphs[name])
+        assert str(module.body.operations[0].attributes["function_type"]) == SIGNATURES[name]
         ops = device_ops(module.operation)
         for op in ops:
             if op.name in ACC_OPS:
@@ -113,7 +114,7 @@ def test_reduce_precision(graphs, name, precision):
 def test_layout(graphs, name, precision):
     ctx, module = _run(graphs[name], precision, layout=True)
     with ctx:
-        assert str(module.body.operations[0].attributes["function_type"]) == _signature(graphs[name])
+        assert str(module.body.operations[0].attributes["function_type"]) == SIGNATURES[name]
         for op in device_ops(module.operation):
             assert "transpose_rhs" not in op.attributes, op
             for r in op.results:
