@@ -752,6 +752,42 @@ class CastOp(SpyreOp, name="cast"):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Systems of several cards
+
+
+class AllGatherOp(SpyreOp, name="all_gather"):
+    """The pieces of a value split over cards, made whole on every card that reads it (`@main` of a module
+    partitioned by spyre-partition-cards): the pieces, in card order, concatenated along `dim`.
+
+        %r = "spyre.all_gather"(%p0, %p1) {dim = 1 : i64}
+            : (tensor<8x32x!spyre.dlf16>, tensor<8x32x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+
+    It moves data over the card-to-card link and computes nothing; it is no device op of any one card.
+    """
+
+    pieces: Sequence[Operand[Any]]
+    result: Result[Any]
+
+    def _check_segments(self) -> None:   # one variadic group: IRDL needs no segment sizes
+        pass
+
+    def _verify(self):
+        ins = [_tensor(v, f"piece #{i}") for i, v in enumerate(self.operation.operands)]
+        r = _result(self)
+        if len(ins) < 2:
+            raise _Invalid(f"needs at least two pieces, got {len(ins)}")
+        dim = _norm_dim(_int_attr(self, "dim", required=True), r.rank, "dim")
+        for i, t in enumerate(ins):
+            _same_elt(t, r, f"piece #{i} and result")
+            if t.rank != r.rank or any(a != b for k, (a, b) in enumerate(zip(t.shape, r.shape)) if k != dim):
+                raise _Invalid(f"piece #{i} shape {_fmt(t.shape)} does not match result {_fmt(r.shape)} "
+                               f"outside dim {dim}")
+        if sum(t.shape[dim] for t in ins) != r.shape[dim]:
+            raise _Invalid(f"pieces sum to {sum(t.shape[dim] for t in ins)} along dim {dim}, "
+                           f"result has {r.shape[dim]}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Regions
 
 

@@ -33,8 +33,9 @@ BARRIER = "spyre.barrier"                     # spyre-schedule
 
 # ---- Device ops ------------------------------------------------------------------------------------------------
 
-# Spyre ops that are not device work: a host region and the terminator of a map or host body.
-NOT_DEVICE = ("spyre.host", "spyre.yield")
+# Spyre ops that are not device work: a host region, the terminator of a map or host body, and the link
+# transfers of a multi-card system's schedule.
+NOT_DEVICE = ("spyre.host", "spyre.yield", "spyre.all_gather")
 MATMULS = ("spyre.matmul", "spyre.batch_matmul")
 
 

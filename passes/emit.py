@@ -27,6 +27,7 @@ from spyre_mlir.passes.analysis import CORES, GRID, TARGET
 from spyre_mlir.passes.base import PassError, SpyrePass
 
 NAME = "spyre.name"
+SYSTEM = "spyre.system"     # @main of a module partitioned over cards (spyre-partition-cards)
 
 
 def _grid_cores(module) -> int:
@@ -81,16 +82,20 @@ def emit_module(module, target=None, params=None, output: str = "", listing: str
 
     cards = ir.IntegerAttr(module.attributes["spyre.num_cards"]).value \
         if "spyre.num_cards" in module.attributes else 1
-    if cards > 1:
-        # The placement is decided and written (spyre-place-cards); no binary can hold it yet: refuse rather
-        # than silently emit a single-card program.
-        raise PassError(f"the module is placed over {cards} "
-                        f"cards (spyre-place-cards), and multi-card binaries are not implemented yet: compile "
-                        f"with --cards 1 for a runnable binary, or stop at --emit=kernel and read the placement "
-                        f"plan (--placement-plan-out)", module.location)
     main = params_mod.main_func(module)
     if main is None:
         raise PassError("the module has no func.func @main", module.location)
+    if SYSTEM in main.attributes:
+        em = SystemEmitter(module, main, target or module_target(module), params)
+        if output:
+            em.write(output)
+        if listing:
+            _write_listing(em.listing(), listing)
+        return em
+    if cards > 1:
+        # Placed (spyre-place-cards) but not partitioned: refuse rather than emit a one-card program.
+        raise PassError(f"the module is placed over {cards} cards but not partitioned: run "
+                        f"spyre-partition-cards after spyre-place-cards", module.location)
     values = {**params_mod.values(module), **(params or {})}
     ins, outs = _names(main)
     em = codegen.emit(module, target or module_target(module), params=values or None,
@@ -99,15 +104,143 @@ def emit_module(module, target=None, params=None, output: str = "", listing: str
     if output:
         em.b.write(output)
     if listing:
-        text = codegen.listing(em.b.program())
-        if listing == "-":
-            import sys
-
-            sys.stdout.write(text)
-        else:
-            with open(listing, "w") as f:
-                f.write(text)
+        _write_listing(codegen.listing(em.b.program()), listing)
     return em
+
+
+def _write_listing(text: str, listing: str) -> None:
+    if listing == "-":
+        import sys
+
+        sys.stdout.write(text)
+    else:
+        with open(listing, "w") as f:
+            f.write(text)
+
+
+def _standalone(module, fn):
+    """A module holding a copy of step function `fn` as its @main, with the module's attributes (the core count,
+    the target): what spyre-emit makes one card's program of."""
+    from torch_mlir import ir
+
+    from spyre_mlir.passes.partition_cards import CARD, NUM_CARDS, STEP
+
+    with fn.location:
+        m = ir.Module.create()
+        for k in module.attributes:
+            if k != NUM_CARDS:
+                m.operation.attributes[k] = module.attributes[k]
+        with ir.InsertionPoint(m.body):
+            new = fn.clone()
+        new.attributes["sym_name"] = ir.StringAttr.get("main")
+        for k in ("sym_visibility", CARD, STEP):
+            if k in new.attributes:
+                del new.attributes[k]
+    return m
+
+
+class SystemEmitter:
+    """The programs of a module partitioned over cards (spyre-partition-cards): each step function emitted as
+    one card's program, each card's steps linked into one file with an entry per step (the card's weights
+    loaded once), and @main's calls and all-gathers written as the system's schedule (runtime.system)."""
+
+    def __init__(self, module, main, target, params=None):
+        from torch_mlir import ir
+
+        from spyre_mlir import codegen
+        from spyre_mlir.params import arg_dicts, result_dicts
+        from spyre_mlir.passes.partition_cards import ALL_GATHER, CARD, STEP
+        from spyre_mlir.runtime.link import link
+
+        self.system = True
+        fns = {}
+        for o in module.regions[0].blocks[0].operations:
+            if o.operation.name == "func.func" and CARD in o.operation.attributes:
+                fns[ir.StringAttr(o.operation.attributes["sym_name"]).value] = o.operation
+        src: dict = {}
+        inputs = []
+        for j, (a, d) in enumerate(zip(main.regions[0].blocks[0].arguments, arg_dicts(main))):
+            src[a] = {"input": j}
+            name = ir.StringAttr(d[NAME]).value if NAME in d else \
+                (ir.StringAttr(d["spyre.param"]).value if "spyre.param" in d else f"in{j}")
+            inputs.append({"name": name, "shape": list(ir.RankedTensorType(a.type).shape)})
+        card_target = target.with_cards(1)      # each card's program is a one-card program
+        calls, per_card, outputs = [], {}, []
+        self.host_ops, self.kernels, self.host_locations = [], [], []
+        self.programs = {}
+        ncards = ir.IntegerAttr(module.attributes["spyre.num_cards"]).value
+        for o in main.regions[0].blocks[0].operations:
+            op = o.operation
+            if op.name == "tensor.extract_slice":
+                base = src[op.operands[0]]
+                off = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+                size = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+                full = list(ir.RankedTensorType(op.operands[0].type).shape)
+                d = next((k for k in range(len(full)) if size[k] != full[k]), 0)
+                src[op.results[0]] = {**base, "dim": d, "start": off[d], "stop": off[d] + size[d]}
+            elif op.name == "func.call":
+                fn = fns[ir.FlatSymbolRefAttr(op.attributes["callee"]).value]
+                card = ir.IntegerAttr(fn.attributes[CARD]).value
+                entry = f"step{ir.IntegerAttr(fn.attributes[STEP]).value}"
+                sub = _standalone(module, fn)
+                nin, nout = len(fn.regions[0].blocks[0].arguments), len(op.results)
+                em = codegen.emit(sub.operation, card_target, params=params or None,
+                                  input_names=[f"in{i}" for i in range(nin)],
+                                  output_names=[f"out{i}" for i in range(nout)])
+                per_card.setdefault(card, {})[entry] = em.b.program()
+                self.host_ops += [f"card {card} {entry}: {h}" for h in em.host_ops]
+                self.kernels += list(em.kernels)
+                self.host_locations += list(em.host_locations)
+                calls.append({"card": card, "entry": entry, "args": [src[v] for v in op.operands]})
+                for r, v in enumerate(op.results):
+                    src[v] = {"call": len(calls) - 1, "result": r}
+            elif op.name == ALL_GATHER:
+                src[op.results[0]] = {"gather": [src[v] for v in op.operands],
+                                      "dim": ir.IntegerAttr(op.attributes["dim"]).value}
+            elif op.name == "func.return":
+                for k, (v, d) in enumerate(zip(op.operands, result_dicts(main))):
+                    outputs.append({"name": ir.StringAttr(d[NAME]).value if NAME in d else f"out{k}",
+                                    "from": src[v],
+                                    **({"dtype": ir.StringAttr(d["spyre.dtype"]).value}
+                                       if "spyre.dtype" in d else {})})
+            else:
+                raise PassError(f"{op.name} in a system's @main (expected calls, all-gathers, input slices)",
+                                op.location)
+        # A placement may leave the last cards idle (a small model on one card of several); not one between.
+        ncards = len(per_card)
+        if sorted(per_card) != list(range(ncards)):
+            raise PassError(f"the schedule uses cards {sorted(per_card)}: cards 0..{max(per_card)} must each run "
+                            f"something", main.location)
+        from spyre_mlir.runtime.binary import program_to_bytes
+        from spyre_mlir.runtime.system import FORMAT, System
+
+        self.cards = [link(per_card[c], producer="spyre_mlir") for c in range(ncards)]
+        first = self.cards[0]
+        meta = {"format": FORMAT, "producer": "spyre_mlir", "cards": ncards,
+                "link": {"bytes_per_cycle": target.card_link_bytes_per_cycle,
+                         "latency_cycles": target.card_link_latency_cycles},
+                "inputs": inputs, "calls": calls, "outputs": outputs}
+        self.sys = System(meta, [program_to_bytes(p) for p in self.cards], first.num_cores,
+                          target.with_cards(ncards).fingerprint())
+
+    def to_bytes(self) -> bytes:
+        from spyre_mlir.runtime.system import system_to_bytes
+
+        return system_to_bytes(self.sys)
+
+    def write(self, path) -> None:
+        from spyre_mlir.runtime.binary import atomic_write
+
+        atomic_write(path, self.to_bytes())
+
+    def listing(self) -> str:
+        from spyre_mlir import codegen
+
+        out = []
+        for c, p in enumerate(self.cards):
+            for e in p.entries:
+                out.append(f"// ---- card {c}, entry {e.name}\n" + codegen.listing(p.entry_program(e.name)))
+        return "".join(out)
 
 
 @dataclasses.dataclass

@@ -63,7 +63,9 @@ class PlaceHostPass(SpyrePass):
 
 
 def _function_blocks(module: ir.Operation) -> list[ir.Block]:
-    return [block for func in function_ops(module) for block in func.regions[0].blocks]
+    """The bodies of the module's functions, but a multi-card system's schedule (calls of the card steps)."""
+    return [block for func in function_ops(module) if "spyre.system" not in func.attributes
+            for block in func.regions[0].blocks]
 
 
 def _wrap(op: ir.Operation, reason: str) -> None:

@@ -38,9 +38,10 @@ __all__ = [
 ]
 
 MAGIC = b"SPYREBIN"
-VERSION = (1, 4)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
+VERSION = (1, 5)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
 #                  1.3: state buffers, entries (several programs sharing constants and state); 1.4: MATMUL
-#                  WINDOW (a column window on B), DMA blocks whose rows interleave
+#                  WINDOW (a column window on B), DMA blocks whose rows interleave; 1.5: systems of several
+#                  cards (header flag SYSTEM: the schedule as metadata, one CARD section per card)
 _HEADER = struct.Struct("<8sHHIII32sQII8x")      # 80 bytes
 _CRC_OFFSET = 64                                 # where the header checksum sits
 _ENTRY = struct.Struct("<IIQQII")                # 32 bytes
@@ -52,6 +53,8 @@ MAX_CORES = 32         # the core mask is 32 bits wide
 MAX_JSON_BYTES = 64 << 20
 BUFFER_KINDS = ("input", "output", "constant", "scratch", "state")
 MAX_ENTRIES = 64
+MAX_CARDS = 8
+FLAG_SYSTEM = 1       # header flag: a system of several cards (runtime.system), not one card's program
 ENTRY_SEP = ":"       # an entry's own buffers are named "<entry>:<name>" in a file with entries
 
 
@@ -64,6 +67,7 @@ class Section(enum.IntEnum):
     CONSTANTS = 2
     CODE = 3       # index = core, or entry * 256 + core in a file with entries
     DEBUG = 4
+    CARD = 5       # a system file (FLAG_SYSTEM): index = card, the payload that card's whole .spyre file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +197,7 @@ def _align(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, int, bytes]]) -> bytes:
+def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, int, bytes]], flags: int = 0) -> bytes:
     """Lay out (kind, index, payload) sections after the header and table, with alignment and checksums."""
     table_end = HEADER_BYTES + _ENTRY.size * len(sections)
     pos = table_end
@@ -208,18 +212,24 @@ def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, 
     if len(fp) != 32:
         raise BinaryFormatError("header: target fingerprint must be 32 bytes (sha256)")
     table = b"".join(_ENTRY.pack(*e) for e in entries)
-    head0 = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, 0, fp, pos, 0, 0)
+    head0 = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, flags, fp, pos, 0, 0)
     crc = zlib.crc32(head0 + table)
-    out[:HEADER_BYTES] = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, 0, fp, pos, crc, 0)
+    out[:HEADER_BYTES] = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, flags, fp, pos, crc, 0)
     out[HEADER_BYTES:table_end] = table
     for off, payload in chunks:
         out[off:off + len(payload)] = payload
     return bytes(out)
 
 
+def is_system(data: bytes | memoryview) -> bool:
+    """The image's header says it is a system of several cards (FLAG_SYSTEM); nothing else is checked."""
+    return len(data) >= HEADER_BYTES and bytes(data[:8]) == MAGIC and \
+        _HEADER.unpack_from(memoryview(data), 0)[5] == FLAG_SYSTEM
+
+
 def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, int, memoryview]]]:
     """Check the header, the section table and every section checksum. Returns (num_cores, fingerprint hex,
-    [(kind, index, payload view)])."""
+    [(kind, index, payload view)]). A system file (FLAG_SYSTEM) holds metadata and one CARD section per card."""
     data = memoryview(data)
     size = len(data)
     if size < HEADER_BYTES:
@@ -235,10 +245,14 @@ def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, 
                                 f"({'truncated' if size < fsize else 'extended'})")
     if not 1 <= ncores <= MAX_CORES:
         raise BinaryFormatError(f"header: core count {ncores} out of range 1..{MAX_CORES}")
-    if flags != 0:
+    if flags not in (0, FLAG_SYSTEM):
         raise BinaryFormatError(f"header: unknown flags 0x{flags:x}")
+    system = flags == FLAG_SYSTEM
+    if system and not 2 <= nsec <= 1 + MAX_CARDS:
+        raise BinaryFormatError(f"header: {nsec} sections for a system (expected metadata and 1..{MAX_CARDS} "
+                                f"cards)")
     # Metadata, constants, one code section per core per entry, and maybe debug info.
-    if not any(2 + e * ncores <= nsec <= 3 + e * ncores for e in range(1, MAX_ENTRIES + 1)):
+    if not system and not any(2 + e * ncores <= nsec <= 3 + e * ncores for e in range(1, MAX_ENTRIES + 1)):
         raise BinaryFormatError(f"header: {nsec} sections for {ncores} cores (expected 2 + {ncores} per entry, "
                                 f"+1 with debug info)")
     table_end = HEADER_BYTES + nsec * _ENTRY.size
@@ -256,13 +270,19 @@ def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, 
             kind = Section(kind)
         except ValueError:
             raise BinaryFormatError(f"{where}: unknown section kind {kind}") from None
-        where = f"section {i} ({kind.name.lower()}{f' core {index}' if kind == Section.CODE else ''})"
+        where = f"section {i} ({kind.name.lower()}{f' core {index}' if kind == Section.CODE else ''}" \
+                f"{f' {index}' if kind == Section.CARD else ''})"
         if kind == Section.CODE and index >= 256:
             where = f"section {i} (code entry {index // 256} core {index % 256})"
         if reserved:
             raise BinaryFormatError(f"{where}: reserved field is not zero")
+        if (kind == Section.CARD and not system) or (kind in (Section.CONSTANTS, Section.CODE, Section.DEBUG)
+                                                     and system):
+            raise BinaryFormatError(f"{where}: a {kind.name.lower()} section in a "
+                                    f"{'system' if system else 'one-card'} file")
         if (kind == Section.CODE and (index % 256 >= ncores or index // 256 >= MAX_ENTRIES)) or \
-                (kind != Section.CODE and index != 0):
+                (kind == Section.CARD and index >= nsec - 1) or \
+                (kind not in (Section.CODE, Section.CARD) and index != 0):
             raise BinaryFormatError(f"{where}: bad index {index}")
         if (kind, index) in seen:
             raise BinaryFormatError(f"{where}: duplicate section")
@@ -281,7 +301,9 @@ def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, 
     for (a0, a1, w0), (b0, b1, w1) in zip(spans, spans[1:]):
         if b0 < a1:
             raise BinaryFormatError(f"{w1}: overlaps {w0}")
-    for need in [(Section.METADATA, 0), (Section.CONSTANTS, 0)] + [(Section.CODE, c) for c in range(ncores)]:
+    needs = [(Section.METADATA, 0)] + ([(Section.CARD, c) for c in range(nsec - 1)] if system else
+                                       [(Section.CONSTANTS, 0)] + [(Section.CODE, c) for c in range(ncores)])
+    for need in needs:
         if need not in seen:
             raise BinaryFormatError(f"section table: missing {need[0].name.lower()} section"
                                     + (f" for core {need[1]}" if need[0] == Section.CODE else ""))
@@ -437,6 +459,9 @@ def _parse_buffers(meta: dict, device_bytes: int) -> list[Buffer]:
 def program_from_bytes(data: bytes | memoryview) -> Program:
     """Parse and structurally validate a .spyre image (no target needed). Raises BinaryFormatError."""
     ncores, fp, sections = read_container(data)
+    if any(k == Section.CARD for k, _, _ in sections):
+        raise BinaryFormatError("header: a system of several cards, not one card's program (runtime.load "
+                                "reads both)")
     by_kind = {(k, i): p for k, i, p in sections}
     meta = _json(by_kind[(Section.METADATA, 0)], "metadata")
     if not isinstance(meta, dict):

@@ -28,7 +28,7 @@ import numpy as np
 
 from spyre_mlir.errors import SpyreError
 
-from .binary import BinaryFormatError, Buffer, Program, program_from_bytes
+from .binary import BinaryFormatError, Buffer, Program, is_system, program_from_bytes
 from .cycles import Profile, model_program
 from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread
 from .formats import STICK_BYTES, Format
@@ -595,10 +595,16 @@ def _device_limit() -> int:
         return DEFAULT_MAX_DEVICE_BYTES
 
 
-def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = None) -> Executable | Bundle:
-    """Validate and prepare a .spyre image held in memory. See :func:`load`."""
+def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = None):
+    """Validate and prepare a .spyre image held in memory: an :class:`Executable`, a :class:`Bundle` for a file
+    with entries, or a :class:`~spyre_mlir.runtime.system.SystemExecutable` for a system of cards. See
+    :func:`load`."""
     if numerics is not None and numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
+    if is_system(data):
+        from .system import load_system
+
+        return load_system(data, target, numerics)
     prog = program_from_bytes(data)
     numerics = numerics or prog.numerics
     from spyre_mlir.target import TargetError, load_target

@@ -392,7 +392,7 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
     ``.compile_info`` says how it was built). ``model_or_path`` is an ``nn.Module`` (with
     ``example_inputs``), a model file, or an ``ImportedModel`` from ``spyre_mlir.frontend.import_model``.
     ``cores`` None: every core of the target (per card). ``cards`` > 1 places the model over that many cards
-    (spyre-place-cards); multi-card binaries are not implemented yet, so that is an error after placement.
+    (spyre-place-cards, spyre-partition-cards) and returns a ``SystemExecutable`` that runs them.
     ``precision`` ``fp32-reference`` runs with the emulator's
     fp32-reference numerics (no rounding anywhere). ``persistent_state``: buffers the model updates in place
     (a KV cache) live in device memory across calls instead of being passed in and returned (read them with

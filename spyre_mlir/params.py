@@ -117,7 +117,13 @@ def constant_attr(values, type_, key: str):
         if dtype is None:
             raise ParamError(f"no storage for a constant of element type {elt}")
         arr = np.asarray(values).astype(dtype)
-    arr = np.ascontiguousarray(arr.reshape(shape))
+    return storage_attr(arr.reshape(shape), type_, key)
+
+
+def storage_attr(arr: np.ndarray, type_, key: str):
+    """A ``dense_resource`` attribute of tensor type ``type_`` over ``arr``, already in the element type's
+    storage (DLFloat16 as its uint16 bits): a slice of another constant keeps its bits exactly."""
+    arr = np.ascontiguousarray(arr)
     key = re.sub(r"[^A-Za-z0-9_.]", "_", key) or "const"
     attr = ir.DenseResourceElementsAttr.get_from_buffer(arr.reshape(-1).view(np.uint8), key, type_)
     _store(ir.Context.current)[_key(attr)] = arr

@@ -55,6 +55,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         # Spread the graph over the cards: pipeline stages and tensor-parallel splits, from the cost model.
         steps.append("spyre-place-cards" + opts(cards=cards, cores=cores, target=target, plan=plan,
                                                 **{"plan-out": plan_out}))
+        # One function per card and step, @main their schedule: each card's share is a one-card program.
+        steps.append("spyre-partition-cards" + opts(target=target))
     steps += [
         # Spread each op over the cores (grid), with the cost model choosing splits.
         "spyre-divide-work" + opts(cores=cores, target=target),

@@ -142,14 +142,17 @@ def _stage_program(job: Job, module) -> str:
             job.program_emitter = emit(module, job.target)
         except CompileError as e:
             raise StageError(str(e), pipeline="builtin.module(spyre-emit)") from None
-    return codegen.listing(job.program_emitter.b.program())
+    em = job.program_emitter
+    return em.listing() if getattr(em, "system", False) else codegen.listing(em.b.program())
 
 
 def _stage_binary(job: Job, listing: str) -> str:
     """Write the .spyre binary (atomically) to -o; prints what runs on the host."""
     em = job.program_emitter
-    em.b.write(job.args.output)
-    lines = [f"wrote {job.args.output} ({job.target.num_cores} cores, precision {job.args.precision})"]
+    system = getattr(em, "system", False)
+    (em.write if system else em.b.write)(job.args.output)
+    where = f"{len(em.cards)} cards of {job.target.num_cores} cores" if system else f"{job.target.num_cores} cores"
+    lines = [f"wrote {job.args.output} ({where}, precision {job.args.precision})"]
     lines += [f"host: {h}" for h in em.host_ops]
     return "\n".join(lines) + "\n"
 
@@ -199,8 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="number formats of device tensors (kernel stage on; default: %(default)s)")
     p.add_argument("--cores", type=int, help="cores to use (default: all cores of the target)")
     p.add_argument("--cards", type=int, help="cards of the system to place the model over (default: the target's "
-                   "system.cards, 1); more than one stops after the kernel stage: multi-card binaries are not "
-                   "implemented yet")
+                   "system.cards, 1); with more, one binary holds every card's program and the schedule between them")
     p.add_argument("--placement-plan-out", metavar="PLAN.json", help="write the multi-card placement plan here")
     p.add_argument("--placement-plan", metavar="PLAN.json", help="force this placement plan (as written by "
                    "--placement-plan-out, edited)")

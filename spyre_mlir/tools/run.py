@@ -53,10 +53,18 @@ def _parser() -> argparse.ArgumentParser:
 def disassemble(path: str) -> str:
     """Readable listing of a binary (container checks only, so half-valid files can still be inspected)."""
     from spyre_mlir.runtime.assembler import listing
-    from spyre_mlir.runtime.binary import program_from_bytes
+    from spyre_mlir.runtime.binary import is_system, program_from_bytes
+    from spyre_mlir.runtime.system import system_from_bytes
 
     with open(path, "rb") as f:
-        return f"// {path}\n" + listing(program_from_bytes(f.read()))
+        data = f.read()
+    if not is_system(data):
+        return f"// {path}\n" + listing(program_from_bytes(data))
+    sys_, progs = system_from_bytes(data)
+    out = [f"// {path}: a system of {len(progs)} cards\n// schedule: {json.dumps(sys_.meta['calls'])}\n"]
+    for c, p in enumerate(progs):
+        out += [f"// ---- card {c}, entry {e.name}\n" + listing(p.entry_program(e.name)) for e in p.entries]
+    return "".join(out)
 
 
 def _inputs(exe, path: str | None) -> list[np.ndarray]:
@@ -157,7 +165,7 @@ def main(argv=None) -> int:
             print(disassemble(args.model), end="")
             return 0
         exe = load(args.model, target=args.target, numerics=args.numerics)
-        if hasattr(exe, "entries"):
+        if hasattr(exe, "entries"):       # a Bundle (a SystemExecutable runs as one)
             if args.entry is None:
                 raise ValueError(f"{args.model} has entries {', '.join(exe.entries)}: choose one with --entry")
             exe = exe[args.entry]
@@ -167,7 +175,12 @@ def main(argv=None) -> int:
         if args.output:
             _save(args.output, exe.output_names, outs)
         if args.trace:
-            write_trace(exe.profile, args.trace)
+            if hasattr(exe.profile, "num_cards"):
+                from spyre_mlir.runtime.system import write_trace as write_system_trace
+
+                write_system_trace(exe.profile, args.trace)
+            else:
+                write_trace(exe.profile, args.trace)
     except BrokenPipeError:       # e.g. `spyre-run --disassemble m.spyre | head`: the reader left, fine
         _quiet_stdout()
         return 0
@@ -201,7 +214,32 @@ def _report(args, exe, outs) -> None:
         for i, (n, o) in enumerate(zip(exe.output_names, outs)):
             print(f"output_{i} ({n}): shape {tuple(o.shape)} {o.dtype}")
         if args.profile:
-            print_profile(exe.profile)
+            if hasattr(exe.profile, "num_cards"):
+                print_system_profile(exe.profile)
+            else:
+                print_profile(exe.profile)
+
+
+def print_system_profile(profile, file=None) -> None:
+    """A system's profile: the modeled latency, then per card its busy time and per link its transfers."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(file=file or sys.stdout, width=110)
+    us = 1.0 / (profile.clock_ghz * 1e3)
+    t = Table(title=f"Modeled run on {profile.num_cards} x '{profile.target}' ({profile.num_cores} cores each, "
+                    f"{profile.clock_ghz} GHz): {profile.cycles:,.0f} cycles = {profile.seconds * 1e6:,.2f} us")
+    for col in ("card", "busy cycles", "busy", "calls", "link bytes sent", "link busy cycles", "link utilization"):
+        t.add_column(col, justify="right")
+    for c in range(profile.num_cards):
+        t.add_row(str(c), f"{profile.card_busy[c]:,.0f}",
+                  f"{profile.card_busy[c] / profile.cycles:.1%}" if profile.cycles else "-",
+                  str(sum(1 for call in profile.calls if call[0] == c)), _si(profile.link_bytes[c], "B"),
+                  f"{profile.link_busy[c]:,.0f}", f"{profile.link_utilization[c]:.1%}")
+    con.print(t)
+    con.print(f"{len(profile.transfers)} transfers over the link, {sum(profile.link_bytes):,} bytes; "
+              f"{profile.cycles * us:,.2f} us modeled, emulator wall time "
+              f"{(profile.wall_seconds or 0) * 1e3:,.2f} ms")
 
 
 if __name__ == "__main__":

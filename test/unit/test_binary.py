@@ -181,7 +181,7 @@ def _section_overlap(prog):
 CORRUPTIONS = {
     # container
     "bad magic": (_bytes_set(0, b"NOTSPYRE"), r"header: bad magic"),
-    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.4"),
+    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.5"),
     "truncated": (_raw(lambda b: bytes(b[:-100])), r"header: file is .* \(truncated\)"),
     "extended": (_raw(lambda b: bytes(b) + b"\0" * 7), r"header: file is .* \(extended\)"),
     "header checksum": (_raw(lambda b: bytes(b[:30]) + bytes([b[30] ^ 1]) + bytes(b[31:])),
