@@ -30,6 +30,7 @@ CONST_FOLD = "spyre.const_fold"               # spyre-select-kernels: computed w
 KERNEL = "spyre.kernel"                       # spyre-select-kernels: the device kernel that runs the op
 ON_HOST = "spyre.on_host"                     # spyre-select-kernels: why no device kernel runs the op
 BARRIER = "spyre.barrier"                     # spyre-schedule
+SHARE_OF = "spyre.share_of"                   # spyre-partition-cards: (B, N) of the matmul a card's share is of
 
 # ---- Device ops ------------------------------------------------------------------------------------------------
 

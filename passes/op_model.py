@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import GRID, KERNEL, int_array, is_const_fold, producer
+from spyre_mlir.passes.analysis import GRID, KERNEL, SHARE_OF, int_array, is_const_fold, producer
 from spyre_mlir.passes.base import PassError
 from spyre_mlir.target import Target
 
@@ -67,6 +67,7 @@ class OpModel:
     b_fmt: str | None = None          # matmul rhs format (None: fmt)
     round_fmt: str | None = None      # matmul spyre.convert_result: rounded to this, then widened to out_fmt
     converts: tuple[str | None, str | None] = (None, None)   # spyre.convert_operands formats (lhs, rhs)
+    whole: tuple[int, int] | None = None   # matmul: (B, N) of the op this is one card's share of (spyre.share_of)
 
     @property
     def fused(self) -> bool:
@@ -90,14 +91,25 @@ class OpModel:
             return f"{self.op.name} {self.conv.n}x{self.conv.f}x{self.conv.oh}x{self.conv.ow}"
         return f"{self.op.name} with {self.rows.rows} rows"
 
+    def whole_model(self) -> "OpModel":
+        """A card's share of a matmul (cols or heads): the model of the whole op on one card, whose M and K splits
+        and tile the share keeps, so that every core computes tiles of the same shapes in the same order as on
+        one card (the emulator's products then round the same way too)."""
+        return dataclasses.replace(self, B=self.whole[0], N=self.whole[1], whole=None)
+
     def best_grid(self, cores: int, target: Target) -> tuple[int, ...] | None:
-        if self.kind == "matmul" and self.fused:
-            # The grid of the unfused op: the same K split (accumulation order) and division of the work.
-            return self.reference().best_grid(cores, target)
+        split_k = split_m = None
+        if self.kind == "matmul" and self.whole is not None:
+            g = self.whole_model().best_grid(cores, target)
+            if g is None:
+                return None
+            _, split_m, _, split_k = self.grid4(g)
         if self.kind == "matmul":
-            g = cost.best_batch_matmul_grid(self.B, self.M, self.N, self.K, cores, target, self.fmt, self.out_fmt,
-                                            self.bias, b_fmt=self.b_fmt, round_fmt=self.round_fmt,
-                                            colscale=self.colscale)
+            # Fused: the grid of the unfused op, the same K split (accumulation order) and division of the work.
+            m = self.reference() if self.fused else self
+            g = cost.best_batch_matmul_grid(m.B, m.M, m.N, m.K, cores, target, m.fmt, m.out_fmt,
+                                            m.bias, b_fmt=m.b_fmt, round_fmt=m.round_fmt,
+                                            colscale=m.colscale, split_k=split_k, split_m=split_m)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
             return cost.best_conv_grid(self.conv, cores, target)
@@ -142,7 +154,9 @@ def _matmul(op: ir.Operation) -> OpModel:
                    bias=fmt_of(op.operands[2].type, op) if len(op.operands) > 2 else False, batched=batched,
                    b_fmt=quant[0] if quant else fmt_of(b.type, op), colscale=quant[1] if quant else None,
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
-                   converts=(conv.get("lhs"), conv.get("rhs")))
+                   converts=(conv.get("lhs"), conv.get("rhs")),
+                   whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
+                   else None)
 
 
 def _quantized(v: ir.Value, op: ir.Operation) -> tuple[str, str | None] | None:

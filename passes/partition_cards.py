@@ -44,14 +44,15 @@ be split over cards yet.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
 from spyre_mlir import params
-from spyre_mlir.passes.analysis import (CONVERT_RESULT, KERNEL, compile_time, device_ops, get_target, is_param,
-                                        reads)
+from spyre_mlir.passes.analysis import (CONVERT_RESULT, KERNEL, SHARE_OF, compile_time, device_ops, get_target,
+                                        is_param, reads)
 from spyre_mlir.passes.base import PassError, SpyrePass
 
 CARDS = "spyre.cards"
@@ -289,6 +290,11 @@ class _Partition:
             rtype = _tensor(rt.shape, rt, ir.F32Type.get())
         else:
             raise PassError(f"unknown split '{split}'", op.location)
+        if split != "rows":
+            # spyre-divide-work and spyre-tile keep the whole op's K split and K tile for the share: the same
+            # accumulation order, so the gathered result is the one-card result bit for bit.
+            whole = [math.prod(rt.shape[:-2]) if name == "spyre.batch_matmul" else 1, rt.shape[-1]]
+            attrs[SHARE_OF] = ir.DenseI64ArrayAttr.get(whole)
         new = ir.Operation.create(name, results=[rtype], operands=ops, attributes=attrs)
         self.select(new)
         s.local[("piece", op.results[0])] = new.results[0]

@@ -29,7 +29,7 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir import cost
-from spyre_mlir.passes.analysis import GRID, TILE, device_ops, get_target, require
+from spyre_mlir.passes.analysis import CORES, GRID, TILE, device_ops, get_target, require
 from spyre_mlir.passes.base import PassError, SpyrePass
 from spyre_mlir.passes.op_model import OpModel, check_rank, op_model
 from spyre_mlir.target import Target
@@ -52,6 +52,9 @@ class TilePass(SpyrePass):
                         ("tile-rows", self.tile_rows)):
             if v < 0:
                 raise PassError(f"{name}={v} must be positive", module.location)
+        # The core count spyre-divide-work divided for (a card's share of a matmul needs the whole op's grid).
+        self.cores = ir.IntegerAttr(module.attributes[CORES]).value if CORES in module.attributes \
+            else target.num_cores
         for op in device_ops(module):
             model = op_model(op)
             grid = require(op, GRID, "spyre-divide-work")
@@ -65,7 +68,20 @@ class TilePass(SpyrePass):
             gb, gm, gn, gk = model.grid4(grid)
             block = (model.M // gm, model.N // gn, model.K // gk)
             force = _force(op, block, (self.tile_m, self.tile_n, self.tile_k), ("tile-m", "tile-n", "tile-k"))
-            if model.fused and not force[2]:
+            if model.whole is not None and not any(force):
+                # A card's share (spyre-partition-cards): the whole op's tile, so every core computes the same
+                # tile shapes in the same accumulation order as on one card (bit-identical results).
+                whole = model.whole_model()
+                wgrid = whole.best_grid(self.cores, target)
+                if wgrid is not None:
+                    wtile = tuple(self._tile(whole, list(wgrid), target)[-3:])
+                    if cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
+                                      bias=model.bias, active=gb * gm * gn * gk, force=wtile, grid=(gm, gn),
+                                      b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale):
+                        force = wtile
+                    else:
+                        force = (0, 0, wtile[2])
+            elif model.fused and not force[2]:
                 # spyre-fuse: keep the K tile of the unfused op, which fixes the order of the fp32 accumulation
                 # (results bit-identical); M and N tiles are free.
                 ref = model.reference()

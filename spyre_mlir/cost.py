@@ -397,18 +397,21 @@ def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fm
 
 def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str = "dlf16",
                            out_fmt: str | None = None, bias: bool = False, b_fmt: str | None = None,
-                           round_fmt: str | None = None, colscale: str | None = None
-                           ) -> tuple[int, int, int, int] | None:
+                           round_fmt: str | None = None, colscale: str | None = None, split_k: int | None = None,
+                           split_m: int | None = None) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, even stick-aligned splits (M in multiples of the PT
     rows, N in whole sticks of B and the result, K in whole sticks of A), each core's span within the target's
     ``core_span_bytes``, and a tile that fits. K is split only when the batch, M and N together cannot use
-    every core. None when no division keeps each core's span in range."""
+    every core; ``split_k`` and ``split_m`` force the K and M splits (a card's share of a matmul keeps the whole
+    op's, so each core computes the same tiles). None when no division keeps each core's span in range."""
     out_fmt = out_fmt or fmt
     best = None
     full = max((gb * gm * gn for gb, gm, gn, _ in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, False,
                                                                 b_fmt)), default=0)
-    for g in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, full < cores, b_fmt):
+    for g in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, full < cores or (split_k or 1) > 1, b_fmt):
         gb, gm, gn, gk = g
+        if (split_k is not None and gk != split_k) or (split_m is not None and gm != split_m):
+            continue
         if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt) > target.core_span_bytes:
             continue
         active = gb * gm * gn * gk
