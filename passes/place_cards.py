@@ -25,6 +25,9 @@ so a model too big for one card is spread over several; one that fits no placeme
 bytes. Modeled time is the latency of one run: pipeline stages add link transfers and buy memory, not speed
 (a pipeline's throughput gain over several requests is not modeled).
 
+`exact=true` chooses among the splits that keep every output element's reduction order only (`none`, `cols`,
+`heads`: no `rows`), so the system's results are the one-card results bit for bit.
+
 `plan-out=PATH` writes the decision as JSON (docs/compiler.md): per op its cards, split, the bytes each card
 holds and its modeled time; per stage the op range; totals. `plan=PATH` forces a plan instead: each device op's
 entry (`id` = its index among device ops in program order, `op` = its name) gives its cards and split; an
@@ -87,8 +90,8 @@ class Op:
 
 
 class Placer:
-    def __init__(self, module, target, cards: int, cores: int):
-        self.target, self.cards, self.cores = target, cards, cores
+    def __init__(self, module, target, cards: int, cores: int, splits=SPLITS):
+        self.target, self.cards, self.cores, self.splits = target, cards, cores, splits
         _, known = compile_time(module)
         self.ops: list[Op] = []
         for i, op in enumerate(device_ops(module)):
@@ -165,7 +168,7 @@ class Placer:
 
     def best_split(self, o: Op, c: int) -> str:
         best = None
-        for split in SPLITS:
+        for split in self.splits:
             if self.split_error(o, split, c):
                 continue
             t = self.compute_cycles(o, split, c)
@@ -358,6 +361,7 @@ class PlaceCardsPass(SpyrePass):
     target: str = ""
     plan: str = ""
     plan_out: str = ""
+    exact: bool = False
 
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target, module)
@@ -372,7 +376,8 @@ class PlaceCardsPass(SpyrePass):
         if not 1 <= cores <= target.max_cores:
             raise PassError(f"impossible core count {cores}: target '{target.name}' has 1..{target.max_cores} "
                             f"cores", module.location)
-        placer = Placer(module, target, cards, cores)
+        placer = Placer(module, target, cards, cores, tuple(s for s in SPLITS if s != "rows") if self.exact
+                        else SPLITS)
         if self.plan:
             placement, strategy = read_plan(self.plan, plan, placer, module)
             ev = placer.evaluate(placement)
