@@ -119,8 +119,9 @@ def test_placement_summary_names_host_work(models):
 
 def test_cards_plan_written_forced_and_round_tripped(models, tmp_path):
     """--cards 4 places the model (spyre-place-cards) and writes the plan; the plan, edited into a two-stage
-    pipeline, is forced with --placement-plan and written back unchanged; a binary over several cards is a
-    clear error (multi-card binaries are not implemented yet), an impossible card count a usage error."""
+    pipeline, is forced with --placement-plan and written back unchanged; its binary (a system of two cards)
+    runs in spyre-run with the one-card outputs, a profile per card and a trace with link tracks; an impossible
+    card count is a usage error."""
     import json
 
     plan, kernel = tmp_path / "plan.json", tmp_path / "k.mlir"
@@ -144,8 +145,24 @@ def test_cards_plan_written_forced_and_round_tripped(models, tmp_path):
     r = spyre_compile(str(models / "tf.pt"), "--emit=kernel", "-o", str(kernel), "--placement-plan", str(again),
                       "--placement-plan-out", str(tmp_path / "third.json"))
     assert r.returncode == 0 and (tmp_path / "third.json").read_text() == again.read_text()
-    r = spyre_compile(str(models / "tf.pt"), "--cards", "2", "-o", str(tmp_path / "m.spyre"))
-    assert r.returncode == 1 and "multi-card binaries are not implemented yet" in r.stderr
-    assert not (tmp_path / "m.spyre").exists()
+    import numpy as np
+
+    r = spyre_compile(str(models / "tf.pt"), "--placement-plan", str(again), "-o", str(tmp_path / "m2.spyre"))
+    assert r.returncode == 0 and "(2 cards of 32 cores" in r.stderr, r.stderr
+    r = spyre_compile(str(models / "tf.pt"), "-o", str(tmp_path / "m1.spyre"))
+    assert r.returncode == 0, r.stderr
+    ids = np.random.default_rng(0).integers(0, 256, (1, 16))
+    np.savez(tmp_path / "in.npz", input_ids=ids)
+    outs = {}
+    for n in (1, 2):
+        r = subprocess.run([sys.executable, "-m", "spyre_mlir.tools.run", str(tmp_path / f"m{n}.spyre"), "-i",
+                            str(tmp_path / "in.npz"), "-o", str(tmp_path / f"o{n}.npz"), "--profile", "--trace",
+                            str(tmp_path / f"t{n}.json")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        outs[n] = np.load(tmp_path / f"o{n}.npz")["output_0"]
+    assert np.array_equal(outs[1], outs[2])
+    assert "Modeled run on 2 x 'spyre'" in r.stdout and "link utilization" in r.stdout
+    trace = json.loads((tmp_path / "t2.json").read_text())
+    assert "link from card 0" in {e["args"].get("name") for e in trace["traceEvents"] if e["ph"] == "M"}
     r = spyre_compile(str(models / "tf.pt"), "--cards", "9")
     assert r.returncode == 2 and "--cards 9 is impossible" in r.stderr
