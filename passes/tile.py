@@ -75,12 +75,11 @@ class TilePass(SpyrePass):
                 wgrid = whole.best_grid(self.cores, target)
                 if wgrid is not None:
                     wtile = tuple(self._tile(whole, list(wgrid), target)[-3:])
-                    if cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
-                                      bias=model.bias, active=gb * gm * gn * gk, force=wtile, grid=(gm, gn),
-                                      b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale):
-                        force = wtile
-                    else:
-                        force = (0, 0, wtile[2])
+                    whole_fits = all(b % t == 0 for b, t in zip(block, wtile)) and cost.best_tile(
+                        *block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
+                        active=gb * gm * gn * gk, force=wtile, grid=(gm, gn), b_fmt=model.b_fmt,
+                        round_fmt=model.round_fmt, colscale=model.colscale)
+                    force = wtile if whole_fits else (0, 0, wtile[2])
             elif model.fused and not force[2]:
                 # spyre-fuse: keep the K tile of the unfused op, which fixes the order of the fp32 accumulation
                 # (results bit-identical); M and N tiles are free.
