@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import time
 
 from spyre_mlir.errors import InternalError, SpyreError
@@ -172,6 +173,24 @@ def file_key(path, example_inputs, input_shapes, precision, cores, target, persi
     return "file-" + h.hexdigest()
 
 
+def module_key(model, example_inputs, input_shapes, precision, cores, target, persistent_state=False) -> str:
+    """sha256 over an ``nn.Module`` as ``torch.export`` would trace it, found without tracing it (its classes'
+    code, its attributes, parameters and buffers, the example inputs' types, torch's settings:
+    :mod:`spyre_mlir.frontend.fingerprint`), the options, the target and the compiler's version. "" when the
+    module holds something the fingerprint cannot account for: the caller keys on the exported program."""
+    from spyre_mlir.frontend.fingerprint import fingerprint
+
+    fp = fingerprint(model, example_inputs, input_shapes)
+    if fp is None:
+        return ""
+    h = hashlib.sha256(fp.encode())
+    opts = {"precision": precision, "cores": cores, "persistent_state": bool(persistent_state)}
+    h.update(json.dumps(opts, sort_keys=True).encode())
+    h.update(target.fingerprint().encode())
+    h.update(_version().encode())
+    return "module-" + h.hexdigest()
+
+
 def _cached_program(cdir, pkey):
     """(binary key, state) of the program compiled before under ``pkey``, when its binary is still cached."""
     if not cdir or not pkey:
@@ -183,6 +202,11 @@ def _cached_program(cdir, pkey):
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return (key, state) if os.path.exists(os.path.join(cdir, key + ".spyre")) else None
+
+
+def _is_module(obj) -> bool:
+    torch = sys.modules.get("torch")     # a module's caller has imported torch; a file's need not
+    return torch is not None and isinstance(obj, torch.nn.Module)
 
 
 def _cache_dir(cache_dir):
@@ -291,19 +315,26 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
     t0 = time.perf_counter()
     tgt, cores = _check_options(precision, cores, target, cards)
     cdir = _cache_dir(cache_dir)
-    found = pkey = None
+    found = None
+    pkeys = []          # keys of the model, before Torch-MLIR runs; each will name the binary's key
     if hasattr(model_or_path, "linalg_ir") and hasattr(model_or_path, "params"):
         imported = model_or_path       # already imported (an ImportedModel): compile it for several options
     else:
-        # A binary cached for this model file, or else for this exported program, is found before Torch-MLIR
-        # runs (a file's: before it is even loaded).
+        # A binary cached for this model file (by its bytes: not even loaded), this module (by its fingerprint:
+        # not exported) or else this exported program is found before Torch-MLIR runs.
         ep = None
-        if isinstance(model_or_path, (str, os.PathLike)) and cdir:
-            pkey = file_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt, persistent_state)
-        else:
+        if cdir and isinstance(model_or_path, (str, os.PathLike)):
+            pkeys.append(file_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
+                                  persistent_state))
+        elif cdir and _is_module(model_or_path):
+            pkeys.append(module_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
+                                    persistent_state))
+        found = _cached_program(cdir, pkeys[0] if pkeys else None)
+        if found is None and not isinstance(model_or_path, (str, os.PathLike)):
             ep = load_program(model_or_path, example_inputs, input_shapes)
-            pkey = program_key(ep, precision, cores, tgt, persistent_state) if cdir else None
-        found = _cached_program(cdir, pkey)
+            if cdir:
+                pkeys.append(program_key(ep, precision, cores, tgt, persistent_state))
+                found = _cached_program(cdir, pkeys[-1])
         if found is None:
             if ep is None:
                 ep = load_program(model_or_path, example_inputs, input_shapes)
@@ -357,8 +388,9 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             _atomic_write(cached[:-len(".spyre")] + ".json", json.dumps({"host_ops": host_ops,
                                                                         "device_ops": device_ops,
                                                                         "host_locations": host_locs}))
-    if cdir and pkey and found is None:
-        _atomic_write(os.path.join(cdir, pkey + ".program.json"), json.dumps(program_entry))
+    for pkey in pkeys:
+        if pkey and (found is None or pkey != pkeys[-1]):     # the one found already names this binary
+            _atomic_write(os.path.join(cdir, pkey + ".program.json"), json.dumps(program_entry))
     path = output or cached or dest
     info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops, state,
                        host_locs)
