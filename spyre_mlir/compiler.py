@@ -309,9 +309,6 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 
 def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
                      persistent_state=False, cards=None):
-    from spyre_mlir.frontend.importer import import_program, lower_to_linalg
-    from spyre_mlir.frontend.load import load_program
-
     t0 = time.perf_counter()
     tgt, cores = _check_options(precision, cores, target, cards)
     cdir = _cache_dir(cache_dir)
@@ -322,7 +319,6 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
     else:
         # A binary cached for this model file (by its bytes: not even loaded), this module (by its fingerprint:
         # not exported) or else this exported program is found before Torch-MLIR runs.
-        ep = None
         if cdir and isinstance(model_or_path, (str, os.PathLike)):
             pkeys.append(file_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
                                   persistent_state))
@@ -330,16 +326,19 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             pkeys.append(module_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
                                     persistent_state))
         found = _cached_program(cdir, pkeys[0] if pkeys else None)
-        if found is None and not isinstance(model_or_path, (str, os.PathLike)):
+        if found is None:
+            # Imported only now: a hit needs neither torch.export nor Torch-MLIR (a file's, not even torch).
+            from spyre_mlir.frontend.load import load_program
+
             ep = load_program(model_or_path, example_inputs, input_shapes)
-            if cdir:
+            if cdir and not isinstance(model_or_path, (str, os.PathLike)):
                 pkeys.append(program_key(ep, precision, cores, tgt, persistent_state))
                 found = _cached_program(cdir, pkeys[-1])
-        if found is None:
-            if ep is None:
-                ep = load_program(model_or_path, example_inputs, input_shapes)
-            imported = import_program(ep)
-            imported.linalg_ir = lower_to_linalg(imported.torch_ir)
+            if found is None:
+                from spyre_mlir.frontend.importer import import_program, lower_to_linalg
+
+                imported = import_program(ep)
+                imported.linalg_ir = lower_to_linalg(imported.torch_ir)
     if found is not None:
         key, state = found
     else:
