@@ -30,6 +30,7 @@ import enum
 import hashlib
 import os
 import sys
+import sysconfig
 import types
 import typing
 
@@ -43,6 +44,8 @@ _TRUSTED = {"torch", "builtins", "math", "operator", "functools", "itertools", "
 # instance attributes, their defaults class attributes).
 _SKIP = {"__dict__", "__weakref__", "__doc__", "__module__", "__annotations__", "__dataclass_fields__",
          "__dataclass_params__", "_abc_impl"}
+# Builtins that read names the code does not spell out.
+_DYNAMIC = {"globals", "locals", "vars", "eval", "exec", "__import__"}
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), slice)
 _TORCH_PLAIN = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 _CONFIGS = ("torch._export.config", "torch._dynamo.config", "torch._functorch.config",
@@ -79,10 +82,20 @@ def _trusted(module_name) -> bool:
     return isinstance(module_name, str) and module_name.split(".", 1)[0] in _TRUSTED
 
 
+_TRUSTED_DIRS = (os.path.dirname(torch.__file__) + os.sep, sysconfig.get_path("stdlib") + os.sep, "<frozen ")
+
+
+def _trusted_function(f) -> bool:
+    """A function of torch or the standard library by its file too: a wrapper made with functools.wraps
+    takes the wrapped function's module and name, not its code."""
+    return _trusted(f.__module__) and f.__code__.co_filename.startswith(_TRUSTED_DIRS)
+
+
 class _Hasher:
     def __init__(self):
         self.h = hashlib.sha256()
         self.seen = {}           # id -> index of objects already hashed: a second visit is a reference
+        self.failed = set()      # ids of objects that could not be hashed
         self.storages = {}       # storage address -> index: tensors sharing memory (a tied weight's view)
         self.alive = []          # keeps them alive, so that an id is not reused during the walk
 
@@ -131,10 +144,26 @@ class _Hasher:
             return self.put(t.__name__, repr(v))
         if isinstance(v, type):
             return self.cls(v)
+        if self.visited(v):
+            return
+        try:
+            self.dispatch(v, t)
+        except Unhashable:
+            self.failed.add(id(v))       # torch's module attributes tolerate one; a reference to it must not
+            raise
+
+    def visited(self, v) -> bool:
+        """Whether ``v`` was hashed already (then a reference to it is); else it is marked as hashed now."""
+        if id(v) in self.failed:
+            raise Unhashable(f"a {type(v).__qualname__} seen before")
         if id(v) in self.seen:
-            return self.put("ref", self.seen[id(v)])
+            self.put("ref", self.seen[id(v)])
+            return True
         self.seen[id(v)] = len(self.seen)
         self.alive.append(v)
+        return False
+
+    def dispatch(self, v, t):
         if t in (tuple, list, torch.Size) or (isinstance(v, tuple) and hasattr(t, "_fields")):
             self.put(t.__module__, t.__qualname__, len(v))
             for x in v:
@@ -203,10 +232,15 @@ class _Hasher:
 
     def cls(self, c):
         self.put("class", c.__module__, c.__qualname__)
-        if id(c) in self.seen:
-            return self.put("ref", self.seen[id(c)])
-        self.seen[id(c)] = len(self.seen)
-        self.alive.append(c)
+        if self.visited(c):
+            return
+        try:
+            self.class_body(c)
+        except Unhashable:
+            self.failed.add(id(c))
+            raise
+
+    def class_body(self, c):
         if type(c) is not type:
             self.value(type(c))          # a metaclass can change what attribute reads do
         for k in c.__mro__:
@@ -217,22 +251,25 @@ class _Hasher:
             for name, v in vars(k).items():
                 # torch's own classes are fixed by its version; a function patched into one is not.
                 if name in _SKIP or (trusted and not (isinstance(v, types.FunctionType) and
-                                                      not _trusted(v.__module__))):
+                                                      not _trusted_function(v))):
                     continue
                 self.put(name)
                 self.value(v)
 
     def function(self, f):
         self.put("function", f.__module__, f.__qualname__)
-        if not _trusted(f.__module__):
+        if not _trusted_function(f):
             names = set()
             self.code(f.__code__, names)
             self.value(f.__defaults__)
             self.value(f.__kwdefaults__)
             self.value(vars(f))          # __wrapped__ of a decorated function
+            dynamic = (names & _DYNAMIC) - f.__globals__.keys()
+            if dynamic:
+                raise Unhashable(f"{f.__qualname__} looks names up at run time ({', '.join(sorted(dynamic))})")
             for name in sorted(names & f.__globals__.keys()):
                 self.put("global", name)
-                self.global_value(f.__globals__[name], names, set())
+                self.global_value(f.__globals__[name], names, set(), "getattr" in names)
         # Even a torch function's closure: a decorator's (torch.no_grad's) holds the decorated function.
         for cell in f.__closure__ or ():
             try:
@@ -242,23 +279,25 @@ class _Hasher:
 
     def code(self, co, names):
         """Bytecode, constants (nested code objects too), names, signature, file and line table; ``names``
-        collects every name the code reads (globals and attributes alike: co_names does not tell them
-        apart)."""
+        collects every name the code reads (globals and attributes alike: co_names does not tell them apart;
+        string constants too)."""
         names.update(co.co_names)
+        lines = co.co_linetable if hasattr(co, "co_linetable") else co.co_lnotab
         self.put("code", co.co_name, co.co_filename, co.co_firstlineno, co.co_argcount, co.co_posonlyargcount,
-                 co.co_kwonlyargcount, co.co_flags, co.co_names, co.co_varnames, co.co_freevars, co.co_cellvars)
-        self.h.update(co.co_code)
-        self.h.update(co.co_linetable if hasattr(co, "co_linetable") else co.co_lnotab)
-        self.h.update(getattr(co, "co_exceptiontable", b""))
+                 co.co_kwonlyargcount, co.co_flags, co.co_names, co.co_varnames, co.co_freevars, co.co_cellvars,
+                 co.co_code, lines, getattr(co, "co_exceptiontable", b""))
         for c in co.co_consts:
             if isinstance(c, types.CodeType):
                 self.code(c, names)
             else:
+                if isinstance(c, str):
+                    names.add(c)         # getattr(mod, "name") reads mod.name too
                 self.value(c)
 
-    def global_value(self, v, names, modules):
+    def global_value(self, v, names, modules, getattr_):
         """A global read by name. A module: the attributes the code names in it (``F.gelu``, ``torch.nn``),
-        recursively; in torch's own modules an attribute that is no plain value is identified by its type."""
+        recursively; in torch's own modules an attribute that is no plain value is identified by its type.
+        Code that calls getattr may read any attribute of a module but torch's."""
         if not isinstance(v, types.ModuleType):
             return self.value(v)
         self.put("module", v.__name__)
@@ -266,11 +305,13 @@ class _Hasher:
             return
         modules.add(id(v))
         trusted = _trusted(v.__name__)
+        if getattr_ and not trusted:
+            raise Unhashable(f"getattr on module {v.__name__}")
         attrs = vars(v)                  # not getattr: a module's __getattr__ may import lazily
         for name in sorted(names & attrs.keys()):
             self.put("attr", name)
             try:
-                self.global_value(attrs[name], names, modules)
+                self.global_value(attrs[name], names, modules, getattr_)
             except Unhashable:
                 if not trusted:
                     raise
