@@ -15,9 +15,19 @@ values travel in the IR as resources holding the arrays themselves (:mod:`spyre_
 Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's bytes, the options,
 the target's fingerprint and the spyre_mlir version (with a hash of the compiler's sources), so a cache hit is
 exactly the binary a fresh compile would write. A model (not an already imported one) is also looked up before
-Torch-MLIR runs: a model file by its bytes (:func:`file_key`, a hit does not even load it), a module or an
-exported program by the exported program (:func:`program_key`, a hit costs the export). The cache lives in
-``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else ``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
+Torch-MLIR runs, by a key that maps to that binary key (``<key>.program.json``, written on a miss):
+
+* a model file by its bytes and the input types (:func:`file_key`): a hit does not even load it;
+* an ``nn.Module`` by its fingerprint (:func:`module_key`, :mod:`spyre_mlir.frontend.fingerprint`): its
+  classes' code and what that code reads by global name, every attribute (parameters and buffers with their
+  bytes, plain data), the example inputs' types, torch's version and settings. A hit does not export it. A
+  module holding something the fingerprint cannot account for (an arbitrary object, a C extension object,
+  code that looks names up at run time) has no such key, and is looked up as an exported program;
+* an exported program by its graph, signature and tensors (:func:`program_key`), known without Torch-MLIR.
+
+A hit then costs the key (hashing the parameters, a few milliseconds for the examples) and loading the binary.
+The cache lives in ``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else ``~/.cache/spyre-mlir``;
+``cache_dir=False`` disables it.
 """
 
 from __future__ import annotations
