@@ -15,9 +15,19 @@ values travel in the IR as resources holding the arrays themselves (:mod:`spyre_
 Binaries are cached by content: the key is the sha256 of the linalg IR, every parameter's bytes, the options,
 the target's fingerprint and the spyre_mlir version (with a hash of the compiler's sources), so a cache hit is
 exactly the binary a fresh compile would write. A model (not an already imported one) is also looked up before
-Torch-MLIR runs: a model file by its bytes (:func:`file_key`, a hit does not even load it), a module or an
-exported program by the exported program (:func:`program_key`, a hit costs the export). The cache lives in
-``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else ``~/.cache/spyre-mlir``; ``cache_dir=False`` disables it.
+Torch-MLIR runs, by a key that maps to that binary key (``<key>.program.json``, written on a miss):
+
+* a model file by its bytes and the input types (:func:`file_key`): a hit does not even load it;
+* an ``nn.Module`` by its fingerprint (:func:`module_key`, :mod:`spyre_mlir.frontend.fingerprint`): its
+  classes' code and what that code reads by global name, every attribute (parameters and buffers with their
+  bytes, plain data), the example inputs' types, torch's version and settings. A hit does not export it. A
+  module holding something the fingerprint cannot account for (an arbitrary object, a C extension object,
+  code that looks names up at run time) has no such key, and is looked up as an exported program;
+* an exported program by its graph, signature and tensors (:func:`program_key`), known without Torch-MLIR.
+
+A hit then costs the key (hashing the parameters, a few milliseconds for the examples) and loading the binary.
+The cache lives in ``cache_dir``, else ``$SPYRE_MLIR_CACHE_DIR``, else ``~/.cache/spyre-mlir``;
+``cache_dir=False`` disables it.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import time
 
 from spyre_mlir.errors import InternalError, SpyreError
@@ -172,6 +183,24 @@ def file_key(path, example_inputs, input_shapes, precision, cores, target, persi
     return "file-" + h.hexdigest()
 
 
+def module_key(model, example_inputs, input_shapes, precision, cores, target, persistent_state=False) -> str:
+    """sha256 over an ``nn.Module`` as ``torch.export`` would trace it, found without tracing it (its classes'
+    code, its attributes, parameters and buffers, the example inputs' types, torch's settings:
+    :mod:`spyre_mlir.frontend.fingerprint`), the options, the target and the compiler's version. "" when the
+    module holds something the fingerprint cannot account for: the caller keys on the exported program."""
+    from spyre_mlir.frontend.fingerprint import fingerprint
+
+    fp = fingerprint(model, example_inputs, input_shapes)
+    if fp is None:
+        return ""
+    h = hashlib.sha256(fp.encode())
+    opts = {"precision": precision, "cores": cores, "persistent_state": bool(persistent_state)}
+    h.update(json.dumps(opts, sort_keys=True).encode())
+    h.update(target.fingerprint().encode())
+    h.update(_version().encode())
+    return "module-" + h.hexdigest()
+
+
 def _cached_program(cdir, pkey):
     """(binary key, state) of the program compiled before under ``pkey``, when its binary is still cached."""
     if not cdir or not pkey:
@@ -183,6 +212,11 @@ def _cached_program(cdir, pkey):
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return (key, state) if os.path.exists(os.path.join(cdir, key + ".spyre")) else None
+
+
+def _is_module(obj) -> bool:
+    torch = sys.modules.get("torch")     # a module's caller has imported torch; a file's need not
+    return torch is not None and isinstance(obj, torch.nn.Module)
 
 
 def _cache_dir(cache_dir):
@@ -285,30 +319,36 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 
 def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
                      persistent_state=False, cards=None):
-    from spyre_mlir.frontend.importer import import_program, lower_to_linalg
-    from spyre_mlir.frontend.load import load_program
-
     t0 = time.perf_counter()
     tgt, cores = _check_options(precision, cores, target, cards)
     cdir = _cache_dir(cache_dir)
-    found = pkey = None
+    found = None
+    pkeys = []          # keys of the model, before Torch-MLIR runs; each will name the binary's key
     if hasattr(model_or_path, "linalg_ir") and hasattr(model_or_path, "params"):
         imported = model_or_path       # already imported (an ImportedModel): compile it for several options
     else:
-        # A binary cached for this model file, or else for this exported program, is found before Torch-MLIR
-        # runs (a file's: before it is even loaded).
-        ep = None
-        if isinstance(model_or_path, (str, os.PathLike)) and cdir:
-            pkey = file_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt, persistent_state)
-        else:
-            ep = load_program(model_or_path, example_inputs, input_shapes)
-            pkey = program_key(ep, precision, cores, tgt, persistent_state) if cdir else None
-        found = _cached_program(cdir, pkey)
+        # A binary cached for this model file (by its bytes: not even loaded), this module (by its fingerprint:
+        # not exported) or else this exported program is found before Torch-MLIR runs.
+        if cdir and isinstance(model_or_path, (str, os.PathLike)):
+            pkeys.append(file_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
+                                  persistent_state))
+        elif cdir and _is_module(model_or_path):
+            pkeys.append(module_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
+                                    persistent_state))
+        found = _cached_program(cdir, pkeys[0] if pkeys else None)
         if found is None:
-            if ep is None:
-                ep = load_program(model_or_path, example_inputs, input_shapes)
-            imported = import_program(ep)
-            imported.linalg_ir = lower_to_linalg(imported.torch_ir)
+            # Imported only now: a hit needs neither torch.export nor Torch-MLIR (a file's, not even torch).
+            from spyre_mlir.frontend.load import load_program
+
+            ep = load_program(model_or_path, example_inputs, input_shapes)
+            if cdir and not isinstance(model_or_path, (str, os.PathLike)):
+                pkeys.append(program_key(ep, precision, cores, tgt, persistent_state))
+                found = _cached_program(cdir, pkeys[-1])
+            if found is None:
+                from spyre_mlir.frontend.importer import import_program, lower_to_linalg
+
+                imported = import_program(ep)
+                imported.linalg_ir = lower_to_linalg(imported.torch_ir)
     if found is not None:
         key, state = found
     else:
@@ -357,8 +397,9 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             _atomic_write(cached[:-len(".spyre")] + ".json", json.dumps({"host_ops": host_ops,
                                                                         "device_ops": device_ops,
                                                                         "host_locations": host_locs}))
-    if cdir and pkey and found is None:
-        _atomic_write(os.path.join(cdir, pkey + ".program.json"), json.dumps(program_entry))
+    for pkey in pkeys:
+        if pkey and (found is None or pkey != pkeys[-1]):     # the one found already names this binary
+            _atomic_write(os.path.join(cdir, pkey + ".program.json"), json.dumps(program_entry))
     path = output or cached or dest
     info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops, state,
                        host_locs)

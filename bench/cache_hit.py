@@ -1,0 +1,86 @@
+"""What a cache hit costs next to a cold compile, for the example models (issue 11: a hit <= 10% of cold).
+
+For each model, in a fresh cache directory: a cold ``spyre_mlir.compile(model, inputs)``, then hits for the
+same module object, a freshly built equal module, its ``torch.export`` program and a ``torch.export.save``
+file (each compiled once first so that its own mapping is recorded). One warm-up compile first, so that the
+cold time is the compile and not the first import of Torch-MLIR. Two times per call: ``build`` is
+``compile_info.seconds`` (cache lookup or compile, what the cache can skip); ``total`` is the whole
+``spyre_mlir.compile`` call, which also loads the binary into the emulator (the same work on a hit and a miss).
+Run: ``python bench/cache_hit.py``.
+"""
+
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def builders():
+    """name -> a function returning a fresh ``(model, inputs)``, equal on every call."""
+    ex = {n: _load(os.path.join(ROOT, "examples", f"{n}.py"), f"example_{n}") for n in ("mlp", "cnn",
+                                                                                         "transformer")}
+    peers = _load(os.path.join(HERE, "peers.py"), "bench_peers")
+    out = {f"examples/{n}": (lambda m=m: m.build(0)) for n, m in ex.items()}
+    out.update({f"peers/{n}": (lambda n=n: peers.build(n, 0)) for n in ("mlp", "decoder", "cnn")})
+    return out
+
+
+def timed(fn):
+    """(build seconds, total seconds, compile_info) of one compile."""
+    t0 = time.perf_counter()
+    info = fn().compile_info
+    return info.seconds, time.perf_counter() - t0, info
+
+
+def main() -> int:
+    import torch
+
+    import spyre_mlir
+
+    print(f"spyre_mlir from {os.path.dirname(spyre_mlir.__file__)}")
+    m, x = builders()["examples/mlp"]()
+    spyre_mlir.compile(m, x, cache_dir=False)          # warm-up: imports, the compiler's version hash
+    print(f"{'model':20} {'cold s':>7} {'same s':>7} {'fresh s':>7} {'ep s':>7} {'file s':>7}   "
+          f"hit/cold: same   fresh  ep     file")
+    worst = {"build": 0.0, "total": 0.0}
+    for name, build in builders().items():
+        with tempfile.TemporaryDirectory() as d:
+            model, inputs = build()
+            runs = {"cold": timed(lambda: spyre_mlir.compile(model, inputs, cache_dir=d))}
+            runs["same"] = timed(lambda: spyre_mlir.compile(model, inputs, cache_dir=d))
+            model2, inputs2 = build()
+            runs["fresh"] = timed(lambda: spyre_mlir.compile(model2, inputs2, cache_dir=d))
+            ep = torch.export.export(model, inputs, strict=False)
+            spyre_mlir.compile(ep, cache_dir=d)
+            runs["ep"] = timed(lambda: spyre_mlir.compile(ep, cache_dir=d))
+            path = os.path.join(d, "model.pt2")
+            torch.export.save(ep, path)
+            spyre_mlir.compile(path, cache_dir=d)
+            runs["file"] = timed(lambda: spyre_mlir.compile(path, cache_dir=d))
+        assert not runs["cold"][2].cache_hit and all(r[2].cache_hit for k, r in runs.items() if k != "cold"), name
+        for i, what in enumerate(("build", "total")):
+            t = [r[i] for r in runs.values()]
+            ratios = [x / t[0] for x in t[1:]]
+            worst[what] = max(worst[what], *ratios)
+            print(f"{name + ' ' + what:20} {'  '.join(f'{x:6.3f}' for x in t)}   "
+                  f"{'  '.join(f'{r:5.1%}' for r in ratios)}", flush=True)
+    print(f"worst hit/cold: build {worst['build']:.1%}, total {worst['total']:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""The module key: a cache hit for an nn.Module found without torch.export, and a miss whenever the exported
+program could differ (spyre_mlir.frontend.fingerprint)."""
+
+import dataclasses
+import functools
+import random
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import spyre_mlir  # noqa: E402
+import spyre_mlir.frontend.importer as importer  # noqa: E402
+from spyre_mlir.frontend.fingerprint import fingerprint  # noqa: E402
+
+SCALE = 1.0          # read by Small.forward as a global
+
+
+def helper(x):
+    return x * SCALE
+
+
+class Small(torch.nn.Module):
+    def __init__(self, eps=1e-5):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 8)
+        self.weight = torch.nn.Parameter(torch.ones(32))
+        self.eps = eps
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h = self.weight * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.fc2(torch.relu(helper(h)))
+
+
+class Doubled(Small):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+def build(cls=Small, **kwargs):
+    torch.manual_seed(0)
+    return cls(**kwargs).eval()
+
+
+X = (torch.randn(4, 16, generator=torch.Generator().manual_seed(1)),)
+
+
+def _eager(m):
+    with torch.no_grad():
+        return m(*X).numpy()
+
+
+@pytest.fixture
+def exports(monkeypatch):
+    """Counts torch.export.export calls."""
+    calls = []
+    real = torch.export.export
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.export, "export", counting)
+    return calls
+
+
+def _no_export(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("torch.export or Torch-MLIR ran on a cache hit")
+
+    monkeypatch.setattr(torch.export, "export", fail)
+    monkeypatch.setattr(importer, "import_program", fail)
+
+
+def test_equal_fresh_module_hits_without_export(tmp_path, monkeypatch):
+    m = build()
+    a = spyre_mlir.compile(m, X, cores=2, cache_dir=str(tmp_path))
+    ep = torch.export.export(m, X, strict=False)
+    _no_export(monkeypatch)
+    b = spyre_mlir.compile(m, X, cores=2, cache_dir=str(tmp_path))                  # the same object
+    c = spyre_mlir.compile(build(), X, cores=2, cache_dir=str(tmp_path))            # an equal new one
+    e = spyre_mlir.compile(ep, cores=2, cache_dir=str(tmp_path))                    # its exported program
+    assert not a.compile_info.cache_hit
+    assert [f for f in tmp_path.iterdir() if f.name.startswith("module-")]     # recorded by the miss
+    for exe in (b, c, e):
+        assert exe.compile_info.cache_hit and exe.compile_info.key == a.compile_info.key
+    np.testing.assert_array_equal(a(*X)[0], c(*X)[0])
+
+
+def _miss_matches_eager(m0, m1, tmp_path):
+    """m1 differs from m0 in a way the exported program sees: compiling it after m0 misses, and its binary
+    computes m1, not m0."""
+    a = spyre_mlir.compile(m0, X, precision="fp32-reference", cores=2, cache_dir=str(tmp_path))
+    b = spyre_mlir.compile(m1, X, precision="fp32-reference", cores=2, cache_dir=str(tmp_path))
+    assert not a.compile_info.cache_hit and not b.compile_info.cache_hit
+    assert a.compile_info.key != b.compile_info.key
+    ref0, ref1 = _eager(m0), _eager(m1)
+    assert not np.allclose(ref0, ref1)
+    np.testing.assert_allclose(b(*X)[0], ref1, rtol=1e-5, atol=1e-5)
+
+
+def test_parameter_value_misses(tmp_path):
+    m1 = build()
+    with torch.no_grad():
+        m1.fc2.bias.add_(1.0)
+    _miss_matches_eager(build(), m1, tmp_path)
+
+
+def test_plain_attribute_misses(tmp_path):
+    _miss_matches_eager(build(), build(eps=10.0), tmp_path)
+
+
+def test_forward_code_misses(tmp_path):
+    m1 = build(Doubled)
+    m1.load_state_dict(build().state_dict())
+    _miss_matches_eager(build(), m1, tmp_path)
+
+
+def _forward(op):
+    """A forward compiled from source that differs from the other one only in its bytecode: the same
+    names, constants, file, lines and columns."""
+    ns = {"torch": torch}
+    exec(compile(f"def forward(self, x):\n    return self.fc2(torch.relu(self.fc1(x))) {op} 1.0\n",
+                 "<patched>", "exec"), ns)
+    return ns["forward"]
+
+
+def test_patched_forward_misses(tmp_path, monkeypatch):
+    """The same class, the same method name, other code."""
+    m = build()
+    monkeypatch.setattr(Small, "forward", _forward("+"))
+    a = spyre_mlir.compile(m, X, precision="fp32-reference", cores=2, cache_dir=str(tmp_path))
+    ref_a = _eager(m)
+    monkeypatch.setattr(Small, "forward", _forward("-"))
+    b = spyre_mlir.compile(m, X, precision="fp32-reference", cores=2, cache_dir=str(tmp_path))
+    assert not a.compile_info.cache_hit and not b.compile_info.cache_hit
+    assert not np.allclose(ref_a, _eager(m))
+    np.testing.assert_allclose(b(*X)[0], _eager(m), rtol=1e-5, atol=1e-5)
+
+
+def test_what_the_code_reads_changes_the_key(monkeypatch):
+    """Cheap checks of the fingerprint alone: each change below can change the exported program."""
+    base = fingerprint(build(), X)
+    assert base is not None and fingerprint(build(), X) == base
+    # A tensor input's values do not matter to a trace; its shape, dtype and strides do, and so do other
+    # inputs' values.
+    assert fingerprint(build(), (torch.randn(4, 16),)) == base
+    for other in ((torch.randn(5, 16),), (X[0].double(),), (torch.randn(16, 4).t(),)):
+        assert fingerprint(build(), other) != base
+    assert fingerprint(build(), (X[0], 2)) != fingerprint(build(), (X[0], 3))
+    assert fingerprint(build(), X, ["4x16xf32"]) != base
+    assert fingerprint(build().train(), X) != base
+    m = build()
+    m.fc1.register_forward_hook(lambda mod, args, out: out * 2)
+    assert fingerprint(m, X) != base
+    m = build()
+    m.extra = 3
+    assert fingerprint(m, X) != base
+    here = sys.modules[__name__]
+    with monkeypatch.context() as p:
+        p.setattr(here, "SCALE", 2.0)                              # a global constant the code reads
+        assert fingerprint(build(), X) != base
+    with monkeypatch.context() as p:
+        p.setattr(here, "helper", lambda x: x)                     # a global function it calls
+        assert fingerprint(build(), X) != base
+    disguised = []
+    for body in (lambda x: x * 2, lambda x: x * 3):      # functools.wraps gives both torch's module and name
+        with monkeypatch.context() as p:
+            p.setattr(here, "helper", functools.wraps(torch.nn.functional.gelu)(body))
+            disguised.append(fingerprint(build(), X))
+    assert len({base, *disguised}) == 3
+    with monkeypatch.context() as p:
+        p.setattr(torch.nn.Linear, "forward", lambda self, x: x @ self.weight.t())   # torch's class, patched
+        assert fingerprint(build(), X) != base
+    with monkeypatch.context() as p:
+        p.setattr(torch, "relu", lambda x: x)                      # a torch function, patched
+        assert fingerprint(build(), X) != base
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert fingerprint(build(), X) != base
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert fingerprint(build(), X) == base
+
+
+def test_tied_weights_differ_from_equal_copies():
+    class Tied(torch.nn.Module):
+        def __init__(self, tie):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8, bias=False)
+            self.b = torch.nn.Linear(8, 8, bias=False)
+            with torch.no_grad():
+                self.b.weight.copy_(self.a.weight)
+            if tie:
+                self.b.weight = self.a.weight
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    x = (torch.randn(2, 8),)
+    assert fingerprint(Tied(True), x) != fingerprint(Tied(False), x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    scale: float = 2.0
+
+
+class Opaque:
+    """An arbitrary object: the fingerprint cannot tell what forward reads from it."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+class Holder(torch.nn.Module):
+    def __init__(self, extra):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(16, 8)
+        self.extra = extra
+
+    def forward(self, x):
+        return self.fc(x) * self.extra.scale
+
+
+@pytest.mark.parametrize("extra", [Opaque(2.0), functools.partial(int, 2), np.float32(2.0), random.Random(0),
+                                   torch.Generator()], ids=["object", "partial", "numpy", "random", "generator"])
+def test_unhashable_attribute_gives_no_fingerprint(extra):
+    assert fingerprint(Holder(extra), X) is None
+    assert fingerprint(Holder(Config()), X) is not None        # a dataclass is plain data
+
+
+class ByName(torch.nn.Module):
+    def forward(self, x):
+        return getattr(torch, "relu")(x)
+
+
+class ByGlobals(torch.nn.Module):
+    def forward(self, x):
+        return x * globals()["SCALE"]
+
+
+def test_names_looked_up_at_run_time(monkeypatch):
+    base = fingerprint(ByName(), X)
+    with monkeypatch.context() as p:
+        p.setattr(torch, "relu", lambda x: x)              # named by a string constant
+        assert fingerprint(ByName(), X) != base
+    assert fingerprint(ByGlobals(), X) is None           # named by nothing the code holds
+
+
+def test_unhashable_module_falls_back_to_the_export_key(tmp_path, exports):
+    m = Holder(Opaque(2.0))
+    a = spyre_mlir.compile(m, X, precision="fp32-reference", cores=2, cache_dir=str(tmp_path))
+    b = spyre_mlir.compile(m, X, precision="fp32-reference", cores=2, cache_dir=str(tmp_path))
+    assert not a.compile_info.cache_hit and b.compile_info.cache_hit       # by the exported program,
+    assert len(exports) == 2                                                # so both calls exported it
+    np.testing.assert_allclose(b(*X)[0], _eager(m), rtol=1e-5, atol=1e-5)
+    assert not [f for f in tmp_path.iterdir() if f.name.startswith("module-")]
+    m.extra.scale = 3.0              # what an export-keyed compile sees
+    c = spyre_mlir.compile(m, X, precision="fp32-reference", cores=2, cache_dir=str(tmp_path))
+    assert not c.compile_info.cache_hit
+    np.testing.assert_allclose(c(*X)[0], _eager(m), rtol=1e-5, atol=1e-5)
+
+
+def test_fingerprint_does_not_depend_on_an_earlier_export():
+    """Exporting imports torch._dynamo and patches its settings for the trace: the key computed before the
+    first export in a process must be the key after it, or each process would miss once more."""
+    m = build()
+    before = fingerprint(m, X)
+    torch.export.export(m, X, strict=False)
+    assert fingerprint(m, X) == before
