@@ -19,8 +19,9 @@ meanwhile); one that the same card reads stays in its device memory. Every argum
 the schedule is a topological order and cannot deadlock; the loader checks that, and that each transfer's
 source matches its destination buffer in format and shape (a receive for every send).
 
-Modeled time: a call starts when its card is free and its arguments are there, and runs its entry's cycles;
-the run ends when the last call does. :class:`SystemProfile` has per-card busy cycles, per-link busy cycles and
+Modeled time (static, like one card's: computed at load, :attr:`SystemExecutable.static_profile`): a call
+starts when its card is free and its arguments are there, and runs its entry's cycles; the run ends when the
+last call does. :class:`SystemProfile` has per-card busy cycles, per-link busy cycles and
 bytes (link utilization), and the events for a trace with a track per card and per link.
 """
 
@@ -214,6 +215,7 @@ class SystemExecutable:
         self.outputs = meta["outputs"]
         self.bytes_per_cycle = float(meta["link"]["bytes_per_cycle"])
         self.latency = float(meta["link"]["latency_cycles"])
+        self.static_profile = self._model()
         self.profile: SystemProfile | None = None
 
     def __repr__(self) -> str:
@@ -251,66 +253,71 @@ class SystemExecutable:
             out.append(a)
         return out
 
-    def __call__(self, *args, **named) -> tuple[np.ndarray, ...]:
-        inputs = self._bind(args, named)
-        t0 = time.perf_counter()
+    def _model(self) -> SystemProfile:
+        """The modeled run, the same for every call (each entry's cycles are static): done once, at load."""
         n = len(self.cards)
-        results: list[tuple] = []           # call -> (card, end cycle, outputs)
+        ready: list[tuple] = []             # call -> (card, end cycle, executable)
         card_free, card_busy = [0.0] * n, [0.0] * n
         link_free, link_busy, link_bytes = [0.0] * n, [0.0] * n, [0] * n
         arrived: dict = {}                  # (call, result, card) -> cycle it is on that card
         calls, transfers, profiles = [], [], []
 
-        def deliver(i: int, r: int, card: int) -> float:
-            src, end, _, exe = results[i]
-            if card is None or src == card:        # the host reads outputs; a card its own results
-                return end
-            key = (i, r, card)
-            if key not in arrived:
-                nbytes = exe.output_buffers[r].nbytes
-                start = max(end, link_free[src])
-                done = start + self.latency + nbytes / self.bytes_per_cycle
-                link_free[src] = done
-                link_busy[src] += done - start
-                link_bytes[src] += nbytes
-                transfers.append((src, card, nbytes, start, done))
-                arrived[key] = done
-            return arrived[key]
-
-        def value(src, card):
-            """(array, cycle it is there) of a source on `card`."""
+        def there(src, card) -> float:
             if "input" in src:
-                a = inputs[src["input"]]
-                if "dim" in src:
-                    a = np.take(a, np.arange(src["start"], src["stop"]), axis=src["dim"])
-                return a, 0.0
+                return 0.0
             if "gather" in src:
-                parts = [value(p, card) for p in src["gather"]]
-                return np.concatenate([p for p, _ in parts], axis=src["dim"]), max(t for _, t in parts)
+                return max(there(p, card) for p in src["gather"])
             i, r = src["call"], src["result"]
-            return results[i][2][r], deliver(i, r, card)
+            sender, end, exe = ready[i]
+            if card is None or sender == card:      # the host reads outputs; a card its own results
+                return end
+            if (i, r, card) not in arrived:
+                nbytes = exe.output_buffers[r].nbytes
+                start = max(end, link_free[sender])
+                done = start + self.latency + nbytes / self.bytes_per_cycle
+                link_free[sender] = done
+                link_busy[sender] += done - start
+                link_bytes[sender] += nbytes
+                transfers.append((sender, card, nbytes, start, done))
+                arrived[i, r, card] = done
+            return arrived[i, r, card]
 
         for call in self.calls:
             c = call["card"]
             exe = self.cards[c][call["entry"]]
-            got = [value(src, c) for src in call["args"]]
-            start = max([card_free[c]] + [t for _, t in got])
-            outs = exe(*[a for a, _ in got])
-            cyc = exe.profile.cycles
+            start = max([card_free[c]] + [there(src, c) for src in call["args"]])
+            cyc = exe.static_profile.cycles
             card_free[c] = start + cyc
             card_busy[c] += cyc
-            results.append((c, start + cyc, outs, exe))
+            ready.append((c, start + cyc, exe))
             calls.append((c, call["entry"], start, start + cyc))
-            profiles.append(exe.profile)
+            profiles.append(exe.static_profile)
+        end = max(card_free + [there(o["from"], None) for o in self.outputs] + [t for *_, t in transfers],
+                  default=0.0)
+        t = self.target
+        return SystemProfile(t.name, n, t.num_cores, t.clock_ghz, end, tuple(card_busy), tuple(link_busy),
+                             tuple(link_bytes), tuple(calls), tuple(transfers), tuple(profiles))
+
+    def __call__(self, *args, **named) -> tuple[np.ndarray, ...]:
+        inputs = self._bind(args, named)
+        t0 = time.perf_counter()
+        results = []
+
+        def value(src):
+            if "input" in src:
+                a = inputs[src["input"]]
+                return np.take(a, np.arange(src["start"], src["stop"]), axis=src["dim"]) if "dim" in src else a
+            if "gather" in src:
+                return np.concatenate([value(p) for p in src["gather"]], axis=src["dim"])
+            return results[src["call"]][src["result"]]
+
+        for call in self.calls:
+            results.append(self.cards[call["card"]][call["entry"]](*[value(src) for src in call["args"]]))
         outs = []
         for o in self.outputs:
-            a, _ = value(o["from"], None)
-            outs.append(np.array(a).astype(host_dtype(o["dtype"])) if o.get("dtype") else np.array(a))
-        end = max(card_free + [t for *_, t in transfers], default=0.0)
-        t = self.target
-        self.profile = SystemProfile(t.name, n, t.num_cores, t.clock_ghz, end, tuple(card_busy), tuple(link_busy),
-                                     tuple(link_bytes), tuple(calls), tuple(transfers), tuple(profiles),
-                                     time.perf_counter() - t0)
+            a = np.array(value(o["from"]))
+            outs.append(a.astype(host_dtype(o["dtype"])) if o.get("dtype") else a)
+        self.profile = dataclasses.replace(self.static_profile, wall_seconds=time.perf_counter() - t0)
         return tuple(outs)
 
     def run(self, *args, **named) -> dict[str, np.ndarray]:
