@@ -6,12 +6,14 @@ program is imported once and taken to the point where spyre-place-cards runs (sp
 spyre-layout, spyre-fuse, spyre-select-kernels); then spyre-place-cards{cards=N} places it for N = 1, 2, 4
 and its placement plan gives the modeled time: each card's share of every op costed by the cost model on the
 card's cores (the grid spyre-divide-work would choose), plus the link (all-gathers / all-reduces of
-tensor-parallel splits, stage transfers). Nothing is emitted or executed: multi-card binaries do not exist
-yet, and the figures are the placement's model, not an emulator profile (the one-card row can be compared
-with docs/granite-estimate.md's static profile). The whole model is num_hidden_layers x one layer (the
-embedding and LM head are left out).
+tensor-parallel splits, stage transfers). Then (unless --no-emit) each program is compiled for N cards with that
+placement (spyre-partition-cards, the rest of the pipeline, spyre-emit) and loaded, and the system binary's
+static profile gives the emitted programs' modeled time, each card's busy time and each link's: the model
+from the real per-card programs and the schedule between them (nothing is executed: a layer's numerics would
+take hours on the emulator). The whole model is num_hidden_layers x one layer (the embedding and LM head are
+left out).
 
-    .venv/bin/python bench/cards.py [--seq 1024] [--cores 32] [--cards 1 2 4]
+    .venv/bin/python bench/cards.py [--seq 1024] [--cores 32] [--cards 1 2 4] [--no-emit]
 """
 
 from __future__ import annotations
@@ -38,6 +40,31 @@ def place(module, cards: int, cores: int, tmp: str) -> dict:
         return json.load(f)
 
 
+def emitted(imported, cards: int, cores: int) -> dict:
+    """The static profile of `imported` compiled for `cards` cards (the placement spyre-place-cards chooses)."""
+    from spyre_mlir.compiler import emit, prepare_module
+    from spyre_mlir.context import make_context
+    from spyre_mlir.passes.manager import run_pipeline
+    from spyre_mlir.pipeline import graph_pipeline, kernel_pipeline
+    from spyre_mlir.runtime import load_bytes
+    from spyre_mlir.runtime.binary import program_to_bytes
+
+    t0 = time.perf_counter()
+    with make_context():
+        m = prepare_module(imported)
+        run_pipeline(m, graph_pipeline())
+        run_pipeline(m, kernel_pipeline("dlf16", cores, None, cards))
+        em = emit(m)
+        data = em.to_bytes() if getattr(em, "system", False) else program_to_bytes(em.b.program())
+    seconds = time.perf_counter() - t0
+    p = load_bytes(data).static_profile
+    clock = p.clock_ghz * 1e3
+    if hasattr(p, "num_cards"):
+        return dict(us=p.cycles / clock, cards=p.num_cards, link_us=max(p.link_busy) / clock,
+                    link_util=max(p.link_utilization), compile_s=seconds)
+    return dict(us=p.cycles / clock, cards=1, link_us=0.0, link_util=0.0, compile_s=seconds)
+
+
 def split_counts(plan: dict) -> str:
     counts: dict[str, int] = {}
     for o in plan["ops"]:
@@ -51,6 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--cores", type=int, default=32)
     ap.add_argument("--cards", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--no-emit", action="store_true", help="the placement's model only (fast)")
     args = ap.parse_args(argv)
 
     from spyre_mlir.compiler import prepare_module
@@ -81,22 +109,30 @@ def main(argv=None) -> int:
                 for cards in args.cards:
                     results[name, cards] = place(m, cards, args.cores, tmp)
             print(f"  layer {name}: placed on {args.cards} cards in {time.perf_counter() - t0:.0f} s", flush=True)
+            for cards in [] if args.no_emit else args.cards:
+                results[name, cards]["emitted"] = emitted(imported, cards, args.cores)
+                print(f"  layer {name}: {cards} cards emitted: {results[name, cards]['emitted']}", flush=True)
 
     print(f"\nGranite-3.3-8B ({ge.SOURCE}), {n} layers (embedding and LM head left out), {args.cores} cores per "
           f"card, dlf16, batch 1; prefill {S} tokens, decode 1 token attending to {S} positions; link "
           f"{results['decode', args.cards[0]]['link']['gbps']} GB/s, "
           f"{results['decode', args.cards[0]]['link']['latency_cycles']} cycles per transfer (assumed).")
-    print("| program | cards | strategy (stages x tensor-parallel) | matmul splits | modeled ms (40 layers) | "
-          "of which link ms | speedup over 1 card | parameters per card MB |")
-    print("|---|---:|---|---|---:|---:|---:|---:|")
+    print("| program | cards | strategy (stages x tensor-parallel) | matmul splits | placement model ms (40 layers) | "
+          "of which link ms | speedup over 1 card | emitted programs ms | busiest link ms (utilization) | "
+          "speedup over 1 card (emitted) | parameters per card MB |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in ("prefill", "decode"):
         base = results[name, args.cards[0]]["modeled_us"]
+        ebase = results[name, args.cards[0]].get("emitted", {}).get("us")
         for cards in args.cards:
             p = results[name, cards]
             st = p["strategy"]
+            e = p.get("emitted")
+            emit_cols = (f"{n * e['us'] / 1e3:.2f} | {n * e['link_us'] / 1e3:.2f} ({e['link_util']:.1%}) | "
+                         f"{ebase / e['us']:.2f}") if e else "- | - | -"
             print(f"| layer {name} | {cards} | {st['stages']} x {st['tensor_parallel']} | {split_counts(p)} | "
                   f"{n * p['modeled_us'] / 1e3:.2f} | {n * p['link_us'] / 1e3:.2f} | {base / p['modeled_us']:.2f} | "
-                  f"{n * max(p['bytes_per_card']) / 1e6:.0f} |")
+                  f"{emit_cols} | {n * max(p['bytes_per_card']) / 1e6:.0f} |")
     return 0
 
 

@@ -392,6 +392,12 @@ class _Partition:
             s.outputs = seen
             with ir.InsertionPoint(s.block), ir.Location.unknown():
                 func.ReturnOp([s.local[v] for v in s.outputs])
+            # A view (an `alias` reshape) the step now returns needs a kernel of its own there, as when a
+            # one-card function returns it: choose again now that the return reads it.
+            for v in s.outputs:
+                op = s.local[v].owner
+                if KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "alias":
+                    self.select(op)
             s.fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 [a.type for a in s.block.arguments], [s.local[v].type for v in s.outputs]))
         return outs
