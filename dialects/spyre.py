@@ -654,17 +654,21 @@ class ConcatOp(SpyreOp, name="concat"):
     result: Result[Any]
 
     def _verify(self):
-        ins = [_tensor(self.lhs, "lhs"), _tensor(self.rhs, "rhs")]
-        r = _result(self)
-        dim = _norm_dim(_int_attr(self, "dim", required=True), r.rank, "dim")
-        for i, t in enumerate(ins):
-            _same_elt(t, r, f"input #{i} and result")
-            if t.rank != r.rank or any(a != b for k, (a, b) in enumerate(zip(t.shape, r.shape)) if k != dim):
-                raise _Invalid(f"input #{i} shape {_fmt(t.shape)} does not match result {_fmt(r.shape)} "
-                               f"outside dim {dim}")
-        if sum(t.shape[dim] for t in ins) != r.shape[dim]:
-            raise _Invalid(f"inputs sum to {sum(t.shape[dim] for t in ins)} along dim {dim}, "
-                           f"result has {r.shape[dim]}")
+        _concatenates(self, [_tensor(self.lhs, "lhs"), _tensor(self.rhs, "rhs")], "input")
+
+
+def _concatenates(op, ins, what: str) -> None:
+    """`ins` concatenated along the op's `dim` make its result: same element type, equal outside `dim`."""
+    r = _result(op)
+    dim = _norm_dim(_int_attr(op, "dim", required=True), r.rank, "dim")
+    for i, t in enumerate(ins):
+        _same_elt(t, r, f"{what} #{i} and result")
+        if t.rank != r.rank or any(a != b for k, (a, b) in enumerate(zip(t.shape, r.shape)) if k != dim):
+            raise _Invalid(f"{what} #{i} shape {_fmt(t.shape)} does not match result {_fmt(r.shape)} "
+                           f"outside dim {dim}")
+    if sum(t.shape[dim] for t in ins) != r.shape[dim]:
+        raise _Invalid(f"{what}s sum to {sum(t.shape[dim] for t in ins)} along dim {dim}, "
+                       f"result has {r.shape[dim]}")
 
 
 class SliceOp(SpyreOp, name="slice"):
@@ -773,18 +777,9 @@ class AllGatherOp(SpyreOp, name="all_gather"):
 
     def _verify(self):
         ins = [_tensor(v, f"piece #{i}") for i, v in enumerate(self.operation.operands)]
-        r = _result(self)
         if len(ins) < 2:
             raise _Invalid(f"needs at least two pieces, got {len(ins)}")
-        dim = _norm_dim(_int_attr(self, "dim", required=True), r.rank, "dim")
-        for i, t in enumerate(ins):
-            _same_elt(t, r, f"piece #{i} and result")
-            if t.rank != r.rank or any(a != b for k, (a, b) in enumerate(zip(t.shape, r.shape)) if k != dim):
-                raise _Invalid(f"piece #{i} shape {_fmt(t.shape)} does not match result {_fmt(r.shape)} "
-                               f"outside dim {dim}")
-        if sum(t.shape[dim] for t in ins) != r.shape[dim]:
-            raise _Invalid(f"pieces sum to {sum(t.shape[dim] for t in ins)} along dim {dim}, "
-                           f"result has {r.shape[dim]}")
+        _concatenates(self, ins, "piece")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -536,3 +536,19 @@ func.func @wrong_segments(%x: tensor<8x64xf32>, %y: tensor<8x64xf32>) {
   %r = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 1>} : (tensor<8x64xf32>) -> tensor<8x64x!spyre.dlf16>
   return
 }
+
+// -----
+
+func.func @all_gather_one_piece(%a: tensor<8x32xf32>) {
+  // expected-error @+1 {{needs at least two pieces, got 1}}
+  %r = "spyre.all_gather"(%a) {dim = 1 : i64} : (tensor<8x32xf32>) -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+func.func @all_gather_pieces(%a: tensor<8x32xf32>, %b: tensor<4x32xf32>) {
+  // expected-error @+1 {{piece #1 shape 4x32 does not match result 8x64 outside dim 1}}
+  %r = "spyre.all_gather"(%a, %b) {dim = 1 : i64} : (tensor<8x32xf32>, tensor<4x32xf32>) -> tensor<8x64xf32>
+  return
+}

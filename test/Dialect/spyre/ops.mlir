@@ -115,6 +115,9 @@ func.func @data_movement(%x: tensor<8x64xf32>, %y: tensor<8x32xf32>, %table: ten
   // CHECK: "spyre.pad"
   // CHECK-SAME: -> tensor<8x128xf32>
   %5 = "spyre.pad"(%x) {low = array<i64: 0, 0>, high = array<i64: 0, 64>, value = 0.0 : f32} : (tensor<8x64xf32>) -> tensor<8x128xf32>
+  // CHECK: "spyre.all_gather"
+  // CHECK-SAME: -> tensor<8x192xf32>
+  %6 = "spyre.all_gather"(%x, %x, %x) {dim = 1 : i64} : (tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x192xf32>
   return
 }
 
