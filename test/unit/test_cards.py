@@ -49,7 +49,7 @@ def _import(model, inputs):
     return imported
 
 
-def _compile(imported, cards, target=None, exact=False, plan=None, plan_out=None) -> bytes:
+def _compile(imported, cards, target=None, exact=False, plan=None, plan_out=None, precision="dlf16") -> bytes:
     """The binary of `imported` placed over `cards` cards (the one-card program for 1 without a plan)."""
     from spyre_mlir.compiler import emit, prepare_module, run_stage
     from spyre_mlir.context import make_context
@@ -59,7 +59,7 @@ def _compile(imported, cards, target=None, exact=False, plan=None, plan_out=None
     with make_context():
         module = prepare_module(imported)
         run_stage(module, graph_pipeline(), "graph pipeline")
-        pipe = kernel_pipeline("dlf16", None, target, cards, plan, plan_out)
+        pipe = kernel_pipeline(precision, None, target, cards, plan, plan_out)
         if exact:
             pipe = pipe.replace("spyre-place-cards{", "spyre-place-cards{exact=true ")
         run_stage(module, pipe, "kernel pipeline")
@@ -131,6 +131,17 @@ def test_one_two_four_cards_bit_identical(request, tmp_path, fast_link, which):
         p = exe.profile
         assert p.num_cards == cards and len(p.transfers) > 0 and all(b > 0 for b in p.link_bytes)
         assert 0 < max(p.link_utilization) < 1 and p.cycles >= max(p.card_busy)
+
+
+def test_quantized_weights_split_with_their_scales(decoder, tmp_path, fast_link):
+    """int8 weights: a card's columns are its codes and their per-column scales; bit-identical on 2 cards."""
+    imported, inputs, _ = decoder
+    y1 = load_bytes(_compile(imported, 1, target=fast_link, precision="int8-weights"), target=fast_link)(*inputs)
+    plan = tmp_path / "plan.json"
+    exe = load_bytes(_compile(imported, 2, target=fast_link, exact=True, plan_out=str(plan),
+                              precision="int8-weights"), target=fast_link)
+    assert _splits(plan).get("cols", 0) >= 4
+    assert np.array_equal(exe(*inputs)[0], y1[0])
 
 
 def test_rows_split_within_tolerance_and_pipeline_identical(decoder, tmp_path):
