@@ -384,13 +384,13 @@ def _movement(op: ir.Operation) -> OpModel:
 
 
 def _select_cols(op: ir.Operation) -> OpModel:
-    from spyre_mlir.codegen.kernels.move import col_terms, sel_name, term_cols
+    from spyre_mlir.codegen.kernels.move import col_terms, out_width, sel_name, term_cols
 
     groups = col_terms(op)
     if groups is None:
         raise PassError(f"'{op.name}' has no selection-matmul form", op.location)
     fmt = fmt_of(op.results[0].type, op)
-    cout = _shape(op.results[0])[-1]
+    cout = out_width(op)
     mats = [p for _, terms in groups for _, _, p in terms]
     sels = tuple(cost.RowOperand(sel_name(j), p.size, cout, fmt, streamed=False) for j, p in enumerate(mats))
     ins = tuple(cost.RowOperand(_role(t), c, c, fmt) for t, c in enumerate(term_cols(op, groups)))

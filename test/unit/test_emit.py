@@ -338,6 +338,25 @@ func.func @main(%x: tensor<16x256x!spyre.dlf16>) -> tensor<16x4x64x!spyre.dlf16>
     assert em.host_ops == [] and em.kernels == ["spyre.map", "spyre.map"]
 
 
+def test_flatten_of_rows_below_a_stick_on_device():
+    """A CNN's flatten [1, 64, 8, 8] -> [1, 4096] dlf16: 8-element rows merged 8 at a time into rows of one stick
+    (8 selection matrices [8, 64], not 512 of [8, 4096]), the result written as those sticks: exact, on the
+    device, and a matmul reads it."""
+    ir_text = """
+func.func @main(%x: tensor<1x64x8x8x!spyre.dlf16>, %w: tensor<4096x64x!spyre.dlf16>) -> (tensor<1x4096x!spyre.dlf16>, tensor<1x64x!spyre.dlf16>) {
+  %f = "spyre.reshape"(%x) : (tensor<1x64x8x8x!spyre.dlf16>) -> tensor<1x4096x!spyre.dlf16>
+  %y = "spyre.matmul"(%f, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x4096x!spyre.dlf16>, tensor<4096x64x!spyre.dlf16>) -> tensor<1x64x!spyre.dlf16>
+  return %f, %y : tensor<1x4096x!spyre.dlf16>, tensor<1x64x!spyre.dlf16>
+}"""
+    from spyre_mlir.runtime.formats import dlf16_round
+
+    x, w = dlf16_round(rand(1, 64, 8, 8)), dlf16_round(rand(4096, 64) * 0.05)
+    (f, y), em, _ = run(ir_text, [x, w], cores=4, numerics="faithful")
+    assert em.host_ops == [] and em.kernels == ["spyre.reshape", "spyre.matmul"]
+    np.testing.assert_array_equal(f, x.reshape(1, 4096))
+    np.testing.assert_allclose(y, x.reshape(1, 4096) @ w, rtol=2e-2, atol=2e-2)
+
+
 def test_pooling_and_suffix_reductions_on_device():
     """Max/avg pooling (row gathers + selection matmuls + SFU max/add) and a mean over the trailing (H, W)
     dims (rows combined in fp32, then one row reduction); dlf16 data, exact selection, one rounding."""

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -23,7 +24,7 @@ from ..common import _attr, _sub, _tb, _tensor_type
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .rows import _role, pipelined, planned
 
-__all__ = ["restick", "col_terms", "term_cols", "sel_name", "row_sources", "select", "EMITTERS"]
+__all__ = ["restick", "col_terms", "out_width", "term_cols", "sel_name", "row_sources", "select", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -261,14 +262,36 @@ def col_terms(op):
                 dst = np.arange(h, rout, k)
                 groups.append((dst, [(0, dst // k, P)]))
         elif cout % cin == 0:          # merge k rows into one: k terms add up
-            k = cout // cin
+            width = out_width(op)      # rows longer than a stick: built stick by stick (see out_width)
+            rows = rout * cout // width
+            k = width // cin
             terms = []
             for h in range(k):
-                P = np.zeros((cin, cout), np.float32)
+                P = np.zeros((cin, width), np.float32)
                 P[np.arange(cin), h * cin + np.arange(cin)] = 1
-                terms.append((0, np.arange(rout) * k + h, P))
-            groups = [(np.arange(rout), terms)]
+                terms.append((0, np.arange(rows) * k + h, P))
+            groups = [(np.arange(rows), terms)]
     return groups
+
+
+def out_width(op) -> int:
+    """The width of the rows a selection kernel writes: the result's innermost dim, except for a reshape that
+    merges rows narrower than a stick into rows of whole sticks (a CNN's flatten, [1, 64, 8, 8] -> [1, 4096]).
+    That one writes its result as rows of one stick (the same bytes: whole sticks have no padding), each merged
+    from stick / cin input rows, so its selection matrices are [cin, stick] (k of them, not cout / cin matrices
+    [cin, cout] that would not fit the scratchpad)."""
+    o = op.operation
+    oshape, elt = _tensor_type(o.results[0])
+    cout = oshape[-1] if oshape else 1
+    if o.name != "spyre.reshape":
+        return cout
+    ishape, _ = _tensor_type(o.operands[0])
+    cin = ishape[-1] if ishape else 1
+    fmt = format_of(elt)
+    stick = STICK_BYTES // fmt.nbytes(1) if fmt.nbytes(1) else 0
+    if stick and cin < stick and stick % cin == 0 and cout > stick and cout % stick == 0:
+        return stick
+    return cout
 
 
 def _selections_fit(op, target) -> bool:
@@ -309,7 +332,10 @@ def _emit_cols(em, op, loc):
         raise ValueError("it is no slice, concat or reshape inside the innermost dim")
     srcs = [em.tensor(v) for v in op.operation.operands]
     O = em.result(op)
-    fmt, cout = O.fmt, O.cols
+    cout = out_width(op)
+    if cout != O.cols:                 # written as rows of one stick: the same bytes
+        O = dataclasses.replace(O, shape=(O.rows * O.cols // cout, cout))
+    fmt = O.fmt
     b = em.b
     mats = [(gi, ti, P) for gi, (_, terms) in enumerate(groups) for ti, (_, _, P) in enumerate(terms)]
     consts = {(gi, ti): em._buffer_tensor(b.constant(em._name(f"select{em._op_index}.{gi}.{ti}"), P, fmt))
