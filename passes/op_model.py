@@ -261,6 +261,14 @@ def _map(op: ir.Operation) -> OpModel:
 
     rs = _shape(op.results[0]) or [1]
     rows, cols = math.prod(rs[:-1]), rs[-1]
+    if KERNEL in op.attributes and _kernel(op) == "epilogue":
+        # Applied by its conv's kernel: nothing moves through a scratchpad of its own; its input is read as a
+        # whole (not in row blocks), so the conv's writes are behind a barrier before anything reads them.
+        model = _rows_model(op, rows, [("in", op.operands[0], True)], chunked=())
+        unbuffered = lambda ops: tuple(dataclasses.replace(o, buffered=False) for o in ops)  # noqa: E731
+        model.rows = dataclasses.replace(model.rows, inputs=unbuffered(model.rows.inputs),
+                                         outputs=unbuffered(model.rows.outputs))
+        return model
     ins, kinds, chunked = [], [], []
     for i, v in enumerate(op.operands):
         kind = _map_kind(_shape(v), rows, cols)
@@ -480,8 +488,8 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
     grid = model.best_grid(cores, target)
     if grid is None:
         return None
-    if KERNEL in model.op.attributes and _kernel(model.op) == "alias":
-        return cost.Cycles()                # a view of its operand's bytes: no instruction runs
+    if KERNEL in model.op.attributes and _kernel(model.op) in ("alias", "epilogue"):
+        return cost.Cycles()                # a view of its operand's bytes / applied by its producer's kernel
     if model.kind == "matmul":
         gb, gm, gn, gk = model.grid4(grid)
         fit = cost.best_tile(model.M // gm, model.N // gn, model.K // gk, target, model.fmt, model.out_fmt,

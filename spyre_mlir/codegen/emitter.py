@@ -358,6 +358,14 @@ class Emitter:
             if _attr(op, "spyre.barrier"):
                 self.barrier(loc)
             return
+        if _attr(op, KERNEL) == "epilogue":
+            # Applied by the kernel of the op producing its input, which made this result that op's output.
+            if op.operation.results[0] not in self.dev:
+                raise EmitError(f"{name} is an epilogue, but its producer's kernel did not apply it",
+                                op.operation.location)
+            if _attr(op, "spyre.barrier"):
+                self.barrier(loc)
+            return
         if _attr(op, "spyre.double_buffer") is None:
             raise EmitError(f"{name} has no spyre.double_buffer: run spyre-schedule (the kernel pipeline) before "
                             f"spyre-emit", op.operation.location)

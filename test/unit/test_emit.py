@@ -414,6 +414,38 @@ def test_conv2d_on_the_pt_array(C, F, G, S, D, P, plan):
     assert np.all(np.abs(y - ref) <= bound)
 
 
+def test_conv_applies_its_relu_before_the_store():
+    """A ReLU map whose input is a conv2d's only use (and which device ops read) is the conv kernel's epilogue
+    (kernel "epilogue"): no map kernel runs for it and the result is bit-identical to the map run on its own
+    (there the conv result is also returned, so it has two readers and stays a separate kernel)."""
+    relu = """
+  %y = "spyre.map"(%r) ({
+  ^bb0(%a: f32):
+    %z = arith.constant 0.0 : f32
+    %c = arith.cmpf ugt, %a, %z : f32
+    %s = arith.select %c, %a, %z : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<2x16x9x10x!spyre.dlf16>) -> tensor<2x16x9x10x!spyre.dlf16>
+  %n = "spyre.map"(%y) ({
+  ^bb0(%a: f32):
+    %m = arith.negf %a : f32
+    "spyre.yield"(%m) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<2x16x9x10x!spyre.dlf16>) -> tensor<2x16x9x10x!spyre.dlf16>"""
+    conv = CONV.format(C=8, F=16, CG=8, G=1, S=1, D=1, P="1, 1, 1, 1", OH=9, OW=10, PLAN="")
+    t = "tensor<2x16x9x10x!spyre.dlf16>"
+    fused = conv.replace("  return %r", relu + "\n  return %n")
+    apart = conv.replace(f"-> {t} {{", f"-> ({t}, {t}) {{").replace(
+        f"  return %r : {t}", relu + f"\n  return %r, %n : {t}, {t}")
+    from spyre_mlir.runtime.formats import dlf16_round
+
+    x, w, bias = dlf16_round(rand(2, 8, 9, 10)), rand(16, 8, 3, 3), rand(16)
+    p = {"w": w, "b": bias}
+    (yf,), emf, _ = run(fused, [x], cores=4, params=p, numerics="faithful")
+    (r, yu), emu, _ = run(apart, [x], cores=4, params=p, numerics="faithful")
+    assert emf.kernels == ["spyre.conv2d", "spyre.map"] and emu.kernels == ["spyre.conv2d", "spyre.map", "spyre.map"]
+    assert np.array_equal(yf, yu) and np.array_equal(yu, -np.maximum(r, 0)) and (yu == 0).any()
+
+
 def test_fused_casts_are_bit_identical(tmp_path, monkeypatch):
     """spyre-fuse folds the input cast and the result cast into the matmul kernel: same bits as the unfused
     program (faithful dlf16 numerics), less device-memory traffic and fewer modeled cycles."""

@@ -19,7 +19,7 @@ from ..common import _attr, _sub, _tensor_type
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
 from .move import sel_name
-from .rows import planned
+from .rows import epilogue, epilogue_of, planned
 
 __all__ = ["select", "why_not", "EMITTERS"]
 
@@ -143,6 +143,14 @@ def emit_conv2d(em, op, loc):
     convert = fmt not in PT_FORMATS
     PA = kp.tile_at("pa", cin * rows_in, k.w, "dlf16") if convert else None
     PB = kp.tile_at("pb", nprod * tf, ki * cin, "dlf16") if convert else None
+    # A map applied to each output tile before its store (rows.epilogue): the tile's values, fp32 micro-ops in
+    # the accumulator tile (free by then), one rounding back into the tile; the map's result is this output.
+    epi_op = epilogue_of(op)
+    epi = epilogue(epi_op) if epi_op is not None else None
+    if epi_op is not None:
+        if epi is None:
+            raise ValueError("the map marked as this conv's epilogue is no epilogue it can apply")
+        em.dev[epi_op.operation.results[0]] = O
     for core in range(kp.cores):
         bi, rest = divmod(core, gf * goh)
         bj, bl = divmod(rest, goh)
@@ -188,6 +196,13 @@ def emit_conv2d(em, op, loc):
                 if BI is not None:
                     b.sfu(core, "add", acc, acc, BI, loc=loc)
             if BI is not None:
+                b.sfu(core, "cast", OUT, ACC, loc=loc)
+            if epi is not None:
+                ops, _ = epi
+                reg = lambda v: OUT if isinstance(v, tuple) and v[0] == "in" else (ACC if isinstance(v, tuple)  # noqa: E731
+                                                                                   else v)
+                for fn, d, s0, s1, imm, swap in ops:
+                    b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
                 b.sfu(core, "cast", OUT, ACC, loc=loc)
             pitch = OUT.pitch                   # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
             b.dma_store(core, O.addr + ((n * k.f + f0) * OH + oh0) * pitch, OUT.addr, (toh, tf, pitch),

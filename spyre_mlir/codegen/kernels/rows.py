@@ -73,8 +73,46 @@ def broadcast_rows(in_shape, out_shape, r0, n) -> np.ndarray:
 def select(op, target, known) -> str | None:
     """``"rows"`` when the device runs ``op`` (a map, reduce, softmax, layernorm, rmsnorm or cast): float data (maps
     also i1) and, for a map, a body the SFU computes; reductions over trailing dims; softmax and layernorm
-    over the last dim; casts without scales; else None."""
-    return "rows" if _runs(op) else None
+    over the last dim; casts without scales; else None. ``"epilogue"`` for a map its producer's kernel applies
+    (:func:`epilogue`)."""
+    if not _runs(op):
+        return None
+    return "epilogue" if epilogue(op) is not None else "rows"
+
+
+def epilogue(op):
+    """The SFU micro-ops (ops, result) of a map the conv2d kernel producing its one input applies to each output
+    tile before storing it (a conv's ReLU), or None. The map must be that conv's only reader, keep its type,
+    be read by device ops only, and need at most one fp32 temporary (the conv's accumulator tile, free by
+    then). It computes what the map kernel would (the tile's values in their format, fp32 micro-ops, one
+    rounding to the format), so results are bit-identical, and the result never round-trips device memory."""
+    o = op.operation
+    if o.name != "spyre.map" or len(o.operands) != 1:
+        return None
+    src = o.operands[0]
+    conv = src.owner.operation if hasattr(src.owner, "operation") else src.owner
+    if getattr(conv, "name", None) != "spyre.conv2d" or _attr(conv, "spyre.kernel") != "conv2d":
+        return None
+    if len(list(src.uses)) != 1 or src.type != o.results[0].type:
+        return None
+    if any(not u.owner.name.startswith("spyre.") or u.owner.name == "spyre.host" for u in o.results[0].uses):
+        return None
+    try:
+        ops, result, _ = translate(o.regions[0].blocks[0], ["full"])
+    except NotOnSfu:
+        return None
+    _, nslots = live_temps(ops, result)
+    if nslots > 1 or not (isinstance(result, tuple) and result[0] == "t"):
+        return None
+    return ops, result
+
+
+def epilogue_of(conv):
+    """The map (op) whose kernel is the conv's ``epilogue``, or None."""
+    uses = list(conv.operation.results[0].uses)
+    if len(uses) == 1 and _attr(uses[0].owner, "spyre.kernel") == "epilogue":
+        return uses[0].owner
+    return None
 
 
 def _runs(op) -> bool:
@@ -386,3 +424,4 @@ def emit_cast(em, op, loc):
 EMITTERS = {"spyre.map": emit_map, "spyre.reduce": emit_reduce, "spyre.softmax": emit_softmax,
             "spyre.layernorm": emit_layernorm, "spyre.rmsnorm": emit_rmsnorm, "spyre.cast": emit_cast}
 KERNELS = {name: ("rows",) for name in EMITTERS}
+KERNELS["spyre.map"] = ("rows", "epilogue")
