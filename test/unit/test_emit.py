@@ -446,6 +446,38 @@ def test_conv_applies_its_relu_before_the_store():
     assert np.array_equal(yf, yu) and np.array_equal(yu, -np.maximum(r, 0)) and (yu == 0).any()
 
 
+@pytest.mark.parametrize("grid", ["", ", spyre.grid = array<i64: 1, 2, 1>, spyre.tile = array<i64: 32, 64, 256>",
+                                  ", spyre.grid = array<i64: 1, 1, 2>, spyre.tile = array<i64: 32, 128, 128>"])
+def test_matmul_applies_its_tanh_before_the_store(grid):
+    """The same epilogue on a matmul (one core, an N split sharing operands over the ring, a K split reduced on
+    the group root): the map's tanh is applied to each output tile; bit-identical to the map run apart."""
+    t = "tensor<32x128x!spyre.dlf16>"
+    mg = ", spyre.grid = array<i64: 1>, spyre.tile = array<i64: 32>" if grid else ""    # a plan by hand for all
+    body = f"""
+  %y = "spyre.map"(%r) ({{
+  ^bb0(%a: f32):
+    %s = math.tanh %a : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 0, 0, 0>{mg}}} : ({t}) -> {t}
+  %n = "spyre.map"(%y) ({{
+  ^bb0(%a: f32):
+    %m = arith.negf %a : f32
+    "spyre.yield"(%m) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 0, 0, 0>{mg}}} : ({t}) -> {t}"""
+    head = (f'  %r = "spyre.matmul"(%x, %w) {{acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>{grid}}} : '
+            f'(tensor<32x256x!spyre.dlf16>, tensor<256x128x!spyre.dlf16>) -> {t}')
+    sig = "func.func @main(%x: tensor<32x256x!spyre.dlf16>, %w: tensor<256x128x!spyre.dlf16>)"
+    fused = f"{sig} -> {t} {{\n{head}{body}\n  return %n : {t}\n}}"
+    apart = f"{sig} -> ({t}, {t}) {{\n{head}{body}\n  return %r, %n : {t}, {t}\n}}"
+    from spyre_mlir.runtime.formats import dlf16_round
+
+    x, w = dlf16_round(rand(32, 256)), dlf16_round(rand(256, 128) * 0.1)
+    (yf,), emf, _ = run(fused, [x, w], cores=4, numerics="faithful")
+    (r, yu), emu, _ = run(apart, [x, w], cores=4, numerics="faithful")
+    assert emf.kernels == ["spyre.matmul", "spyre.map"] and len(emu.kernels) == 3
+    assert np.array_equal(yf, yu)
+
+
 def test_fused_casts_are_bit_identical(tmp_path, monkeypatch):
     """spyre-fuse folds the input cast and the result cast into the matmul kernel: same bits as the unfused
     program (faithful dlf16 numerics), less device-memory traffic and fewer modeled cycles."""

@@ -19,7 +19,7 @@ from ..common import _attr, _sub, _tensor_type
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
 from .move import sel_name
-from .rows import epilogue, epilogue_of, planned
+from .rows import apply_epilogue, epilogue, epilogue_of, planned
 
 __all__ = ["select", "why_not", "EMITTERS"]
 
@@ -198,12 +198,7 @@ def emit_conv2d(em, op, loc):
             if BI is not None:
                 b.sfu(core, "cast", OUT, ACC, loc=loc)
             if epi is not None:
-                ops, _ = epi
-                reg = lambda v: OUT if isinstance(v, tuple) and v[0] == "in" else (ACC if isinstance(v, tuple)  # noqa: E731
-                                                                                   else v)
-                for fn, d, s0, s1, imm, swap in ops:
-                    b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
-                b.sfu(core, "cast", OUT, ACC, loc=loc)
+                apply_epilogue(b, core, epi, OUT, ACC, loc)
             pitch = OUT.pitch                   # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
             b.dma_store(core, O.addr + ((n * k.f + f0) * OH + oh0) * pitch, OUT.addr, (toh, tf, pitch),
                         (pitch, OH * pitch), (tf * pitch, pitch), loc=loc)

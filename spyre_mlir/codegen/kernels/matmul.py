@@ -25,6 +25,7 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
+from .rows import apply_epilogue, epilogue, epilogue_of
 
 __all__ = ["matmul", "select", "EMITTERS"]
 
@@ -34,14 +35,15 @@ def _stick_elems(*fmts) -> int:
 
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
-           scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None):
+           scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``.
 
     A / B in a format the PT array does not multiply (fp32: spyre.convert_operands) are converted to DLFloat16
     on the SFU after each load. ``round_fmt`` (spyre.convert_result): the write-back rounds to that format and
     the SFU widens the tile to O's format before the store, so O holds exactly the rounded values.
 
-    ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back.
+    ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back. ``epi``
+    (:func:`.rows.epilogue`): a map applied to each finished output tile before its store, in the accumulator.
     Batches are spread over the plan's ``gb`` groups of ``gm*gn*gk`` cores, in contiguous blocks. The kernel
     follows the op's ``plan``
     (:class:`..plan.KernelPlan`): its grid and tile (the last three dims: M, N, K) and every buffer at its
@@ -72,7 +74,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     used = range(ngroups * group)
     fr = Format.parse(round_fmt) if round_fmt is not None else None
     # The same offsets on every core: ring reduce needs equal addresses.
-    T = dict.fromkeys(used, _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr))
+    T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr),
+                             "EPI": epi})
     nk = -(-kb // tk)
     if gk == 1 and gm * gn > 1:
         for g in range(ngroups):
@@ -125,6 +128,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
                         if t["OF"] is not None:
                             b.sfu(root, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
+                        if epi is not None:
+                            apply_epilogue(b, root, epi, _sub(t["OF"] or t["O"], rows, cols), R, loc)
                     store_rows(b, root, _sub(t["OF"] or t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
 
@@ -265,6 +270,8 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
              scale=scale if fin else None, loc=loc)
     if fin and t["OF"] is not None:
         b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
+    if fin and t["EPI"] is not None:       # the accumulator is free until the next tile's first step
+        apply_epilogue(b, core, t["EPI"], _sub(t["OF"] or t["O"], rows, cols), _sub(t["C"], rows, cols), loc)
 
 
 def _cast(b, core, dst, src, loc):
@@ -292,7 +299,7 @@ def emit_matmul(em, op, loc):
     O = em.result(op)
     bias_t = em.tensor(bias) if bias is not None else None
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
-                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=_round_fmt(op))
+                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O))
     return len(used)
 
 
@@ -306,8 +313,20 @@ def emit_batch_matmul(em, op, loc):
     nb = math.prod(ashape[:-2])
     batches = [(i * M, i * K, i * M) for i in range(nb)]
     used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, plan=KernelPlan.of(op, em.target),
-                        batches=batches, loc=loc, round_fmt=_round_fmt(op))
+                        batches=batches, loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O))
     return len(used)
+
+
+def _epilogue(em, op, O):
+    """The map this matmul applies before its stores (rows.epilogue), whose result is then O; or None."""
+    epi_op = epilogue_of(op)
+    if epi_op is None:
+        return None
+    epi = epilogue(epi_op)
+    if epi is None:
+        raise ValueError("the map marked as this matmul's epilogue is no epilogue it can apply")
+    em.dev[epi_op.operation.results[0]] = O
+    return epi
 
 
 def _rhs(em, op, rhs):

@@ -80,18 +80,23 @@ def select(op, target, known) -> str | None:
     return "epilogue" if epilogue(op) is not None else "rows"
 
 
+_EPILOGUE_PRODUCERS = {("spyre.conv2d", "conv2d"), ("spyre.matmul", "matmul"), ("spyre.batch_matmul", "matmul")}
+
+
 def epilogue(op):
-    """The SFU micro-ops (ops, result) of a map the conv2d kernel producing its one input applies to each output
-    tile before storing it (a conv's ReLU), or None. The map must be that conv's only reader, keep its type,
-    be read by device ops only, and need at most one fp32 temporary (the conv's accumulator tile, free by
-    then). It computes what the map kernel would (the tile's values in their format, fp32 micro-ops, one
+    """The SFU micro-ops (ops, result) of a map the conv2d or matmul kernel producing its one input applies to
+    each output tile before storing it (a conv's ReLU, an MLP's SiLU), or None. The map must be that op's only
+    reader, keep its type, be read by device ops only, and need at most one fp32 temporary (the producer's
+    accumulator tile, free by then). It computes what the map kernel would (the tile's values in their format, fp32 micro-ops, one
     rounding to the format), so results are bit-identical, and the result never round-trips device memory."""
     o = op.operation
     if o.name != "spyre.map" or len(o.operands) != 1:
         return None
     src = o.operands[0]
-    conv = src.owner.operation if hasattr(src.owner, "operation") else src.owner
-    if getattr(conv, "name", None) != "spyre.conv2d" or _attr(conv, "spyre.kernel") != "conv2d":
+    if not hasattr(src.owner, "operation"):          # a block argument: no producer kernel
+        return None
+    prod = src.owner.operation
+    if (prod.name, _attr(prod, "spyre.kernel")) not in _EPILOGUE_PRODUCERS:
         return None
     if len(list(src.uses)) != 1 or src.type != o.results[0].type:
         return None
@@ -105,6 +110,19 @@ def epilogue(op):
     if nslots > 1 or not (isinstance(result, tuple) and result[0] == "t"):
         return None
     return ops, result
+
+
+def apply_epilogue(b, core, epi, out, temp, loc) -> None:
+    """The epilogue's micro-ops on the output tile ``out`` (its input and, rounded once, its result), the fp32
+    tile ``temp`` of the same shape holding its one temporary."""
+    ops, _ = epi
+
+    def reg(v):
+        return out if isinstance(v, tuple) and v[0] == "in" else (temp if isinstance(v, tuple) else v)
+
+    for fn, d, s0, s1, imm, swap in ops:
+        b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
+    b.sfu(core, "cast", out, temp, loc=loc)
 
 
 def epilogue_of(conv):
