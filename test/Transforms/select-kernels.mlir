@@ -108,3 +108,26 @@ func.func @compile_time(%x: tensor<4x64xf32>) -> (tensor<16xi64>, tensor<4x64xi8
   %q = "spyre.cast"(%x) {scale_mode = "per-tensor", operandSegmentSizes = array<i32: 1, 0>} : (tensor<4x64xf32>) -> tensor<4x64xi8>
   return %h, %q : tensor<16xi64>, tensor<4x64xi8>
 }
+
+// -----
+
+// A map that is a matmul's only reader, read by device ops, with at most one fp32 temporary: the matmul's
+// kernel applies it before its stores ("epilogue"). Returned, the same map runs on its own ("rows").
+// CHECK-LABEL: func.func @epilogue
+// CHECK: "spyre.matmul"{{.*}}spyre.kernel = "matmul"
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.kernel = "epilogue"}
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.kernel = "rows"}
+func.func @epilogue(%x: tensor<8x64x!spyre.dlf16>, %w: tensor<64x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16> {
+  %0 = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<8x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  %1 = "spyre.map"(%0) ({
+  ^bb0(%a: f32):
+    %t = math.tanh %a : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  %2 = "spyre.map"(%1) ({
+  ^bb0(%a: f32):
+    %n = arith.negf %a : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  return %2 : tensor<8x64x!spyre.dlf16>
+}
