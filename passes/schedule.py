@@ -3,7 +3,8 @@
 * `spyre.double_buffer = true|false` on every device op: true when its allocation holds two buffers of a
   streamed operand (`a0`/`a1`, `in0`/`in1`, ...), so the DMA of the next tile overlaps compute on this one.
 * `spyre.barrier = true` on an op whose result is read where the data crosses cores: by a later device op that
-  does not read it on the cores that wrote it, by a host region or by any other non-device op. `func.return`
+  does not read it on the cores that wrote it, by a host region or by any other non-device op. A map its
+  producer's kernel applies (kernel `epilogue`) is looked through: the producer wrote its result. `func.return`
   is no such reader: the host reads outputs after every core has ended, and the copies and state updates the
   emitter adds at the end bring their own barriers. Ops without the attribute need no barrier after them.
 
@@ -24,7 +25,7 @@ import math
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import BARRIER, DOUBLE_BUFFER, GRID, SCRATCHPAD, device_ops, require
+from spyre_mlir.passes.analysis import BARRIER, DOUBLE_BUFFER, GRID, KERNEL, SCRATCHPAD, device_ops, require
 from spyre_mlir.passes.base import PassError, SpyrePass
 from spyre_mlir.passes.op_model import OpModel, op_model
 
@@ -54,9 +55,12 @@ class SchedulePass(SpyrePass):
 
     @staticmethod
     def _crosses(op: ir.Operation, models: dict) -> bool:
-        """Whether any reader of the op's result reads it on other cores than those that wrote it."""
+        """Whether any reader of the op's result reads it on other cores than those that wrote it. An epilogue
+        map is written by its producer's kernel, so its producer answers for it, through it to its readers."""
+        if _is_epilogue(op):
+            return False
         held = result_blocks(*models[op])
-        for use in op.results[0].uses:
+        for use in _readers(op):
             if _op(use.owner).name == "func.return":
                 continue
             reader = models.get(_op(use.owner))
@@ -67,6 +71,19 @@ class SchedulePass(SpyrePass):
 
 def _op(o) -> ir.Operation:
     return o.operation if isinstance(o, ir.OpView) else o
+
+
+def _is_epilogue(op: ir.Operation) -> bool:
+    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "epilogue"
+
+
+def _readers(op: ir.Operation):
+    """The uses of op's result, through the epilogue maps its kernel applies (their readers instead)."""
+    for use in op.results[0].uses:
+        if _is_epilogue(_op(use.owner)):
+            yield from _readers(_op(use.owner))
+        else:
+            yield use
 
 
 def result_blocks(model: OpModel, grid: list[int]) -> int | None:

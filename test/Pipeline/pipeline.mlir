@@ -22,9 +22,10 @@
 // KERNEL-SAME: spyre.grid = array<i64:
 // KERNEL-SAME: spyre.scratchpad = {
 // KERNEL-SAME: spyre.tile = array<i64:
+// The ReLU is the matmul's only reader: its kernel applies it before the stores (no plan of its own).
 // KERNEL: "spyre.map"
 // KERNEL: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>
-// KERNEL-SAME: spyre.grid = array<i64: 4>
+// KERNEL-SAME: spyre.kernel = "epilogue", spyre.scratchpad = {}
 
 // PROGRAM: // program: 4 core(s)
 // PROGRAM: core 0:
