@@ -305,11 +305,11 @@ def _mark(module, args: dict, results: dict) -> None:
 
 
 def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-           persistent_state=False, cards=None):
+           persistent_state=False, cards=None, placement=(None, None)):
     """Compile (or take from the cache); only SpyreError subclasses leave it."""
     try:
         return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                                output, persistent_state, cards)
+                                output, persistent_state, cards, placement)
     except SpyreError:
         raise
     except Exception as e:  # noqa: BLE001 - a defect: report it as one, with the original chained
@@ -318,10 +318,12 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 
 
 def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-                     persistent_state=False, cards=None):
+                     persistent_state=False, cards=None, placement=(None, None)):
     t0 = time.perf_counter()
     tgt, cores = _check_options(precision, cores, target, cards)
-    cdir = _cache_dir(cache_dir)
+    plan, plan_out = placement
+    # A forced plan is an input the keys do not cover, and writing one needs the placement to run: no cache.
+    cdir = None if plan or plan_out else _cache_dir(cache_dir)
     found = None
     pkeys = []          # keys of the model, before Torch-MLIR runs; each will name the binary's key
     if hasattr(model_or_path, "linalg_ir") and hasattr(model_or_path, "params"):
@@ -387,7 +389,9 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
         with make_context():
             module = prepare_module(imported, device_state)
             run_stage(module, graph_pipeline(), "graph pipeline")
-            run_stage(module, kernel_pipeline(precision, cores, target, tgt.num_cards), "kernel pipeline")
+            # A forced plan without `cards` brings its own card count.
+            run_stage(module, kernel_pipeline(precision, cores, target, None if plan and cards is None
+                                              else tgt.num_cards, plan, plan_out), "kernel pipeline")
             em = emit(module, tgt, output=dest)
         host_ops, device_ops, host_locs = list(em.host_ops), list(em.kernels), list(em.host_locations)
         if cached:
@@ -428,12 +432,14 @@ def _atomic_copy(src: str, dst: str) -> None:
 
 def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cores: int | None = None,
             target=None, cache_dir=None, input_shapes=None, persistent_state: bool = False,
-            cards: int | None = None):
+            cards: int | None = None, placement_plan: str | None = None, placement_plan_out: str | None = None):
     """Compile and load: returns the runtime's Executable (call it with inputs; ``.profile`` afterwards;
     ``.compile_info`` says how it was built). ``model_or_path`` is an ``nn.Module`` (with
     ``example_inputs``), a model file, or an ``ImportedModel`` from ``spyre_mlir.frontend.import_model``.
     ``cores`` None: every core of the target (per card). ``cards`` > 1 places the model over that many cards
-    (spyre-place-cards, spyre-partition-cards) and returns a ``SystemExecutable`` that runs them.
+    (spyre-place-cards, spyre-partition-cards) and returns a ``SystemExecutable`` that runs them;
+    ``placement_plan_out`` writes the placement plan (JSON, docs/compiler.md), ``placement_plan`` forces one
+    (both compile without the cache).
     ``precision`` ``fp32-reference`` runs with the emulator's
     fp32-reference numerics (no rounding anywhere). ``persistent_state``: buffers the model updates in place
     (a KV cache) live in device memory across calls instead of being passed in and returned (read them with
@@ -441,7 +447,7 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
     from spyre_mlir.runtime import load
 
     path, tgt, info = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                             None, persistent_state, cards)
+                             None, persistent_state, cards, (placement_plan, placement_plan_out))
     try:
         exe = load(path, target=tgt)  # the binary records the numerics its precision needs
     except SpyreError:
@@ -512,8 +518,9 @@ def to_torch(a):
 
 def compile_to_file(model_or_path, example_inputs=None, *, output: str, precision: str = "dlf16",
                     cores: int | None = None, target=None, cache_dir=None, input_shapes=None,
-                    persistent_state: bool = False, cards: int | None = None) -> str:
-    """Compile to a .spyre file at ``output`` (written atomically); returns the path."""
+                    persistent_state: bool = False, cards: int | None = None, placement_plan: str | None = None,
+                    placement_plan_out: str | None = None) -> str:
+    """Compile to a .spyre file at ``output`` (written atomically); returns the path. Options as :func:`compile`."""
     path, _, _ = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-                        persistent_state, cards)
+                        persistent_state, cards, (placement_plan, placement_plan_out))
     return path

@@ -172,6 +172,20 @@ def test_rows_split_within_tolerance_and_pipeline_identical(decoder, tmp_path):
     assert len(exe.profile.transfers) >= 1 and exe.profile.link_bytes[1] == 0
 
 
+def test_python_api_writes_and_forces_a_plan(decoder, tmp_path, fast_link):
+    """spyre_mlir.compile(cards=2, placement_plan_out=...) writes the plan and returns a SystemExecutable;
+    placement_plan=... forces it (its card count with it) and gives the same binary's outputs."""
+    import spyre_mlir
+
+    imported, inputs, _ = decoder
+    plan = tmp_path / "plan.json"
+    a = spyre_mlir.compile(imported, cards=2, target=fast_link, placement_plan_out=str(plan))
+    assert isinstance(a, SystemExecutable) and json.loads(plan.read_text())["cards"] == 2
+    b = spyre_mlir.compile(imported, target=fast_link, placement_plan=str(plan))
+    assert isinstance(b, SystemExecutable) and not b.compile_info.cache_hit
+    assert np.array_equal(a(*inputs)[0], b(*inputs)[0])
+
+
 # ---- the system file -----------------------------------------------------------------------------------------
 
 
