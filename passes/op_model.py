@@ -256,6 +256,14 @@ def _map_kind(shape, rows: int, cols: int) -> str:
     return "scalar" if lead_bcast else "row"
 
 
+def _unbuffered(model: OpModel) -> OpModel:
+    """A row model whose operands move through no scratchpad buffer (an alias, an epilogue): no instruction of
+    its own runs."""
+    off = lambda ops: tuple(dataclasses.replace(o, buffered=False) for o in ops)  # noqa: E731
+    model.rows = dataclasses.replace(model.rows, inputs=off(model.rows.inputs), outputs=off(model.rows.outputs))
+    return model
+
+
 def _map(op: ir.Operation) -> OpModel:
     from spyre_mlir.codegen.sfu import NotOnSfu, live_temps, translate
 
@@ -264,11 +272,7 @@ def _map(op: ir.Operation) -> OpModel:
     if KERNEL in op.attributes and _kernel(op) == "epilogue":
         # Applied by its conv's kernel: nothing moves through a scratchpad of its own; its input is read as a
         # whole (not in row blocks), so the conv's writes are behind a barrier before anything reads them.
-        model = _rows_model(op, rows, [("in", op.operands[0], True)], chunked=())
-        unbuffered = lambda ops: tuple(dataclasses.replace(o, buffered=False) for o in ops)  # noqa: E731
-        model.rows = dataclasses.replace(model.rows, inputs=unbuffered(model.rows.inputs),
-                                         outputs=unbuffered(model.rows.outputs))
-        return model
+        return _unbuffered(_rows_model(op, rows, [("in", op.operands[0], True)], chunked=()))
     ins, kinds, chunked = [], [], []
     for i, v in enumerate(op.operands):
         kind = _map_kind(_shape(v), rows, cols)
@@ -377,11 +381,8 @@ def _movement(op: ir.Operation) -> OpModel:
         # Its rows split like its neighbours' (so no barrier), nothing moves through a scratchpad.
         from spyre_mlir.codegen.kernels.move import same_innermost
 
-        model = _rows_model(op, rows, [("in", op.operands[0], True)], chunked=None if same_innermost(op) else ())
-        k = model.rows
-        unbuffered = lambda ops: tuple(dataclasses.replace(o, buffered=False) for o in ops)  # noqa: E731
-        model.rows = dataclasses.replace(k, inputs=unbuffered(k.inputs), outputs=unbuffered(k.outputs))
-        return model
+        return _unbuffered(_rows_model(op, rows, [("in", op.operands[0], True)],
+                                       chunked=None if same_innermost(op) else ()))
     if kernel == "dma-rows":
         out = cost.RowOperand("out", rs[-1], rs[-1], fmt_of(op.results[0].type, op))
         ins = tuple(dataclasses.replace(_operand(_role(i), v, rows, op), buffered=False)

@@ -88,15 +88,19 @@ class _Step:
     ops: list = dataclasses.field(default_factory=list)       # (op, split, share index, share count)
     fn: object = None
     block: object = None
-    inputs: list = dataclasses.field(default_factory=list)    # what each argument is (see _Partition.source)
     outputs: list = dataclasses.field(default_factory=list)   # original values (or pieces) it returns
     local: dict = dataclasses.field(default_factory=dict)     # original value or piece key -> value in fn
-    arg_of: dict = dataclasses.field(default_factory=dict)    # source key -> argument
+    arg_of: dict = dataclasses.field(default_factory=dict)    # source key (_Partition.value) -> argument, in order
+
+    @property
+    def inputs(self) -> list:
+        """The source key of each argument, in argument order."""
+        return list(self.arg_of)
 
 
 class _Partition:
     def __init__(self, module, main, target):
-        self.module, self.main, self.target = module, main, target
+        self.main, self.target = main, target
         self.block = main.regions[0].blocks[0]
         _, self.known = compile_time(module)
         self.device = set(device_ops(module))
@@ -187,7 +191,7 @@ class _Partition:
             key = ("gather", v)
         else:
             have = self.where[v]
-            src = s.card if s.card in have else min(have, key=lambda c: (have[c], c))
+            src = s.card if s.card in have else _first_holder(have)
             key = ("value", v, src)
             if src == s.card and have[src] == s.level:
                 raise PassError("internal: a value of this step is read before it is computed", s.fn.location)
@@ -196,7 +200,6 @@ class _Partition:
     def argument(self, s: _Step, key, type_):
         if key not in s.arg_of:
             s.arg_of[key] = s.block.add_argument(type_, ir.Location.unknown())
-            s.inputs.append(key)
         return s.arg_of[key]
 
     def split_of(self, v) -> str:
@@ -381,7 +384,7 @@ class _Partition:
                     wanted.setdefault((c, level), []).append(("piece", v))
             else:
                 have = self.where[v]
-                src = min(have, key=lambda c: (have[c], c))
+                src = _first_holder(have)
                 outs.append(("value", v, src))
                 wanted.setdefault((src, have[src]), []).append(v)
         for s in order:
@@ -477,6 +480,11 @@ def _slice(block, v, dim: int, lo: int, hi: int):
             "static_sizes": ir.DenseI64ArrayAttr.get(shape),
             "static_strides": ir.DenseI64ArrayAttr.get([1] * t.rank),
             "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+
+
+def _first_holder(have: dict) -> int:
+    """Of the cards holding a value ({card: step}), the one that has it first (the lowest card on a tie)."""
+    return min(have, key=lambda c: (have[c], c))
 
 
 def _top(owner) -> ir.Operation:

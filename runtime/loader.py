@@ -402,6 +402,23 @@ class _Decoder:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def by_name(names: list[str], args, named) -> dict:
+    """The inputs given by position and by name, as {name: value}: each input exactly once, no other."""
+    if len(args) > len(names):
+        raise InputError(f"{len(args)} inputs given, the program takes {len(names)}")
+    vals = dict(zip(names, args))
+    for k, v in named.items():
+        if k not in names:
+            raise InputError(f"unknown input '{k}' (inputs: {', '.join(names)})")
+        if k in vals:
+            raise InputError(f"input '{k}' given twice")
+        vals[k] = v
+    for n in names:
+        if n not in vals:
+            raise InputError(f"missing input '{n}'")
+    return vals
+
+
 def _to_numpy(x) -> np.ndarray:
     """numpy arrays pass through; torch tensors convert without importing torch here."""
     mod = type(x).__module__ or ""
@@ -479,19 +496,9 @@ class Executable:
 
     def _bind(self, args, named) -> list[np.ndarray]:
         bufs = self.input_buffers
-        if len(args) > len(bufs):
-            raise InputError(f"{len(args)} inputs given, the program takes {len(bufs)}")
-        vals: dict[str, object] = {b.name: a for b, a in zip(bufs, args)}
-        for k, v in named.items():
-            if k not in self.program.inputs:
-                raise InputError(f"unknown input '{k}' (inputs: {', '.join(self.program.inputs)})")
-            if k in vals:
-                raise InputError(f"input '{k}' given twice")
-            vals[k] = v
+        vals = by_name([b.name for b in bufs], args, named)
         out = []
         for b in bufs:
-            if b.name not in vals:
-                raise InputError(f"missing input '{b.name}'")
             a = _to_numpy(vals[b.name])
             shape = b.shape if b.shape else (1,)
             if a.shape != shape and not (a.size == 1 and np.prod(shape) == 1):

@@ -231,22 +231,11 @@ class SystemExecutable:
         return [o["name"] for o in self.outputs]
 
     def _bind(self, args, named) -> list:
-        from .loader import InputError, _to_numpy
+        from .loader import InputError, _to_numpy, by_name
 
-        names = self.input_names
-        if len(args) > len(names):
-            raise InputError(f"{len(args)} inputs given, the program takes {len(names)}")
-        vals = dict(zip(names, args))
-        for k, v in named.items():
-            if k not in names:
-                raise InputError(f"unknown input '{k}' (inputs: {', '.join(names)})")
-            if k in vals:
-                raise InputError(f"input '{k}' given twice")
-            vals[k] = v
+        vals = by_name(self.input_names, args, named)
         out = []
         for spec in self.input_specs:
-            if spec["name"] not in vals:
-                raise InputError(f"missing input '{spec['name']}'")
             a = _to_numpy(vals[spec["name"]])
             if list(a.shape) != list(spec["shape"]):
                 raise InputError(f"input '{spec['name']}': shape {a.shape} does not match {tuple(spec['shape'])}")
