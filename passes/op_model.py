@@ -207,6 +207,16 @@ _RECIPROCAL = {"math.sqrt", "math.rsqrt", "arith.divf", "arith.remf"}
 _FREE = {"arith.constant", "spyre.yield"}
 
 
+def sfu_counts(block: ir.Block) -> dict[str, int]:
+    """The SFU work of a map body per element: its ops by cost class (simple, reciprocal, transcendental)."""
+    counts = {"simple": 0, "reciprocal": 0, "transcendental": 0}
+    for o in block.operations:
+        n = o.operation.name
+        if n not in _FREE:
+            counts["transcendental" if n in _TRANSCENDENTAL else "reciprocal" if n in _RECIPROCAL else "simple"] += 1
+    return counts
+
+
 def _operand(role: str, v: ir.Value, rows: int, op: ir.Operation, streamed: bool = True) -> cost.RowOperand:
     shape = _shape(v)
     numel, cols = math.prod(shape), (shape[-1] if shape else 1)
@@ -281,11 +291,7 @@ def _map(op: ir.Operation) -> OpModel:
         ins.append(cost.RowOperand(_role(i), width, width, fmt_of(v.type, op), kind in ("full", "row")))
         if kind == "full" and (_shape(v) or [1]) == rs:
             chunked.append(i)
-    counts = {"simple": 0, "reciprocal": 0, "transcendental": 0}
-    for o in op.regions[0].blocks[0].operations:
-        n = o.operation.name
-        if n not in _FREE:
-            counts["transcendental" if n in _TRANSCENDENTAL else "reciprocal" if n in _RECIPROCAL else "simple"] += 1
+    counts = sfu_counts(op.regions[0].blocks[0])
     if not any(counts.values()):
         counts["simple"] = 1            # a copy or a fill still passes through the SFU
     try:
