@@ -68,6 +68,7 @@ class OpModel:
     round_fmt: str | None = None      # matmul spyre.convert_result: rounded to this, then widened to out_fmt
     converts: tuple[str | None, str | None] = (None, None)   # spyre.convert_operands formats (lhs, rhs)
     whole: tuple[int, int] | None = None   # matmul: (B, N) of the op this is one card's share of (spyre.share_of)
+    epi_in: tuple[str, ...] = ()      # matmul: formats of its epilogue's further inputs (a block loaded per tile)
 
     @property
     def fused(self) -> bool:
@@ -109,7 +110,8 @@ class OpModel:
             m = self.reference() if self.fused else self
             g = cost.best_batch_matmul_grid(m.B, m.M, m.N, m.K, cores, target, m.fmt, m.out_fmt,
                                             m.bias, b_fmt=m.b_fmt, round_fmt=m.round_fmt,
-                                            colscale=m.colscale, split_k=split_k, split_m=split_m)
+                                            colscale=m.colscale, split_k=split_k, split_m=split_m,
+                                            epi_in=m.epi_in)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
             return cost.best_conv_grid(self.conv, cores, target)
@@ -156,7 +158,31 @@ def _matmul(op: ir.Operation) -> OpModel:
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
                    converts=(conv.get("lhs"), conv.get("rhs")),
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
-                   else None)
+                   else None, epi_in=_epilogue_inputs(op))
+
+
+def _epilogue(op: ir.Operation):
+    """The rows.Epilogue of a map whose kernel is `epilogue` (None for any other op)."""
+    from spyre_mlir.codegen.kernels.rows import epilogue
+
+    return epilogue(op) if KERNEL in op.attributes and _kernel(op) == "epilogue" else None
+
+
+def epilogue_source(op: ir.Operation) -> int | None:
+    """The operand of an epilogue map its producer's output tile stands for (None: op is no epilogue)."""
+    epi = _epilogue(op)
+    return None if epi is None else epi.src
+
+
+def _epilogue_inputs(op: ir.Operation) -> tuple[str, ...]:
+    """Formats of the further inputs of the epilogue a matmul applies (their blocks load with its tiles)."""
+    from spyre_mlir.codegen.kernels.rows import epilogue_of
+
+    epi_op = epilogue_of(op)
+    epi = _epilogue(epi_op.operation) if epi_op is not None else None
+    if epi is None:
+        return ()
+    return tuple(fmt_of(epi_op.operation.operands[j].type, epi_op.operation) for j in epi.extra)
 
 
 def _quantized(v: ir.Value, op: ir.Operation) -> tuple[str, str | None] | None:
@@ -279,10 +305,11 @@ def _map(op: ir.Operation) -> OpModel:
 
     rs = _shape(op.results[0]) or [1]
     rows, cols = math.prod(rs[:-1]), rs[-1]
-    if KERNEL in op.attributes and _kernel(op) == "epilogue":
-        # Applied by its conv's kernel: nothing moves through a scratchpad of its own; its input is read as a
-        # whole (not in row blocks), so the conv's writes are behind a barrier before anything reads them.
-        return _unbuffered(_rows_model(op, rows, [("in", op.operands[0], True)], chunked=()))
+    epi = _epilogue(op)
+    if epi is not None:
+        # Applied by its producer's kernel: nothing moves through a scratchpad of its own; its inputs are read as
+        # a whole (not in row blocks), so their writers are behind a barrier before the producer reads them.
+        return _unbuffered(_rows_model(op, rows, [("in", op.operands[epi.src], True)], chunked=()))
     ins, kinds, chunked = [], [], []
     for i, v in enumerate(op.operands):
         kind = _map_kind(_shape(v), rows, cols)
@@ -450,7 +477,8 @@ def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list
     if model.kind == "matmul":
         gk = model.grid4(grid)[3]
         return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=nbuf, split_k=gk, bias=model.bias,
-                                   b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
+                                   b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
+                                   epi_in=model.epi_in)
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, nbuf)
     return cost.rowwise_buffers(model.rows, tile[0], nbuf)
@@ -465,7 +493,8 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
         tm, tn, tk = tile[-3:]
         return cost.matmul_plan(model.M // gm, model.N // gn, model.K // gk, (tm, tn, tk), target, model.fmt,
                                 model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
-                                b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
+                                b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
+                                epi_in=model.epi_in)
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)
@@ -501,12 +530,13 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
         gb, gm, gn, gk = model.grid4(grid)
         fit = cost.best_tile(model.M // gm, model.N // gn, model.K // gk, target, model.fmt, model.out_fmt,
                              batch=model.B // gb, split_k=gk, bias=model.bias, active=gb * gm * gn * gk,
-                             grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
+                             grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
+                             epi_in=model.epi_in)
         if fit is None:
             return None
         return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,
                                   model.out_fmt, batch=model.B, bias=model.bias, double_buffer=fit[1] == 2,
-                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt)
+                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt, epi_in=model.epi_in)
     if model.kind == "conv":
         fit = cost.best_conv_tile(model.conv, grid, target)
         return None if fit is None else cost.conv_cycles(model.conv, grid, fit[0], target, fit[1] == 2)

@@ -27,7 +27,7 @@ from torch_mlir import ir
 
 from spyre_mlir.passes.analysis import BARRIER, DOUBLE_BUFFER, GRID, KERNEL, SCRATCHPAD, device_ops, require
 from spyre_mlir.passes.base import PassError, SpyrePass
-from spyre_mlir.passes.op_model import OpModel, op_model
+from spyre_mlir.passes.op_model import OpModel, epilogue_source, op_model
 
 
 @dataclasses.dataclass
@@ -78,10 +78,12 @@ def _is_epilogue(op: ir.Operation) -> bool:
 
 
 def _readers(op: ir.Operation):
-    """The uses of op's result, through the epilogue maps its kernel applies (their readers instead)."""
+    """The uses of op's result, through the epilogue maps its kernel applies (their readers instead). A further
+    input of an epilogue is read by the producer's kernel, tile by tile: a reader that crosses cores."""
     for use in op.results[0].uses:
-        if _is_epilogue(_op(use.owner)):
-            yield from _readers(_op(use.owner))
+        owner = _op(use.owner)
+        if _is_epilogue(owner) and epilogue_source(owner) == use.operand_number:
+            yield from _readers(owner)
         else:
             yield use
 

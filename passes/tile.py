@@ -78,7 +78,7 @@ class TilePass(SpyrePass):
                     whole_fits = all(b % t == 0 for b, t in zip(block, wtile)) and cost.best_tile(
                         *block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                         active=gb * gm * gn * gk, force=wtile, grid=(gm, gn), b_fmt=model.b_fmt,
-                        round_fmt=model.round_fmt, colscale=model.colscale)
+                        round_fmt=model.round_fmt, colscale=model.colscale, epi_in=model.epi_in)
                     force = wtile if whole_fits else (0, 0, wtile[2])
             elif model.fused and not force[2]:
                 # spyre-fuse: keep the K tile of the unfused op, which fixes the order of the fp32 accumulation
@@ -86,17 +86,19 @@ class TilePass(SpyrePass):
                 ref = model.reference()
                 rfit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, batch=model.B // gb, split_k=gk,
                                       bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
-                                      b_fmt=ref.b_fmt, colscale=model.colscale)
+                                      b_fmt=ref.b_fmt, colscale=model.colscale, epi_in=model.epi_in)
                 if rfit is not None:
                     force = (force[0], force[1], rfit[0][2])
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
                                  bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
-                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
+                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
+                                 epi_in=model.epi_in)
             if fit is None:
                 cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt, model.b_fmt)
                 tile = tuple(f or min(c) for f, c in zip(force, cands))
                 bufs = cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias,
-                                           b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale)
+                                           b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
+                                           epi_in=model.epi_in)
                 _no_fit(op, target, tile, cost.footprint(bufs, target), any(force))
             return (1, *fit[0]) if model.batched else fit[0]
         if model.kind == "conv":

@@ -166,14 +166,15 @@ def _bytes_per_cycle(target: Target, active: int) -> float:
 
 def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None, *, nbuf: int = 2,
                    split_k: int = 1, bias: bool = False, b_fmt: str | None = None,
-                   round_fmt: str | None = None, colscale: str | None = None) -> list[Buffer]:
+                   round_fmt: str | None = None, colscale: str | None = None,
+                   epi_in: Sequence[str] = ()) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn]), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
     ([tm,tn] result format, the widened copy of out, with ``round_fmt`` only), bias ([1,tn] in the bias
     operand's format when ``bias`` names it, else fp32), colscale ([1,tn] in ``colscale``'s format: the
-    per-column scales of quantized weights, applied on write-back). All live
-    throughout."""
+    per-column scales of quantized weights, applied on write-back), epa epb ... ([tm,tn] in each ``epi_in``
+    format: the blocks of an epilogue's further inputs). All live throughout."""
     tm, tn, tk = tile
     out_fmt = out_fmt or fmt
     b_fmt = b_fmt or fmt
@@ -194,6 +195,7 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
         bufs.append(Buffer("bias", tile_bytes(1, tn, _bias_fmt(bias))))
     if colscale:
         bufs.append(Buffer("colscale", tile_bytes(1, tn, colscale)))
+    bufs += [Buffer("ep" + chr(ord("a") + i), tile_bytes(tm, tn, f)) for i, f in enumerate(epi_in)]
     return bufs
 
 
@@ -205,12 +207,13 @@ def _bias_fmt(bias) -> str:
 def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
                   fmt: str = "dlf16", out_fmt: str | None = None, *, batch: int = 1, bias: bool = False,
                   double_buffer: bool = True, active: int | None = None, b_fmt: str | None = None,
-                  round_fmt: str | None = None) -> Cycles:
+                  round_fmt: str | None = None, epi_in: Sequence[str] = ()) -> Cycles:
     """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
     ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
     grid's). ``fmt`` / ``b_fmt`` are A's / B's formats in device memory (a format the PT array does not multiply
     is converted to DLFloat16 on the SFU every step); ``round_fmt``: the result is rounded to it on write-back
-    and widened to ``out_fmt`` on the SFU before the store (spyre.convert_result)."""
+    and widened to ``out_fmt`` on the SFU before the store (spyre.convert_result); ``epi_in``: the formats of an
+    epilogue's further inputs, a [tm, tn] block of each loaded per output tile."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
     out_fmt = out_fmt or fmt
     b_fmt = b_fmt or fmt
@@ -220,15 +223,15 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     steps = _ceil(kb, tk)
     if gk == 1 and gm * gn > 1:
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
-                                     double_buffer, active or gb * gm * gn, b_fmt, round_fmt)
+                                     double_buffer, active or gb * gm * gn, b_fmt, round_fmt, epi_in)
     pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
                           / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
     pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt) + tiles * _convert_out(tm, tn, target,
                                                                                                 round_fmt)
     loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, b_fmt))
-                     + (tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0))
+                     + (tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0) + _epi_bytes(tm, tn, epi_in))
     stores = tiles * tile_bytes(tm, tn, out_fmt)
-    transfers = tiles * (2 * steps + 1 + bool(bias))
+    transfers = tiles * (2 * steps + 1 + bool(bias) + len(epi_in))
     share = _bytes_per_cycle(target, active or gb * gm * gn * gk)
     if gk > 1:
         # The split-K group meets at a barrier per output tile: its loads run between barriers with no store
@@ -242,6 +245,10 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
         sfu = tiles * (tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles)
     total = _overlap(pt + sfu, dma, tiles * steps, double_buffer) + ring + sync_cycles(gb * gm * gn * gk, target)
     return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
+
+
+def _epi_bytes(tm: int, tn: int, epi_in: Sequence[str]) -> int:
+    return sum(tile_bytes(tm, tn, f) for f in epi_in)
 
 
 def _pt_fmt(fmt: str) -> str:
@@ -268,7 +275,8 @@ def _convert_out(tm: int, tn: int, target: Target, round_fmt: str | None) -> flo
 
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
-                          b_fmt: str | None = None, round_fmt: str | None = None) -> Cycles:
+                          b_fmt: str | None = None, round_fmt: str | None = None,
+                          epi_in: Sequence[str] = ()) -> Cycles:
     """The M/N-split kernel with operand sharing (``codegen/kernels/matmul.py``): each of the ``tiles * steps``
     steps is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and
     ring-sends its parts to the cores of its grid row / column, while the PT array multiplies the previous
@@ -282,7 +290,8 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     rate = target.ring_bytes_per_cycle
     ring_a = (gn - 1) * (a_part / rate + target.hop_latency_cycles)
     ring_b = (gm - 1) * (b_part / rate + target.hop_latency_cycles)
-    loads = a_part + b_part + (tile_bytes(1, tn, _bias_fmt(bias)) / steps if bias else 0.0)
+    loads = a_part + b_part + ((tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0.0)
+                               + _epi_bytes(tm, tn, epi_in)) / steps
 
     def fetch(bw):
         dma_a = a_part / bw + target.dma_latency_cycles
@@ -304,7 +313,7 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     last = pt_step + out * active / (target.dram_write_gbps / target.clock_ghz) + target.dma_latency_cycles
     total = plain + mid + last + n * target.barrier_latency_cycles + sync_cycles(active, target)
     dma = (n * loads / read_bw + tiles * tile_bytes(tm, tn, out_fmt) / mixed_bw
-           + (2 * n + tiles) * target.dma_latency_cycles)
+           + (2 * n + tiles * (1 + len(epi_in))) * target.dma_latency_cycles)
     return Cycles(pt=n * pt_step, dma=dma, ring=n * (ring_a + ring_b), total=total)
 
 
@@ -337,14 +346,14 @@ def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, 
 def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, fmt: str = "dlf16",
                 out_fmt: str | None = None, *, batch: int = 1, split_k: int = 1, bias: bool = False,
                 b_fmt: str | None = None, round_fmt: str | None = None,
-                colscale: str | None = None) -> tuple[int, list[Buffer]] | None:
+                colscale: str | None = None, epi_in: Sequence[str] = ()) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
     loads = batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk)
     for nbuf in (2, 1):
         bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
-                              round_fmt=round_fmt, colscale=colscale)
+                              round_fmt=round_fmt, colscale=colscale, epi_in=epi_in)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
@@ -354,7 +363,7 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
               b_fmt: str | None = None, round_fmt: str | None = None,
-              colscale: str | None = None) -> tuple[tuple[int, int, int], int] | None:
+              colscale: str | None = None, epi_in: Sequence[str] = ()) -> tuple[tuple[int, int, int], int] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
     with its buffer count (2: double-buffered); None when nothing fits. Ties go to the larger tile.
 
@@ -368,14 +377,15 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
     best = None
     for tile in itertools.product(*cands):
         plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias,
-                           b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale)
+                           b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale, epi_in=epi_in)
         if plan is None:
             continue
         gm, gn = grid if grid and split_k == 1 else (1, 1)
         # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
         # `active` cores.
         c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
-                          double_buffer=plan[0] == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt)
+                          double_buffer=plan[0] == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
+                          epi_in=epi_in)
         key = (c.total, -math.prod(tile))
         if best is None or key < best[0]:
             best = (key, (tuple(tile), plan[0]))
@@ -398,7 +408,7 @@ def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fm
 def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str = "dlf16",
                            out_fmt: str | None = None, bias: bool = False, b_fmt: str | None = None,
                            round_fmt: str | None = None, colscale: str | None = None, split_k: int | None = None,
-                           split_m: int | None = None) -> tuple[int, int, int, int] | None:
+                           split_m: int | None = None, epi_in: Sequence[str] = ()) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, even stick-aligned splits (M in multiples of the PT
     rows, N in whole sticks of B and the result, K in whole sticks of A), each core's span within the target's
     ``core_span_bytes``, and a tile that fits. K is split only when the batch, M and N together cannot use
@@ -416,11 +426,12 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
             continue
         active = gb * gm * gn * gk
         fit = best_tile(M // gm, N // gn, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
-                        active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale)
+                        active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale,
+                        epi_in=epi_in)
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
-                          b_fmt=b_fmt, round_fmt=round_fmt)
+                          b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in)
         key = (c.total, gk, active)       # ties: no K split, then fewer cores
         if best is None or key < best[0]:
             best = (key, g)

@@ -3,6 +3,7 @@
 // RUN: sed -e '/scratchpad_usable_bytes/,/^value/ s/^value = .*/value = 4096/' %S/../../spyre_mlir/targets/spyre.toml > %t.toml
 // RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels{target=%t.toml})' | filecheck %s --check-prefix=SMALL
 // RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels{target=%t.missing.toml})' 2>&1 | filecheck %s --check-prefix=NO-TARGET
+// RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=4},spyre-tile,spyre-allocate-scratchpad,spyre-schedule)' | filecheck %s --check-prefix=PLAN
 // NO-TARGET: error: spyre-select-kernels: {{.*}}missing.toml: target file not found
 
 // A linear layer: the weight's cast and restickify are computed while compiling; the matmul and the map run on
@@ -130,4 +131,63 @@ func.func @epilogue(%x: tensor<8x64x!spyre.dlf16>, %w: tensor<64x64x!spyre.dlf16
     "spyre.yield"(%n) : (f32) -> ()
   }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
   return %2 : tensor<8x64x!spyre.dlf16>
+}
+
+// -----
+
+// A map reading a matmul through a reshape that keeps the rows, and further inputs of its shape defined before
+// the matmul (a residual add; an MLP's silu(gate) * up), is the matmul's epilogue too: the kernel loads their
+// blocks of each output tile. The gated map reads two matmuls: the later one (up) applies it, reading gate's
+// result, which exists by then; gate's kernel stays plain. With spyre-divide-work, spyre-tile and
+// spyre-allocate-scratchpad the up matmul holds a block of gate's result (`epa`), and spyre-schedule puts a
+// barrier after gate: the up matmul's cores read its result.
+// CHECK-LABEL: func.func @epilogue_inputs
+// CHECK: %[[G:.*]] = "spyre.matmul"{{.*}}spyre.kernel = "matmul"
+// CHECK: %[[GV:.*]] = "spyre.reshape"(%[[G]]) {spyre.kernel = "alias"}
+// CHECK: %[[U:.*]] = "spyre.matmul"{{.*}}spyre.kernel = "matmul"
+// CHECK: %[[UV:.*]] = "spyre.reshape"(%[[U]]) {spyre.kernel = "alias"}
+// CHECK: "spyre.map"(%[[GV]], %[[UV]])
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.kernel = "epilogue"}
+// CHECK: "spyre.map"(%arg2, %{{.*}})
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.kernel = "epilogue"}
+// PLAN-LABEL: func.func @epilogue_inputs
+// PLAN: "spyre.matmul"
+// PLAN-SAME: spyre.barrier = true
+// PLAN-NOT: epa
+// PLAN-SAME: -> tensor<16x128x!spyre.dlf16>
+// PLAN: "spyre.matmul"
+// PLAN-SAME: spyre.scratchpad = {{{.*}}epa = {{.*}}}
+// PLAN: "spyre.matmul"
+// PLAN-SAME: spyre.scratchpad = {{{.*}}epa = {{.*}}}
+func.func @epilogue_inputs(%x: tensor<16x64x!spyre.dlf16>, %w: tensor<64x128x!spyre.dlf16>, %res: tensor<1x16x64xf32>,
+                           %wd: tensor<128x64x!spyre.dlf16>) -> tensor<1x16x64x!spyre.dlf16> {
+  %g = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<16x64x!spyre.dlf16>, tensor<64x128x!spyre.dlf16>) -> tensor<16x128x!spyre.dlf16>
+  %gv = "spyre.reshape"(%g) : (tensor<16x128x!spyre.dlf16>) -> tensor<1x16x128x!spyre.dlf16>
+  %u = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<16x64x!spyre.dlf16>, tensor<64x128x!spyre.dlf16>) -> tensor<16x128x!spyre.dlf16>
+  %uv = "spyre.reshape"(%u) : (tensor<16x128x!spyre.dlf16>) -> tensor<1x16x128x!spyre.dlf16>
+  %h = "spyre.map"(%gv, %uv) ({
+  ^bb0(%a: f32, %b: f32):
+    %one = arith.constant 1.0 : f32
+    %n = arith.negf %a : f32
+    %e = math.exp %n : f32
+    %d = arith.addf %e, %one : f32
+    %s = arith.divf %one, %d : f32
+    %m = arith.mulf %a, %s : f32
+    %r = arith.mulf %m, %b : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<1x16x128x!spyre.dlf16>, tensor<1x16x128x!spyre.dlf16>) -> tensor<1x16x128x!spyre.dlf16>
+  %hv = "spyre.reshape"(%h) : (tensor<1x16x128x!spyre.dlf16>) -> tensor<16x128x!spyre.dlf16>
+  %o = "spyre.matmul"(%hv, %wd) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<16x128x!spyre.dlf16>, tensor<128x64x!spyre.dlf16>) -> tensor<16x64x!spyre.dlf16>
+  %ov = "spyre.reshape"(%o) : (tensor<16x64x!spyre.dlf16>) -> tensor<1x16x64x!spyre.dlf16>
+  %y = "spyre.map"(%res, %ov) ({
+  ^bb0(%a: f32, %b: f32):
+    %r = arith.addf %a, %b : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<1x16x64xf32>, tensor<1x16x64x!spyre.dlf16>) -> tensor<1x16x64x!spyre.dlf16>
+  %z = "spyre.map"(%y) ({
+  ^bb0(%a: f32):
+    %n = arith.negf %a : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1x16x64x!spyre.dlf16>) -> tensor<1x16x64x!spyre.dlf16>
+  return %z : tensor<1x16x64x!spyre.dlf16>
 }

@@ -150,7 +150,7 @@ def emit_conv2d(em, op, loc):
     if epi_op is not None:
         if epi is None:
             raise ValueError("the map marked as this conv's epilogue is no epilogue it can apply")
-        em.dev[epi_op.operation.results[0]] = O
+        em.dev[epi_op.operation.results[0]] = O.reshaped(_tensor_type(epi_op.operation.results[0])[0])
     for core in range(kp.cores):
         bi, rest = divmod(core, gf * goh)
         bj, bl = divmod(rest, goh)

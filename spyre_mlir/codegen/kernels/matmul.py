@@ -25,7 +25,7 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
-from .rows import apply_epilogue, epilogue, epilogue_of
+from .rows import apply_epilogue, epilogue, epilogue_buffer, epilogue_of
 
 __all__ = ["matmul", "select", "EMITTERS"]
 
@@ -42,8 +42,10 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     on the SFU after each load. ``round_fmt`` (spyre.convert_result): the write-back rounds to that format and
     the SFU widens the tile to O's format before the store, so O holds exactly the rounded values.
 
-    ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back. ``epi``
-    (:func:`.rows.epilogue`): a map applied to each finished output tile before its store, in the accumulator.
+    ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back. ``epi``:
+    (:class:`.rows.Epilogue`, the device tensors of its further inputs as [rows, N] views like O), a map applied
+    to each finished output tile before its store, in the accumulator, its further inputs' blocks of the tile
+    loaded where the kernel loads the bias.
     Batches are spread over the plan's ``gb`` groups of ``gm*gn*gk`` cores, in contiguous blocks. The kernel
     follows the op's ``plan``
     (:class:`..plan.KernelPlan`): its grid and tile (the last three dims: M, N, K) and every buffer at its
@@ -75,13 +77,16 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     fr = Format.parse(round_fmt) if round_fmt is not None else None
     # The same offsets on every core: ring reduce needs equal addresses.
     T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr),
-                             "EPI": epi})
+                             "EPI": epi[0] if epi else None,
+                             "EX": [plan.tile_at(epilogue_buffer(i), tm, tn, x.fmt) for i, x in enumerate(epi[1])]
+                             if epi else []})
+    X = epi[1] if epi else []
     nk = -(-kb // tk)
     if gk == 1 and gm * gn > 1:
         for g in range(ngroups):
             mine = [bt for bi_, bt in enumerate(batches) if bi_ * ngroups // len(batches) == g]
             _shared_group(b, T, A, B, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
-                          scale, loc)
+                          scale, loc, X)
         return list(used), (gm, gn, gk), (tm, tn, tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
@@ -102,6 +107,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             load_rows(b, core, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
                         if last_here and t["CS"] is not None:
                             load_rows(b, core, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
+                        if last_here:
+                            _load_extra(b, core, t, X, o0 + r0, c0, rows, cols, loc)
                         for s in range(nk):
                             k0 = kk * kb + s * tk
                             depth = min(tk, kb - s * tk)
@@ -125,11 +132,13 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         if t["BI"] is not None:
                             load_rows(b, root, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
                             b.sfu(root, "add", R, R, _sub(t["BI"], 1, cols), loc=loc)
+                        _load_extra(b, root, t, X, o0 + r0, c0, rows, cols, loc)
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
                         if t["OF"] is not None:
                             b.sfu(root, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
                         if epi is not None:
-                            apply_epilogue(b, root, epi, _sub(t["OF"] or t["O"], rows, cols), R, loc)
+                            apply_epilogue(b, root, epi[0], _sub(t["OF"] or t["O"], rows, cols), R, loc,
+                                           [_sub(x, rows, cols) for x in t["EX"]])
                     store_rows(b, root, _sub(t["OF"] or t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
 
@@ -141,7 +150,7 @@ def _parts(n: int, g: int) -> list[tuple[int, int]]:
 
 
 def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
-                  loc):
+                  loc, X=()):
     """One core group of an M/N-split matmul with operand sharing over the ring.
 
     Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
@@ -189,9 +198,9 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             b.ring_send(core, peer, part.addr, part, loc=loc)
 
     def multiply(n):
-        _, _, _, _, j, _, rows, cols, depth, first, fin = steps[n]
+        _, _, o0, i, j, _, rows, cols, depth, first, fin = steps[n]
         for core in cores:
-            bn = (core - base) % gn
+            bm, bn = divmod(core - base, gn)
             t = T[core]
             c0 = bn * nb + j
             At = _sub(t["A"][n % nbuf], rows, depth)
@@ -200,6 +209,8 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
                 load_rows(b, core, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
             if fin and t["CS"] is not None:
                 load_rows(b, core, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
+            if fin:
+                _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, cols, loc)
             _multiply(b, core, t, At, Bt, rows, cols, depth, not first, fin, scale, loc)
 
     def store(n):
@@ -271,7 +282,14 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
     if fin and t["OF"] is not None:
         b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
     if fin and t["EPI"] is not None:       # the accumulator is free until the next tile's first step
-        apply_epilogue(b, core, t["EPI"], _sub(t["OF"] or t["O"], rows, cols), _sub(t["C"], rows, cols), loc)
+        apply_epilogue(b, core, t["EPI"], _sub(t["OF"] or t["O"], rows, cols), _sub(t["C"], rows, cols), loc,
+                       [_sub(x, rows, cols) for x in t["EX"]])
+
+
+def _load_extra(b, core, t, X, row0, col0, rows, cols, loc):
+    """Load the output tile's block of each further input of the epilogue (its rows of the result's 2-D view)."""
+    for tile, x in zip(t["EX"], X):
+        load_rows(b, core, _sub(tile, rows, cols), x, row0, col0, loc=loc)
 
 
 def _cast(b, core, dst, src, loc):
@@ -318,15 +336,17 @@ def emit_batch_matmul(em, op, loc):
 
 
 def _epilogue(em, op, O):
-    """The map this matmul applies before its stores (rows.epilogue), whose result is then O; or None."""
+    """(the map this matmul applies before its stores (rows.epilogue), the device tensors of its further
+    inputs, as [rows, N] views like O's), the map's result then being O; or None."""
     epi_op = epilogue_of(op)
     if epi_op is None:
         return None
     epi = epilogue(epi_op)
     if epi is None:
         raise ValueError("the map marked as this matmul's epilogue is no epilogue it can apply")
-    em.dev[epi_op.operation.results[0]] = O
-    return epi
+    res = epi_op.operation.results[0]
+    em.dev[res] = O.reshaped(_tensor_type(res)[0])
+    return epi, [em.tensor(epi_op.operation.operands[j]).reshaped(O.shape) for j in epi.extra]
 
 
 def _rhs(em, op, rhs):

@@ -12,6 +12,7 @@ plan is. :func:`pipelined` runs a core's tiles, issuing the next tile's load bef
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -83,54 +84,128 @@ def select(op, target, known) -> str | None:
 _EPILOGUE_PRODUCERS = {("spyre.conv2d", "conv2d"), ("spyre.matmul", "matmul"), ("spyre.batch_matmul", "matmul")}
 
 
+class Epilogue(NamedTuple):
+    """A map its producer's kernel applies: its SFU micro-ops and result register, the operand ``src`` the
+    producer's output tile stands for, and the operands ``extra`` the kernel loads from device memory tile by
+    tile (matmul producers only)."""
+
+    ops: list
+    result: tuple
+    src: int
+    extra: tuple
+
+
+def _owner(v):
+    """The op defining ``v`` (None for a block argument)."""
+    return v.owner.operation if hasattr(v.owner, "operation") else None
+
+
+def _one_use(v):
+    uses = list(v.uses)
+    return uses[0].owner if len(uses) == 1 else None
+
+
+def _row_view(op) -> bool:
+    """A device reshape keeping the innermost dim: the same rows, so the same 2-D view of the same bytes."""
+    o = op.operation
+    if o.name != "spyre.reshape" or _attr(o, "spyre.const_fold"):
+        return False
+    return (_tensor_type(o.operands[0])[0][-1:] or (1,)) == (_tensor_type(o.results[0])[0][-1:] or (1,))
+
+
+def _viewed(v):
+    """``v`` followed back through row-view reshapes that are each the only reader of their operand."""
+    p = _owner(v)
+    while p is not None and _row_view(p) and _one_use(p.operands[0]) is not None:
+        v = p.operands[0]
+        p = _owner(v)
+    return v
+
+
+def _precedes(v, op) -> bool:
+    """``v`` is a block argument or defined before ``op`` in their block: the producer's kernel may read it."""
+    p = _owner(v)
+    return p is None or (p.block == op.operation.block and p.is_before_in_block(op.operation))
+
+
 def epilogue(op):
-    """The SFU micro-ops (ops, result) of a map the conv2d or matmul kernel producing its one input applies to
-    each output tile before storing it (a conv's ReLU, an MLP's SiLU), or None. The map must be that op's only
-    reader, keep its type, be read by device ops only, and need at most one fp32 temporary (the producer's
-    accumulator tile, free by then). It computes what the map kernel would (the tile's values in their format, fp32 micro-ops, one
+    """The :class:`Epilogue` of a map the conv2d or matmul kernel producing one of its inputs (directly or
+    through row-view reshapes) applies to each output tile before storing it (a conv's ReLU, a Linear's
+    activation, a residual add, an MLP's silu(gate) * up), or None.
+
+    That input must be the producer's only reader, with the map's element type and rows; the map must be read
+    by device ops only and need at most one fp32 temporary (the producer's accumulator tile, free by then). A
+    matmul's epilogue may read more inputs of the map's shape, defined before the matmul, from device memory
+    tile by tile. It computes what the map kernel would (the tile's values in their format, fp32 micro-ops, one
     rounding to the format), so results are bit-identical, and the result never round-trips device memory."""
     o = op.operation
-    if o.name != "spyre.map" or len(o.operands) != 1:
-        return None
-    src = o.operands[0]
-    if not hasattr(src.owner, "operation"):          # a block argument: no producer kernel
-        return None
-    prod = src.owner.operation
-    if (prod.name, _attr(prod, "spyre.kernel")) not in _EPILOGUE_PRODUCERS:
-        return None
-    if len(list(src.uses)) != 1 or src.type != o.results[0].type:
+    if o.name != "spyre.map" or not o.operands:
         return None
     if any(not u.owner.name.startswith("spyre.") or u.owner.name == "spyre.host" for u in o.results[0].uses):
         return None
-    try:
-        ops, result, _ = translate(o.regions[0].blocks[0], ["full"])
-    except NotOnSfu:
-        return None
-    _, nslots = live_temps(ops, result)
-    if nslots > 1 or not (isinstance(result, tuple) and result[0] == "t"):
-        return None
-    return ops, result
+    shape, elt = _tensor_type(o.results[0])
+    for src, v in enumerate(o.operands):
+        prod_v = _viewed(v)
+        prod = _owner(prod_v)
+        if prod is None or (prod.name, _attr(prod, "spyre.kernel")) not in _EPILOGUE_PRODUCERS:
+            continue
+        pshape, pelt = _tensor_type(prod_v)
+        if (_one_use(v) is None or _one_use(prod_v) is None or pelt != elt or pshape[-1:] != shape[-1:]
+                or math.prod(pshape) != math.prod(shape) or list(o.operands).count(v) != 1):
+            continue
+        extra = [j for j in range(len(o.operands)) if j != src]
+        if extra and (prod.name == "spyre.conv2d" or any(
+                _tensor_type(o.operands[j])[0] != shape or str(_tensor_type(o.operands[j])[1]) not in _DEVICE_FLOATS
+                or not _precedes(o.operands[j], prod) for j in extra)):
+            continue
+        try:
+            ops, result, _ = translate(o.regions[0].blocks[0], ["full"] * len(o.operands))
+        except NotOnSfu:
+            return None
+        _, nslots = live_temps(ops, result)
+        if nslots > 1 or not (isinstance(result, tuple) and result[0] == "t"):
+            return None
+        return Epilogue(ops, result, src, tuple(extra))
+    return None
 
 
-def apply_epilogue(b, core, epi, out, temp, loc) -> None:
-    """The epilogue's micro-ops on the output tile ``out`` (its input and, rounded once, its result), the fp32
-    tile ``temp`` of the same shape holding its one temporary."""
-    ops, _ = epi
+def apply_epilogue(b, core, epi, out, temp, loc, extra=()) -> None:
+    """The epilogue's micro-ops on the output tile ``out`` (its input ``src`` and, rounded once, its result),
+    with the fp32 tile ``temp`` of the same shape holding its one temporary and ``extra`` the tiles of its other
+    inputs (in ``epi.extra``'s order), loaded by the producer's kernel."""
+    tiles = {epi.src: out, **dict(zip(epi.extra, extra))}
 
     def reg(v):
-        return out if isinstance(v, tuple) and v[0] == "in" else (temp if isinstance(v, tuple) else v)
+        if isinstance(v, tuple):
+            return tiles[v[1]] if v[0] == "in" else temp
+        return v
 
-    for fn, d, s0, s1, imm, swap in ops:
+    for fn, d, s0, s1, imm, swap in epi.ops:
         b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
     b.sfu(core, "cast", out, temp, loc=loc)
 
 
-def epilogue_of(conv):
-    """The map (op) whose kernel is the conv's ``epilogue``, or None."""
-    uses = list(conv.operation.results[0].uses)
-    if len(uses) == 1 and _attr(uses[0].owner, "spyre.kernel") == "epilogue":
-        return uses[0].owner
-    return None
+def epilogue_buffer(i: int) -> str:
+    """The producer's scratchpad buffer for its epilogue's ``i``-th further input (passes/op_model.py)."""
+    return "ep" + chr(ord("a") + i)
+
+
+def epilogue_of(producer):
+    """The map (op) whose kernel is the producer's ``epilogue`` (its only reader, through row-view reshapes),
+    or None."""
+    r = producer.operation.results[0]
+    while True:
+        user = _one_use(r)
+        if user is None:
+            return None
+        if _attr(user, "spyre.kernel") == "epilogue":
+            # The map may read several producers' results: this producer's must be the one its tile stands for.
+            epi = epilogue(user)
+            src = _owner(_viewed(user.operation.operands[epi.src])) if epi is not None else None
+            return user if src == producer.operation else None
+        if not _row_view(user):
+            return None
+        r = user.operation.results[0]
 
 
 def _runs(op) -> bool:
