@@ -621,18 +621,19 @@ class Machine:
         self._next_id, self._loads = self._csp.size + 1, 0
         # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
         # nothing else writes leaves the same bytes there for every later run: it runs once).
-        self._writers = np.zeros(self._csp.size, dtype=np.int32)
         per_core = self.stride // STICK_BYTES
+        written = [np.zeros(0, dtype=np.int64)]
         for s in steps:
             if isinstance(s, Sync):
                 for group in s.reduces:
                     mask, root, dst, _ = group[0].reduce
                     for r in bits(mask) if root == ROOT_ALL else [root]:
-                        np.add.at(self._writers, r * per_core + self._tile_sticks(0, dst), 1)
+                        written.append(r * per_core + self._tile_sticks(0, dst))
             else:
-                np.add.at(self._writers, s.core * per_core + s.sp_writes, 1)
+                written.append(s.core * per_core + s.sp_writes)
                 if s.op is Op.RING_SEND:
-                    np.add.at(self._writers, s.send[0] * per_core + s.peer_sticks, 1)
+                    written.append(s.send[0] * per_core + s.peer_sticks)
+        self._writers = np.bincount(np.concatenate(written), minlength=self._csp.size).astype(np.int32)
         slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
         plan, seg = [], []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import os
 import time
 import warnings
@@ -72,7 +73,9 @@ class _Decoder:
         """Reject the current instruction, naming it and the field."""
         raise BinaryFormatError(f"{self.w}: field {field!r}: {msg}")
 
-    def decode(self, c: int, i: int, rec: np.void) -> Ins:
+    def decode(self, c: int, i: int, rec: np.void, fields_checked: bool = False) -> Ins:
+        """Check instruction ``i`` of core ``c`` and decode it; ``fields_checked``: the fields its opcode does
+        not use are known to be zero (:func:`_unused_fields_zero`)."""
         dbg = self.prog.debug[c][i] if self.prog.debug else ("", "")
         try:
             op = Op(int(rec["op"]))
@@ -82,17 +85,19 @@ class _Decoder:
         ins = Ins(c, i, op, rec, op.name.lower(), dbg[1], EMPTY, EMPTY, EMPTY, EMPTY)
         self.w = f"code core {c} instruction {i} ({ins.name}{' at ' + dbg[1] if dbg[1] else ''})"
         self.rec = rec
-        used = FIELDS[op]
-        for f in ALL_FIELDS:
-            if f not in used and rec[f] != 0:
-                self.fail(f, f"must be zero for {ins.name} (is {rec[f]})")
+        self.vals = dict(zip(rec.dtype.names, rec.tolist()))     # plain ints and floats: fast field reads
+        if not fields_checked:
+            used = FIELDS[op]
+            for f in ALL_FIELDS:
+                if f not in used and self.vals[f] != 0:
+                    self.fail(f, f"must be zero for {ins.name} (is {self.vals[f]})")
         getattr(self, "_" + ins.name)(ins)
         return ins
 
     # ---- field helpers ----------------------------------------------------------------------------------
 
     def u(self, f: str) -> int:
-        return int(self.rec[f])
+        return int(self.vals[f])
 
     def fmt(self, f: str, allowed=None) -> Format:
         code = self.u(f)
@@ -241,7 +246,7 @@ class _Decoder:
                 self.fail(fa, f"set but flag {flag.name} is not")
         if (fl & (MatmulFlag.BIAS | MatmulFlag.SCALE | MatmulFlag.COLSCALE)) and not fl & MatmulFlag.OUT:
             self.fail("flags", "BIAS/SCALE/COLSCALE need OUT")
-        imm = float(self.rec["imm"])
+        imm = float(self.vals["imm"])
         if fl & MatmulFlag.SCALE and not np.isfinite(imm):
             self.fail("imm", f"scale {imm} is not finite")
         if not fl & MatmulFlag.SCALE and imm != 0:
@@ -294,7 +299,7 @@ class _Decoder:
             reads.append(self.sticks_of(src1))
         elif self.u("a2") or self.u("f2"):
             self.fail("a2", "src1 given but the op takes no src1 tile")
-        imm = float(self.rec["imm"])
+        imm = float(self.vals["imm"])
         uses_imm = fn in (SfuFn.CAST, SfuFn.POWS, SfuFn.FILL, SfuFn.SELECT) or (binary and mode is Bcast.IMM)
         if np.isnan(imm) or (not uses_imm and imm != 0):
             self.fail("imm", f"{imm} is not a valid immediate for {fn.name}")
@@ -469,10 +474,21 @@ class Executable:
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
         self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"])
-        self.static_profile: Profile = dataclasses.replace(model_program(prog, target, steps),
-                                                           scratchpad_peak_bytes=max(sp_size),
-                                                           usable_scratchpad_bytes=target.scratchpad_usable_bytes)
-        self.profile: Profile | None = None
+        self._sp_peak = max(sp_size)
+        self._wall: float | None = None
+
+    @functools.cached_property
+    def static_profile(self) -> Profile:
+        """The cycle model's profile of one run (the program is static: it does not depend on the inputs).
+        Computed on first use, not at load: a caller who never asks for cycles never pays for the model."""
+        return dataclasses.replace(model_program(self.program, self.target, self.steps),
+                                   scratchpad_peak_bytes=self._sp_peak,
+                                   usable_scratchpad_bytes=self.target.scratchpad_usable_bytes)
+
+    @property
+    def profile(self) -> Profile | None:
+        """The last run's profile: :attr:`static_profile` with its wall time; None before the first run."""
+        return None if self._wall is None else dataclasses.replace(self.static_profile, wall_seconds=self._wall)
 
     def __repr__(self) -> str:
         sig = lambda bufs: ", ".join(f"{b.name}: {b.fmt.key}{list(b.shape)}" for b in bufs)   # noqa: E731
@@ -540,7 +556,7 @@ class Executable:
             r = v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()
             r = np.array(r).reshape(b.shape)
             outs.append(r.astype(host_dtype(b.dtype)) if b.dtype else r)
-        self.profile = dataclasses.replace(self.static_profile, wall_seconds=time.perf_counter() - t0)
+        self._wall = time.perf_counter() - t0
         return tuple(outs)
 
     def run(self, *args, **named) -> dict[str, np.ndarray]:
@@ -671,10 +687,27 @@ def _validate(prog: Program, target):
             i = int(ends[0]) if ends.size else len(code) - 1
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': the stream must end with "
                                     f"exactly one END, as its last instruction")
-        streams.append([dec.decode(c, i, code[i]) for i in range(len(code))])
+        checked = _unused_fields_zero(code)
+        streams.append([dec.decode(c, i, code[i], checked) for i in range(len(code))])
     steps = schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
     return streams, steps, host_code
+
+
+def _unused_fields_zero(code: np.ndarray) -> bool:
+    """Every instruction of a core's stream has zero in the fields its opcode does not use, checked a column
+    at a time (the common case, so :meth:`_Decoder.decode` need not check field by field; when this is False
+    it does, and names the first instruction and field at fault)."""
+    ops = code["op"]
+    for op in np.unique(ops):
+        try:
+            used = FIELDS[Op(int(op))]
+        except ValueError:
+            return False
+        sel = ops == op
+        if any(code[f][sel].any() for f in ALL_FIELDS if f not in used):
+            return False
+    return True
 
 
 def load(path, target=None, numerics: str | None = None) -> Executable:

@@ -19,7 +19,7 @@ meanwhile); one that the same card reads stays in its device memory. Every argum
 the schedule is a topological order and cannot deadlock; the loader checks that, and that each transfer's
 source matches its destination buffer in format and shape (a receive for every send).
 
-Modeled time (static, like one card's: computed at load, :attr:`SystemExecutable.static_profile`): a call
+Modeled time (static, like one card's: computed on first use, :attr:`SystemExecutable.static_profile`): a call
 starts when its card is free and its arguments are there, and runs its entry's cycles; the run ends when the
 last call does. :class:`SystemProfile` has per-card busy cycles, per-link busy cycles and
 bytes (link utilization), and the events for a trace with a track per card and per link.
@@ -28,6 +28,7 @@ bytes (link utilization), and the events for a trace with a track per card and p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -215,8 +216,7 @@ class SystemExecutable:
         self.outputs = meta["outputs"]
         self.bytes_per_cycle = float(meta["link"]["bytes_per_cycle"])
         self.latency = float(meta["link"]["latency_cycles"])
-        self.static_profile = self._model()
-        self.profile: SystemProfile | None = None
+        self._wall: float | None = None
 
     def __repr__(self) -> str:
         return (f"SystemExecutable({len(self.cards)} cards, {len(self.calls)} calls, "
@@ -241,6 +241,16 @@ class SystemExecutable:
                 raise InputError(f"input '{spec['name']}': shape {a.shape} does not match {tuple(spec['shape'])}")
             out.append(a)
         return out
+
+    @property
+    def profile(self) -> SystemProfile | None:
+        """The last run's profile: :attr:`static_profile` with its wall time; None before the first run."""
+        return None if self._wall is None else dataclasses.replace(self.static_profile, wall_seconds=self._wall)
+
+    @functools.cached_property
+    def static_profile(self) -> SystemProfile:
+        """The modeled timeline of one run, computed on first use (the cards' cycle models included)."""
+        return self._model()
 
     def _model(self) -> SystemProfile:
         """The modeled run, the same for every call (each entry's cycles are static): done once, at load."""
@@ -306,7 +316,7 @@ class SystemExecutable:
         for o in self.outputs:
             a = np.array(value(o["from"]))
             outs.append(a.astype(host_dtype(o["dtype"])) if o.get("dtype") else a)
-        self.profile = dataclasses.replace(self.static_profile, wall_seconds=time.perf_counter() - t0)
+        self._wall = time.perf_counter() - t0
         return tuple(outs)
 
     def run(self, *args, **named) -> dict[str, np.ndarray]:
