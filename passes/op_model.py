@@ -414,8 +414,9 @@ def _movement(op: ir.Operation) -> OpModel:
         # Its rows split like its neighbours' (so no barrier), nothing moves through a scratchpad.
         from spyre_mlir.codegen.kernels.move import same_innermost
 
+        # A slice's rows start inside its operand's: not its operand's row blocks.
         return _unbuffered(_rows_model(op, rows, [("in", op.operands[0], True)],
-                                       chunked=None if same_innermost(op) else ()))
+                                       chunked=None if op.name == "spyre.reshape" and same_innermost(op) else ()))
     if kernel == "dma-rows":
         out = cost.RowOperand("out", rs[-1], rs[-1], fmt_of(op.results[0].type, op))
         ins = tuple(dataclasses.replace(_operand(_role(i), v, rows, op), buffered=False)

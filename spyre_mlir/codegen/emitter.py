@@ -15,7 +15,10 @@ emitter has is an error at its location. Every value gets one of four homes:
   kernels touch share "slot" buffers with liveness-based reuse (a slot is free again after the barrier that
   follows its last reader); tensors a host op reads or writes get buffers of their own shape.
 * **alias**: a reshape whose kernel is ``alias`` (it keeps the innermost dim) is the same bytes (canonical
-  layout), so it is free; when it is an output or a host op reads it, the host copies it into its own buffer.
+  layout), and a slice whose kernel is ``alias`` (contiguous whole rows, ``move.slice_rows``) the bytes from its
+  first row on, so both are free; when a reshape is an output or a host op reads it, the host copies it into
+  its own buffer (such a slice gets a DMA kernel instead). Liveness counts a view's readers as its
+  storage's.
 
 Host ops run through the runtime's own ``gather``/``copy`` when they compute it, else through its ``jit`` or
 ``eval`` host ops (:mod:`.hostcode`, :mod:`.hostprog`). With more than one core, a barrier follows an op whose
@@ -41,6 +44,7 @@ from .common import EmitError, TileError, _attr, _loc, _same_dims, _tensor_type
 from .host import emit_host, materialize_for_host
 from .hostcode import HostModule
 from .kernels import EMITTERS, KERNELS
+from .kernels.move import slice_rows
 from .memory import DevTensor, format_of, io_dtype
 from .plan import PlanError
 
@@ -121,7 +125,7 @@ class Emitter:
 
     def _release(self, t: DevTensor) -> None:
         for s in self._slots:
-            if s[0] == t.addr and s[3] is t.buffer:
+            if s[3] is t.buffer:           # the slot's own buffer (a row view starts inside it)
                 self._pending_free.append(s)
 
     def barrier(self, loc=None) -> None:
@@ -287,8 +291,9 @@ class Emitter:
         for v in reads(op):
             if self._last_use.get(v) == i and v in self.dev:
                 t = self.dev[v]
-                refs = [w for w, u in self.dev.items() if u.addr == t.addr and u.buffer is t.buffer
-                        and self._last_use.get(w, -1) > i]
+                # Views (aliases) of the same bytes keep them: the same storage, or the same place.
+                refs = [w for w, u in self.dev.items() if (u.storage == t.storage or u.addr == t.addr)
+                        and u.buffer is t.buffer and self._last_use.get(w, -1) > i]
                 if not refs:
                     self._release(t)
 
@@ -353,7 +358,10 @@ class Emitter:
                 # The output (or a host op) needs a buffer of this shape: copy on the host.
                 emit_host(self, op, loc)
                 return
-            self.dev[res] = self.tensor(src).reshaped(shape)
+            if name == "spyre.slice":
+                self.dev[res] = self.tensor(src).rows_from(slice_rows(op), shape)
+            else:
+                self.dev[res] = self.tensor(src).reshaped(shape)
             # No instructions, but the plan's barrier stands: the consumer may divide the work otherwise.
             if _attr(op, "spyre.barrier"):
                 self.barrier(loc)

@@ -72,6 +72,10 @@ class DevTensor:
     def reshaped(self, shape) -> "DevTensor":
         return dataclasses.replace(self, shape=tuple(shape))
 
+    def rows_from(self, row: int, shape) -> "DevTensor":
+        """The tensor of ``shape`` (this one's innermost dim) whose bytes are this one's from ``row`` on."""
+        return dataclasses.replace(self, shape=tuple(shape), addr=self.addr + row * self.pitch)
+
 
 def _col_bytes(t: DevTensor, col0: int) -> int:
     nb = t.fmt.nbytes(col0)

@@ -191,3 +191,36 @@ func.func @epilogue_inputs(%x: tensor<16x64x!spyre.dlf16>, %w: tensor<64x128x!sp
   }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1x16x64x!spyre.dlf16>) -> tensor<1x16x64x!spyre.dlf16>
   return %z : tensor<1x16x64x!spyre.dlf16>
 }
+
+// -----
+
+// A slice of contiguous whole rows (the leading dim of a permuted qkv split into q, k and v) is a view of its
+// operand's bytes from its first row on ("alias"); a slice of rows that are not contiguous, or one the function
+// returns, moves by DMA ("dma-rows").
+// CHECK-LABEL: func.func @slice_views
+// CHECK: "spyre.slice"(%arg0) {offsets = array<i64: 1, 0, 0, 0>{{.*}}spyre.kernel = "alias"
+// CHECK: "spyre.slice"(%arg0) {offsets = array<i64: 0, 0, 2, 0>{{.*}}spyre.kernel = "alias"
+// CHECK: "spyre.slice"(%arg0) {offsets = array<i64: 0, 1, 0, 0>{{.*}}spyre.kernel = "dma-rows"
+// CHECK: "spyre.slice"(%arg0) {offsets = array<i64: 2, 0, 0, 0>{{.*}}spyre.kernel = "dma-rows"
+func.func @slice_views(%qkv: tensor<3x4x16x64x!spyre.dlf16>) -> (tensor<1x4x16x64x!spyre.dlf16>, tensor<1x1x8x64x!spyre.dlf16>, tensor<3x2x16x64x!spyre.dlf16>, tensor<1x4x16x64x!spyre.dlf16>) {
+  %k = "spyre.slice"(%qkv) {offsets = array<i64: 1, 0, 0, 0>, sizes = array<i64: 1, 4, 16, 64>, strides = array<i64: 1, 1, 1, 1>} : (tensor<3x4x16x64x!spyre.dlf16>) -> tensor<1x4x16x64x!spyre.dlf16>
+  %rows = "spyre.slice"(%qkv) {offsets = array<i64: 0, 0, 2, 0>, sizes = array<i64: 1, 1, 8, 64>, strides = array<i64: 1, 1, 1, 1>} : (tensor<3x4x16x64x!spyre.dlf16>) -> tensor<1x1x8x64x!spyre.dlf16>
+  %heads = "spyre.slice"(%qkv) {offsets = array<i64: 0, 1, 0, 0>, sizes = array<i64: 3, 2, 16, 64>, strides = array<i64: 1, 1, 1, 1>} : (tensor<3x4x16x64x!spyre.dlf16>) -> tensor<3x2x16x64x!spyre.dlf16>
+  %v = "spyre.slice"(%qkv) {offsets = array<i64: 2, 0, 0, 0>, sizes = array<i64: 1, 4, 16, 64>, strides = array<i64: 1, 1, 1, 1>} : (tensor<3x4x16x64x!spyre.dlf16>) -> tensor<1x4x16x64x!spyre.dlf16>
+  %a = "spyre.map"(%k) ({
+  ^bb0(%x: f32):
+    %n = arith.negf %x : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1x4x16x64x!spyre.dlf16>) -> tensor<1x4x16x64x!spyre.dlf16>
+  %b = "spyre.map"(%rows) ({
+  ^bb0(%x: f32):
+    %n = arith.negf %x : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1x1x8x64x!spyre.dlf16>) -> tensor<1x1x8x64x!spyre.dlf16>
+  %c = "spyre.map"(%heads) ({
+  ^bb0(%x: f32):
+    %n = arith.negf %x : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<3x2x16x64x!spyre.dlf16>) -> tensor<3x2x16x64x!spyre.dlf16>
+  return %a, %b, %c, %v : tensor<1x4x16x64x!spyre.dlf16>, tensor<1x1x8x64x!spyre.dlf16>, tensor<3x2x16x64x!spyre.dlf16>, tensor<1x4x16x64x!spyre.dlf16>
+}

@@ -68,14 +68,40 @@ class Gated(torch.nn.Module):
         return y - y.mean(dim=-1, keepdim=True)
 
 
+class Block(torch.nn.Module):
+    """A pre-norm decoder block as hand-written models have it: one qkv projection viewed as heads, permuted and
+    split on its leading dim (views of its bytes), causal SDPA, residual adds and a SiLU-gated MLP (one map,
+    applied by the up projection, reading gate's result)."""
+
+    def __init__(self, d=128, heads=2, hidden=192):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = torch.nn.RMSNorm(d), torch.nn.RMSNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
+        self.out = torch.nn.Linear(d, d, bias=False)
+        self.gate = torch.nn.Linear(d, hidden, bias=False)
+        self.up = torch.nn.Linear(d, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
+        y = self.norm2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(y)) * self.up(y))
+
+
 def _custom(name):
     gen = torch.manual_seed(1)
     if name == "attention":
         return Attention().eval(), (torch.randn(2, 16, 64, generator=gen),)
+    if name == "block":
+        return Block().eval(), (torch.randn(1, 32, 128, generator=gen),)
     return Gated().eval(), (torch.randn(8, 128, generator=gen),)
 
 
-MODELS = ["mlp", "cnn", "transformer", "attention", "gated"]
+MODELS = ["mlp", "cnn", "transformer", "attention", "gated", "block"]
 
 
 @pytest.fixture(scope="module", params=MODELS)

@@ -29,9 +29,12 @@ __all__ = ["restick", "col_terms", "out_width", "term_cols", "sel_name", "row_so
 
 def select(op, target, known) -> str | None:
     """How the device moves ``op``'s data (a transpose, slice, concat or reshape): ``"alias"`` (a reshape
-    keeping the innermost dim: the same bytes), ``"dma-rows"``, ``"restick"`` or ``"select-cols"``; None when
+    keeping the innermost dim, or a slice of contiguous whole rows (:func:`slice_rows`): the same bytes),
+    ``"dma-rows"``, ``"restick"`` or ``"select-cols"``; None when
     it cannot (then the host does)."""
     if op.operation.name == "spyre.reshape" and _is_alias(op) and (same_innermost(op) or not _leaves(op)):
+        return "alias"
+    if op.operation.name == "spyre.slice" and slice_rows(op) is not None and not _leaves(op):
         return "alias"
     if row_sources(op) is not None:
         return "dma-rows"
@@ -56,6 +59,23 @@ def _is_alias(op) -> bool:
     except ValueError:
         return False
     return fmt.nbytes(inner) % STICK_BYTES == 0 and fmt.nbytes(outer) % STICK_BYTES == 0
+
+
+def slice_rows(op) -> int | None:
+    """The first row (of the operand's rows: every dim but the innermost) of a slice whose result is a
+    contiguous block of whole rows of its operand (dims before one are 1 in the slice, the dims after it and the
+    innermost whole, unit strides: a split of the leading dim, like q, k, v of a permuted qkv), else None. Its
+    bytes are the operand's from that row on (the canonical layout keeps rows contiguous)."""
+    ishape, _ = _tensor_type(op.operation.operands[0])
+    off, size = list(_attr(op, "offsets")), list(_attr(op, "sizes"))
+    step = list(_attr(op, "strides") or [1] * len(ishape))
+    if not ishape or any(s != 1 for s in step) or min(size) < 1 or size[-1] != ishape[-1]:
+        return None
+    lead = len(ishape) - 1
+    d = max((i for i in range(lead) if size[i] != ishape[i]), default=0)     # the last partial dim
+    if any(size[i] != 1 for i in range(d)):
+        return None
+    return int(np.ravel_multi_index(tuple(off[:lead]), ishape[:lead])) if lead else 0
 
 
 def _leaves(op) -> bool:
@@ -367,3 +387,4 @@ EMITTERS = {"spyre.transpose": emit_move, "spyre.slice": emit_move, "spyre.conca
             "spyre.reshape": emit_move}
 KERNELS = {name: ("dma-rows", "restick", "select-cols") for name in EMITTERS}
 KERNELS["spyre.reshape"] = ("alias", "select-cols")
+KERNELS["spyre.slice"] = ("alias", "dma-rows", "restick", "select-cols")
