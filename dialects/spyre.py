@@ -507,9 +507,12 @@ class ReduceOp(SpyreOp, name="reduce"):
 
 
 class SoftmaxOp(SpyreOp, name="softmax"):
-    """Softmax along `dim`, computed as exp(x - max) / sum; `acc_type` is the accumulation precision.
+    """Softmax along `dim`, computed as exp(x - max) / sum; `acc_type` is the accumulation precision. With
+    `safe = true` a row whose every element is -inf gives zeros rather than NaN (PyTorch's `_safe_softmax`,
+    what scaled_dot_product_attention uses: a fully masked query attends to nothing).
 
         %r = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+        %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32, safe = true} : (tensor<8x64xf32>) -> tensor<8x64xf32>
     """
 
     input: Operand[Any]
@@ -522,6 +525,7 @@ class SoftmaxOp(SpyreOp, name="softmax"):
         _norm_dim(_int_attr(self, "dim", required=True), x.rank, "dim")
         _expect_shape(r, x.shape, "result")
         _verify_acc_type(self)
+        _bool_attr(self, "safe")
 
 
 def _verify_acc_type(op) -> None:

@@ -42,6 +42,7 @@ Coverage (source op -> spyre op; "host" means left for `spyre-place-host`, with 
 | chains: sum -> divf N                            | spyre.reduce kind = mean                                 |
 | chains: matmul -> map addf bias[N]               | spyre.matmul with bias                                   |
 | chains: max, sub, exp, sum, div                  | spyre.softmax                                            |
+| chains: select(min(x == -inf), 0, softmax(x))    | spyre.softmax {safe = true} (PyTorch's _safe_softmax)    |
 | chains: mean, sub, (f64) variance, +eps, rsqrt, mul, (w), (b) | spyre.layernorm                             |
 | chains: x^2, mean, +eps, rsqrt, mul, (w)         | spyre.rmsnorm                                            |
 | tensor.extract, scf/cf ops, linalg.index math   | host                                                     |
@@ -1091,6 +1092,48 @@ def _fuse_softmax(root: ir.Operation) -> bool:
     return _done(root, s.result)
 
 
+def _neg_inf_test(v: ir.Value) -> ir.Value | None:
+    """x when `v` is a one-input map computing x == -inf (oeq, possibly in f64), as i1 or as 0/1 (uitofp)."""
+    expr, ins = _map_expr(v)
+    if len(ins) != 1 or expr is None:
+        return None
+    if expr[0] == "arith.uitofp":
+        expr = expr[1]
+    if expr[0] != "arith.cmpf" or len(expr) != 3 or expr[2] != ("const", -math.inf):
+        return None
+    a = expr[1][1] if expr[1][0] == "arith.extf" else expr[1]
+    cmps = [o for o in _producer(v, "spyre.map").regions[0].blocks[0].operations if o.name == "arith.cmpf"]
+    if a != ("in", 0) or len(cmps) != 1 or ir.IntegerAttr(cmps[0].attributes["predicate"]).value != 1:
+        return None
+    return ins[0]
+
+
+def _fuse_safe_softmax(root: ir.Operation) -> bool:
+    """select(min(x == -inf, d) (all masked), 0, softmax(x, d)), PyTorch's _safe_softmax as torch-mlir
+    decomposes it -> spyre.softmax(x) {dim = d, safe = true}: a row whose every element is -inf gives zeros."""
+    expr, ins = _map_expr(root.results[0])
+    if expr != ("arith.select", ("in", 0), ("in", 1), ("in", 2)) or len(ins) != 3:
+        return False
+    m, z, s = ins
+    sm = _producer(s, "spyre.softmax")
+    if sm is None or "safe" in sm.attributes or _splat_value(z) != 0 or _shape(s) != _shape(root.results[0]):
+        return False
+    x = sm.operands[0]
+    d = ir.IntegerAttr(sm.attributes["dim"]).value % len(_shape(x))
+    b = _m_unary(m, "arith.fptoui")
+    red = _reduce_of(b, "min") if b is not None else None
+    if red is None or red[1] != [d] or [n for i, n in enumerate(_shape(m)) if i != d] != \
+            [n for i, n in enumerate(_shape(x)) if i != d]:
+        return False
+    src = _m_unary(red[0], "arith.uitofp")
+    if _neg_inf_test(red[0] if src is None else src) != x:
+        return False
+    with ir.InsertionPoint(root), _origin(root, "safe softmax pattern"):
+        new = spyre.SoftmaxOp(x, root.results[0].type)
+        _set(new, dim=sm.attributes["dim"], acc_type=sm.attributes["acc_type"], safe=ir.BoolAttr.get(True))
+    return _done(root, new.result)
+
+
 def _mean_of(v: ir.Value):
     return _reduce_of(v, "mean")
 
@@ -1211,4 +1254,4 @@ _MOVEMENT = {
 
 # Order matters: means first (the norms match mean reduces), layernorm before rmsnorm (its core has the
 # x * rsqrt(... + eps) shape too).
-_FUSIONS = [_fuse_mean, _fuse_bias, _fuse_softmax, _fuse_layernorm, _fuse_rmsnorm]
+_FUSIONS = [_fuse_mean, _fuse_bias, _fuse_softmax, _fuse_safe_softmax, _fuse_layernorm, _fuse_rmsnorm]

@@ -360,7 +360,12 @@ def _softmax(op: ir.Operation) -> OpModel:
     rc = xs[-1] if a < len(xs) - 1 else 1
     # steps: 0 load, 1 cast to fp32, 2 max, 3 subtract, 4 exp, 5 sum, 6 reciprocal, 7 scale, 8 cast, 9 store
     temps = [_fp32_temp("xf", e, xs[-1], 1, 8), _fp32_temp("max", red, rc, 2, 3), _fp32_temp("sum", red, rc, 5, 7)]
-    return _rows_model(op, rows, [("in", x, True)], temps, [("simple", 6), ("transcendental", 1)], steps=9)
+    simple = 6
+    if "safe" in op.attributes and ir.BoolAttr(op.attributes["safe"]).value:
+        # A row of -inf only gives zeros: a live-row mask from the max, which selects max and 1/sum.
+        temps.append(_fp32_temp("live", red, rc, 2, 7))
+        simple += 3
+    return _rows_model(op, rows, [("in", x, True)], temps, [("simple", simple), ("transcendental", 1)], steps=9)
 
 
 def _layernorm(op: ir.Operation) -> OpModel:

@@ -264,7 +264,10 @@ def _spyre(step, args, env):
                   keepdims=bool(a.get("keepdim")))
     if name == "softmax":
         e = np.exp(x - np.max(x, axis=a["dim"], keepdims=True))
-        return e / np.sum(e, axis=a["dim"], keepdims=True)
+        r = e / np.sum(e, axis=a["dim"], keepdims=True)
+        if a.get("safe"):           # a row of -inf only gives zeros (PyTorch's _safe_softmax)
+            r = np.where(np.isneginf(x).all(axis=a["dim"], keepdims=True), np.zeros((), r.dtype), r)
+        return r
     if name == "layernorm":
         axes = tuple(range(a["axis"] % x.ndim, x.ndim))
         mu = np.mean(x, axis=axes, keepdims=True)

@@ -268,3 +268,28 @@ def test_compile_to_a_path_with_spaces(tmp_path):
     spyre_mlir.compile_to_file(torch.nn.Linear(8, 4), (torch.randn(2, 8),), output=str(out), cache_dir=False,
                                cores=2)
     assert out.exists() and out.stat().st_size > 0
+
+
+class MaskedAttention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("precision", ["dlf16", "fp32-reference"])
+def test_fully_masked_attention_rows_are_zero(precision):
+    """A query row whose boolean mask is all False attends to nothing: PyTorch's _safe_softmax gives zeros
+    (one spyre.softmax {safe}). In DLFloat16 the -inf fill saturates to -DLF16_MAX, which the kernel reads as
+    masked too; before, that row came out as a uniform average of v."""
+    g = torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 64, generator=g) for _ in range(3))
+    mask = torch.rand(16, 16, generator=g) > 0.3
+    mask[5] = False
+    with torch.no_grad():
+        ref = MaskedAttention()(q, k, v, mask).numpy()
+    exe = spyre_mlir.compile(MaskedAttention(), (q, k, v, mask), precision=precision, cores=4, cache_dir=False)
+    y = exe(q, k, v, mask)[0]
+    assert not np.isnan(y).any()
+    np.testing.assert_array_equal(y[0, :, 5], 0.0)
+    scale = float(np.abs(ref).max())
+    bound = 1e-5 if precision == "fp32-reference" else DLF16_BOUND
+    assert float(np.abs(y - ref).max()) <= bound * scale

@@ -20,6 +20,7 @@ from ..common import _DEVICE_FLOATS, _attr, _sub, _tensor_type
 from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..sfu import NotOnSfu, live_temps, translate
+from spyre_mlir.runtime.formats import DLF16_MAX, Format
 
 __all__ = ["pipelined", "broadcast_rows", "select", "EMITTERS"]
 
@@ -329,19 +330,32 @@ def _rowwise_io(em, op):
 def emit_softmax(em, op, loc):
     X, O, R, C = _rowwise_io(em, op)
 
+    safe = bool(_attr(op, "safe", False))
+    # DLFloat16 has no infinity: a -inf stored in it saturates to -DLF16_MAX (docs/numerics.md), so a row of
+    # masked scores read from DLFloat16 has that maximum.
+    lowest = -DLF16_MAX if X.fmt is Format.DLF16 else -math.inf
+
     def body(core, n, XT, XF, OT, extra, loc):
         b = em.b
         M, S = extra["max"], extra["sum"]
         b.sfu(core, "cast", XF, XT, loc=loc)
         b.reduce(core, "max", M, XF, loc=loc)
+        if safe:
+            # A row of -inf only: its max becomes 0 and its 1/sum 0, so it gives 0 * 0 and no NaN; other rows
+            # compute exactly what the plain softmax does.
+            K = extra["live"]
+            b.sfu(core, "gt", K, M, lowest, loc=loc)
+            b.sfu(core, "select", M, K, M, imm=0.0, loc=loc)
         b.sfu(core, "sub", XF, XF, M, loc=loc)
         b.sfu(core, "exp", XF, XF, loc=loc)
         b.reduce(core, "sum", S, XF, loc=loc)
         b.sfu(core, "recip", S, S, loc=loc)
+        if safe:
+            b.sfu(core, "select", S, K, S, imm=0.0, loc=loc)
         b.sfu(core, "mul", XF, XF, S, loc=loc)
         b.sfu(core, "cast", OT, XF, loc=loc)
 
-    return _rows_emit(em, op, loc, X, O, body, [], ("max", "sum"))
+    return _rows_emit(em, op, loc, X, O, body, [], ("max", "sum", "live") if safe else ("max", "sum"))
 
 
 def emit_layernorm(em, op, loc):

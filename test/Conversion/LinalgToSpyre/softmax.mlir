@@ -102,3 +102,80 @@ func.func @linalg_softmax(%x: tensor<2x16xf32>) -> tensor<2x16xf32> {
   %s = linalg.softmax dimension(1) ins(%x : tensor<2x16xf32>) outs(%e : tensor<2x16xf32>) -> tensor<2x16xf32>
   return %s : tensor<2x16xf32>
 }
+
+// -----
+
+// torch._safe_softmax (what scaled_dot_product_attention uses): softmax, then rows whose every element is
+// -inf (an all(x == -inf) reduction of the compare) selected to 0. One spyre.softmax {safe = true}: the select,
+// the compare and the reduction are gone.
+// CHECK-LABEL: func.func @safe_softmax
+// CHECK-NEXT: %[[S:.*]] = "spyre.softmax"(%arg0) {acc_type = f32, dim = 1 : i64, safe = true}
+// CHECK-NEXT: return %[[S]]
+#ssmap = affine_map<(d0, d1) -> (d0, d1)>
+#ssmap1 = affine_map<(d0, d1) -> (d0)>
+#ssmap2 = affine_map<(d0, d1) -> (d0, 0)>
+func.func @safe_softmax(%arg0: tensor<2x8xf32>) -> tensor<2x8xf32> {
+    %c0_i64 = arith.constant 0 : i64
+    %cst = arith.constant 0xFF800000 : f32
+    %cst_0 = arith.constant 0.000000e+00 : f32
+    %true = arith.constant true
+    %cst_1 = arith.constant dense<0.000000e+00> : tensor<2x8xf32>
+    %cst_2 = arith.constant 0xFFF0000000000000 : f64
+    %0 = tensor.empty() : tensor<2xi64>
+    %1 = linalg.fill ins(%c0_i64 : i64) outs(%0 : tensor<2xi64>) -> tensor<2xi64>
+    %2 = tensor.empty() : tensor<2xf32>
+    %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<2xf32>) -> tensor<2xf32>
+    %4:2 = linalg.generic {indexing_maps = [#ssmap, #ssmap1, #ssmap1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<2x8xf32>) outs(%3, %1 : tensor<2xf32>, tensor<2xi64>) {
+    ^bb0(%in: f32, %out: f32, %out_3: i64):
+      %18 = linalg.index 1 : index
+      %19 = arith.index_cast %18 : index to i64
+      %20 = arith.maximumf %in, %out : f32
+      %21 = arith.cmpf ogt, %in, %out : f32
+      %22 = arith.select %21, %19, %out_3 : i64
+      linalg.yield %20, %22 : f32, i64
+    } -> (tensor<2xf32>, tensor<2xi64>)
+    %expanded = tensor.expand_shape %4#0 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32>
+    %5 = tensor.empty() : tensor<2x8xf32>
+    %6 = linalg.generic {indexing_maps = [#ssmap, #ssmap2, #ssmap], iterator_types = ["parallel", "parallel"]} ins(%arg0, %expanded : tensor<2x8xf32>, tensor<2x1xf32>) outs(%5 : tensor<2x8xf32>) {
+    ^bb0(%in: f32, %in_3: f32, %out: f32):
+      %18 = arith.subf %in, %in_3 : f32
+      linalg.yield %18 : f32
+    } -> tensor<2x8xf32>
+    %7 = linalg.generic {indexing_maps = [#ssmap, #ssmap], iterator_types = ["parallel", "parallel"]} ins(%6 : tensor<2x8xf32>) outs(%5 : tensor<2x8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %18 = math.exp %in : f32
+      linalg.yield %18 : f32
+    } -> tensor<2x8xf32>
+    %8 = tensor.empty() : tensor<2x1xf32>
+    %9 = linalg.fill ins(%cst_0 : f32) outs(%8 : tensor<2x1xf32>) -> tensor<2x1xf32>
+    %10 = linalg.generic {indexing_maps = [#ssmap, #ssmap2], iterator_types = ["parallel", "reduction"]} ins(%7 : tensor<2x8xf32>) outs(%9 : tensor<2x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %18 = arith.addf %in, %out : f32
+      linalg.yield %18 : f32
+    } -> tensor<2x1xf32>
+    %11 = linalg.generic {indexing_maps = [#ssmap, #ssmap2, #ssmap], iterator_types = ["parallel", "parallel"]} ins(%7, %10 : tensor<2x8xf32>, tensor<2x1xf32>) outs(%5 : tensor<2x8xf32>) {
+    ^bb0(%in: f32, %in_3: f32, %out: f32):
+      %18 = arith.divf %in, %in_3 : f32
+      linalg.yield %18 : f32
+    } -> tensor<2x8xf32>
+    %12 = tensor.empty() : tensor<2x8xi1>
+    %13 = linalg.generic {indexing_maps = [#ssmap, #ssmap], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<2x8xf32>) outs(%12 : tensor<2x8xi1>) {
+    ^bb0(%in: f32, %out: i1):
+      %18 = arith.extf %in : f32 to f64
+      %19 = arith.cmpf oeq, %18, %cst_2 : f64
+      linalg.yield %19 : i1
+    } -> tensor<2x8xi1>
+    %14 = tensor.empty() : tensor<2x1xi1>
+    %15 = linalg.fill ins(%true : i1) outs(%14 : tensor<2x1xi1>) -> tensor<2x1xi1>
+    %16 = linalg.generic {indexing_maps = [#ssmap, #ssmap2], iterator_types = ["parallel", "reduction"]} ins(%13 : tensor<2x8xi1>) outs(%15 : tensor<2x1xi1>) {
+    ^bb0(%in: i1, %out: i1):
+      %18 = arith.andi %in, %out : i1
+      linalg.yield %18 : i1
+    } -> tensor<2x1xi1>
+    %17 = linalg.generic {indexing_maps = [#ssmap2, #ssmap, #ssmap, #ssmap], iterator_types = ["parallel", "parallel"]} ins(%16, %cst_1, %11 : tensor<2x1xi1>, tensor<2x8xf32>, tensor<2x8xf32>) outs(%5 : tensor<2x8xf32>) {
+    ^bb0(%in: i1, %in_3: f32, %in_4: f32, %out: f32):
+      %18 = arith.select %in, %in_3, %in_4 : f32
+      linalg.yield %18 : f32
+    } -> tensor<2x8xf32>
+    return %17 : tensor<2x8xf32>
+  }
