@@ -163,6 +163,18 @@ def producer(v: ir.Value) -> ir.Operation | None:
     return None if isinstance(v.owner, ir.Block) else v.owner.operation
 
 
+def clone_mapped(op: ir.Operation, mapping: dict) -> ir.Operation:
+    """Clone `op` at the insertion point with the operands `mapping` names replaced; record its results as
+    the clone's in `mapping` (for cloning a body op by op)."""
+    clone = op.clone()
+    for i, operand in enumerate(clone.operands):
+        if operand in mapping:
+            clone.operands[i] = mapping[operand]
+    for old, new in zip(op.results, clone.results):
+        mapping[old] = new
+    return clone
+
+
 def is_plain_cast(op: ir.Operation | None) -> bool:
     """A spyre.cast that only converts (no scale operand, no scale_mode)."""
     return op is not None and op.name == "spyre.cast" and len(op.operands) == 1 \

@@ -61,7 +61,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith
 
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import UNCONVERTED_ATTR, non_device_type, producer
+from spyre_mlir.passes.analysis import UNCONVERTED_ATTR, clone_mapped, non_device_type, producer
 from spyre_mlir.passes.base import SpyrePass
 
 INT64_MOVEMENT = "int64 index math (int64 index data is reshaped, sliced and filled on the host)"
@@ -709,12 +709,7 @@ def _convert_elementwise(op: ir.Operation) -> str | None:
             if inner.name == "linalg.yield":
                 spyre.YieldOp(mapping[inner.operands[0]], loc=inner.location)
                 break
-            clone = inner.clone()
-            for i, operand in enumerate(clone.operands):
-                if operand in mapping:
-                    clone.operands[i] = mapping[operand]
-            for old, new in zip(inner.results, clone.results):
-                mapping[old] = new
+            clone_mapped(inner, mapping)
     _replace(op, m.result)
     return None
 

@@ -29,7 +29,7 @@ from torch_mlir import ir
 
 from spyre_mlir.codegen.sfu import NotOnSfu, translate
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import compile_time, function_ops, is_device_op, producer
+from spyre_mlir.passes.analysis import clone_mapped, compile_time, function_ops, is_device_op, producer
 from spyre_mlir.passes.base import SpyrePass
 from spyre_mlir.passes.op_model import sfu_counts
 
@@ -46,12 +46,7 @@ def _clone_body(block: ir.Block, mapping: dict) -> ir.Value:
     for inner in block.operations:
         if inner.name == "spyre.yield":
             return mapping[inner.operands[0]]
-        clone = inner.clone()
-        for i, operand in enumerate(clone.operands):
-            if operand in mapping:
-                clone.operands[i] = mapping[operand]
-        for old, new in zip(inner.results, clone.results):
-            mapping[old] = new
+        clone_mapped(inner, mapping)
     raise AssertionError("spyre.map body without spyre.yield")
 
 
