@@ -15,6 +15,12 @@ A device `spyre.map` (the producer) is inlined into the device `spyre.map` that 
 * the merged map has at most `MAP_MAX_INPUTS` inputs (one read of an input both maps read) and the SFU
   computes its body (`codegen.sfu.translate`).
 
+A scalar scale of a matmul operand moves to the product first (`(c x) @ y = c (x @ y)`): a one-input map
+computing `x * c` whose result (through reshapes) is only a bias-free device matmul's lhs or rhs becomes the
+same map on the product (after the reshapes the product goes through), where it merges with the chain reading
+it. scaled_dot_product_attention scales q and k by `d ** -0.25` each: two kernels over q and k become two
+multiplies inside the mask add's map.
+
 The merged map takes the consumer's place and a fused location of both. The consumer's inputs come first in
 their order, the producer's inputs replacing the one it fed:
 
@@ -94,6 +100,57 @@ def _cheap(op: ir.Operation) -> bool:
     return counts["simple"] <= _MAX_RECOMPUTED and not counts["reciprocal"] and not counts["transcendental"]
 
 
+_MATMULS = ("spyre.matmul", "spyre.batch_matmul")
+
+
+def _scale(op: ir.Operation) -> bool:
+    """The map multiplies its one input by a scalar constant (one SFU multiply by an immediate)."""
+    if len(op.operands) != 1:
+        return False
+    try:
+        ops, result, _ = translate(op.regions[0].blocks[0], ["full"])
+    except NotOnSfu:
+        return False
+    return (len(ops) == 1 and ops[0][0].name == "MUL" and ops[0][1] == result
+            and ("in", 0) in ops[0][2:4] and any(isinstance(x, float) for x in ops[0][2:4]))
+
+
+def _one_user(v: ir.Value):
+    uses = list(v.uses)
+    return uses[0] if len(uses) == 1 else None
+
+
+def _hoist_scale(op: ir.Operation, block: ir.Block) -> None:
+    """Move a scalar scale of a matmul operand to the product (module docstring)."""
+    if not _scale(op):
+        return
+    use = _one_user(op.results[0])
+    while use is not None and use.owner.name == "spyre.reshape" and is_device_op(use.owner):
+        use = _one_user(use.owner.results[0])
+    mm = use.owner if use is not None else None
+    if mm is None or mm.name not in _MATMULS or not is_device_op(mm) or len(mm.operands) != 2 \
+            or use.operand_number > 1 or not isinstance(ir.RankedTensorType(mm.results[0].type).element_type,
+                                                         ir.F32Type):
+        return
+    r = mm.results[0]
+    while (u := _one_user(r)) is not None and u.owner.name == "spyre.reshape" and is_device_op(u.owner):
+        r = u.owner.results[0]
+    users = [u.owner.operation for u in r.uses]
+    if not users or any(u.block != block for u in users):
+        return                          # read inside a region too (or not at all): leave it
+    at = next(o for o in block.operations if o.operation in users)
+    with ir.InsertionPoint(at), op.location:
+        moved = spyre.MapOp(r.type, in0=r)
+        body = moved.body.blocks.append(*[a.type for a in op.regions[0].blocks[0].arguments])
+    old = op.regions[0].blocks[0]
+    with ir.InsertionPoint(body):
+        spyre.YieldOp(_clone_body(old, {old.arguments[0]: body.arguments[0]}), loc=op.location)
+    r.replace_all_uses_with(moved.result)
+    moved.operation.operands[0] = r
+    op.results[0].replace_all_uses_with(op.operands[0])
+    op.erase()
+
+
 @dataclasses.dataclass
 class FuseMapsPass(SpyrePass):
     NAME = "spyre-fuse-maps"
@@ -104,6 +161,9 @@ class FuseMapsPass(SpyrePass):
             _, known = compile_time(module)
             for func in function_ops(module):
                 for block in func.regions[0].blocks:
+                    for op in list(block.operations):
+                        if op.operation.name == "spyre.map" and is_device_op(op) and op.results[0] not in known:
+                            _hoist_scale(op.operation, block)
                     # Program order: a consumer's producers have already absorbed their own producers.
                     for op in list(block.operations):
                         op = op.operation

@@ -174,3 +174,64 @@ func.func @masks(%x: tensor<4x64xf32>) -> tensor<4x64xf32> {
   }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<4x64xi1>, tensor<4x64xf32>) -> tensor<4x64xf32>
   return %1 : tensor<4x64xf32>
 }
+
+// -----
+
+// scaled_dot_product_attention's scales of q and k (through reshapes) move to the product, after its reshape,
+// and merge there with the mask add: (c q) @ (c k) = c c (q @ k).
+// CHECK-LABEL: func.func @sdpa_scales
+// CHECK-NEXT: %[[Q:.*]] = "spyre.reshape"(%arg0)
+// CHECK-NEXT: %[[K:.*]] = "spyre.reshape"(%arg1)
+// CHECK-NEXT: %[[S:.*]] = "spyre.batch_matmul"(%[[Q]], %[[K]])
+// CHECK-NEXT: %[[V:.*]] = "spyre.reshape"(%[[S]])
+// CHECK-NEXT: %[[R:.*]] = "spyre.map"(%[[V]], %arg2) ({
+// CHECK-NEXT: ^bb0(%[[X:.*]]: f32, %[[M:.*]]: f32):
+// CHECK-NEXT: %[[C1:.*]] = arith.constant 1.250000e-01
+// CHECK-NEXT: %[[A:.*]] = arith.mulf %[[C1]], %[[X]]
+// CHECK-NEXT: %[[C2:.*]] = arith.constant 5.000000e-01
+// CHECK-NEXT: %[[B:.*]] = arith.mulf %[[A]], %[[C2]]
+// CHECK-NEXT: %[[D:.*]] = arith.addf %[[B]], %[[M]]
+// CHECK-NEXT: "spyre.yield"(%[[D]])
+// CHECK: return %[[R]]
+func.func @sdpa_scales(%q: tensor<1x4x16x64xf32>, %kt: tensor<1x4x64x16xf32>, %mask: tensor<16x16xf32>) -> tensor<1x4x16x16xf32> {
+  %qs = "spyre.map"(%q) ({
+  ^bb0(%a: f32):
+    %c = arith.constant 0.5 : f32
+    %r = arith.mulf %a, %c : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1x4x16x64xf32>) -> tensor<1x4x16x64xf32>
+  %ks = "spyre.map"(%kt) ({
+  ^bb0(%a: f32):
+    %c = arith.constant 0.125 : f32
+    %r = arith.mulf %c, %a : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1x4x64x16xf32>) -> tensor<1x4x64x16xf32>
+  %q3 = "spyre.reshape"(%qs) : (tensor<1x4x16x64xf32>) -> tensor<4x16x64xf32>
+  %k3 = "spyre.reshape"(%ks) : (tensor<1x4x64x16xf32>) -> tensor<4x64x16xf32>
+  %s = "spyre.batch_matmul"(%q3, %k3) : (tensor<4x16x64xf32>, tensor<4x64x16xf32>) -> tensor<4x16x16xf32>
+  %s4 = "spyre.reshape"(%s) : (tensor<4x16x16xf32>) -> tensor<1x4x16x16xf32>
+  %r = "spyre.map"(%s4, %mask) ({
+  ^bb0(%a: f32, %b: f32):
+    %t = arith.addf %a, %b : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<1x4x16x16xf32>, tensor<16x16xf32>) -> tensor<1x4x16x16xf32>
+  return %r : tensor<1x4x16x16xf32>
+}
+
+// -----
+
+// A matmul with a bias does not commute with the scale ((c x) @ w + b is not c (x @ w + b)): it stays.
+// CHECK-LABEL: func.func @scale_before_bias
+// CHECK-NEXT: %[[S:.*]] = "spyre.map"(%arg0)
+// CHECK: %[[M:.*]] = "spyre.matmul"(%[[S]], %arg1, %arg2)
+// CHECK-NEXT: return %[[M]]
+func.func @scale_before_bias(%x: tensor<8x64xf32>, %w: tensor<64x64xf32>, %b: tensor<64xf32>) -> tensor<8x64xf32> {
+  %xs = "spyre.map"(%x) ({
+  ^bb0(%a: f32):
+    %c = arith.constant 0.5 : f32
+    %r = arith.mulf %a, %c : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %m = "spyre.matmul"(%xs, %w, %b) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<8x64xf32>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  return %m : tensor<8x64xf32>
+}
