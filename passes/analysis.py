@@ -163,6 +163,12 @@ def producer(v: ir.Value) -> ir.Operation | None:
     return None if isinstance(v.owner, ir.Block) else v.owner.operation
 
 
+def single_use(v: ir.Value):
+    """The one use of `v`, or None when it has none or several."""
+    uses = list(v.uses)
+    return uses[0] if len(uses) == 1 else None
+
+
 def clone_mapped(op: ir.Operation, mapping: dict) -> ir.Operation:
     """Clone `op` at the insertion point with the operands `mapping` names replaced; record its results as
     the clone's in `mapping` (for cloning a body op by op)."""

@@ -24,7 +24,7 @@ from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.analysis import (CONVERT_OPERANDS, CONVERT_RESULT, MATMULS, function_ops, is_device_op,
-                                        is_param_derived, is_plain_cast, producer)
+                                        is_param_derived, is_plain_cast, producer, single_use)
 from spyre_mlir.passes.base import SpyrePass
 
 _SLOTS = ("lhs", "rhs")
@@ -48,11 +48,6 @@ def _runtime_value(v: ir.Value, func: ir.Operation) -> bool:
     return op is None or op.name == "spyre.host" or is_device_op(op)
 
 
-def _single_use(v: ir.Value):
-    uses = list(v.uses)
-    return uses[0] if len(uses) == 1 else None
-
-
 @dataclasses.dataclass
 class FusePass(SpyrePass):
     NAME = "spyre-fuse"
@@ -74,7 +69,7 @@ class FusePass(SpyrePass):
         for i, slot in enumerate(_SLOTS):
             v = op.operands[i]
             cast = producer(v)
-            if not (is_plain_cast(cast) and is_device_op(cast)) or _single_use(v) is None:
+            if not (is_plain_cast(cast) and is_device_op(cast)) or single_use(v) is None:
                 continue
             x = cast.operands[0]
             src, dst = _elt(x), _elt(v)
@@ -86,7 +81,7 @@ class FusePass(SpyrePass):
         if conv:
             op.attributes[CONVERT_OPERANDS] = ir.DictAttr.get(conv)
         r = op.results[0]
-        use = _single_use(r)
+        use = single_use(r)
         if use is None or CONVERT_RESULT in op.attributes:
             return
         cast = use.owner.operation if hasattr(use.owner, "operation") else use.owner

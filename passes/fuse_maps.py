@@ -8,8 +8,8 @@ computes in fp32 and rounds once: less traffic, fewer kernels, and closer to PyT
 A device `spyre.map` (the producer) is inlined into the device `spyre.map` that reads it (the consumer) when
 * the producer's result has that one use (a value other ops also read is not recomputed);
 * it has the consumer's result shape, or the consumer broadcasts it and its body is at most
-  `_MAX_RECOMPUTED` simple SFU ops (a mask's compare; no exp, no division): merged, it runs once per element of the consumer's larger
-  result, cheaper than a kernel of its own. Broadcasting composes, so its inputs broadcast to the merged map's
+  `_MAX_RECOMPUTED` simple SFU ops (a mask's compare; no exp, no division): merged, it runs once per element
+  of the consumer's larger result, cheaper than a kernel of its own. Broadcasting composes, so its inputs broadcast to the merged map's
   shape;
 * it is not known at compile time (spyre-fold-constants computes those; merged, they would run on every call);
 * the merged map has at most `MAP_MAX_INPUTS` inputs (one read of an input both maps read) and the SFU
@@ -35,7 +35,8 @@ from torch_mlir import ir
 
 from spyre_mlir.codegen.sfu import NotOnSfu, translate
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import clone_mapped, compile_time, function_ops, is_device_op, producer
+from spyre_mlir.passes.analysis import (MATMULS, clone_mapped, compile_time, function_ops, is_device_op, producer,
+                                        single_use)
 from spyre_mlir.passes.base import SpyrePass
 from spyre_mlir.passes.op_model import sfu_counts
 
@@ -60,9 +61,8 @@ def _merge(producer_op: ir.Operation, consumer: ir.Operation, slot: int) -> ir.O
     """The map computing ``consumer`` with ``producer_op`` (its input ``slot``) inlined, in consumer's place;
     None (and the IR unchanged) when the merged map breaks a rule of the module docstring."""
     pblock, cblock = producer_op.regions[0].blocks[0], consumer.regions[0].blocks[0]
-    sources = ([(v, a) for v, a in zip(consumer.operands[:slot], list(cblock.arguments)[:slot])]
-               + list(zip(producer_op.operands, pblock.arguments))
-               + [(v, a) for v, a in zip(consumer.operands[slot + 1:], list(cblock.arguments)[slot + 1:])])
+    reads = list(zip(consumer.operands, cblock.arguments))
+    sources = reads[:slot] + list(zip(producer_op.operands, pblock.arguments)) + reads[slot + 1:]
     inputs, types = [], []
     for v, a in sources:
         if v in inputs:
@@ -100,9 +100,6 @@ def _cheap(op: ir.Operation) -> bool:
     return counts["simple"] <= _MAX_RECOMPUTED and not counts["reciprocal"] and not counts["transcendental"]
 
 
-_MATMULS = ("spyre.matmul", "spyre.batch_matmul")
-
-
 def _scale(op: ir.Operation) -> bool:
     """The map multiplies its one input by a scalar constant (one SFU multiply by an immediate)."""
     if len(op.operands) != 1:
@@ -115,25 +112,19 @@ def _scale(op: ir.Operation) -> bool:
             and ("in", 0) in ops[0][2:4] and any(isinstance(x, float) for x in ops[0][2:4]))
 
 
-def _one_user(v: ir.Value):
-    uses = list(v.uses)
-    return uses[0] if len(uses) == 1 else None
-
-
 def _hoist_scale(op: ir.Operation, block: ir.Block) -> None:
     """Move a scalar scale of a matmul operand to the product (module docstring)."""
     if not _scale(op):
         return
-    use = _one_user(op.results[0])
+    use = single_use(op.results[0])
     while use is not None and use.owner.name == "spyre.reshape" and is_device_op(use.owner):
-        use = _one_user(use.owner.results[0])
+        use = single_use(use.owner.results[0])
     mm = use.owner if use is not None else None
-    if mm is None or mm.name not in _MATMULS or not is_device_op(mm) or len(mm.operands) != 2 \
-            or use.operand_number > 1 or not isinstance(ir.RankedTensorType(mm.results[0].type).element_type,
-                                                         ir.F32Type):
-        return
+    if mm is None or mm.name not in MATMULS or not is_device_op(mm) or len(mm.operands) != 2 \
+            or not isinstance(ir.RankedTensorType(mm.results[0].type).element_type, ir.F32Type):
+        return                          # a bias does not commute with the scale
     r = mm.results[0]
-    while (u := _one_user(r)) is not None and u.owner.name == "spyre.reshape" and is_device_op(u.owner):
+    while (u := single_use(r)) is not None and u.owner.name == "spyre.reshape" and is_device_op(u.owner):
         r = u.owner.results[0]
     users = [u.owner.operation for u in r.uses]
     if not users or any(u.block != block for u in users):
@@ -175,8 +166,7 @@ class FuseMapsPass(SpyrePass):
         """Merge the first producer map of ``consumer`` that may be merged; the merged map, or None."""
         for slot, v in enumerate(consumer.operands):
             p = producer(v)
-            if (p is None or p.name != "spyre.map" or not is_device_op(p) or v in known
-                    or len(list(v.uses)) != 1):
+            if p is None or p.name != "spyre.map" or not is_device_op(p) or v in known or single_use(v) is None:
                 continue
             if _shape(v) != _shape(consumer.results[0]) and not _cheap(p):
                 continue

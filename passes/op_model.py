@@ -178,10 +178,10 @@ def _epilogue_inputs(op: ir.Operation) -> tuple[str, ...]:
     """Formats of the further inputs of the epilogue a matmul applies (their blocks load with its tiles)."""
     from spyre_mlir.codegen.kernels.rows import epilogue_of
 
-    epi_op = epilogue_of(op)
-    epi = _epilogue(epi_op.operation) if epi_op is not None else None
-    if epi is None:
+    found = epilogue_of(op)
+    if found is None:
         return ()
+    epi_op, epi = found
     return tuple(fmt_of(epi_op.operation.operands[j].type, epi_op.operation) for j in epi.extra)
 
 

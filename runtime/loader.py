@@ -84,7 +84,6 @@ class _Decoder:
                                     f"{int(rec['op'])}") from None
         ins = Ins(c, i, op, rec, op.name.lower(), dbg[1], EMPTY, EMPTY, EMPTY, EMPTY)
         self.w = f"code core {c} instruction {i} ({ins.name}{' at ' + dbg[1] if dbg[1] else ''})"
-        self.rec = rec
         self.vals = dict(zip(rec.dtype.names, rec.tolist()))     # plain ints and floats: fast field reads
         if not fields_checked:
             used = FIELDS[op]

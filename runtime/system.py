@@ -249,11 +249,8 @@ class SystemExecutable:
 
     @functools.cached_property
     def static_profile(self) -> SystemProfile:
-        """The modeled timeline of one run, computed on first use (the cards' cycle models included)."""
-        return self._model()
-
-    def _model(self) -> SystemProfile:
-        """The modeled run, the same for every call (each entry's cycles are static): done once, at load."""
+        """The modeled run, the same for every call (each entry's cycles are static): computed on first use,
+        the cards' cycle models included."""
         n = len(self.cards)
         ready: list[tuple] = []             # call -> (card, end cycle, executable)
         card_free, card_busy = [0.0] * n, [0.0] * n

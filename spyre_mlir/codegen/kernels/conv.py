@@ -19,7 +19,7 @@ from ..common import _attr, _sub, _tensor_type
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
 from .move import sel_name
-from .rows import apply_epilogue, epilogue, epilogue_of, planned
+from .rows import apply_epilogue, epilogue_of, planned
 
 __all__ = ["select", "why_not", "EMITTERS"]
 
@@ -145,11 +145,8 @@ def emit_conv2d(em, op, loc):
     PB = kp.tile_at("pb", nprod * tf, ki * cin, "dlf16") if convert else None
     # A map applied to each output tile before its store (rows.epilogue): the tile's values, fp32 micro-ops in
     # the accumulator tile (free by then), one rounding back into the tile; the map's result is this output.
-    epi_op = epilogue_of(op)
-    epi = epilogue(epi_op) if epi_op is not None else None
+    epi_op, epi = epilogue_of(op) or (None, None)
     if epi_op is not None:
-        if epi is None:
-            raise ValueError("the map marked as this conv's epilogue is no epilogue it can apply")
         em.dev[epi_op.operation.results[0]] = O.reshaped(_tensor_type(epi_op.operation.results[0])[0])
     for core in range(kp.cores):
         bi, rest = divmod(core, gf * goh)

@@ -25,7 +25,7 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
-from .rows import apply_epilogue, epilogue, epilogue_buffer, epilogue_of
+from .rows import apply_epilogue, epilogue_buffer, epilogue_of
 
 __all__ = ["matmul", "select", "EMITTERS"]
 
@@ -338,12 +338,10 @@ def emit_batch_matmul(em, op, loc):
 def _epilogue(em, op, O):
     """(the map this matmul applies before its stores (rows.epilogue), the device tensors of its further
     inputs, as [rows, N] views like O's), the map's result then being O; or None."""
-    epi_op = epilogue_of(op)
-    if epi_op is None:
+    found = epilogue_of(op)
+    if found is None:
         return None
-    epi = epilogue(epi_op)
-    if epi is None:
-        raise ValueError("the map marked as this matmul's epilogue is no epilogue it can apply")
+    epi_op, epi = found
     res = epi_op.operation.results[0]
     em.dev[res] = O.reshaped(_tensor_type(res)[0])
     return epi, [em.tensor(epi_op.operation.operands[j]).reshaped(O.shape) for j in epi.extra]

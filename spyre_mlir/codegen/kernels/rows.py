@@ -192,8 +192,8 @@ def epilogue_buffer(i: int) -> str:
 
 
 def epilogue_of(producer):
-    """The map (op) whose kernel is the producer's ``epilogue`` (its only reader, through row-view reshapes),
-    or None."""
+    """(the map whose kernel is the producer's ``epilogue``: its only reader, through row-view reshapes, and
+    its :class:`Epilogue`), or None."""
     r = producer.operation.results[0]
     while True:
         user = _one_use(r)
@@ -203,7 +203,7 @@ def epilogue_of(producer):
             # The map may read several producers' results: this producer's must be the one its tile stands for.
             epi = epilogue(user)
             src = _owner(_viewed(user.operation.operands[epi.src])) if epi is not None else None
-            return user if src == producer.operation else None
+            return (user, epi) if src == producer.operation else None
         if not _row_view(user):
             return None
         r = user.operation.results[0]
