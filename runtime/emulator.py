@@ -532,12 +532,13 @@ _WHERE = {Op.DMA_LOAD: ("a0", "dev"), Op.DMA_STORE: ("a0", "dev"),
           Op.RING_SEND: ("a0", "a1", "core"), Op.RING_REDUCE: ("a0", "a1", "core", "mask")}
 
 
-def _mask(where) -> np.ndarray:
+def _mask(where) -> int:
+    """The record's bits other than ``where``'s, as an integer mask over the little-endian record."""
     m = np.full(INSTR_DTYPE.itemsize, 0xFF, dtype=np.uint8)
     for f in where:
         dt, off = INSTR_DTYPE.fields[f][:2]
         m[off:off + dt.itemsize] = 0
-    return m
+    return int.from_bytes(m.tobytes(), "little")
 
 
 _WHAT = {op: _mask(where) for op, where in _WHERE.items()}
@@ -558,7 +559,7 @@ def _kind(ins):
     """What instructions must share to run as one batch: the record without its where-fields. HOST and
     RESTICK run alone (the instruction itself is its kind)."""
     what = _WHAT.get(ins.op)
-    return ins if what is None else (np.frombuffer(ins.rec.tobytes(), dtype=np.uint8) & what).tobytes()
+    return ins if what is None else int.from_bytes(ins.rec.tobytes(), "little") & what
 
 
 def _batches(seg: list) -> list[list]:
@@ -837,10 +838,12 @@ class Machine:
         deliveries = []
         # Sends whose destinations overlap land one by one in issue order (the last one wins); otherwise the
         # sends of one batch land together.
-        dests = [sticks(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
-        for snd, d in zip(s.sends, dests):              # in issue order, as they land
+        ranges = [(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
+        for snd, (lo, hi) in zip(s.sends, ranges):      # in issue order, as they land
+            d = sticks(lo, hi)
             _, self._csp[d], self._orig[d] = self._staged[snd]      # the bytes the send read, and their ids
-        alone = bool(dests) and np.unique(np.concatenate(dests)).size < sum(d.size for d in dests)
+        ranges.sort()
+        alone = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
         groups: dict = {}
         for snd in s.sends:
             groups.setdefault(snd if alone else snd.send[3], []).append(snd)     # one copy per size

@@ -14,6 +14,7 @@ Scratchpad tiles are always dense and row-major with the row pitch rounded up to
 from __future__ import annotations
 
 import enum
+import functools
 
 import numpy as np
 
@@ -182,8 +183,10 @@ FIELDS: dict[Op, dict[str, str]] = {
 FIELDS[Op.DMA_STORE] = FIELDS[Op.DMA_LOAD]
 
 
+@functools.lru_cache(maxsize=4096)
 def tile_pitch(cols: int, fmt: Format) -> int:
-    """Row pitch in bytes of a scratchpad tile: the row's bytes rounded up to whole sticks."""
+    """Row pitch in bytes of a scratchpad tile: the row's bytes rounded up to whole sticks (called for every
+    tile of every instruction at load: cached)."""
     return -(-Format.parse(fmt).nbytes(cols) // STICK_BYTES) * STICK_BYTES
 
 

@@ -35,8 +35,8 @@ from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, T
 from .formats import STICK_BYTES, Format
 from .hostjit import HostCode, HostCodeError, host_dtype
 from .hostops import HostOpError, check_host_op
-from .isa import (ALL_FIELDS, FIELDS, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS, SFU_SWAP,
-                  Bcast, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch)
+from .isa import (ALL_FIELDS, FIELDS, INSTR_DTYPE, PT_FORMATS, ROOT_ALL, SFU_BCAST_MASK, SFU_BINARY, SFU_CLASS,
+                  SFU_SWAP, Bcast, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch)
 from .schedule import EMPTY, Ins, bits, schedule, sticks
 
 __all__ = ["load", "load_bytes", "Executable", "Bundle", "Ins", "InputError", "DEFAULT_MAX_DEVICE_BYTES"]
@@ -45,6 +45,16 @@ __all__ = ["load", "load_bytes", "Executable", "Bundle", "Ins", "InputError", "D
 # (override with SPYRE_EMU_MAX_DEVICE_BYTES). The target's own DRAM size is checked as well.
 DEFAULT_MAX_DEVICE_BYTES = 4 << 30
 MAX_TILE_DIM = 1 << 20
+
+
+_OPS = {int(op): op for op in Op}
+_NAMES = {op: op.name.lower() for op in Op}
+_FIELD_NAMES = INSTR_DTYPE.names
+_FORMATS = {int(f): f for f in Format}
+_MM_ACC, _MM_OUT, _MM_BIAS, _MM_SCALE, _MM_COLSCALE, _MM_WINDOW = (int(f) for f in (
+    MatmulFlag.ACC, MatmulFlag.OUT, MatmulFlag.BIAS, MatmulFlag.SCALE, MatmulFlag.COLSCALE, MatmulFlag.WINDOW))
+_MM_ALL = sum(int(f) for f in MatmulFlag)
+_UNUSED = {op: tuple(f for f in ALL_FIELDS if f not in FIELDS[op]) for op in Op}
 
 
 class InputError(SpyreError, ValueError):
@@ -71,38 +81,38 @@ class _Decoder:
 
     def fail(self, field: str, msg: str):
         """Reject the current instruction, naming it and the field."""
-        raise BinaryFormatError(f"{self.w}: field {field!r}: {msg}")
+        c, i, name, loc = self.at
+        raise BinaryFormatError(f"code core {c} instruction {i} ({name}{' at ' + loc if loc else ''}): "
+                                f"field {field!r}: {msg}")
 
-    def decode(self, c: int, i: int, rec: np.void, fields_checked: bool = False) -> Ins:
-        """Check instruction ``i`` of core ``c`` and decode it; ``fields_checked``: the fields its opcode does
-        not use are known to be zero (:func:`_unused_fields_zero`)."""
-        dbg = self.prog.debug[c][i] if self.prog.debug else ("", "")
-        try:
-            op = Op(int(rec["op"]))
-        except ValueError:
-            raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': unknown opcode "
-                                    f"{int(rec['op'])}") from None
-        ins = Ins(c, i, op, rec, op.name.lower(), dbg[1], EMPTY, EMPTY, EMPTY, EMPTY)
-        self.w = f"code core {c} instruction {i} ({ins.name}{' at ' + dbg[1] if dbg[1] else ''})"
-        self.vals = dict(zip(rec.dtype.names, rec.tolist()))     # plain ints and floats: fast field reads
+    def decode(self, c: int, i: int, rec: np.void, vals: tuple, fields_checked: bool = False) -> Ins:
+        """Check instruction ``i`` of core ``c`` and decode it; ``vals`` is the record as plain Python values
+        (``code.tolist()``: fast field reads); ``fields_checked``: the fields its opcode does not use are known
+        to be zero (:func:`_unused_fields_zero`)."""
+        loc = self.prog.debug[c][i][1] if self.prog.debug else ""
+        op = _OPS.get(vals[0])
+        if op is None:
+            raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': unknown opcode {vals[0]}")
+        name = _NAMES[op]
+        ins = Ins(c, i, op, rec, name, loc, EMPTY, EMPTY, EMPTY, EMPTY)
+        self.at = (c, i, name, loc)
+        self.vals = dict(zip(_FIELD_NAMES, vals))
         if not fields_checked:
-            used = FIELDS[op]
-            for f in ALL_FIELDS:
-                if f not in used and self.vals[f] != 0:
-                    self.fail(f, f"must be zero for {ins.name} (is {self.vals[f]})")
-        getattr(self, "_" + ins.name)(ins)
+            for f in _UNUSED[op]:
+                if self.vals[f] != 0:
+                    self.fail(f, f"must be zero for {name} (is {self.vals[f]})")
+        getattr(self, "_" + name)(ins)
         return ins
 
     # ---- field helpers ----------------------------------------------------------------------------------
 
     def u(self, f: str) -> int:
-        return int(self.vals[f])
+        return self.vals[f]
 
     def fmt(self, f: str, allowed=None) -> Format:
         code = self.u(f)
-        try:
-            fmt = Format(code)
-        except ValueError:
+        fmt = _FORMATS.get(code)
+        if fmt is None:
             self.fail(f, f"unknown format code {code}")
         if not fmt.on_device or (allowed is not None and fmt not in allowed):
             self.fail(f, f"format {fmt.key} is not allowed here")
@@ -199,7 +209,9 @@ class _Decoder:
         if store:
             ins.sp_reads, ins.dev_writes = rel, drel
         else:
-            ins.sp_writes, ins.dev_reads = rel, np.unique(drel)
+            # Rows that step up past each other are already sorted and distinct (the common case).
+            increasing = (n == 1 or ds1 >= k) and (m == 1 or ds2 >= (n - 1) * ds1 + k)
+            ins.sp_writes, ins.dev_reads = rel, drel if increasing else np.unique(drel)
         ins.nbytes = m * n * k
         ins.sp_end = sp_end
         ins.dma = (dev, (ds2, ds1), sp, (ss2, ss1), (m, n, k))
@@ -211,14 +223,13 @@ class _Decoder:
         self._dma(ins, store=True)
 
     def _matmul(self, ins):
-        flags = self.u("flags")
-        if flags & ~int(MatmulFlag(63)):
-            self.fail("flags", f"unknown bits 0x{flags:x}")
-        fl = MatmulFlag(flags)
+        fl = self.u("flags")      # plain int bit tests: IntFlag's & is several times slower
+        if fl & ~_MM_ALL:
+            self.fail("flags", f"unknown bits 0x{fl:x}")
         m, n, k = self.u("m"), self.u("n"), self.u("k")
         a = self.tile(ins, "a0", m, k, "f0", PT_FORMATS)
         window = None
-        if fl & MatmulFlag.WINDOW:
+        if fl & _MM_WINDOW:
             # B is read from the stored tile [k, mask] through a column window; every read is inside that tile.
             off, stride = self.u("dev"), self.u("fn")
             off = off - (1 << 64) if off >> 63 else off
@@ -237,32 +248,32 @@ class _Decoder:
         acc_fmt = Format.INT32 if ints else Format.FP32
         c = self.tile(ins, "a2", m, n, "f2", {acc_fmt})
         opt = {}
-        for flag, fa, ff, shape in ((MatmulFlag.OUT, "a3", "f3", (m, n)), (MatmulFlag.BIAS, "a4", "f4", (1, n)),
-                                    (MatmulFlag.COLSCALE, "a5", "f5", (1, n))):
+        for flag, fa, ff, shape in ((_MM_OUT, "a3", "f3", (m, n)), (_MM_BIAS, "a4", "f4", (1, n)),
+                                    (_MM_COLSCALE, "a5", "f5", (1, n))):
             if fl & flag:
                 opt[flag] = self.tile(ins, fa, *shape, ff)
             elif self.u(fa) or self.u(ff):
-                self.fail(fa, f"set but flag {flag.name} is not")
-        if (fl & (MatmulFlag.BIAS | MatmulFlag.SCALE | MatmulFlag.COLSCALE)) and not fl & MatmulFlag.OUT:
+                self.fail(fa, f"set but flag {MatmulFlag(flag).name} is not")
+        if (fl & (_MM_BIAS | _MM_SCALE | _MM_COLSCALE)) and not fl & _MM_OUT:
             self.fail("flags", "BIAS/SCALE/COLSCALE need OUT")
         imm = float(self.vals["imm"])
-        if fl & MatmulFlag.SCALE and not np.isfinite(imm):
+        if fl & _MM_SCALE and not np.isfinite(imm):
             self.fail("imm", f"scale {imm} is not finite")
-        if not fl & MatmulFlag.SCALE and imm != 0:
+        if not fl & _MM_SCALE and imm != 0:
             self.fail("imm", "set but flag SCALE is not")
         reads = [self.sticks_of(a), self.sticks_of(b)] + [self.sticks_of(t) for f, t in opt.items()
-                                                          if f != MatmulFlag.OUT]
-        if fl & MatmulFlag.ACC:
+                                                          if f != _MM_OUT]
+        if fl & _MM_ACC:
             reads.append(self.sticks_of(c))
-        writes = [self.sticks_of(c)] + ([self.sticks_of(opt[MatmulFlag.OUT])] if MatmulFlag.OUT in opt else [])
+        writes = [self.sticks_of(c)] + ([self.sticks_of(opt[_MM_OUT])] if _MM_OUT in opt else [])
         ins.sp_reads, ins.sp_writes = np.concatenate(reads), np.concatenate(writes)
         pr, pc = self.target.pt_rows, self.target.pt_cols
         ins.macs = (-(-m // pr) * pr) * (-(-n // pc) * pc) * k
         ins.useful_macs = m * n * k
         slow = max((a[3], b[3]), key=lambda f: -self.target.macs_per_cycle(f.key))
         ins.pt_fmt = slow.key
-        ins.mm = (fl, a, b, c, opt.get(MatmulFlag.OUT), opt.get(MatmulFlag.BIAS),
-                  opt.get(MatmulFlag.COLSCALE), imm, ints, window)
+        ins.mm = (MatmulFlag(fl), a, b, c, opt.get(_MM_OUT), opt.get(_MM_BIAS), opt.get(_MM_COLSCALE), imm, ints,
+                  window)
 
     def _sfu(self, ins):
         try:
@@ -687,7 +698,8 @@ def _validate(prog: Program, target):
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': the stream must end with "
                                     f"exactly one END, as its last instruction")
         checked = _unused_fields_zero(code)
-        streams.append([dec.decode(c, i, code[i], checked) for i in range(len(code))])
+        streams.append([dec.decode(c, i, rec, vals, checked)
+                        for i, (rec, vals) in enumerate(zip(code, code.tolist()))])
     steps = schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
     return streams, steps, host_code
