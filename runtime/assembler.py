@@ -323,13 +323,16 @@ class ProgramBuilder:
         for c in cores:
             self.emit(c, Op.BARRIER, loc, mask=mask)
 
-    def ring_send(self, core: int, to: int, dst_addr: int, src: Tile | int, nbytes: int | None = None,
+    def ring_send(self, core: int, to, dst_addr: int, src: Tile | int, nbytes: int | None = None,
                   loc=None) -> int:
-        """Copy ``nbytes`` (default: the whole tile) from ``core``'s scratchpad to ``to``'s at ``dst_addr``.
-        Delivered at the sender's next barrier, which must include ``to``."""
+        """Copy ``nbytes`` (default: the whole tile) from ``core``'s scratchpad to ``dst_addr`` on core ``to``,
+        or on each core of ``to`` when it is a collection (one multicast instruction). Delivered at the
+        sender's next barrier, which must include every destination."""
         addr = src.addr if isinstance(src, Tile) else int(src)
         nbytes = src.nbytes if nbytes is None else nbytes
-        return self.emit(core, Op.RING_SEND, loc or _caller_loc(), core=to, a0=dst_addr, a1=addr, k=nbytes)
+        to = sorted(set(to)) if isinstance(to, (list, tuple, set, frozenset, range)) else [int(to)]
+        dest = dict(core=to[0]) if len(to) == 1 else dict(mask=sum(1 << c for c in to))
+        return self.emit(core, Op.RING_SEND, loc or _caller_loc(), a0=dst_addr, a1=addr, k=nbytes, **dest)
 
     def ring_reduce(self, cores, dst: Tile, src: Tile, root: int | None = None, loc=None) -> None:
         """Reduce-sum ``src`` over ``cores`` into ``dst`` on ``root`` (or on every member if None).

@@ -226,9 +226,9 @@ def _duration(ins, C: int, target, gbps: dict, share: dict, per_cycle: float) ->
         return ins.elems * target.sfu_cycles(ins.sfu_class) / lanes + target.sfu_latency_cycles
     if op is Op.REDUCE:
         return ins.elems * target.sfu_cycles("simple") / lanes + target.sfu_latency_cycles
-    if op is Op.RING_SEND:
-        d = abs(ins.send[0] - ins.core)
-        return ins.nbytes / target.ring_bytes_per_cycle + min(d, C - d) * target.hop_latency_cycles
+    if op is Op.RING_SEND:           # a multicast as its copies one after another
+        hops = sum(min(d, C - d) for d in (abs(p - ins.core) for p in ins.send[0]))
+        return ins.nbytes / target.ring_bytes_per_cycle + hops * target.hop_latency_cycles
     if op is Op.RING_REDUCE:
         return (ins.nbytes / target.ring_bytes_per_cycle
                 + (bin(ins.reduce[0]).count("1") - 1) * target.hop_latency_cycles)
@@ -249,7 +249,8 @@ def _timeline(steps, C, target, gbps, share, per_cycle, Sync):
             t = free[list(s.members)].max() + target.barrier_latency_cycles
             free[list(s.members)] = t
             for snd in s.sends:
-                spw[snd.send[0], snd.peer_sticks] = t
+                for p in snd.send[0]:
+                    spw[p, snd.peer_sticks] = t
             for grp in s.reduces:
                 mask, root, dst, _ = grp[0].reduce
                 st = np.arange(dst[0] // STICK_BYTES, (dst[0] + dst[1] * tile_pitch(dst[2], dst[3])) // STICK_BYTES)

@@ -529,7 +529,7 @@ def reduce_eval(fn: ReduceFn, x) -> np.ndarray:
 # that agree on every other field are one operation on other data (SPMD code): they run as one numpy operation.
 _WHERE = {Op.DMA_LOAD: ("a0", "dev"), Op.DMA_STORE: ("a0", "dev"),
           Op.MATMUL: ("a0", "a1", "a2", "a3", "a4", "a5"), Op.SFU: ("a0", "a1", "a2"), Op.REDUCE: ("a0", "a1"),
-          Op.RING_SEND: ("a0", "a1", "core"), Op.RING_REDUCE: ("a0", "a1", "core", "mask")}
+          Op.RING_SEND: ("a0", "a1", "core", "mask"), Op.RING_REDUCE: ("a0", "a1", "core", "mask")}
 
 
 def _mask(where) -> int:
@@ -633,7 +633,7 @@ class Machine:
             else:
                 written.append(s.core * per_core + s.sp_writes)
                 if s.op is Op.RING_SEND:
-                    written.append(s.send[0] * per_core + s.peer_sticks)
+                    written += [p * per_core + s.peer_sticks for p in s.send[0]]
         self._writers = np.bincount(np.concatenate(written), minlength=self._csp.size).astype(np.int32)
         slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
@@ -838,19 +838,19 @@ class Machine:
         deliveries = []
         # Sends whose destinations overlap land one by one in issue order (the last one wins); otherwise the
         # sends of one batch land together.
-        ranges = [(p * self.stride + d, p * self.stride + d + k) for p, d, _, k in (x.send for x in s.sends)]
-        for snd, (lo, hi) in zip(s.sends, ranges):      # in issue order, as they land
-            d = sticks(lo, hi)
+        copies = [(x, p * self.stride + x.send[1]) for x in s.sends for p in x.send[0]]   # (send, destination)
+        for snd, lo in copies:                          # in issue order, as they land
+            d = sticks(lo, lo + snd.send[3])
             _, self._csp[d], self._orig[d] = self._staged[snd]      # the bytes the send read, and their ids
-        ranges.sort()
+        ranges = sorted((lo, lo + snd.send[3]) for snd, lo in copies)
         alone = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
         groups: dict = {}
-        for snd in s.sends:
-            groups.setdefault(snd if alone else snd.send[3], []).append(snd)     # one copy per size
+        for snd, lo in copies:
+            groups.setdefault(snd if alone else snd.send[3], []).append((snd, lo))     # one copy per size
         for group in groups.values():
-            k = group[0].send[3]
-            deliveries.append(Copy(self._stage, [self._staged[g][0] for g in group], (0, 0), self.sp,
-                                   [g.send[0] * self.stride + g.send[1] for g in group], (0, 0), (1, 1, k)))
+            k = group[0][0].send[3]
+            deliveries.append(Copy(self._stage, [self._staged[g][0] for g, _ in group], (0, 0), self.sp,
+                                   [lo for _, lo in group], (0, 0), (1, 1, k)))
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
             receivers = bits(mask) if root == ROOT_ALL else [root]

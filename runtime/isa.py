@@ -51,7 +51,7 @@ class Op(enum.IntEnum):
     MATMUL = 5       # PT array: C[m,n] (+)= A[m,k] @ B[k,n], optional write-back with scale/bias
     SFU = 6          # elementwise unary/binary op on a [m,n] tile, fn = SfuFn
     REDUCE = 7       # row reduction [m,n] -> [m,1] on the SFU, fn = ReduceFn
-    RING_SEND = 8    # copy scratchpad bytes into another core's scratchpad over the ring
+    RING_SEND = 8    # copy scratchpad bytes into other cores' scratchpads over the ring (one, or a multicast)
     RING_REDUCE = 9  # reduce-sum of a tile across a group of cores (split-K)
     HOST = 10        # run entry k of the metadata host_ops table on the host (numpy)
     RESTICK = 11     # device memory -> device memory: swap the last two dims of [m, n, k] (DMA engine)
@@ -168,7 +168,9 @@ FIELDS: dict[Op, dict[str, str]] = {
     },
     Op.REDUCE: {"fn": "ReduceFn", "m": "rows", "n": "cols", "a0": "dst [m,1]", "f0": "dst format",
                 "a1": "src [m,n]", "f1": "src format"},
-    Op.RING_SEND: {"core": "destination core", "a0": "destination scratchpad address (on that core)",
+    Op.RING_SEND: {"core": "destination core (when mask is 0)",
+                   "mask": "destination cores of a multicast (two or more; then core is 0)",
+                   "a0": "destination scratchpad address (on every destination)",
                    "a1": "source scratchpad address", "k": "bytes (whole sticks)"},
     Op.RING_REDUCE: {"mask": "cores taking part (includes the issuing core)",
                      "core": "root core receiving the sum, or 0xFFFF for every member", "m": "rows",

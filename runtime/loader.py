@@ -334,9 +334,19 @@ class _Decoder:
         ins.red = (fn, dst, src)
 
     def _ring_send(self, ins):
-        peer, dst, src, k = self.u("core"), self.u("a0"), self.u("a1"), self.u("k")
-        if peer >= self.prog.num_cores or peer == ins.core:
-            self.fail("core", f"destination core {peer} must be another core < {self.prog.num_cores}")
+        peer, mask, dst, src, k = self.u("core"), self.u("mask"), self.u("a0"), self.u("a1"), self.u("k")
+        n = self.prog.num_cores
+        if mask:
+            if peer:
+                self.fail("core", "must be zero when mask names the destinations")
+            if mask >> n or mask >> ins.core & 1 or not mask & (mask - 1):
+                self.fail("mask", f"destination mask 0x{mask:x} must name two or more cores < {n}, "
+                                  f"not core {ins.core} itself")
+            peers = tuple(bits(mask))
+        elif peer >= n or peer == ins.core:
+            self.fail("core", f"destination core {peer} must be another core < {n}")
+        else:
+            peers = (peer,)
         if k < STICK_BYTES or k % STICK_BYTES:
             self.fail("k", f"byte count {k} must be a positive multiple of {STICK_BYTES}")
         for f, a in (("a0", dst), ("a1", src)):
@@ -345,8 +355,8 @@ class _Decoder:
         ins.sp_reads = sticks(src, src + k)
         ins.peer_sticks = sticks(dst, dst + k)
         ins.sp_end = src + k
-        ins.nbytes = k
-        ins.send = (peer, dst, src, k)
+        ins.nbytes = k * len(peers)            # what crosses the ring: a copy per destination
+        ins.send = (peers, dst, src, k)
 
     def _ring_reduce(self, ins):
         mask = self.cores_mask("mask", ins.core)
@@ -464,8 +474,9 @@ class Executable:
         for ins in (i for s in streams for i in s):
             sp_size[ins.core] = max(sp_size[ins.core], ins.sp_end)
             if ins.op is Op.RING_SEND:
-                peer, dst, _, k = ins.send
-                sp_size[peer] = max(sp_size[peer], dst + k)
+                peers, dst, _, k = ins.send
+                for peer in peers:
+                    sp_size[peer] = max(sp_size[peer], dst + k)
             if ins.op is Op.RING_REDUCE:
                 for r in bits(ins.reduce[0]):
                     d = ins.reduce[2]

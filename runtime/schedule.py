@@ -45,14 +45,14 @@ class Ins:
     pt_fmt: str = ""
     elems: int = 0             # SFU elements
     sfu_class: str = "simple"
-    peer_sticks: np.ndarray | None = None   # RING_SEND: sticks written on the destination core
+    peer_sticks: np.ndarray | None = None   # RING_SEND: sticks written on each destination core
     sp_end: int = 0            # highest scratchpad byte touched on this core (+1)
     # Decoded operands, one of these per opcode; tiles are (addr, rows, cols, Format).
     dma: tuple | None = None       # (dev, (dev strides), sp, (sp strides), (m, n, k))
     mm: tuple | None = None        # (flags, A, B, C, out, bias, colscale, imm, int path)
     sfu: tuple | None = None       # (SfuFn, Bcast, swap, dst, src0, src1, imm)
     red: tuple | None = None       # (ReduceFn, dst, src)
-    send: tuple | None = None      # (peer, dst addr, src addr, bytes)
+    send: tuple | None = None      # ((destination cores), dst addr, src addr, bytes)
     reduce: tuple | None = None    # (mask, root, dst, src)
     host: tuple | None = None      # (op, input buffers, output buffers, attrs)
     restick: tuple | None = None   # (src addr, dst addr, (m, n, k), Format, src bytes, dst bytes)
@@ -224,11 +224,11 @@ def _release(members, waiting, sends, reds, sp_init) -> Sync:
     done_sends = []
     for m in members:
         for s in sends[m]:
-            peer = s.send[0]
-            if peer not in group:
-                raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
-                                        f"barrier of core {m}")
-            sp_init[peer][s.peer_sticks] = True
+            for peer in s.send[0]:
+                if peer not in group:
+                    raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
+                                            f"barrier of core {m}")
+                sp_init[peer][s.peer_sticks] = True
             done_sends.append(s)
         sends[m] = []
     done_reds = []

@@ -181,7 +181,7 @@ def _section_overlap(prog):
 CORRUPTIONS = {
     # container
     "bad magic": (_bytes_set(0, b"NOTSPYRE"), r"header: bad magic"),
-    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.5"),
+    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.6"),
     "truncated": (_raw(lambda b: bytes(b[:-100])), r"header: file is .* \(truncated\)"),
     "extended": (_raw(lambda b: bytes(b) + b"\0" * 7), r"header: file is .* \(extended\)"),
     "header checksum": (_raw(lambda b: bytes(b[:30]) + bytes([b[30] ^ 1]) + bytes(b[31:])),
@@ -309,6 +309,35 @@ def test_ring_send_needs_barrier_with_destination():
     b2.ring_send(0, 1, 0, T)
     with pytest.raises(BinaryFormatError, match=r"ring transfer not followed by a barrier"):
         b2.load()
+
+
+def _multicast(mask: int, core: int = 0, barrier=(0, 1, 2, 3)):
+    b = ProgramBuilder(load_target(cores=4))
+    x, y = b.input("x", (8, 64)), b.output("y", (8, 64))
+    T = b.alloc(0, 8, 64)
+    b.load_tile(0, T, x)
+    b.emit(0, Op.RING_SEND, "model.py:3", core=core, mask=mask, a0=T.addr, a1=T.addr, k=T.nbytes)
+    b.barrier(barrier)
+    b.store_tile(0, T, y)
+    return b
+
+
+@pytest.mark.parametrize("mask, core, barrier, pattern", [
+    (0b1110, 0, (0, 1, 2, 3), None),
+    (0b0111, 0, (0, 1, 2, 3), r"field 'mask': destination mask 0x7 must name two or more cores < 4, not core 0"),
+    (0b0010, 0, (0, 1, 2, 3), r"field 'mask': destination mask 0x2 must name two or more"),
+    (0b10110, 0, (0, 1, 2, 3), r"field 'mask': destination mask 0x16 must name two or more cores < 4"),
+    (0b0110, 1, (0, 1, 2, 3), r"field 'core': must be zero when mask names the destinations"),
+    (0b1010, 0, (0, 1, 2), r"ring_send at model.py:3\): destination core 3 is not in the next barrier"),
+])
+def test_ring_multicast_checks(mask, core, barrier, pattern):
+    b = _multicast(mask, core, barrier)
+    if pattern is None:
+        x = np.ones((8, 64), np.float32)
+        assert np.array_equal(b.load()(x)[0], x)
+        return
+    with pytest.raises(BinaryFormatError, match=pattern):
+        b.load()
 
 
 def test_deadlock_names_the_waiting_core():

@@ -367,6 +367,40 @@ def test_ring_send_between_cores(targets):
     assert np.array_equal(out, dlf16_round(dlf16_round(2 * dlf16_round(x_val)) + 1))
 
 
+def _send_program(target, multicast: bool):
+    """Core 0 scales a tile and sends it to cores 1..3 (one multicast, or three sends); each adds its index."""
+    b = ProgramBuilder(target)
+    x, y = b.input("x", (8, 64)), b.output("y", (3, 8, 64))
+    T = [b.alloc(c, 8, 64) for c in range(4)]
+    b.load_tile(0, T[0], x)
+    b.sfu(0, "mul", T[0], T[0], 2.0)
+    for to in ([[1, 2, 3]] if multicast else [1, 2, 3]):
+        b.ring_send(0, to, T[1].addr, T[0])
+    b.barrier()
+    for c in (1, 2, 3):
+        b.sfu(c, "add", T[c], T[c], float(c))
+        b.store_tile(c, T[c], y, index=(c - 1,))
+    return b
+
+
+def test_ring_multicast_is_the_sends_it_replaces(targets):
+    """One RING_SEND with a destination mask delivers to every core of it: the outputs, the modeled cycles and
+    the ring bytes are those of one send per destination, in one instruction instead of three."""
+    x_val = _rng(13).standard_normal((8, 64)).astype(np.float32)
+    runs = {}
+    for multicast in (True, False):
+        b = _send_program(targets[4], multicast)
+        exe = b.load()
+        runs[multicast] = (exe(x_val)[0], exe.profile, len(exe.program.code[0]))
+    (out, prof, n), (out1, prof1, n1) = runs[True], runs[False]
+    two_x = dlf16_round(2 * dlf16_round(x_val))
+    for c in (1, 2, 3):
+        assert np.array_equal(out[c - 1], dlf16_round(two_x + c))
+    assert np.array_equal(out, out1)
+    assert (prof.cycles, prof.ring_bytes) == (prof1.cycles, prof1.ring_bytes) and prof.ring_bytes == 3 * 8 * 128
+    assert n == n1 - 2
+
+
 def test_batched_cores_compute_what_the_schedule_order_computes(targets):
     """The plan runs the same instruction of several cores as one operation; where the cores' order matters
     (ring sends landing on the same bytes) it must still compute what cores run in index order compute, and

@@ -21,11 +21,12 @@ from spyre_mlir.runtime.kernels import build_matmul, build_softmax
 from spyre_mlir.target import load_target
 
 SEED = 20261129
-T1, T2 = load_target(cores=1), load_target(cores=2)
+T1, T2, T3 = load_target(cores=1), load_target(cores=2), load_target(cores=3)
 
 
 def _host_and_ring(t):
-    """Host gather + restick there and back + ring send + elementwise work, so those paths get fuzzed too."""
+    """Host gather + restick there and back + ring sends (one, and a multicast) + elementwise work, so those
+    paths get fuzzed too."""
     b = ProgramBuilder(t)
     ids = b.input("ids", (4,), "int32")
     emb = b.constant("emb", np.linspace(-1, 1, 16 * 64, dtype=np.float32).reshape(16, 64), "dlf16")
@@ -36,13 +37,16 @@ def _host_and_ring(t):
     b.host(0, "gather", [emb, ids], [g])
     b.restick(0, g, gt)
     b.restick(0, gt, g2)
-    T0, T1_ = b.alloc(0, 4, 64), b.alloc(1, 4, 64)
+    T0, T1_, T2_ = b.alloc(0, 4, 64), b.alloc(1, 4, 64), b.alloc(2, 4, 64)
     b.load_tile(0, T0, g2)
     b.sfu(0, "gelu_tanh", T0, T0)
     b.ring_send(0, 1, T1_.addr, T0)
     b.barrier()
     b.sfu(1, "mul", T1_, T1_, 3.0)
-    b.store_tile(1, T1_, y)
+    b.ring_send(1, [0, 2], T2_.addr, T1_)
+    b.barrier()
+    b.sfu(2, "add", T2_, T2_, 1.0)
+    b.store_tile(2, T2_, y)
     return b
 
 
@@ -51,11 +55,11 @@ def _bases():
     w = rng.standard_normal((128, 64)).astype(np.float32)
     mm = build_matmul(T2, 16, 64, 128, grid=(1, 1), split_k=2, weights=w)
     sm = build_softmax(T1, 8, 96)
-    hr = _host_and_ring(T2)
+    hr = _host_and_ring(T3)
     return [
         (mm, T2, [rng.standard_normal((16, 128)).astype(np.float32)]),
         (sm, T1, [rng.standard_normal((8, 96)).astype(np.float32)]),
-        (hr, T2, [np.array([0, 3, 15, 7], np.int32)]),
+        (hr, T3, [np.array([0, 3, 15, 7], np.int32)]),
     ]
 
 

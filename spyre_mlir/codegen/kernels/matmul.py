@@ -188,14 +188,12 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             blo, bhi = _parts(depth, gm)[bm]
             if bhi > blo:
                 load_rows(b, core, Bt.row_slice(blo, bhi), B, b0 + k0 + blo, bn * nb + j, loc=loc)
-            if hi > lo:
-                part = At.row_slice(lo, hi)
-                sends += [(core, base + bm * gn + q, part) for q in range(gn) if q != bn]
-            if bhi > blo:
-                part = Bt.row_slice(blo, bhi)
-                sends += [(core, base + q * gn + bn, part) for q in range(gm) if q != bm]
-        for core, peer, part in sends:
-            b.ring_send(core, peer, part.addr, part, loc=loc)
+            if hi > lo and gn > 1:
+                sends.append((core, [base + bm * gn + q for q in range(gn) if q != bn], At.row_slice(lo, hi)))
+            if bhi > blo and gm > 1:
+                sends.append((core, [base + q * gn + bn for q in range(gm) if q != bm], Bt.row_slice(blo, bhi)))
+        for core, peers, part in sends:
+            b.ring_send(core, peers, part.addr, part, loc=loc)
 
     def multiply(n):
         _, _, o0, i, j, _, rows, cols, depth, first, fin = steps[n]
