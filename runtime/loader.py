@@ -67,6 +67,7 @@ class _Decoder:
     def __init__(self, prog: Program, target):
         self.prog, self.target = prog, target
         self.usable = target.scratchpad_usable_bytes
+        self._pt_fmts: dict = {}
         # Containment queries for DMA ranges. Non-scratch buffers are disjoint: binary search. Scratch buffers
         # may alias each other: sorted by start with a running maximum of their ends.
         fixed = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(prog.buffers) if b.kind != "scratch")
@@ -130,6 +131,13 @@ class _Decoder:
             self.fail(fa, f"tile [{addr}, {end}) exceeds the usable scratchpad ({self.usable} B)")
         ins.sp_end = max(ins.sp_end, end)
         return addr, rows, cols, fmt
+
+    def pt_fmt(self, fa: Format, fb: Format) -> str:
+        """The operand format the PT array multiplies more slowly (it sets a mixed matmul's rate), by key."""
+        key = (fa, fb)
+        if key not in self._pt_fmts:
+            self._pt_fmts[key] = max((fa, fb), key=lambda f: -self.target.macs_per_cycle(f.key)).key
+        return self._pt_fmts[key]
 
     def sticks_of(self, t: tuple) -> np.ndarray:
         addr, rows, cols, fmt = t
@@ -270,8 +278,7 @@ class _Decoder:
         pr, pc = self.target.pt_rows, self.target.pt_cols
         ins.macs = (-(-m // pr) * pr) * (-(-n // pc) * pc) * k
         ins.useful_macs = m * n * k
-        slow = max((a[3], b[3]), key=lambda f: -self.target.macs_per_cycle(f.key))
-        ins.pt_fmt = slow.key
+        ins.pt_fmt = self.pt_fmt(a[3], b[3])
         ins.mm = (MatmulFlag(fl), a, b, c, opt.get(_MM_OUT), opt.get(_MM_BIAS), opt.get(_MM_COLSCALE), imm, ints,
                   window)
 
