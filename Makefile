@@ -72,7 +72,9 @@ models-shard: setup
 models-report: setup
 	$(BIN)/python test/models/report.py build/models/*.jsonl
 
+# The peers (IREE, matplotlib) are an optional extra, installed here only.
 bench: setup
+	$(BIN)/pip install --quiet -e '.[test,peers]'
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:

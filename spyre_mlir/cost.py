@@ -38,6 +38,7 @@ so a tile chosen to fit is exactly what gets allocated.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from typing import Sequence
@@ -359,6 +360,16 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
     return None
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt, colscale,
+                  epi_in) -> int | None:
+    """:func:`matmul_plan`'s buffer count, remembered: the grid search asks for the same blocks again and again
+    (every grid with the same per-core block, every layer of the same shape)."""
+    plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias, b_fmt=b_fmt,
+                       round_fmt=round_fmt, colscale=colscale, epi_in=epi_in)
+    return None if plan is None else plan[0]
+
+
 def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out_fmt: str | None = None, *,
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
@@ -376,19 +387,19 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
     cands = [[f] if f else c for f, c in zip(force, cands)]
     best = None
     for tile in itertools.product(*cands):
-        plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias,
-                           b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale, epi_in=epi_in)
-        if plan is None:
+        nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt,
+                             colscale, tuple(epi_in))
+        if nbuf is None:
             continue
         gm, gn = grid if grid and split_k == 1 else (1, 1)
         # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
         # `active` cores.
         c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
-                          double_buffer=plan[0] == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
+                          double_buffer=nbuf == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
                           epi_in=epi_in)
         key = (c.total, -math.prod(tile))
         if best is None or key < best[0]:
-            best = (key, (tuple(tile), plan[0]))
+            best = (key, (tuple(tile), nbuf))
     return None if best is None else best[1]
 
 

@@ -213,8 +213,12 @@ class Target:
         count and the link; excludes marks and sources, so fixing a citation does not invalidate compiled
         binaries.
         """
-        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        fp = self.__dict__.get("_fingerprint")
+        if fp is None:          # frozen: computed once (it is also the hash, which caches key on)
+            blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+            fp = hashlib.sha256(blob.encode("utf-8")).hexdigest()
+            object.__setattr__(self, "_fingerprint", fp)
+        return fp
 
     def with_cores(self, n: int) -> "Target":
         """The same card restricted to ``n`` cores (1..max_cores)."""
