@@ -712,6 +712,10 @@ class Machine:
             fl, _, b, _, _, _, _, imm, ints, window = s.mm
             accumulate, scale = bool(fl & MatmulFlag.ACC), (imm if fl & MatmulFlag.SCALE else None)
             A, B, BI, CS = (self._tiles(batch, lambda i, j=j: i.mm[j]) for j in (1, 2, 5, 6))
+            # An operand every core holds alike is read once, as one [rows, cols] matrix that the product
+            # broadcasts over the cores: numpy still multiplies core by core with the same BLAS call, so the
+            # bits are those of a per-core copy, without making one.
+            A, B = (t.first if isinstance(t, Shared) else t for t in (A, B))
             if window is not None:
                 B = WindowView(B, b[2], *window)
             CR = self._tiles(batch, lambda i: i.mm[3]) if accumulate else None
