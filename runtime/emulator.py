@@ -34,7 +34,7 @@ from spyre_mlir.errors import SpyreError
 from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
-from .schedule import Sync, bits, sticks
+from .schedule import EMPTY, Sync, bits, sticks
 
 __all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Restick", "Machine", "to_storage",
            "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Shared", "Once", "block_sticks",
@@ -622,19 +622,32 @@ class Machine:
         self._next_id, self._loads = self._csp.size + 1, 0
         # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
         # nothing else writes leaves the same bytes there for every later run: it runs once).
+        # Runs of consecutive sticks (tiles, ring copies) count at their two ends, summed once; other sets stick
+        # by stick (a program's tiles hold far more sticks than it has instructions).
         per_core = self.stride // STICK_BYTES
-        written = [np.zeros(0, dtype=np.int64)]
+        starts, ends, scattered = [], [], [EMPTY]
+
+        def count(off: int, st: np.ndarray) -> None:
+            if st.size and st[-1] - st[0] + 1 == st.size and (st.size == 1 or (np.diff(st) == 1).all()):
+                starts.append(off + int(st[0]))
+                ends.append(off + int(st[-1]) + 1)
+            elif st.size:
+                scattered.append(off + st)
         for s in steps:
             if isinstance(s, Sync):
                 for group in s.reduces:
                     mask, root, dst, _ = group[0].reduce
                     for r in bits(mask) if root == ROOT_ALL else [root]:
-                        written.append(r * per_core + self._tile_sticks(0, dst))
+                        count(r * per_core, self._tile_sticks(0, dst))
             else:
-                written.append(s.core * per_core + s.sp_writes)
+                count(s.core * per_core, s.sp_writes)
                 if s.op is Op.RING_SEND:
-                    written += [p * per_core + s.peer_sticks for p in s.send[0]]
-        self._writers = np.bincount(np.concatenate(written), minlength=self._csp.size).astype(np.int32)
+                    for p in s.send[0]:
+                        count(p * per_core, s.peer_sticks)
+        n = self._csp.size
+        edges = (np.bincount(np.array(starts, dtype=np.int64), minlength=n + 1)
+                 - np.bincount(np.array(ends, dtype=np.int64), minlength=n + 1))
+        self._writers = (np.cumsum(edges[:n]) + np.bincount(np.concatenate(scattered), minlength=n)).astype(np.int32)
         slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
         plan, seg = [], []
@@ -844,7 +857,7 @@ class Machine:
         # sends of one batch land together.
         copies = [(x, p * self.stride + x.send[1]) for x in s.sends for p in x.send[0]]   # (send, destination)
         for snd, lo in copies:                          # in issue order, as they land
-            d = sticks(lo, lo + snd.send[3])
+            d = slice(lo // STICK_BYTES, -(-(lo + snd.send[3]) // STICK_BYTES))
             _, self._csp[d], self._orig[d] = self._staged[snd]      # the bytes the send read, and their ids
         ranges = sorted((lo, lo + snd.send[3]) for snd, lo in copies)
         alone = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))

@@ -54,6 +54,9 @@ _FORMATS = {int(f): f for f in Format}
 _MM_ACC, _MM_OUT, _MM_BIAS, _MM_SCALE, _MM_COLSCALE, _MM_WINDOW = (int(f) for f in (
     MatmulFlag.ACC, MatmulFlag.OUT, MatmulFlag.BIAS, MatmulFlag.SCALE, MatmulFlag.COLSCALE, MatmulFlag.WINDOW))
 _MM_ALL = sum(int(f) for f in MatmulFlag)
+_MM_FLAGS = {v: MatmulFlag(v) for v in range(_MM_ALL + 1)}
+_SFU_FNS = {int(f): f for f in SfuFn}
+_BCASTS = {int(b): b for b in Bcast}
 _UNUSED = {op: tuple(f for f in ALL_FIELDS if f not in FIELDS[op]) for op in Op}
 
 
@@ -279,20 +282,18 @@ class _Decoder:
         ins.macs = (-(-m // pr) * pr) * (-(-n // pc) * pc) * k
         ins.useful_macs = m * n * k
         ins.pt_fmt = self.pt_fmt(a[3], b[3])
-        ins.mm = (MatmulFlag(fl), a, b, c, opt.get(_MM_OUT), opt.get(_MM_BIAS), opt.get(_MM_COLSCALE), imm, ints,
+        ins.mm = (_MM_FLAGS[fl], a, b, c, opt.get(_MM_OUT), opt.get(_MM_BIAS), opt.get(_MM_COLSCALE), imm, ints,
                   window)
 
     def _sfu(self, ins):
-        try:
-            fn = SfuFn(self.u("fn"))
-        except ValueError:
+        fn = _SFU_FNS.get(self.u("fn"))
+        if fn is None:
             self.fail("fn", f"unknown SFU function {self.u('fn')}")
         flags = self.u("flags")
         if flags & ~(SFU_BCAST_MASK | SFU_SWAP):
             self.fail("flags", f"unknown bits 0x{flags:x}")
-        try:
-            mode = Bcast(flags & SFU_BCAST_MASK)
-        except ValueError:
+        mode = _BCASTS.get(flags & SFU_BCAST_MASK)
+        if mode is None:
             self.fail("flags", f"unknown broadcast mode {flags & SFU_BCAST_MASK}")
         binary = fn in SFU_BINARY
         if not binary and flags:
