@@ -244,7 +244,10 @@ def _step(offsets) -> int | None:
     if len(offsets) == 1:
         return 0
     d = offsets[1] - offsets[0]
-    ok = d > 0 and all(b - a == d for a, b in zip(offsets, offsets[1:]))
+    if d <= 0 or offsets[-1] - offsets[0] != d * (len(offsets) - 1):
+        return None
+    ok = all(b - a == d for a, b in zip(offsets, offsets[1:])) if len(offsets) < 64 else bool(
+        (np.diff(np.asarray(offsets, dtype=np.int64)) == d).all())
     return d if ok else None
 
 
@@ -262,7 +265,7 @@ def block_sticks(offsets, strides, shape, unit: int = STICK_BYTES) -> np.ndarray
     m, n, k = shape
     one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
            + np.arange(0, k, unit)[None, None, :]).ravel()
-    return np.concatenate([(o + one) // unit for o in offsets])
+    return ((np.asarray(offsets, dtype=np.int64)[:, None] + one[None, :]) // unit).ravel()
 
 
 class Frozen:
@@ -641,9 +644,10 @@ class Machine:
                         count(r * per_core, self._tile_sticks(0, dst))
             else:
                 count(s.core * per_core, s.sp_writes)
-                if s.op is Op.RING_SEND:
-                    for p in s.send[0]:
-                        count(p * per_core, s.peer_sticks)
+                if s.op is Op.RING_SEND:         # the same run of sticks on every destination
+                    lo, hi = int(s.peer_sticks[0]), int(s.peer_sticks[-1]) + 1
+                    starts += [p * per_core + lo for p in s.send[0]]
+                    ends += [p * per_core + hi for p in s.send[0]]
         n = self._csp.size
         edges = (np.bincount(np.array(starts, dtype=np.int64), minlength=n + 1)
                  - np.bincount(np.array(ends, dtype=np.int64), minlength=n + 1))
@@ -856,8 +860,10 @@ class Machine:
         # Sends whose destinations overlap land one by one in issue order (the last one wins); otherwise the
         # sends of one batch land together.
         copies = [(x, p * self.stride + x.send[1]) for x in s.sends for p in x.send[0]]   # (send, destination)
-        for snd, lo in copies:                          # in issue order, as they land
-            d = slice(lo // STICK_BYTES, -(-(lo + snd.send[3]) // STICK_BYTES))
+        per_core = self.stride // STICK_BYTES
+        for snd in s.sends:                             # in issue order, as they land
+            peers, dst, _, k = snd.send
+            d = np.array(peers)[:, None] * per_core + sticks(dst, dst + k)[None, :]   # a multicast's copies
             _, self._csp[d], self._orig[d] = self._staged[snd]      # the bytes the send read, and their ids
         ranges = sorted((lo, lo + snd.send[3]) for snd, lo in copies)
         alone = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
