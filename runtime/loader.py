@@ -60,6 +60,17 @@ _BCASTS = {int(b): b for b in Bcast}
 _UNUSED = {op: tuple(f for f in ALL_FIELDS if f not in FIELDS[op]) for op in Op}
 
 
+def _block_sticks(base: int, m: int, n: int, ks: int, s2: int, s1: int) -> np.ndarray:
+    """The sticks of an (outer, rows, sticks) strided block starting at stick ``base`` (strides in sticks), in
+    transfer order; one ``arange`` when the block is dense, as most are."""
+    if (n == 1 or s1 == ks) and (m == 1 or s2 == n * ks):
+        return np.arange(base, base + m * n * ks, dtype=np.int64)
+    if m == 1:
+        return (np.arange(n, dtype=np.int64)[:, None] * s1 + np.arange(base, base + ks, dtype=np.int64)).ravel()
+    return (np.arange(m, dtype=np.int64)[:, None, None] * s2 + np.arange(n, dtype=np.int64)[None, :, None] * s1
+            + np.arange(ks, dtype=np.int64)[None, None, :]).ravel() + base
+
+
 class InputError(SpyreError, ValueError):
     """Inputs given to an Executable do not match the program (missing, unknown, wrong shape or type)."""
 
@@ -210,13 +221,9 @@ class _Decoder:
                                      f"({self.target.core_span_bytes} B)")
         if store and buf.kind not in ("output", "scratch", "state"):
             self.fail("dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
-        ks = k // STICK_BYTES
-        rel = (np.arange(m, dtype=np.int64)[:, None, None] * ss2 // STICK_BYTES
-               + np.arange(n, dtype=np.int64)[None, :, None] * ss1 // STICK_BYTES
-               + np.arange(ks, dtype=np.int64)[None, None, :]).ravel() + sp // STICK_BYTES
-        drel = (np.arange(m, dtype=np.int64)[:, None, None] * ds2 // STICK_BYTES
-                + np.arange(n, dtype=np.int64)[None, :, None] * ds1 // STICK_BYTES
-                + np.arange(ks, dtype=np.int64)[None, None, :]).ravel() + dev // STICK_BYTES
+        S = STICK_BYTES
+        rel = _block_sticks(sp // S, m, n, k // S, ss2 // S, ss1 // S)
+        drel = _block_sticks(dev // S, m, n, k // S, ds2 // S, ds1 // S)
         if store:
             ins.sp_reads, ins.dev_writes = rel, drel
         else:
