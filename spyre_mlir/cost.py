@@ -370,6 +370,11 @@ def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, 
     return None if plan is None else plan[0]
 
 
+def clear_cache() -> None:
+    """Forget the remembered buffer counts (a benchmark timing cold compiles of the same model twice)."""
+    _buffer_count.cache_clear()
+
+
 def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out_fmt: str | None = None, *,
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
