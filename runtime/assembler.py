@@ -365,9 +365,14 @@ class ProgramBuilder:
                 recs.append({"op": int(Op.END)})
                 dbg.append(("end", ""))
             arr = np.zeros(len(recs), dtype=INSTR_DTYPE)
+            fields: dict[str, tuple[list, list]] = {}       # a column at a time: one numpy call per field
             for i, r in enumerate(recs):
                 for key, val in r.items():
-                    arr[i][key] = val
+                    at, vals = fields.setdefault(key, ([], []))
+                    at.append(i)
+                    vals.append(val)
+            for key, (at, vals) in fields.items():
+                arr[key][at] = np.array(vals, dtype=INSTR_DTYPE.fields[key][0])
             code.append(arr)
             debug.append(dbg)
         return Program(

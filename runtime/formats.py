@@ -70,17 +70,19 @@ def _dlf16_encode_chunks(x: np.ndarray, saturate: bool) -> np.ndarray:
     """:func:`dlf16_encode` of a large array a chunk at a time: the intp indices of a whole weight matrix are 4x
     its size in fresh memory (a 4096^2 weight: 128 MiB, ten times slower than the lookup itself); a chunk's
     stay in cache."""
-    flat = x.reshape(-1)
-    out = np.empty(flat.size, np.uint16)
+    # Blocks of whole rows: a transposed weight is read in place, not copied into a contiguous array first.
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    step = max(1, _ENCODE_CHUNK // rows.shape[1])
+    out = np.empty(rows.shape, np.uint16)
     table = _dlf16_table()
-    buf, idx = np.empty(_ENCODE_CHUNK, np.float32), np.empty(_ENCODE_CHUNK, np.intp)
-    for lo in range(0, flat.size, _ENCODE_CHUNK):
-        n = min(_ENCODE_CHUNK, flat.size - lo)
+    buf, idx = np.empty((step, rows.shape[1]), np.float32), np.empty((step, rows.shape[1]), np.intp)
+    for lo in range(0, rows.shape[0], step):
+        n = min(step, rows.shape[0] - lo)
         b, i = buf[:n], idx[:n]
         if saturate:
-            np.clip(flat[lo:lo + n], np.float32(-DLF16_MAX), np.float32(DLF16_MAX), out=b)
+            np.clip(rows[lo:lo + n], np.float32(-DLF16_MAX), np.float32(DLF16_MAX), out=b)
         else:
-            b[...] = flat[lo:lo + n]
+            b[...] = rows[lo:lo + n]
         np.right_shift(b.view(np.uint32), np.uint32(13), out=i)
         np.take(table, i, out=out[lo:lo + n])
     return out.reshape(x.shape)
@@ -140,6 +142,13 @@ def dlf16_decode(bits) -> np.ndarray:
         if b.dtype.kind not in "iu" or (b.size and (b.min() < 0 or b.max() > 0xFFFF)):
             raise ValueError("dlf16_decode expects 16-bit patterns (uint16 or integers in 0..0xFFFF)")
         b = b.astype(np.uint16)
+    if b.size > _ENCODE_CHUNK:
+        return _dlf16_decode_chunks(b)
+    return _dlf16_decode_bits(b)
+
+
+def _dlf16_decode_bits(b: np.ndarray) -> np.ndarray:
+    """:func:`dlf16_decode` by bit arithmetic (the definition)."""
     b = b.astype(np.uint32)
     sign = (b & 0x8000) << 16
     body = b & 0x7FFF
@@ -149,6 +158,25 @@ def dlf16_decode(bits) -> np.ndarray:
     u = np.where(body == 0, sign, u)
     u = np.where(body == DLF16_NAN_BITS, sign | np.uint32(0x7FC00000), u)
     return u.astype(np.uint32).view(np.float32)
+
+
+_DLF16_VALUES: list[np.ndarray] = []
+
+
+def _dlf16_decode_chunks(b: np.ndarray) -> np.ndarray:
+    """:func:`dlf16_decode` of a large array: every pattern's value looked up in a table built by
+    :func:`_dlf16_decode_bits` (bit-exact by construction), a chunk at a time so the indices stay in cache."""
+    if not _DLF16_VALUES:
+        _DLF16_VALUES.append(_dlf16_decode_bits(np.arange(1 << 16, dtype=np.uint16)))
+    table, flat = _DLF16_VALUES[0], b.reshape(-1)
+    out = np.empty(flat.size, np.float32)
+    idx = np.empty(_ENCODE_CHUNK, np.intp)
+    for lo in range(0, flat.size, _ENCODE_CHUNK):
+        n = min(_ENCODE_CHUNK, flat.size - lo)
+        i = idx[:n]
+        i[...] = flat[lo:lo + n]
+        np.take(table, i, out=out[lo:lo + n])
+    return out.reshape(b.shape)
 
 
 def dlf16_round(x, saturate: bool = True) -> np.ndarray:
