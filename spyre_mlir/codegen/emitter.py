@@ -17,8 +17,10 @@ emitter has is an error at its location. Every value gets one of four homes:
 * **alias**: a reshape whose kernel is ``alias`` (it keeps the innermost dim) is the same bytes (canonical
   layout), and a slice whose kernel is ``alias`` (contiguous whole rows, ``move.slice_rows``) the bytes from its
   first row on, so both are free; when a reshape is an output or a host op reads it, the host copies it into
-  its own buffer (such a slice gets a DMA kernel instead). Liveness counts a view's readers as its
-  storage's.
+  its own buffer (such a slice gets a DMA kernel instead). A transpose whose kernel is ``alias`` is a *row
+  view* (``DevTensor.rowmap``): its operand's rows in another order, which the kernels reading it gather by
+  strided DMA; any other reader of a view is an error (``move.views_ok`` keeps them from one). Liveness counts a
+  view's readers as its storage's.
 
 Host ops run through the runtime's own ``gather``/``copy`` when they compute it, else through its ``jit`` or
 ``eval`` host ops (:mod:`.hostcode`, :mod:`.hostprog`). With more than one core, a barrier follows an op whose
@@ -44,7 +46,7 @@ from .common import EmitError, TileError, _attr, _loc, _same_dims, _tensor_type
 from .host import emit_host, materialize_for_host
 from .hostcode import HostModule
 from .kernels import EMITTERS, KERNELS
-from .kernels.move import slice_rows
+from .kernels.move import row_sources, slice_rows
 from .memory import DevTensor, format_of, io_dtype
 from .plan import PlanError
 
@@ -62,6 +64,9 @@ def _io_unsigned(attrs) -> bool:
     from torch_mlir import ir
 
     return "spyre.dtype" in attrs and ir.StringAttr(attrs["spyre.dtype"]).value == "uint8"
+
+
+_VIEW_READERS = frozenset({"matmul", "rows", "epilogue", "alias", "dma-rows", "select-cols", "pool2d"})
 
 
 class Emitter:
@@ -297,6 +302,22 @@ class Emitter:
                 if not refs:
                     self._release(t)
 
+    def _check_views(self, op, where):
+        """A row view (a transpose read in place) reaches only kernels that read rows by DMA gathers, as
+        ``move.views_ok`` chose it: anything else reading one would address its bytes, so it is a defect to
+        report, never a wrong answer to compute."""
+        kernel = _attr(op, KERNEL) if where == "device" else None
+        res = op.operation.results[0] if len(op.operation.results) else None
+        leaves = res is not None and (res in self._out_name or res in self._host_read)
+        if kernel in _VIEW_READERS and not (kernel == "alias" and leaves):
+            return
+        for v in op.operation.operands:
+            t = self.dev.get(v)
+            if t is not None and t.rowmap is not None:
+                raise EmitError(f"{op.operation.name} ({'kernel ' + kernel if kernel else 'on the host'}) reads a "
+                                f"row view of a transpose, which only row-gathering kernels can",
+                                op.operation.location)
+
     def _placement(self, op) -> str:
         """'known', 'device' or 'host', as the IR says (read before emission, so buffers can be chosen):
         literals, constants and quantized weights are known; an op with a ``spyre.kernel`` runs on the device;
@@ -347,6 +368,7 @@ class Emitter:
         if where == "known":
             self._known(op)
             return
+        self._check_views(op, where)
         if where == "host":
             emit_host(self, op, loc)
             return
@@ -360,6 +382,9 @@ class Emitter:
                 return
             if name == "spyre.slice":
                 self.dev[res] = self.tensor(src).rows_from(slice_rows(op), shape)
+            elif name == "spyre.transpose":         # read in place: a row view (move.views_ok)
+                ((_, rows, _),) = row_sources(op)
+                self.dev[res] = self.tensor(src).row_view(rows, shape)
             else:
                 self.dev[res] = self.tensor(src).reshaped(shape)
             # No instructions, but the plan's barrier stands: the consumer may divide the work otherwise.

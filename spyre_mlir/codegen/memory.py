@@ -45,13 +45,18 @@ def io_dtype(elt) -> str:
 @dataclasses.dataclass
 class DevTensor:
     """A tensor in device memory: ``shape`` in ``fmt`` at byte ``addr``; ``buffer`` names the runtime buffer
-    it lives in (what host ops and outputs refer to); ``storage`` identifies the memory for liveness."""
+    it lives in (what host ops and outputs refer to); ``storage`` identifies the memory for liveness.
+
+    A *row view* (``rowmap`` set: a transpose that keeps the innermost dim, read in place) has its row ``r`` at
+    row ``rowmap[r]`` of the rows at ``addr``. Kernels read it through :func:`load_rows` / :func:`load_gather`
+    (strided DMAs); it cannot be written, and nothing that addresses bytes itself may be given one."""
 
     shape: tuple
     fmt: Format
     addr: int
     buffer: object       # runtime.binary.Buffer holding it
     storage: int
+    rowmap: tuple | None = None       # a tuple, so that tensors still compare by value
 
     @property
     def cols(self) -> int:
@@ -70,11 +75,23 @@ class DevTensor:
         return buffer_layout(tuple(self.shape) or (1,), self.fmt)[1]
 
     def reshaped(self, shape) -> "DevTensor":
+        if self.rowmap is not None and (tuple(shape)[-1:] or (1,)) != (self.shape[-1:] or (1,)):
+            raise ValueError("a row view keeps its innermost dim")
         return dataclasses.replace(self, shape=tuple(shape))
 
     def rows_from(self, row: int, shape) -> "DevTensor":
         """The tensor of ``shape`` (this one's innermost dim) whose bytes are this one's from ``row`` on."""
+        if self.rowmap is not None:
+            n = math.prod(shape[:-1]) if len(shape) > 1 else 1
+            return dataclasses.replace(self, shape=tuple(shape), rowmap=tuple(self.rowmap[row:row + n]))
         return dataclasses.replace(self, shape=tuple(shape), addr=self.addr + row * self.pitch)
+
+    def row_view(self, rows, shape) -> "DevTensor":
+        """The tensor of ``shape`` (this one's innermost dim) whose row ``r`` is this one's row ``rows[r]``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.rowmap is not None:
+            rows = np.asarray(self.rowmap, dtype=np.int64)[rows]
+        return dataclasses.replace(self, shape=tuple(shape), rowmap=tuple(rows.tolist()))
 
 
 def _col_bytes(t: DevTensor, col0: int) -> int:
@@ -84,14 +101,23 @@ def _col_bytes(t: DevTensor, col0: int) -> int:
     return nb
 
 
+def _writable(t: DevTensor) -> DevTensor:
+    if t.rowmap is not None:
+        raise ValueError("a row view is read only")
+    return t
+
+
 def load_rows(b, core, tile, t: DevTensor, row0: int, col0: int = 0, loc=None):
     """tile <- t[row0 : row0 + tile.rows, col0 : col0 + tile.cols] (2-D view of t)."""
+    if t.rowmap is not None:
+        return load_gather(b, core, tile, t, np.arange(row0, row0 + tile.rows), col0, loc)
     b.dma_load(core, t.addr + row0 * t.pitch + _col_bytes(t, col0), tile.addr, (tile.rows, tile.pitch),
                (0, t.pitch), (0, tile.pitch), loc=loc)
 
 
 def store_rows(b, core, tile, t: DevTensor, row0: int, col0: int = 0, loc=None):
     """t[row0 : ..., col0 : ...] <- tile (whole sticks, the tile's zeroed padding included)."""
+    t = _writable(t)
     b.dma_store(core, t.addr + row0 * t.pitch + _col_bytes(t, col0), tile.addr, (tile.rows, tile.pitch),
                 (0, t.pitch), (0, tile.pitch), loc=loc)
 
@@ -101,6 +127,8 @@ def load_gather(b, core, tile, t: DevTensor, src_rows, col0: int = 0, loc=None):
     boundary): consecutive rows with a constant source stride (0 for a repeated row) become one DMA, and
     equal runs at a constant distance one 3-D DMA."""
     src_rows = np.asarray(src_rows, dtype=np.int64)
+    if t.rowmap is not None:
+        src_rows = np.asarray(t.rowmap, dtype=np.int64)[src_rows]
     base = t.addr + (_col_bytes(t, col0) if col0 else 0)
     runs = []     # (first tile row, first source row, count, source stride)
     i, n = 0, len(src_rows)
@@ -133,6 +161,7 @@ def load_gather(b, core, tile, t: DevTensor, src_rows, col0: int = 0, loc=None):
 def store_scatter(b, core, tile, t: DevTensor, dst_rows, loc=None):
     """t row dst_rows[i] <- tile row i: consecutive rows with a constant positive destination stride become
     one DMA (the destination rows must be distinct, as a store may not overlap itself)."""
+    t = _writable(t)
     dst_rows = np.asarray(dst_rows, dtype=np.int64)
     i, n = 0, len(dst_rows)
     while i < n:

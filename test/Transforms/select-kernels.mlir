@@ -224,3 +224,38 @@ func.func @slice_views(%qkv: tensor<3x4x16x64x!spyre.dlf16>) -> (tensor<1x4x16x6
   }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<3x2x16x64x!spyre.dlf16>) -> tensor<3x2x16x64x!spyre.dlf16>
   return %a, %b, %c, %v : tensor<1x4x16x64x!spyre.dlf16>, tensor<1x1x8x64x!spyre.dlf16>, tensor<3x2x16x64x!spyre.dlf16>, tensor<1x4x16x64x!spyre.dlf16>
 }
+
+// -----
+
+// A transpose that keeps the innermost dim is read in place ("alias": a row view, its rows gathered by strided
+// DMA) when every reader gathers rows: q feeds a row-wise op through a slice and a reshape, both views too. A
+// restick addresses bytes, so k's reshape before it copies its rows ("dma-rows"); a returned slice (v) is
+// copied as well. A transpose read by a restick stays a copy of its own.
+// CHECK-LABEL: func.func @transpose_views
+// CHECK: %[[T:.*]] = "spyre.transpose"(%arg0){{.*}}spyre.kernel = "alias"
+// CHECK: "spyre.slice"(%[[T]]) {offsets = array<i64: 0,{{.*}}spyre.kernel = "alias"
+// CHECK: "spyre.slice"(%[[T]]) {offsets = array<i64: 1,{{.*}}spyre.kernel = "alias"
+// CHECK: "spyre.slice"(%[[T]]) {offsets = array<i64: 2,{{.*}}spyre.kernel = "dma-rows"
+// CHECK: "spyre.reshape"{{.*}}spyre.kernel = "alias"
+// CHECK: "spyre.reshape"{{.*}}spyre.kernel = "dma-rows"
+// CHECK: "spyre.transpose"{{.*}}spyre.kernel = "restick"
+// CHECK: "spyre.transpose"(%arg1){{.*}}spyre.kernel = "dma-rows"
+// CHECK: "spyre.transpose"{{.*}}spyre.kernel = "restick"
+func.func @transpose_views(%qkv: tensor<1x16x3x4x64x!spyre.dlf16>, %x: tensor<2x4x64x!spyre.dlf16>)
+    -> (tensor<4x16x64x!spyre.dlf16>, tensor<4x64x16x!spyre.dlf16>, tensor<1x1x4x16x64x!spyre.dlf16>, tensor<4x64x2x!spyre.dlf16>) {
+  %t = "spyre.transpose"(%qkv) {permutation = array<i64: 2, 0, 3, 1, 4>} : (tensor<1x16x3x4x64x!spyre.dlf16>) -> tensor<3x1x4x16x64x!spyre.dlf16>
+  %q = "spyre.slice"(%t) {offsets = array<i64: 0, 0, 0, 0, 0>, sizes = array<i64: 1, 1, 4, 16, 64>, strides = array<i64: 1, 1, 1, 1, 1>} : (tensor<3x1x4x16x64x!spyre.dlf16>) -> tensor<1x1x4x16x64x!spyre.dlf16>
+  %k = "spyre.slice"(%t) {offsets = array<i64: 1, 0, 0, 0, 0>, sizes = array<i64: 1, 1, 4, 16, 64>, strides = array<i64: 1, 1, 1, 1, 1>} : (tensor<3x1x4x16x64x!spyre.dlf16>) -> tensor<1x1x4x16x64x!spyre.dlf16>
+  %v = "spyre.slice"(%t) {offsets = array<i64: 2, 0, 0, 0, 0>, sizes = array<i64: 1, 1, 4, 16, 64>, strides = array<i64: 1, 1, 1, 1, 1>} : (tensor<3x1x4x16x64x!spyre.dlf16>) -> tensor<1x1x4x16x64x!spyre.dlf16>
+  %q3 = "spyre.reshape"(%q) : (tensor<1x1x4x16x64x!spyre.dlf16>) -> tensor<4x16x64x!spyre.dlf16>
+  %k3 = "spyre.reshape"(%k) : (tensor<1x1x4x16x64x!spyre.dlf16>) -> tensor<4x16x64x!spyre.dlf16>
+  %kt = "spyre.transpose"(%k3) {permutation = array<i64: 0, 2, 1>} : (tensor<4x16x64x!spyre.dlf16>) -> tensor<4x64x16x!spyre.dlf16>
+  %a = "spyre.map"(%q3) ({
+  ^bb0(%e: f32):
+    %n = arith.negf %e : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<4x16x64x!spyre.dlf16>) -> tensor<4x16x64x!spyre.dlf16>
+  %x1 = "spyre.transpose"(%x) {permutation = array<i64: 1, 0, 2>} : (tensor<2x4x64x!spyre.dlf16>) -> tensor<4x2x64x!spyre.dlf16>
+  %x2 = "spyre.transpose"(%x1) {permutation = array<i64: 0, 2, 1>} : (tensor<4x2x64x!spyre.dlf16>) -> tensor<4x64x2x!spyre.dlf16>
+  return %a, %kt, %v, %x2 : tensor<4x16x64x!spyre.dlf16>, tensor<4x64x16x!spyre.dlf16>, tensor<1x1x4x16x64x!spyre.dlf16>, tensor<4x64x2x!spyre.dlf16>
+}

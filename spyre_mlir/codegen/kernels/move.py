@@ -29,12 +29,18 @@ __all__ = ["restick", "col_terms", "out_width", "term_cols", "sel_name", "row_so
 
 def select(op, target, known) -> str | None:
     """How the device moves ``op``'s data (a transpose, slice, concat or reshape): ``"alias"`` (a reshape
-    keeping the innermost dim, or a slice of contiguous whole rows (:func:`slice_rows`): the same bytes),
-    ``"dma-rows"``, ``"restick"`` or ``"select-cols"``; None when
-    it cannot (then the host does)."""
-    if op.operation.name == "spyre.reshape" and _is_alias(op) and (same_innermost(op) or not _leaves(op)):
+    keeping the innermost dim, a slice of contiguous whole rows (:func:`slice_rows`): the same bytes; or a
+    transpose keeping the innermost dim whose readers all take a row view, :func:`views_ok`: its operand's
+    rows, read in place), ``"dma-rows"``, ``"restick"`` or ``"select-cols"``; None when
+    it cannot (then the host does). A reshape or slice of a row view is an alias only where a view may go."""
+    name, view = op.operation.name, _is_view(op.operation.operands[0])
+    if name == "spyre.reshape" and _is_alias(op) and (same_innermost(op) or not _leaves(op)) and (
+            not view or (same_innermost(op) and views_ok(op.operation.results[0]))):
         return "alias"
-    if op.operation.name == "spyre.slice" and slice_rows(op) is not None and not _leaves(op):
+    if name == "spyre.slice" and slice_rows(op) is not None and not _leaves(op) and (
+            not view or views_ok(op.operation.results[0])):
+        return "alias"
+    if name == "spyre.transpose" and row_sources(op) is not None and views_ok(op.operation.results[0]):
         return "alias"
     if row_sources(op) is not None:
         return "dma-rows"
@@ -43,6 +49,37 @@ def select(op, target, known) -> str | None:
     if _selections_fit(op, target):
         return "select-cols"
     return None
+
+
+def _is_view(v) -> bool:
+    """``v`` is a row view: the result of a transpose chosen as ``alias``, or of an alias of one."""
+    owner = v.owner.operation if hasattr(v.owner, "operation") else None
+    if owner is None or KERNEL not in owner.attributes or _attr(owner, KERNEL) != "alias":
+        return False
+    return owner.name == "spyre.transpose" or _is_view(owner.operands[0])
+
+
+def views_ok(v) -> bool:
+    """Every reader of ``v`` can take it as a row view (``memory.DevTensor.rowmap``): it reads rows through
+    the DMA gathers of ``load_rows``/``load_gather`` (a matmul, a row-wise op, or a data movement by rows, which
+    passes the view on when its own readers can and else gathers a copy), never by addressing its bytes (a
+    restick, a convolution, the host, a return). A transpose whose readers all can is read in place."""
+    from . import matmul, rows
+
+    for use in v.uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        name = user.name
+        if name in ("spyre.matmul", "spyre.batch_matmul"):
+            ok = matmul.select(user, None, set()) == "matmul"
+        elif name in rows.EMITTERS:
+            ok = rows.select(user, None, set()) == "rows"
+        elif name in ("spyre.slice", "spyre.transpose", "spyre.concat", "spyre.reshape"):
+            ok = row_sources(user) is not None        # a view of it in turn, or its rows gathered (a copy)
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
 
 
 def _is_alias(op) -> bool:
@@ -111,6 +148,9 @@ def row_sources(op):
         return None
     rank = len(oshape)
     idx = np.indices(oshape[:-1]).reshape(rank - 1, -1)
+    if name == "spyre.reshape":          # keeping the innermost dim: row r is row r (a row view's copy)
+        ishape, _ = _tensor_type(o.operands[0])
+        return [(0, np.arange(idx.shape[1]), 0)] if (ishape[-1:] or (1,)) == oshape[-1:] else None
     if name == "spyre.transpose":
         perm = list(_attr(op, "permutation"))
         if perm[-1] != rank - 1:
@@ -386,5 +426,6 @@ def _emit_cols(em, op, loc):
 EMITTERS = {"spyre.transpose": emit_move, "spyre.slice": emit_move, "spyre.concat": emit_move,
             "spyre.reshape": emit_move}
 KERNELS = {name: ("dma-rows", "restick", "select-cols") for name in EMITTERS}
-KERNELS["spyre.reshape"] = ("alias", "select-cols")
+KERNELS["spyre.reshape"] = ("alias", "dma-rows", "select-cols")
 KERNELS["spyre.slice"] = ("alias", "dma-rows", "restick", "select-cols")
+KERNELS["spyre.transpose"] = ("alias", "dma-rows", "restick", "select-cols")
