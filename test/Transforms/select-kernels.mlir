@@ -259,3 +259,44 @@ func.func @transpose_views(%qkv: tensor<1x16x3x4x64x!spyre.dlf16>, %x: tensor<2x
   %x2 = "spyre.transpose"(%x1) {permutation = array<i64: 0, 2, 1>} : (tensor<4x2x64x!spyre.dlf16>) -> tensor<4x64x2x!spyre.dlf16>
   return %a, %kt, %v, %x2 : tensor<4x16x64x!spyre.dlf16>, tensor<4x64x16x!spyre.dlf16>, tensor<1x1x4x16x64x!spyre.dlf16>, tensor<4x64x2x!spyre.dlf16>
 }
+
+// -----
+
+// A further input broadcast along leading dims (a causal mask every head adds to its scores) is loaded tile by
+// tile like one of the map's shape, its rows gathered again for each head: the map is the batch_matmul's
+// epilogue. A mask broadcast along its innermost dim (one value per row) is not: the map runs on its own.
+// CHECK-LABEL: func.func @epilogue_broadcast_input
+// CHECK: "spyre.map"(%{{.*}}, %arg2)
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.kernel = "epilogue"}
+// CHECK: "spyre.map"(%{{.*}}, %arg3)
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.kernel = "rows"}
+// PLAN-LABEL: func.func @epilogue_broadcast_input
+// PLAN: "spyre.batch_matmul"
+// PLAN-SAME: spyre.scratchpad = {{{.*}}epa = {{.*}}}
+func.func @epilogue_broadcast_input(%q: tensor<4x16x64x!spyre.dlf16>, %kt: tensor<4x64x16x!spyre.dlf16>,
+                                    %mask: tensor<16x16x!spyre.dlf16>, %col: tensor<4x16x1x!spyre.dlf16>)
+    -> (tensor<4x16x16x!spyre.dlf16>, tensor<4x16x16x!spyre.dlf16>) {
+  %s = "spyre.batch_matmul"(%q, %kt) {acc_type = f32} : (tensor<4x16x64x!spyre.dlf16>, tensor<4x64x16x!spyre.dlf16>) -> tensor<4x16x16x!spyre.dlf16>
+  %m = "spyre.map"(%s, %mask) ({
+  ^bb0(%a: f32, %b: f32):
+    %r = arith.addf %a, %b : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<4x16x16x!spyre.dlf16>, tensor<16x16x!spyre.dlf16>) -> tensor<4x16x16x!spyre.dlf16>
+  %s2 = "spyre.batch_matmul"(%q, %kt) {acc_type = f32} : (tensor<4x16x64x!spyre.dlf16>, tensor<4x64x16x!spyre.dlf16>) -> tensor<4x16x16x!spyre.dlf16>
+  %c = "spyre.map"(%s2, %col) ({
+  ^bb0(%a: f32, %b: f32):
+    %r = arith.addf %a, %b : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<4x16x16x!spyre.dlf16>, tensor<4x16x1x!spyre.dlf16>) -> tensor<4x16x16x!spyre.dlf16>
+  %n = "spyre.map"(%m) ({
+  ^bb0(%a: f32):
+    %r = arith.negf %a : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<4x16x16x!spyre.dlf16>) -> tensor<4x16x16x!spyre.dlf16>
+  %n2 = "spyre.map"(%c) ({
+  ^bb0(%a: f32):
+    %r = arith.negf %a : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<4x16x16x!spyre.dlf16>) -> tensor<4x16x16x!spyre.dlf16>
+  return %n, %n2 : tensor<4x16x16x!spyre.dlf16>, tensor<4x16x16x!spyre.dlf16>
+}

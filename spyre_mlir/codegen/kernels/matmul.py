@@ -25,7 +25,7 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
-from .rows import apply_epilogue, epilogue_buffer, epilogue_of
+from .rows import apply_epilogue, broadcast_rows, epilogue_buffer, epilogue_of
 
 __all__ = ["matmul", "select", "EMITTERS"]
 
@@ -341,8 +341,16 @@ def _epilogue(em, op, O):
         return None
     epi_op, epi = found
     res = epi_op.operation.results[0]
-    em.dev[res] = O.reshaped(_tensor_type(res)[0])
-    return epi, [em.tensor(epi_op.operation.operands[j]).reshaped(O.shape) for j in epi.extra]
+    shape = _tensor_type(res)[0]
+    em.dev[res] = O.reshaped(shape)
+
+    def rows_of(v):
+        """A further input as O's rows: itself, or (broadcast along leading dims) a row view repeating its rows."""
+        t, ishape = em.tensor(v), _tensor_type(v)[0]
+        if tuple(ishape) == tuple(shape):
+            return t.reshaped(O.shape)
+        return t.row_view(broadcast_rows(ishape, shape, 0, math.prod(shape[:-1])), O.shape)
+    return epi, [rows_of(epi_op.operation.operands[j]) for j in epi.extra]
 
 
 def _rhs(em, op, rhs):

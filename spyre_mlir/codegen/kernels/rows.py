@@ -136,7 +136,8 @@ def epilogue(op):
 
     That input must be the producer's only reader, with the map's element type and rows; the map must be read
     by device ops only and need at most one fp32 temporary (the producer's accumulator tile, free by then). A
-    matmul's epilogue may read more inputs of the map's shape, defined before the matmul, from device memory
+    matmul's epilogue may read more inputs of the map's shape (or broadcast to it along leading dims), defined
+    before the matmul, from device memory
     tile by tile. It computes what the map kernel would (the tile's values in their format, fp32 micro-ops, one
     rounding to the format), so results are bit-identical, and the result never round-trips device memory."""
     o = op.operation
@@ -156,7 +157,7 @@ def epilogue(op):
             continue
         extra = [j for j in range(len(o.operands)) if j != src]
         if extra and (prod.name == "spyre.conv2d" or any(
-                _tensor_type(o.operands[j])[0] != shape or str(_tensor_type(o.operands[j])[1]) not in _DEVICE_FLOATS
+                not _tile_input(o.operands[j], shape) or str(_tensor_type(o.operands[j])[1]) not in _DEVICE_FLOATS
                 or not _precedes(o.operands[j], prod) for j in extra)):
             continue
         try:
@@ -168,6 +169,15 @@ def epilogue(op):
             return None
         return Epilogue(ops, result, src, tuple(extra))
     return None
+
+
+def _tile_input(v, shape) -> bool:
+    """A further input an epilogue loads tile by tile from its rows: of the map's shape, or broadcast to it along
+    leading dims only (an attention mask every head adds: its rows are gathered again for each head)."""
+    s = _tensor_type(v)[0]
+    if not s or len(s) > len(shape) or s[-1] != shape[-1]:
+        return False
+    return all(a in (1, b) for a, b in zip([1] * (len(shape) - len(s)) + list(s), shape))
 
 
 def apply_epilogue(b, core, epi, out, temp, loc, extra=()) -> None:
