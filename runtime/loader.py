@@ -103,8 +103,7 @@ class _Decoder:
     def decode(self, c: int, i: int, rec: np.void, vals: tuple, fields_checked: bool = False) -> Ins:
         """Check instruction ``i`` of core ``c`` and decode it; ``vals`` is the record as plain Python values
         (in record order, read a column at a time: fast field reads); ``fields_checked``: the fields its opcode
-        does not use are known
-        to be zero (:func:`_unused_fields_zero`)."""
+        does not use are known to be zero (:func:`_unused_fields_zero`)."""
         loc = self.prog.debug[c][i][1] if self.prog.debug else ""
         op = _OPS.get(vals[0])
         if op is None:
