@@ -66,26 +66,31 @@ def dlf16_encode(x, saturate: bool = True) -> np.ndarray:
 _ENCODE_CHUNK = 1 << 16
 
 
-def _dlf16_encode_chunks(x: np.ndarray, saturate: bool) -> np.ndarray:
-    """:func:`dlf16_encode` of a large array a chunk at a time: the intp indices of a whole weight matrix are 4x
-    its size in fresh memory (a 4096^2 weight: 128 MiB, ten times slower than the lookup itself); a chunk's
-    stay in cache."""
-    # Blocks of whole rows: a transposed weight is read in place, not copied into a contiguous array first.
+def _by_row_blocks(x: np.ndarray, out_dtype, lookup) -> np.ndarray:
+    """``lookup(block, out)`` over blocks of whole rows of ``x``, about ``_ENCODE_CHUNK`` elements each: a table
+    lookup's intp indices for a whole weight matrix are 4x its size in fresh memory (a 4096^2 weight: 128 MiB,
+    ten times slower than the lookup itself), a block's stay in cache; and a transposed weight is read in
+    place, not copied into a contiguous array first. ``lookup`` gets ``step`` rows at most."""
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
     step = max(1, _ENCODE_CHUNK // rows.shape[1])
-    out = np.empty(rows.shape, np.uint16)
-    table = _dlf16_table()
-    buf, idx = np.empty((step, rows.shape[1]), np.float32), np.empty((step, rows.shape[1]), np.intp)
+    out = np.empty(rows.shape, out_dtype)
+    scratch = np.empty((step, rows.shape[1]), np.intp)
     for lo in range(0, rows.shape[0], step):
-        n = min(step, rows.shape[0] - lo)
-        b, i = buf[:n], idx[:n]
-        if saturate:
-            np.clip(rows[lo:lo + n], np.float32(-DLF16_MAX), np.float32(DLF16_MAX), out=b)
-        else:
-            b[...] = rows[lo:lo + n]
-        np.right_shift(b.view(np.uint32), np.uint32(13), out=i)
-        np.take(table, i, out=out[lo:lo + n])
+        block = rows[lo:lo + step]
+        lookup(block, out[lo:lo + step], scratch[:len(block)])
     return out.reshape(x.shape)
+
+
+def _dlf16_encode_chunks(x: np.ndarray, saturate: bool) -> np.ndarray:
+    """:func:`dlf16_encode` of a large array, a block of rows at a time (:func:`_by_row_blocks`)."""
+    table = _dlf16_table()
+
+    def lookup(block, out, idx):
+        b = np.clip(block, np.float32(-DLF16_MAX), np.float32(DLF16_MAX)) if saturate else \
+            np.ascontiguousarray(block)
+        np.right_shift(b.view(np.uint32), np.uint32(13), out=idx)
+        np.take(table, idx, out=out)
+    return _by_row_blocks(x, np.uint16, lookup)
 
 
 _DLF16_TABLE: list[np.ndarray] = []
@@ -165,18 +170,15 @@ _DLF16_VALUES: list[np.ndarray] = []
 
 def _dlf16_decode_chunks(b: np.ndarray) -> np.ndarray:
     """:func:`dlf16_decode` of a large array: every pattern's value looked up in a table built by
-    :func:`_dlf16_decode_bits` (bit-exact by construction), a chunk at a time so the indices stay in cache."""
+    :func:`_dlf16_decode_bits` (bit-exact by construction), a block of rows at a time (:func:`_by_row_blocks`)."""
     if not _DLF16_VALUES:
         _DLF16_VALUES.append(_dlf16_decode_bits(np.arange(1 << 16, dtype=np.uint16)))
-    table, flat = _DLF16_VALUES[0], b.reshape(-1)
-    out = np.empty(flat.size, np.float32)
-    idx = np.empty(_ENCODE_CHUNK, np.intp)
-    for lo in range(0, flat.size, _ENCODE_CHUNK):
-        n = min(_ENCODE_CHUNK, flat.size - lo)
-        i = idx[:n]
-        i[...] = flat[lo:lo + n]
-        np.take(table, i, out=out[lo:lo + n])
-    return out.reshape(b.shape)
+    table = _DLF16_VALUES[0]
+
+    def lookup(block, out, idx):
+        idx[...] = block
+        np.take(table, idx, out=out)
+    return _by_row_blocks(b, np.float32, lookup)
 
 
 def dlf16_round(x, saturate: bool = True) -> np.ndarray:
