@@ -148,6 +148,23 @@ def test_matches_independent_reference_on_random_fp32_bits():
             assert np.array_equal(dlf16_encode(v, saturate=sat), reference_encode(v, sat))
 
 
+def test_large_arrays_by_row_blocks_match_the_definitions():
+    """Arrays larger than a chunk (weights) encode and decode a block of rows at a time, through lookup tables:
+    the same bits as the arithmetic definitions, for transposed (strided) and 3-D inputs, every pattern."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((700, 300)) * np.exp2(rng.uniform(-40, 40, (700, 300)))).astype(np.float32)
+    x[0, :3] = [np.nan, np.inf, -np.inf]
+    for v in (x, x.T, x.reshape(7, 100, 300)):
+        for sat in (True, False):
+            got = dlf16_encode(v, saturate=sat)
+            assert got.shape == v.shape and np.array_equal(got, F._dlf16_encode_bits(v, sat))
+    codes = np.tile(ALL, 5).reshape(5, 1 << 16)
+    for c in (codes, codes.T):
+        got = dlf16_decode(c)
+        assert got.shape == c.shape
+        assert np.array_equal(got.view(np.uint32), F._dlf16_decode_bits(c).view(np.uint32))
+
+
 def test_shapes_and_scalars():
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)[:, ::2, 1:]   # non-contiguous
     assert dlf16_encode(x).shape == (2, 2, 3)
