@@ -169,7 +169,10 @@ def _epilogue(op: ir.Operation):
 
 
 def epilogue_source(op: ir.Operation) -> int | None:
-    """The operand of an epilogue map its producer's output tile stands for (None: op is no epilogue)."""
+    """The operand of an epilogue (a map, or a pool2d) its producer's output tile stands for (None: op is no
+    epilogue)."""
+    if op.name == "spyre.pool2d":
+        return 0 if KERNEL in op.attributes and _kernel(op) == "epilogue" else None
     epi = _epilogue(op)
     return None if epi is None else epi.src
 
@@ -209,8 +212,9 @@ def _conv(op: ir.Operation) -> OpModel:
     return OpModel(op, "conv", fmt=k.fmt, out_fmt=k.out_fmt, bias=k.bias, conv=k)
 
 
-def conv_kernel(op: ir.Operation) -> cost.ConvKernel:
-    """The implicit-GEMM kernel of a conv2d (codegen/kernels/conv.py)."""
+def conv_kernel(op: ir.Operation, pool: ir.Operation | None = None) -> cost.ConvKernel:
+    """The implicit-GEMM kernel of a conv2d (codegen/kernels/conv.py), with the pool its kernel applies (the
+    pool2d whose kernel is `epilogue`, or ``pool``: one it would apply)."""
     x, w = op.operands[0], op.operands[1]
     n, c, h, wd = _shape(x)
     f, _, kh, kw = _shape(w)
@@ -222,7 +226,15 @@ def conv_kernel(op: ir.Operation) -> cost.ConvKernel:
     k = cost.ConvKernel(n=n, f=f, oh=oh, ow=ow, c=c, h=h + pad[0] + pad[2], w=wd, kh=kh, kw=kw,
                         groups=_attr_int(op, "groups", 1), stride_h=strides[0], dil_h=dil[0],
                         fmt=fmt_of(x.type, op), out_fmt=fmt_of(op.results[0].type, op), bias=len(op.operands) > 2)
-    return k
+    if pool is None:
+        from spyre_mlir.codegen.kernels.conv import pool_of
+
+        pool = pool_of(op)
+    if pool is None:
+        return k
+    return dataclasses.replace(k, pool=tuple(int_array(pool, "kernel")),
+                               pool_avg=ir.StringAttr(pool.attributes["kind"]).value == "avg",
+                               pool_fmt=fmt_of(pool.results[0].type, pool))
 
 
 # ---- row-wise ops ------------------------------------------------------------------------------------------
@@ -457,6 +469,9 @@ def _pool(op: ir.Operation) -> OpModel:
     x = op.operands[0]
     n, c, _, w = _shape(x)
     _, _, oh, ow = _shape(op.results[0])
+    if _kernel(op) == "epilogue":
+        # Applied by the conv kernel producing its input (conv_kernel's pool): like an epilogue map.
+        return _unbuffered(_rows_model(op, n * c * oh, [("in", x, True)], chunked=()))
     kh, kw = int_array(op, "kernel")
     fmt, out_fmt = fmt_of(x.type, op), fmt_of(op.results[0].type, op)
     sels = tuple(cost.RowOperand(sel_name(j), w * ow, ow, fmt, streamed=False) for j in range(kw))

@@ -356,6 +356,7 @@ class _Partition:
     # ---- the schedule ----------------------------------------------------------------------------------
 
     def finish(self, order):
+        from spyre_mlir.codegen.kernels.conv import pool_source
         from spyre_mlir.codegen.kernels.rows import epilogue
 
         # What each step returns: what another step (or the return) reads from it.
@@ -403,12 +404,12 @@ class _Partition:
                 op = s.local[v].owner
                 if KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "alias":
                     self.select(op)
-            # So does a map chosen as its producer's epilogue when the split or the step boundary separated
-            # them (its producer is now a gather, an argument, or the map is returned).
+            # So does a map or pool chosen as its producer's epilogue when the split or the step boundary
+            # separated them (its producer is now a gather, an argument, or the map is returned).
             for o in s.block.operations:
                 op = o.operation
                 if KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "epilogue" \
-                        and epilogue(op) is None:
+                        and (pool_source(op) if op.name == "spyre.pool2d" else epilogue(op)) is None:
                     self.select(op)
             s.fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 [a.type for a in s.block.arguments], [s.local[v].type for v in s.outputs]))

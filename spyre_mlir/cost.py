@@ -630,7 +630,11 @@ class ConvKernel:
     channels] by ``rows_per_product`` consecutive input rows of the patch read through a column window (the
     kernel column's shift, the stride, the zero padding), accumulating [tf, ow] in fp32. Groups other than 1
     multiply block-diagonal filters (zero where a channel is not the filter's group). Data in a format the PT
-    array does not multiply (fp32 in fp32-reference) is converted to DLFloat16 on the SFU after each load."""
+    array does not multiply (fp32 in fp32-reference) is converted to DLFloat16 on the SFU after each load.
+
+    ``pool`` (window rows, window cols): a non-overlapping max/avg pool (``pool_avg``) the kernel applies to each
+    output tile before its store (``codegen/kernels/conv.py``), so the tile's pooled rows, in ``pool_fmt``, are
+    what goes to device memory; the tile's output rows are then whole windows."""
 
     n: int
     f: int
@@ -647,6 +651,18 @@ class ConvKernel:
     fmt: str = "dlf16"
     out_fmt: str = "dlf16"
     bias: bool = False
+    pool: tuple[int, int] | None = None
+    pool_avg: bool = False
+    pool_fmt: str = "dlf16"
+
+    @property
+    def pool_ow(self) -> int:
+        """Columns of the stored rows: the pooled width with a pool, else the output width."""
+        return self.ow // self.pool[1] if self.pool else self.ow
+
+    def stored_rows(self, toh: int) -> int:
+        """Rows per filter a tile of ``toh`` output rows stores (its pooled rows with a pool)."""
+        return toh // self.pool[0] if self.pool else toh
 
     def in_rows(self, toh: int) -> int:
         return min(self.h, (toh - 1) * self.stride_h + self.dil_h * (self.kh - 1) + 1)
@@ -682,6 +698,14 @@ def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buff
     bufs += [Buffer("acc", tile_bytes(toh * tf, k.ow, FP32)), Buffer("out", tile_bytes(toh * tf, k.ow, k.out_fmt))]
     if k.bias:
         bufs.append(Buffer("bias", tile_bytes(tf, 1, FP32)))
+    if k.pool:
+        # psel0 psel1...: the 0/1 column selections [ow, pooled ow] (one per window column, loaded once); pct
+        # (a selection's product) and pres (the window so far) fp32 and pout (the stored tile) [pooled rows x tf,
+        # pooled ow].
+        rows = k.stored_rows(toh) * tf
+        bufs += [Buffer(f"psel{j}", tile_bytes(k.ow, k.pool_ow, k.out_fmt)) for j in range(k.pool[1])]
+        bufs += [Buffer("pct", tile_bytes(rows, k.pool_ow, FP32)), Buffer("pres", tile_bytes(rows, k.pool_ow, FP32)),
+                 Buffer("pout", tile_bytes(rows, k.pool_ow, k.pool_fmt))]
     return bufs
 
 
@@ -689,7 +713,8 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
                 double_buffer: bool = True, active: int | None = None) -> Cycles:
     """A core walks its filter tiles (loading their filters and bias once), and for each its images and
     output-row tiles: load the patch, ``toh x products`` PT products, the bias (SFU, per output row) and one
-    rounding (the last product's write-back, or an SFU cast after the bias), one store."""
+    rounding (the last product's write-back, or an SFU cast after the bias), one store; with a pool, per window
+    cell a selection product of each pooled row and an SFU combine, one rounding, and the pooled rows stored."""
     gn, gf, goh = grid
     nb, fb, ohb = _ceil(k.n, gn), _ceil(k.f, gf), _ceil(k.oh, goh)
     _, tf, toh = tile or (1, fb, ohb)
@@ -708,6 +733,15 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
     bufs = {b.name: b.nbytes for b in conv_buffers(k, (1, tf, toh), 1)}
     moved = tiles * (bufs["a0"] + bufs["out"]) + nft * (bufs["b0"] + bufs.get("bias", 0))
     transfers = 2 * tiles + nft * (1 + k.bias)
+    if k.pool:
+        ph, pw = k.pool
+        prow = k.stored_rows(toh)
+        pt += tiles * toh * pw * (_pad(tf, target.pt_rows) * _pad(k.pool_ow, target.pt_cols) * k.ow
+                                  / pt_rate(target, _pt_fmt(k.out_fmt)) + target.pt_latency_cycles)
+        combines = ph * pw + k.pool_avg + 1          # the window's cells, the average's scale, the rounding
+        sfu += tiles * combines * (prow * tf * k.pool_ow * simple / lanes + target.sfu_latency_cycles)
+        moved += tiles * (bufs["pout"] - bufs["out"]) + pw * bufs["psel0"]
+        transfers += pw
     dma = moved / _bytes_per_cycle(target, active or gn * gf * goh) + transfers * target.dma_latency_cycles
     return Cycles(pt=pt, sfu=sfu, dma=dma,
                   total=_overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(gn * gf * goh, target))
@@ -716,8 +750,9 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
 def conv_span(k: ConvKernel, grid: Sequence[int]) -> int:
     gn, gf, goh = grid
     nb, fb, ohb = _ceil(k.n, gn), _ceil(k.f, gf), _ceil(k.oh, goh)
-    return nb * (tile_bytes(k.in_channels(fb) * k.in_rows(ohb), k.w, k.fmt)
-                 + tile_bytes(fb * ohb, k.ow, k.out_fmt)) + tile_bytes(k.products * fb, k.rows_per_product
+    out = tile_bytes(fb * k.stored_rows(ohb), k.pool_ow, k.pool_fmt) if k.pool else tile_bytes(fb * ohb, k.ow,
+                                                                                                k.out_fmt)
+    return nb * (tile_bytes(k.in_channels(fb) * k.in_rows(ohb), k.w, k.fmt) + out) + tile_bytes(k.products * fb, k.rows_per_product
                                                                        * k.in_channels(fb), k.fmt)
 
 
@@ -735,10 +770,10 @@ def conv_plan(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: T
 def conv_tile_candidates(k: ConvKernel, grid: Sequence[int], target: Target,
                          force: Sequence[int | None] = (None, None, None)) -> tuple[list[int], list[int]]:
     """Filters per tile (multiples of the PT rows, the product's M, dividing the core's filters) and output rows
-    per tile."""
+    per tile (whole pool windows with a pool)."""
     fb, ohb = _ceil(k.f, grid[1]), _ceil(k.oh, grid[2])
     tfs = [force[1]] if force[1] else ([d for d in divisors(fb) if d % target.pt_rows == 0] or [fb])
-    tohs = [force[2]] if force[2] else divisors(ohb)
+    tohs = [force[2]] if force[2] else [d for d in divisors(ohb) if not k.pool or d % k.pool[0] == 0]
     return tfs, tohs
 
 
@@ -765,6 +800,8 @@ def best_conv_grid(k: ConvKernel, cores: int, target: Target) -> tuple[int, int,
         for gf in (d for d in divisors(k.f) if _split_ok(k.f, d, target.pt_cols)):
             for goh in divisors(k.oh):
                 g = (gn, gf, goh)
+                if k.pool and (k.oh // goh) % k.pool[0]:
+                    continue            # a core's output rows are whole pool windows
                 if gn * gf * goh > cores or conv_span(k, g) > target.core_span_bytes:
                     continue
                 fit = best_conv_tile(k, g, target)

@@ -135,6 +135,41 @@ func.func @epilogue(%x: tensor<8x64x!spyre.dlf16>, %w: tensor<64x64x!spyre.dlf16
 
 // -----
 
+// A non-overlapping pool of a conv's output, read through the conv's ReLU epilogue, is applied by the conv
+// kernel too ("epilogue"): the kernel stores the pooled tile, its output rows are whole windows (tile rows
+// even) and its plan holds the selections (`psel0`, `psel1`) and the pooled tiles. A pool with overlapping
+// windows, or of a conv result the function also returns, runs its own kernel ("pool2d").
+// CHECK-LABEL: func.func @conv_pool
+// CHECK: "spyre.conv2d"{{.*}}spyre.kernel = "conv2d"
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.kernel = "epilogue"}
+// CHECK: "spyre.pool2d"{{.*}}spyre.kernel = "epilogue"
+// CHECK: "spyre.pool2d"{{.*}}spyre.kernel = "pool2d"
+// CHECK: "spyre.conv2d"{{.*}}spyre.kernel = "conv2d"
+// CHECK: "spyre.pool2d"{{.*}}spyre.kernel = "pool2d"
+// PLAN-LABEL: func.func @conv_pool
+// PLAN: "spyre.conv2d"
+// PLAN-SAME: spyre.scratchpad = {{{[^}]*}}pct = {{[^}]*}}pout = {{[^}]*}}pres = {{[^}]*}}psel0 = {{[^}]*}}psel1 = {{[^}]*}}}
+// PLAN-SAME: spyre.tile = array<i64: 1, 16, {{[0-9]*[02468]}}>
+// PLAN: "spyre.pool2d"{{.*}}spyre.kernel = "epilogue", spyre.scratchpad = {}, spyre.scratchpad_bytes = 0
+func.func @conv_pool(%img: tensor<1x8x32x32x!spyre.dlf16>, %f: tensor<16x8x3x3x!spyre.dlf16> {spyre.param = "conv.weight"})
+    -> (tensor<1x16x16x16x!spyre.dlf16>, tensor<1x16x15x15x!spyre.dlf16>, tensor<1x16x32x32x!spyre.dlf16>, tensor<1x16x16x16x!spyre.dlf16>) {
+  %0 = "spyre.conv2d"(%img, %f) {operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x8x32x32x!spyre.dlf16>, tensor<16x8x3x3x!spyre.dlf16>) -> tensor<1x16x32x32x!spyre.dlf16>
+  %1 = "spyre.map"(%0) ({
+  ^bb0(%a: f32):
+    %z = arith.constant 0.0 : f32
+    %m = arith.maximumf %a, %z : f32
+    "spyre.yield"(%m) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<1x16x32x32x!spyre.dlf16>) -> tensor<1x16x32x32x!spyre.dlf16>
+  %2 = "spyre.pool2d"(%1) {kind = "max", kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>} : (tensor<1x16x32x32x!spyre.dlf16>) -> tensor<1x16x16x16x!spyre.dlf16>
+  %3 = "spyre.conv2d"(%img, %f) {operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x8x32x32x!spyre.dlf16>, tensor<16x8x3x3x!spyre.dlf16>) -> tensor<1x16x32x32x!spyre.dlf16>
+  %4 = "spyre.pool2d"(%3) {kind = "max", kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>} : (tensor<1x16x32x32x!spyre.dlf16>) -> tensor<1x16x15x15x!spyre.dlf16>
+  %5 = "spyre.conv2d"(%img, %f) {operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x8x32x32x!spyre.dlf16>, tensor<16x8x3x3x!spyre.dlf16>) -> tensor<1x16x32x32x!spyre.dlf16>
+  %6 = "spyre.pool2d"(%5) {kind = "avg", kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>} : (tensor<1x16x32x32x!spyre.dlf16>) -> tensor<1x16x16x16x!spyre.dlf16>
+  return %2, %4, %5, %6 : tensor<1x16x16x16x!spyre.dlf16>, tensor<1x16x15x15x!spyre.dlf16>, tensor<1x16x32x32x!spyre.dlf16>, tensor<1x16x16x16x!spyre.dlf16>
+}
+
+// -----
+
 // A map reading a matmul through a reshape that keeps the rows, and further inputs of its shape defined before
 // the matmul (a residual add; an MLP's silu(gate) * up), is the matmul's epilogue too: the kernel loads their
 // blocks of each output tile. The gated map reads two matmuls: the later one (up) applies it, reading gate's

@@ -446,6 +446,48 @@ def test_conv_applies_its_relu_before_the_store():
     assert np.array_equal(yf, yu) and np.array_equal(yu, -np.maximum(r, 0)) and (yu == 0).any()
 
 
+@pytest.mark.parametrize("kind, window, relu, cores", [("max", (3, 2), True, 4), ("avg", (3, 2), False, 3),
+                                                       ("max", (3, 5), False, 1), ("avg", (1, 2), True, 2)])
+def test_conv_applies_its_pool_before_the_store(kind, window, relu, cores):
+    """A non-overlapping pool of a conv's output (through its ReLU epilogue or directly) is applied by the conv
+    kernel (kernel "epilogue"): no pool kernel runs and the full-size output is never stored, and the result is
+    bit-identical to the pool2d kernel run apart (there the conv result is also returned)."""
+    t = "tensor<2x16x9x10x!spyre.dlf16>"
+    ph, pw = window
+    pt = f"tensor<2x16x{9 // ph}x{10 // pw}x!spyre.dlf16>"
+    src = "%r"
+    body = ""
+    if relu:
+        body = f"""
+  %y = "spyre.map"(%r) ({{
+  ^bb0(%a: f32):
+    %z = arith.constant 0.0 : f32
+    %m = arith.maximumf %a, %z : f32
+    "spyre.yield"(%m) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 0, 0, 0>}} : ({t}) -> {t}"""
+        src = "%y"
+    body += (f'\n  %p = "spyre.pool2d"({src}) {{kind = "{kind}", kernel = array<i64: {ph}, {pw}>, strides = '
+             f'array<i64: {ph}, {pw}>}} : ({t}) -> {pt}')
+    conv = CONV.format(C=8, F=16, CG=8, G=1, S=1, D=1, P="1, 1, 1, 1", OH=9, OW=10, PLAN="")
+    fused = conv.replace(f"-> {t} {{", f"-> {pt} {{").replace(f"  return %r : {t}", body + f"\n  return %p : {pt}")
+    apart = conv.replace(f"-> {t} {{", f"-> ({t}, {pt}) {{").replace(
+        f"  return %r : {t}", body + f"\n  return %r, %p : {t}, {pt}")
+    from spyre_mlir.runtime.formats import dlf16_round
+
+    x, w, bias = dlf16_round(rand(2, 8, 9, 10)), rand(16, 8, 3, 3), rand(16)
+    p = {"w": w, "b": bias}
+    (yf,), emf, exf = run(fused, [x], cores=cores, params=p, numerics="faithful")
+    (r, yu), emu, _ = run(apart, [x], cores=cores, params=p, numerics="faithful")
+    assert emf.kernels == ["spyre.conv2d"]
+    assert emu.kernels == ["spyre.conv2d"] + ["spyre.map"] * relu + ["spyre.pool2d"]
+    assert np.array_equal(yf, yu)
+    win = (np.maximum(r, 0) if relu else r).reshape(2, 16, 9 // ph, ph, 10 // pw, pw)
+    ref = win.max(axis=(3, 5)) if kind == "max" else dlf16_round(win.mean(axis=(3, 5), dtype=np.float64))
+    assert np.allclose(yf, ref, rtol=2.0**-8, atol=1e-6)
+    # The conv's full-size output never goes to device memory: the stores write the pooled rows (a stick each).
+    assert exf.static_profile.dram_write_bytes == 2 * 16 * (9 // ph) * 128
+
+
 @pytest.mark.parametrize("grid", ["", ", spyre.grid = array<i64: 1, 2, 1>, spyre.tile = array<i64: 32, 64, 256>",
                                   ", spyre.grid = array<i64: 1, 1, 2>, spyre.tile = array<i64: 32, 128, 128>"])
 def test_matmul_applies_its_tanh_before_the_store(grid):

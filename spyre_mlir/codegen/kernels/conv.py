@@ -5,7 +5,9 @@ kernel plan (``spyre.grid`` [gn, gf, goh], ``spyre.tile`` [1, tf, toh], the buff
 per tile the input patch is loaded once and every PT product reads its rows through a column window (the
 kernel column's sub-stick shift, the stride and the zero padding; MATMUL ``WINDOW``), so no data is copied
 per tap. Max/avg pool2d without padding gathers input rows per kernel row, picks columns with exact 0/1
-selection matmuls and combines the window on the SFU.
+selection matmuls and combines the window on the SFU. A non-overlapping pool of a conv's output (after its
+epilogue map) is applied by the conv kernel to each output tile before the store (its kernel is ``epilogue``,
+:func:`pool_source`): the conv's full-size output never goes to device memory.
 """
 
 from __future__ import annotations
@@ -21,20 +23,82 @@ from ..plan import KernelPlan
 from .move import sel_name
 from .rows import apply_epilogue, epilogue_of, planned
 
-__all__ = ["select", "why_not", "EMITTERS"]
+__all__ = ["select", "why_not", "pool_source", "pool_of", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
     """``"conv2d"`` / ``"pool2d"`` when the device runs ``op``: a conv2d :func:`_conv_plan` accepts (its
     weights and bias among the compile-time values ``known``) with a tile that fits the scratchpad; pooling
-    without padding of a 4-D dlf16/fp8 input to dlf16 or fp32. Else None."""
+    without padding of a 4-D dlf16/fp8 input to dlf16 or fp32, ``"epilogue"`` when the conv kernel producing
+    its input applies it (:func:`pool_source`, and the conv's tiles still fit with the pool's buffers). Else
+    None."""
     if op.operation.name == "spyre.conv2d":
         return "conv2d" if _conv_plan(op, target, known) is not None and _fits(op, target) else None
+    if not _pool_runs(op):
+        return None
+    conv = pool_source(op)
+    return "epilogue" if conv is not None and _fits(conv, target, op.operation) else "pool2d"
+
+
+def _pool_runs(op) -> bool:
     _, res_elt = _tensor_type(op.operation.results[0])
     ishape, ielt = _tensor_type(op.operation.operands[0])
-    return "pool2d" if (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
+    return (len(ishape) == 4 and not any(_attr(op, "padding") or [0]) and
             format_of(ielt) in (Format.DLF16, Format.FP8_E4M3, Format.FP8_E5M2) and
-            format_of(res_elt) in (Format.DLF16, Format.FP32)) else None
+            format_of(res_elt) in (Format.DLF16, Format.FP32))
+
+
+def _owner(v):
+    return v.owner.operation if hasattr(v.owner, "operation") else None
+
+
+def _single_use(v) -> bool:
+    return len(list(v.uses)) == 1
+
+
+def pool_source(pool):
+    """The conv2d (kernel ``conv2d``) whose kernel can apply ``pool`` to its output tiles, or None: a max/avg
+    pool2d without padding whose windows tile the conv's output exactly (strides = window, the output rows and
+    columns multiples of it), reading the conv's result, or its epilogue map's result of the same shape, as
+    that value's only reader. It computes what the pool2d kernel would, in the same order (per window cell, a
+    0/1 selection product and one fp32 combine; one rounding), so the result is bit-identical."""
+    from .rows import epilogue
+
+    o = pool.operation
+    if o.name != "spyre.pool2d" or not _pool_runs(pool) or _attr(pool, "kind") not in ("max", "avg"):
+        return None
+    kernel = _attr(pool, "kernel")
+    if (_attr(pool, "strides") or kernel) != kernel:
+        return None
+    v = o.operands[0]
+    p = _owner(v)
+    if p is None or not _single_use(v):
+        return None
+    if p.name == "spyre.map" and _attr(p, "spyre.kernel") == "epilogue":
+        epi = epilogue(p)
+        p = _owner(p.operands[epi.src]) if epi is not None else None
+    if p is None or p.name != "spyre.conv2d" or _attr(p, "spyre.kernel") != "conv2d":
+        return None
+    shape = _tensor_type(p.results[0])[0]
+    if _tensor_type(v)[0] != shape or shape[2] % kernel[0] or shape[3] % kernel[1]:
+        return None
+    return p
+
+
+def pool_of(conv):
+    """The pool2d the kernel of ``conv`` applies (kernel ``epilogue``, :func:`pool_source`), or None."""
+    from .rows import epilogue_of
+
+    found = epilogue_of(conv)
+    v = (found[0] if found is not None else conv).operation.results[0]
+    uses = list(v.uses)
+    if len(uses) != 1:
+        return None
+    user = uses[0].owner.operation
+    if user.name != "spyre.pool2d" or _attr(user, "spyre.kernel") != "epilogue":
+        return None
+    src = pool_source(user)
+    return user if src is not None and src == conv.operation else None
 
 
 def why_not(op, target, known) -> str | None:
@@ -54,12 +118,13 @@ def why_not(op, target, known) -> str | None:
     return None
 
 
-def _fits(op, target) -> bool:
-    """Some tile of the conv fits the scratchpad (on one core: more cores only shrink the blocks)."""
+def _fits(op, target, pool=None) -> bool:
+    """Some tile of the conv (applying ``pool``, when given) fits the scratchpad (on one core: more cores only
+    shrink the blocks)."""
     from spyre_mlir import cost
     from spyre_mlir.passes.op_model import conv_kernel
 
-    return cost.best_conv_tile(conv_kernel(op.operation), (1, 1, 1), target) is not None
+    return cost.best_conv_tile(conv_kernel(op.operation, pool), (1, 1, 1), target) is not None
 
 
 def _conv_plan(op, target, known):
@@ -105,7 +170,10 @@ def emit_conv2d(em, op, loc):
        [tf, rows x channels] @ patch rows of those input rows read through the window (offset j*dw - pad_left,
        stride sw), fp32, the last product rounding into out_r on write-back (or the bias added on the SFU,
        then one cast);
-    3. one store of the tile's toh x tf rows to the output rows (n, f, oh)."""
+    3. one store of the tile's toh x tf rows to the output rows (n, f, oh); with a pool (:func:`pool_of`), per
+       window cell (i, j) and pooled row p, the 0/1 selection of columns ow*pw + j of output row p*ph + i into
+       ``pct``, combined into ``pres`` (max/add, fp32), one rounding into ``pout``, whose rows (p, f) are stored
+       to the pool's output rows (n, f, oh / ph + p) instead."""
     from spyre_mlir.passes.op_model import op_model
 
     g = _conv_plan(op, em.target, em.known)
@@ -148,7 +216,50 @@ def emit_conv2d(em, op, loc):
     epi_op, epi = epilogue_of(op) or (None, None)
     if epi_op is not None:
         em.dev[epi_op.operation.results[0]] = O.reshaped(_tensor_type(epi_op.operation.results[0])[0])
+    pool = pool_of(op)
+    if pool is not None:
+        if k.pool is None or toh % k.pool[0]:
+            kp.fail(f"tile {list(kp.tile)} does not hold whole windows of the pool it applies ({k.pool})")
+        ph, pw = k.pool
+        P = em.result(pool)
+        em.dev[pool.results[0]] = P
+        prow, POW = toh // ph, k.pool_ow
+        psel = []
+        for j in range(pw):
+            m = np.zeros((k.ow, POW), np.float32)
+            m[np.arange(POW) * pw + j, np.arange(POW)] = 1
+            psel.append(const(f"psel{j}", m, O.fmt))
+        PCT, PRES = kp.tile_at("pct", prow * tf, POW, "fp32"), kp.tile_at("pres", prow * tf, POW, "fp32")
+        POUT = kp.tile_at("pout", prow * tf, POW, P.fmt)
+        PSEL = [kp.tile_at(f"psel{j}", k.ow, POW, O.fmt) for j in range(pw)]
+
+    def store(core, n, f0, oh0):
+        if pool is None:                # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
+            pitch = OUT.pitch
+            b.dma_store(core, O.addr + ((n * k.f + f0) * OH + oh0) * pitch, OUT.addr, (toh, tf, pitch),
+                        (pitch, OH * pitch), (tf * pitch, pitch), loc=loc)
+            return
+        # The pool2d kernel's order per element: cell (0, 0) copied, then combined cell by cell, one rounding.
+        for c in range(ph * pw):
+            i, j = divmod(c, pw)
+            for q in range(prow):
+                r = q * ph + i
+                b.matmul(core, OUT.row_slice(r * tf, (r + 1) * tf), PSEL[j], PCT.row_slice(q * tf, (q + 1) * tf),
+                         loc=loc)
+            if c == 0:
+                b.sfu(core, "cast", PRES, PCT, loc=loc)
+            else:
+                b.sfu(core, "add" if k.pool_avg else "max", PRES, PRES, PCT, loc=loc)
+        if k.pool_avg:
+            b.sfu(core, "mul", PRES, PRES, 1.0 / (ph * pw), loc=loc)
+        b.sfu(core, "cast", POUT, PRES, loc=loc)
+        pitch, PH = POUT.pitch, OH // ph        # rows (q, f) -> pooled rows (n, f0 + f, oh0 / ph + q)
+        b.dma_store(core, P.addr + ((n * k.f + f0) * PH + oh0 // ph) * pitch, POUT.addr, (prow, tf, pitch),
+                    (pitch, PH * pitch), (tf * pitch, pitch), loc=loc)
     for core in range(kp.cores):
+        if pool is not None:
+            for t, src in zip(PSEL, psel):
+                load_rows(b, core, t, src, 0, loc=loc)
         bi, rest = divmod(core, gf * goh)
         bj, bl = divmod(rest, goh)
         tiles = [(f0, n, oh0) for f0 in range(bj * fb, (bj + 1) * fb, tf)
@@ -196,9 +307,7 @@ def emit_conv2d(em, op, loc):
                 b.sfu(core, "cast", OUT, ACC, loc=loc)
             if epi is not None:
                 apply_epilogue(b, core, epi, OUT, ACC, loc)
-            pitch = OUT.pitch                   # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
-            b.dma_store(core, O.addr + ((n * k.f + f0) * OH + oh0) * pitch, OUT.addr, (toh, tf, pitch),
-                        (pitch, OH * pitch), (tf * pitch, pitch), loc=loc)
+            store(core, n, f0, oh0)
 
         # Double-buffered, the next tile's loads are issued before this tile's products (DMA runs in order).
         if kp.nbuf == 2:
@@ -262,4 +371,4 @@ def emit_pool2d(em, op, loc):
 
 
 EMITTERS = {"spyre.conv2d": emit_conv2d, "spyre.pool2d": emit_pool2d}
-KERNELS = {"spyre.conv2d": ("conv2d",), "spyre.pool2d": ("pool2d",)}
+KERNELS = {"spyre.conv2d": ("conv2d",), "spyre.pool2d": ("pool2d", "epilogue")}

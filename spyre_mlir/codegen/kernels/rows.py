@@ -211,9 +211,9 @@ def epilogue_of(producer):
             return None
         if _attr(user, "spyre.kernel") == "epilogue":
             # The map may read several producers' results: this producer's must be the one its tile stands for.
-            epi = epilogue(user)
+            epi = epilogue(user)                # None: a pool the conv kernel applies (conv.pool_of)
             src = _owner(_viewed(user.operation.operands[epi.src])) if epi is not None else None
-            return (user, epi) if src == producer.operation else None
+            return (user, epi) if src is not None and src == producer.operation else None
         if not _row_view(user):
             return None
         r = user.operation.results[0]
