@@ -7,7 +7,8 @@ scratchpad. This pass sets `spyre.tile = array<i64: ...>` in the same iteration 
   and tk multiples of the PT array that are also whole sticks (the B/result rows and the A rows are moved by
   DMA in whole 128-byte sticks), each dividing the core's block; a dimension too small to cut keeps its
   whole block (the PT array pads it);
-* conv2d `[tn, tf, toh]` (tn = 1): filters in multiples of the PT columns, output rows;
+* conv2d `[tn, tf, toh]` (tn = 1): filters in multiples of the PT columns, output rows (whole windows of a
+  pool the kernel applies);
 * row-wise ops `[tr]` rows per tile, dividing the core's rows.
 
 The working set must fit the usable scratchpad (1,589,376 B by default) with double buffering: A and B tiles
