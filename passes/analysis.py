@@ -22,6 +22,7 @@ CORES = "spyre.cores"                         # module: the core count (spyre-di
 TARGET = "spyre.target"                       # module: the target file (spyre-divide-work with target=PATH)
 GRID = "spyre.grid"                           # spyre-divide-work: cores per iteration dimension
 TILE = "spyre.tile"                           # spyre-tile: per-core tile sizes
+RESIDENT = "spyre.resident_a"                 # spyre-tile: a matmul keeps A parts across a row of tiles
 SCRATCHPAD = "spyre.scratchpad"               # spyre-allocate-scratchpad: buffer offsets
 SCRATCHPAD_BYTES = "spyre.scratchpad_bytes"   # spyre-allocate-scratchpad: the op's peak
 SCRATCHPAD_PEAK = "spyre.scratchpad_peak"     # spyre-allocate-scratchpad: the module's peak

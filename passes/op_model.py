@@ -15,7 +15,8 @@ from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import GRID, KERNEL, SHARE_OF, int_array, is_const_fold, producer
+from spyre_mlir.passes.analysis import (GRID, KERNEL, RESIDENT, SHARE_OF, int_array, is_const_fold,
+                                        producer)
 from spyre_mlir.passes.base import PassError
 from spyre_mlir.target import Target
 
@@ -69,6 +70,7 @@ class OpModel:
     converts: tuple[str | None, str | None] = (None, None)   # spyre.convert_operands formats (lhs, rhs)
     whole: tuple[int, int] | None = None   # matmul: (B, N) of the op this is one card's share of (spyre.share_of)
     epi_in: tuple[str, ...] = ()      # matmul: formats of its epilogue's further inputs (a block loaded per tile)
+    resident: bool = False            # matmul: A parts stay on the scratchpad across a row of tiles (spyre-tile)
 
     @property
     def fused(self) -> bool:
@@ -158,7 +160,8 @@ def _matmul(op: ir.Operation) -> OpModel:
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
                    converts=(conv.get("lhs"), conv.get("rhs")),
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
-                   else None, epi_in=_epilogue_inputs(op))
+                   else None, epi_in=_epilogue_inputs(op),
+                   resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value)
 
 
 def _epilogue(op: ir.Operation):
@@ -499,10 +502,21 @@ def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list
         gk = model.grid4(grid)[3]
         return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=nbuf, split_k=gk, bias=model.bias,
                                    b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                                   epi_in=model.epi_in)
+                                   epi_in=model.epi_in, resident=_resident(model, grid, tile))
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, nbuf)
     return cost.rowwise_buffers(model.rows, tile[0], nbuf)
+
+
+def _resident(model: OpModel, grid: list[int], tile: list[int]) -> tuple[int, int] | None:
+    """A matmul's resident A (cost.matmul_buffers): (part rows, K steps), or None."""
+    if not model.resident:
+        return None
+    _, gm, gn, gk = model.grid4(grid)
+    if gk > 1 or gm * gn == 1:
+        raise PassError(f"{RESIDENT} needs an M/N split without a K split (grid {list(grid)})", model.op.location)
+    tm, _, tk = tile[-3:]
+    return -(-tm // gn), -(-(model.K // gk) // tk)
 
 
 def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
@@ -515,7 +529,7 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
         return cost.matmul_plan(model.M // gm, model.N // gn, model.K // gk, (tm, tn, tk), target, model.fmt,
                                 model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                                epi_in=model.epi_in)
+                                epi_in=model.epi_in, resident=_resident(model, grid, tile))
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)
@@ -557,7 +571,8 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
             return None
         return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,
                                   model.out_fmt, batch=model.B, bias=model.bias, double_buffer=fit[1] == 2,
-                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt, epi_in=model.epi_in)
+                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt, epi_in=model.epi_in,
+                                  resident=fit[2] is not None)
     if model.kind == "conv":
         fit = cost.best_conv_tile(model.conv, grid, target)
         return None if fit is None else cost.conv_cycles(model.conv, grid, fit[0], target, fit[1] == 2)

@@ -6,7 +6,9 @@ scratchpad. This pass sets `spyre.tile = array<i64: ...>` in the same iteration 
 * matmul `[tm, tn, tk]`, batch_matmul `[tb, tm, tn, tk]` (tb = 1): tm a multiple of the PT array's rows, tn
   and tk multiples of the PT array that are also whole sticks (the B/result rows and the A rows are moved by
   DMA in whole 128-byte sticks), each dividing the core's block; a dimension too small to cut keeps its
-  whole block (the PT array pads it);
+  whole block (the PT array pads it). A matmul whose cores share operands (an M/N split) and walk several
+  output tiles of a row also gets `spyre.resident_a = true` when keeping its A parts on the scratchpad for
+  the row's next tiles is cheaper (A leaves device memory once; the buffer `ares`);
 * conv2d `[tn, tf, toh]` (tn = 1): filters in multiples of the PT columns, output rows (whole windows of a
   pool the kernel applies);
 * row-wise ops `[tr]` rows per tile, dividing the core's rows.
@@ -30,7 +32,7 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir import cost
-from spyre_mlir.passes.analysis import CORES, GRID, TILE, device_ops, get_target, require
+from spyre_mlir.passes.analysis import CORES, GRID, RESIDENT, TILE, device_ops, get_target, require
 from spyre_mlir.passes.base import PassError, SpyrePass
 from spyre_mlir.passes.op_model import OpModel, check_rank, op_model
 from spyre_mlir.target import Target
@@ -101,6 +103,10 @@ class TilePass(SpyrePass):
                                            b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                            epi_in=model.epi_in)
                 _no_fit(op, target, tile, cost.footprint(bufs, target), any(force))
+            if fit[2] is not None:
+                op.attributes[RESIDENT] = ir.BoolAttr.get(True)
+            elif RESIDENT in op.attributes:
+                del op.attributes[RESIDENT]
             return (1, *fit[0]) if model.batched else fit[0]
         if model.kind == "conv":
             k = model.conv

@@ -53,7 +53,7 @@ __all__ = [
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
-    "ConvKernel", "conv_buffers", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
+    "store_parts", "ConvKernel", "conv_buffers", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
     "best_conv_tile",
 ]
 
@@ -168,21 +168,34 @@ def _bytes_per_cycle(target: Target, active: int) -> float:
 def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None, *, nbuf: int = 2,
                    split_k: int = 1, bias: bool = False, b_fmt: str | None = None,
                    round_fmt: str | None = None, colscale: str | None = None,
-                   epi_in: Sequence[str] = ()) -> list[Buffer]:
+                   epi_in: Sequence[str] = (), resident: tuple[int, int] | None = None) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn]), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
     ([tm,tn] result format, the widened copy of out, with ``round_fmt`` only), bias ([1,tn] in the bias
     operand's format when ``bias`` names it, else fp32), colscale ([1,tn] in ``colscale``'s format: the
     per-column scales of quantized weights, applied on write-back), epa epb ... ([tm,tn] in each ``epi_in``
-    format: the blocks of an epilogue's further inputs). All live throughout."""
+    format: the blocks of an epilogue's further inputs). All live throughout.
+
+    ``resident`` (part rows, K steps): the M/N-split kernel keeps its core's part of the A tiles of the current
+    row of output tiles, every K step, for the next tiles of that row (:func:`matmul_cycles`): ``ares`` [steps
+    x part rows, tk], a0 a1 then in the format the PT array multiplies (parts arrive converted), and ``as``
+    [part rows, tk] in A's format stages a part before its conversion (no ``pa``)."""
     tm, tn, tk = tile
     out_fmt = out_fmt or fmt
     b_fmt = b_fmt or fmt
-    bufs = [Buffer(f"a{i}", tile_bytes(tm, tk, fmt)) for i in range(nbuf)]
+    if resident:
+        prow, steps = resident
+        pa = _pt_fmt(fmt)
+        bufs = [Buffer(f"a{i}", tile_bytes(tm, tk, pa)) for i in range(nbuf)]
+        bufs.append(Buffer("ares", tile_bytes(steps * prow, tk, pa)))
+        if pa != fmt:
+            bufs.append(Buffer("as", tile_bytes(prow, tk, fmt)))
+    else:
+        bufs = [Buffer(f"a{i}", tile_bytes(tm, tk, fmt)) for i in range(nbuf)]
     bufs += [Buffer(f"b{i}", tile_bytes(tk, tn, b_fmt)) for i in range(nbuf)]
     # Formats the PT array does not multiply (fp32 in fp32-reference, bf16) are converted to DLFloat16 first.
-    if Format.parse(fmt) not in PT_FORMATS:
+    if Format.parse(fmt) not in PT_FORMATS and not resident:
         bufs.append(Buffer("pa", tile_bytes(tm, tk, "dlf16")))
     if Format.parse(b_fmt) not in PT_FORMATS:
         bufs.append(Buffer("pb", tile_bytes(tk, tn, "dlf16")))
@@ -208,13 +221,14 @@ def _bias_fmt(bias) -> str:
 def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
                   fmt: str = "dlf16", out_fmt: str | None = None, *, batch: int = 1, bias: bool = False,
                   double_buffer: bool = True, active: int | None = None, b_fmt: str | None = None,
-                  round_fmt: str | None = None, epi_in: Sequence[str] = ()) -> Cycles:
+                  round_fmt: str | None = None, epi_in: Sequence[str] = (), resident: bool = False) -> Cycles:
     """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
     ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
     grid's). ``fmt`` / ``b_fmt`` are A's / B's formats in device memory (a format the PT array does not multiply
     is converted to DLFloat16 on the SFU every step); ``round_fmt``: the result is rounded to it on write-back
     and widened to ``out_fmt`` on the SFU before the store (spyre.convert_result); ``epi_in``: the formats of an
-    epilogue's further inputs, a [tm, tn] block of each loaded per output tile."""
+    epilogue's further inputs, a [tm, tn] block of each loaded per output tile; ``resident``: the M/N-split
+    kernel keeps its part of A across a row of output tiles (:func:`matmul_buffers`)."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
     out_fmt = out_fmt or fmt
     b_fmt = b_fmt or fmt
@@ -224,7 +238,8 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     steps = _ceil(kb, tk)
     if gk == 1 and gm * gn > 1:
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
-                                     double_buffer, active or gb * gm * gn, b_fmt, round_fmt, epi_in)
+                                     double_buffer, active or gb * gm * gn, b_fmt, round_fmt, epi_in,
+                                     _ceil(nb, tn) if resident else 0)
     pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
                           / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
     pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt) + tiles * _convert_out(tm, tn, target,
@@ -274,47 +289,74 @@ def _convert_out(tm: int, tn: int, target: Target, round_fmt: str | None) -> flo
     return tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles
 
 
+def store_parts(tm: int, tn: int, steps: int, out_fmt: str, active: int, target: Target) -> int:
+    """Parts of its rows an M/N-split core of ``active`` stores a finished [tm, tn] output tile in, one per segment
+    of the next tile's ``steps``: each part moves for at least four times a DMA's fixed latency at the core's
+    share of DRAM bandwidth, so that latency stays small next to its bytes (a small tile is stored whole)."""
+    least = 4 * target.dma_latency_cycles * _bytes_per_cycle(target, active)
+    return max(1, min(steps, tm, int(tile_bytes(tm, tn, out_fmt) // least)))
+
+
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
                           b_fmt: str | None = None, round_fmt: str | None = None,
-                          epi_in: Sequence[str] = ()) -> Cycles:
+                          epi_in: Sequence[str] = (), passes: int = 0) -> Cycles:
     """The M/N-split kernel with operand sharing (``codegen/kernels/matmul.py``): each of the ``tiles * steps``
     steps is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and
     ring-sends its parts to the cores of its grid row / column, while the PT array multiplies the previous
-    step; the output tile of a finished step is stored in the next segment."""
+    step; a finished output tile is stored a part of its rows per segment over the next tile's segments.
+
+    ``passes`` > 0: A is resident (:func:`matmul_buffers`) across each row's ``passes`` output tiles. The first
+    tile of a row loads its A part from device memory and converts it to the PT format (the ring carries the
+    converted part, each core converts only its own); the others send it again from the scratchpad, so A's
+    bytes leave device memory once. Every step also copies the core's own part into its A tile (SFU)."""
     tm, tn, tk = tile
     n = tiles * steps
     b_fmt = b_fmt or fmt
-    a_part, b_part = tile_bytes(_ceil(tm, gn), tk, fmt), tile_bytes(_ceil(tk, gm), tn, b_fmt)
+    pa = _pt_fmt(fmt) if passes else fmt
+    prow = _ceil(tm, gn)
+    a_load, b_part = tile_bytes(prow, tk, fmt), tile_bytes(_ceil(tk, gm), tn, b_fmt)
+    a_part = tile_bytes(prow, tk, pa)             # what the ring carries
     read_bw = target.dram_read_gbps / target.clock_ghz / max(1, active)
     mixed_bw = _bytes_per_cycle(target, active)
     rate = target.ring_bytes_per_cycle
     ring_a = (gn - 1) * (a_part / rate + target.hop_latency_cycles)
     ring_b = (gm - 1) * (b_part / rate + target.hop_latency_cycles)
-    loads = a_part + b_part + ((tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0.0)
-                               + _epi_bytes(tm, tn, epi_in)) / steps
+    first = 1 / passes if passes else 1.0         # share of the steps that load A from device memory
+    loads = a_load * first + b_part + ((tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0.0)
+                                       + _epi_bytes(tm, tn, epi_in)) / steps
+    part_sfu = prow * tk * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles
+    convert_a = part_sfu if passes and pa != fmt else 0.0
 
-    def fetch(bw):
-        dma_a = a_part / bw + target.dma_latency_cycles
+    def fetch(bw, load_a=True):
         dma_b = b_part / bw + target.dma_latency_cycles
-        return dma_a + max(dma_b, ring_a) + ring_b
+        if not load_a:
+            return max(dma_b, ring_a) + ring_b
+        return a_load / bw + target.dma_latency_cycles + convert_a + max(dma_b, ring_a) + ring_b
 
     pt_step = (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt))
                + target.pt_latency_cycles)
-    pt_step += _convert_step(tm, tn, tk, target, fmt, b_fmt) + _convert_out(tm, tn, target, round_fmt) * tiles / n
+    pt_step += _convert_step(tm, tn, tk, target, pa, b_fmt) + _convert_out(tm, tn, target, round_fmt) * tiles / n
+    pt_step += part_sfu if passes else 0.0        # the own part's copy into the A tile
     out = tile_bytes(tm, tn, out_fmt)
-    store = out / mixed_bw + target.dma_latency_cycles
-    plain, with_store = fetch(read_bw), fetch(mixed_bw) + store
-    stores_mid = max(0, tiles - 1)            # segments that also store a finished tile
-    if double_buffer and n > 1:
-        mid = (n - 1 - stores_mid) * max(pt_step, plain) + stores_mid * max(pt_step, with_store)
-    else:
-        mid = (n - 1 - stores_mid) * (pt_step + plain) + stores_mid * (pt_step + with_store)
+    parts = store_parts(tm, tn, steps, out_fmt, active, target)
+    store = out / parts / mixed_bw + target.dma_latency_cycles
+    stores_mid = max(0, tiles - 1) * parts    # segments that also store a part of a finished tile
+
+    def segments(count, extra):
+        """``count`` middle segments, ``extra`` cycles added to each one's transfers, as the loads go."""
+        cost_ = 0.0
+        for share, load_a in ((first, True), (1 - first, False)):
+            f = fetch(mixed_bw if extra else read_bw, load_a) + extra
+            cost_ += share * count * (max(pt_step, f) if double_buffer and n > 1 else pt_step + f)
+        return cost_
+
+    mid = segments(n - 1 - stores_mid, 0.0) + segments(stores_mid, store)
     # The last segment stores alone (write bandwidth), after the last multiply.
     last = pt_step + out * active / (target.dram_write_gbps / target.clock_ghz) + target.dma_latency_cycles
-    total = plain + mid + last + n * target.barrier_latency_cycles + sync_cycles(active, target)
+    total = fetch(read_bw) + mid + last + n * target.barrier_latency_cycles + sync_cycles(active, target)
     dma = (n * loads / read_bw + tiles * tile_bytes(tm, tn, out_fmt) / mixed_bw
-           + (2 * n + tiles * (1 + len(epi_in))) * target.dma_latency_cycles)
+           + ((1 + first) * n + stores_mid + 1 + tiles * len(epi_in)) * target.dma_latency_cycles)
     return Cycles(pt=n * pt_step, dma=dma, ring=n * (ring_a + ring_b), total=total)
 
 
@@ -347,14 +389,15 @@ def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, 
 def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, fmt: str = "dlf16",
                 out_fmt: str | None = None, *, batch: int = 1, split_k: int = 1, bias: bool = False,
                 b_fmt: str | None = None, round_fmt: str | None = None,
-                colscale: str | None = None, epi_in: Sequence[str] = ()) -> tuple[int, list[Buffer]] | None:
+                colscale: str | None = None, epi_in: Sequence[str] = (),
+                resident: tuple[int, int] | None = None) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
     loads = batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk)
     for nbuf in (2, 1):
         bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
-                              round_fmt=round_fmt, colscale=colscale, epi_in=epi_in)
+                              round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
@@ -362,11 +405,11 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt, colscale,
-                  epi_in) -> int | None:
+                  epi_in, resident=None) -> int | None:
     """:func:`matmul_plan`'s buffer count, remembered: the grid search asks for the same blocks again and again
     (every grid with the same per-core block, every layer of the same shape)."""
     plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias, b_fmt=b_fmt,
-                       round_fmt=round_fmt, colscale=colscale, epi_in=epi_in)
+                       round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident)
     return None if plan is None else plan[0]
 
 
@@ -379,32 +422,40 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
               b_fmt: str | None = None, round_fmt: str | None = None,
-              colscale: str | None = None, epi_in: Sequence[str] = ()) -> tuple[tuple[int, int, int], int] | None:
+              colscale: str | None = None, epi_in: Sequence[str] = ()
+              ) -> tuple[tuple[int, int, int], int, tuple[int, int] | None] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
-    with its buffer count (2: double-buffered); None when nothing fits. Ties go to the larger tile.
+    with its buffer count (2: double-buffered) and whether A stays resident (:func:`matmul_buffers`'
+    ``resident``, None: not); None when nothing fits. Ties go to the larger tile, then to no resident A.
 
     ``force`` pins any of the three sizes (0/None: free). ``active`` is the number of cores sharing DRAM.
     ``grid`` = (gm, gn): the block's place in an M/N split, whose cores share A and B tiles over the ring
-    (costed as that kernel); None or a split-K block: the block as a one-core problem.
+    (costed as that kernel, A resident when a row has several output tiles); None or a split-K block: the
+    block as a one-core problem.
     """
     out_fmt = out_fmt or fmt
     cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt, b_fmt)
     cands = [[f] if f else c for f, c in zip(force, cands)]
+    gm, gn = grid if grid and split_k == 1 else (1, 1)
     best = None
     for tile in itertools.product(*cands):
-        nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt,
-                             colscale, tuple(epi_in))
-        if nbuf is None:
-            continue
-        gm, gn = grid if grid and split_k == 1 else (1, 1)
-        # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
-        # `active` cores.
-        c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
-                          double_buffer=nbuf == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
-                          epi_in=epi_in)
-        key = (c.total, -math.prod(tile))
-        if best is None or key < best[0]:
-            best = (key, (tuple(tile), nbuf))
+        tm, tn, tk = tile
+        modes = [None]
+        if gm * gn > 1 and nb > tn:
+            modes.append((_ceil(tm, gn), _ceil(kb, tk)))
+        for resident in modes:
+            nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt,
+                                 round_fmt, colscale, tuple(epi_in), resident)
+            if nbuf is None:
+                continue
+            # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
+            # `active` cores.
+            c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
+                              double_buffer=nbuf == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
+                              epi_in=epi_in, resident=resident is not None)
+            key = (c.total, -math.prod(tile), resident is not None)
+            if best is None or key < best[0]:
+                best = (key, (tuple(tile), nbuf, resident))
     return None if best is None else best[1]
 
 
@@ -447,7 +498,7 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
-                          b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in)
+                          b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in, resident=fit[2] is not None)
         key = (c.total, gk, active)       # ties: no K split, then fewer cores
         if best is None or key < best[0]:
             best = (key, g)

@@ -5,10 +5,11 @@
 // RUN: sed -e '/^\/\/ ERRORS/,$d' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-tile{tile-m=1024 tile-n=1024 tile-k=1024})' 2>&1 | filecheck %s --check-prefix=TOO-BIG
 // RUN: sed -e '/^\/\/ ERRORS/,$d' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-tile{tile-m=48})' 2>&1 | filecheck %s --check-prefix=UNEVEN
 
-// Per-core block 512x256x1024 (grid 2x4x1): the whole M and N block per tile, K in steps of one stick, so A
-// and B stream double-buffered against the PT array and nothing is loaded twice.
+// Per-core block 512x256x1024 (grid 2x4x1): two 512x128 output tiles, K in steps of one stick, so A and B
+// stream double-buffered against the PT array, and the first tile's store overlaps the second tile's
+// multiplies (a part of its rows per K step) instead of following the last multiply.
 // CHECK-LABEL: func.func @matmul_1024
-// CHECK: "spyre.matmul"{{.*}}spyre.tile = array<i64: 512, 256, 64>
+// CHECK: "spyre.matmul"{{.*}}spyre.tile = array<i64: 512, 128, 64>
 // FORCED-LABEL: func.func @matmul_1024
 // FORCED: "spyre.matmul"{{.*}}spyre.tile = array<i64: 128, 128, 256>
 // Forced sizes are clamped to the 512x256x1024 block, which alone needs 1 MiB (A) + 512 KiB (B) + 512 KiB (fp32
@@ -28,6 +29,27 @@ func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x
 func.func @matmul_1024_32(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16> {
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 4, 8, 1>} : (tensor<1024x1024x!spyre.dlf16>, tensor<1024x1024x!spyre.dlf16>) -> tensor<1024x1024x!spyre.dlf16>
   return %r : tensor<1024x1024x!spyre.dlf16>
+}
+
+// -----
+
+// A 4096^3 matmul on 32 cores (grid 4x8x1): a 1024x512 block per core, two rows of two 512x256 output tiles.
+// The A tiles of a row are the same for both of its tiles, so each core keeps its part of them on the
+// scratchpad (`spyre.resident_a`): A leaves device memory once. On the 1024^3 blocks above a core has one
+// tile, so nothing is resident.
+// CHECK-LABEL: func.func @matmul_4096_32
+// CHECK: "spyre.matmul"{{.*}}spyre.resident_a = true, spyre.tile = array<i64: 512, 256, 64>
+// CHECK-LABEL: func.func @matmul_4096_32_alone
+// CHECK-NOT: resident
+// CHECK: return
+func.func @matmul_4096_32(%a: tensor<4096x4096x!spyre.dlf16>, %b: tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 4, 8, 1>} : (tensor<4096x4096x!spyre.dlf16>, tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16>
+  return %r : tensor<4096x4096x!spyre.dlf16>
+}
+// A single core has no row to share: no resident A.
+func.func @matmul_4096_32_alone(%a: tensor<4096x4096x!spyre.dlf16>, %b: tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 1, 1, 1>} : (tensor<4096x4096x!spyre.dlf16>, tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16>
+  return %r : tensor<4096x4096x!spyre.dlf16>
 }
 
 // UNEVEN: error: spyre-tile: tile-m=48 does not divide the per-core block of 512

@@ -16,7 +16,7 @@ def _best(M, N, K, cores, fmt="dlf16"):
     """(grid, tile, nbuf, cycles) the way spyre-divide-work and spyre-tile choose them."""
     grid = cost.best_matmul_grid(M, N, K, cores, T, fmt)
     gm, gn, gk = grid
-    tile, nbuf = cost.best_tile(M // gm, N // gn, K // gk, T, fmt, split_k=gk, active=gm * gn * gk)
+    tile, nbuf, _ = cost.best_tile(M // gm, N // gn, K // gk, T, fmt, split_k=gk, active=gm * gn * gk)
     return grid, tile, nbuf, cost.matmul_cycles(M, N, K, grid, tile, T, fmt, double_buffer=nbuf == 2)
 
 
@@ -71,7 +71,7 @@ def test_compute_bound_when_bandwidth_is_not_shared():
     grid = cost.best_matmul_grid(1024, 1024, 1024, 32, fast)
     assert grid[0] * grid[1] * grid[2] == 32
     gm, gn, gk = grid
-    tile, nbuf = cost.best_tile(1024 // gm, 1024 // gn, 1024 // gk, fast, split_k=gk, active=32)
+    tile, nbuf, _ = cost.best_tile(1024 // gm, 1024 // gn, 1024 // gk, fast, split_k=gk, active=32)
     many = cost.matmul_cycles(1024, 1024, 1024, grid, tile, fast, double_buffer=nbuf == 2)
     assert 25 < one.total / many.total <= 32
 
@@ -103,7 +103,7 @@ def test_tiny_matmul_stays_on_one_core():
 
 def test_tiles_fit_the_scratchpad_and_the_pt_array():
     for block in [(512, 256, 1024), (256, 128, 1024), (1024, 1024, 1024), (8, 64, 64), (64, 4096, 4096)]:
-        tile, nbuf = cost.best_tile(*block, T)
+        tile, nbuf, _ = cost.best_tile(*block, T)
         assert all(b % t == 0 for b, t in zip(block, tile))
         assert all(t % 8 == 0 for t in tile)
         assert tile[1] % 64 == 0 and tile[2] % 64 == 0          # whole dlf16 sticks for DMA rows
@@ -330,3 +330,19 @@ func.func @main(%x: tensor<1024x4096x!spyre.dlf16>) -> tensor<1024x32x128x!spyre
         assert str(view.attributes["spyre.kernel"]) == '"alias"'
         assert best_cycles(op_model(view), 32, t).total == 0
         assert best_cycles(op_model(copy), 32, t).total > 0
+
+
+def test_resident_a_when_a_row_has_several_tiles():
+    """An M/N-split core walking several output tiles of a row keeps its A parts on the scratchpad when that is
+    cheaper (A read once; the plan's `ares`): a 4096^3 Linear on 32 cores, fp32 activations converted on the
+    scratchpad. Its plan fits, and the time modeled with it is below the same tile's without it."""
+    kw = dict(fmt="fp32", out_fmt="fp32", b_fmt="dlf16", round_fmt="dlf16")
+    tile, nbuf, resident = cost.best_tile(1024, 512, 4096, T, active=32, grid=(4, 8), **kw)
+    assert resident == (-(-tile[0] // 8), 4096 // tile[2])
+    names = {b.name for b in cost.matmul_plan(1024, 512, 4096, tile, T, resident=resident, **kw)[1]}
+    assert {"ares", "as", "a0", "a1"} <= names and "pa" not in names
+    args = (4096, 4096, 4096, (4, 8, 1), tile, T)
+    assert cost.matmul_cycles(*args, double_buffer=nbuf == 2, resident=True, **kw).total < \
+        cost.matmul_cycles(*args, double_buffer=nbuf == 2, **kw).total
+    # One tile per core (1024^3 on 32 cores): nothing to keep.
+    assert cost.best_tile(512, 64, 1024, T, active=32, grid=(2, 16))[2] is None

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from spyre_mlir.cost import store_parts
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
@@ -76,7 +77,12 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     used = range(ngroups * group)
     fr = Format.parse(round_fmt) if round_fmt is not None else None
     # The same offsets on every core: ring reduce needs equal addresses.
-    T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr),
+    resident = plan.has("ares")
+    if resident and not (gk == 1 and gm * gn > 1):
+        raise TileError(f"a resident A (spyre.resident_a) needs an M/N split without a K split, not grid "
+                        f"{list(grid)}")
+    T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr,
+                                              (-(-tm // gn), -(-kb // tk)) if resident else None),
                              "EPI": epi[0] if epi else None,
                              "EX": [plan.tile_at(epilogue_buffer(i), tm, tn, x.fmt) for i, x in enumerate(epi[1])]
                              if epi else []})
@@ -86,7 +92,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
         for g in range(ngroups):
             mine = [bt for bi_, bt in enumerate(batches) if bi_ * ngroups // len(batches) == g]
             _shared_group(b, T, A, B, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
-                          scale, loc, X)
+                          scale, loc, X, active=len(used))
         return list(used), (gm, gn, gk), (tm, tn, tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
@@ -150,7 +156,7 @@ def _parts(n: int, g: int) -> list[tuple[int, int]]:
 
 
 def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
-                  loc, X=()):
+                  loc, X=(), active=1):
     """One core group of an M/N-split matmul with operand sharing over the ring.
 
     Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
@@ -158,11 +164,15 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
     RING_SENDs that part to the other cores of the row (all-gather); B likewise within a grid column, in
     1/gm parts. A send lands at the group's next barrier, so the kernel runs in barrier-separated segments:
     segment s loads and exchanges the tiles of step s while the PT array multiplies step s - 1 (double
-    buffering: the two steps use different buffers; single-buffered, the loads follow the multiply). The
-    output tile of a finished step is stored in the next segment, overlapping the next multiply. Every core
+    buffering: the two steps use different buffers; single-buffered, the loads follow the multiply). A
+    finished output tile is stored over the next tile's segments, a part of its rows each, overlapping its
+    multiplies. With a resident A (the plan's ``ares``), a core keeps its part of every A tile of the current
+    row of output tiles: loaded (and converted to the PT format) for the row's first tile, sent again from the
+    scratchpad for the others, so A leaves device memory once. Every core
     multiplies exactly the tiles, in the order, of the unshared kernel, so results are bit-identical."""
     nk = -(-kb // tk)
     cores = list(range(base, base + gm * gn))
+    resident = T[base]["RES"] is not None
     steps = []
     for a0, b0, o0 in batches:
         for i in range(0, mb, tm):
@@ -174,7 +184,9 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
                     steps.append((a0, b0, o0, i, j, s * tk, rows, cols, depth, s == 0, s == nk - 1))
 
     def fetch(n):
-        """Load this core's parts of step n's A and B tiles and send them to the cores that share them."""
+        """Load this core's parts of step n's A and B tiles and send them to the cores that share them. With a
+        resident A the first tile of a row loads (and converts) the core's A part into its block of ``ares``,
+        and every tile of the row copies and sends the part from there."""
         a0, b0, _, i, j, k0, rows, cols, depth, _, _ = steps[n]
         sends = []
         for core in cores:
@@ -183,17 +195,30 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             At = _sub(t["A"][n % nbuf], rows, depth)
             Bt = _sub(t["B"][n % nbuf], depth, cols)
             lo, hi = _parts(rows, gn)[bn]
-            if hi > lo:
-                load_rows(b, core, At.row_slice(lo, hi), A, a0 + bm * mb + i + lo, k0, loc=loc)
+            part = At.row_slice(lo, hi) if hi > lo else None
+            src = part
+            if part is not None and resident:
+                prow = -(-tm // gn)
+                src = _sub(t["RES"].row_slice(k0 // tk * prow, (k0 // tk + 1) * prow), hi - lo, depth)
+                if j == 0 and t["AS"] is not None:
+                    stage = _sub(t["AS"], hi - lo, depth)
+                    load_rows(b, core, stage, A, a0 + bm * mb + i + lo, k0, loc=loc)
+                    b.sfu(core, "cast", src, stage, loc=loc)
+                elif j == 0:
+                    load_rows(b, core, src, A, a0 + bm * mb + i + lo, k0, loc=loc)
+                b.sfu(core, "cast", part, src, loc=loc)
+            elif part is not None:
+                load_rows(b, core, part, A, a0 + bm * mb + i + lo, k0, loc=loc)
             blo, bhi = _parts(depth, gm)[bm]
             if bhi > blo:
                 load_rows(b, core, Bt.row_slice(blo, bhi), B, b0 + k0 + blo, bn * nb + j, loc=loc)
-            if hi > lo and gn > 1:
-                sends.append((core, [base + bm * gn + q for q in range(gn) if q != bn], At.row_slice(lo, hi)))
+            if part is not None and gn > 1:
+                sends.append((core, [base + bm * gn + q for q in range(gn) if q != bn], part.addr, src))
             if bhi > blo and gm > 1:
-                sends.append((core, [base + q * gn + bn for q in range(gm) if q != bm], Bt.row_slice(blo, bhi)))
-        for core, peers, part in sends:
-            b.ring_send(core, peers, part.addr, part, loc=loc)
+                b_part = Bt.row_slice(blo, bhi)
+                sends.append((core, [base + q * gn + bn for q in range(gm) if q != bm], b_part.addr, b_part))
+        for core, peers, dst, src in sends:
+            b.ring_send(core, peers, dst, src, loc=loc)
 
     def multiply(n):
         _, _, o0, i, j, _, rows, cols, depth, first, fin = steps[n]
@@ -211,21 +236,34 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
                 _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, cols, loc)
             _multiply(b, core, t, At, Bt, rows, cols, depth, not first, fin, scale, loc)
 
-    def store(n):
-        _, _, o0, i, j, _, rows, cols, _, _, fin = steps[n]
-        if not fin:
-            return
-        for core in cores:
-            bm, bn = divmod(core - base, gn)
-            t = T[core]
-            store_rows(b, core, _sub(t["OF"] or t["O"], rows, cols), O, o0 + bm * mb + i, bn * nb + j, loc=loc)
+    nparts = store_parts(tm, tn, nk, (T[base]["OF"] or T[base]["O"]).fmt.key, active, b.target)
 
+    def store(f, parts=None):
+        """Store rows ``parts`` (of the plan's near-equal parts; None: all at once) of the output tile finished at
+        step ``f``."""
+        _, _, o0, i, j, _, rows, cols, _, _, _ = steps[f]
+        for lo, hi in ([(0, rows)] if parts is None else (_parts(rows, nparts)[q] for q in parts)):
+            if hi <= lo:
+                continue
+            for core in cores:
+                bm, bn = divmod(core - base, gn)
+                t = T[core]
+                store_rows(b, core, _sub(t["OF"] or t["O"], rows, cols).row_slice(lo, hi), O,
+                           o0 + bm * mb + i + lo, bn * nb + j, loc=loc)
+
+    # A finished output tile is stored a part per segment over the next tile's first segments (cost.store_parts:
+    # at most nk, so the last part precedes the multiply that overwrites the tile), its bytes sharing the DRAM
+    # with the loads instead of stalling one segment; the last tile is stored whole after the last multiply.
     S = len(steps)
+    fin = -1
     for seg in range(S + 1):
         if seg < S and nbuf > 1:
             fetch(seg)
         if seg >= 2:
-            store(seg - 2)          # before the next multiply overwrites the output tile
+            if steps[seg - 2][10]:
+                fin = seg - 2
+            if fin >= 0 and seg - 2 - fin < nparts:
+                store(fin, [seg - 2 - fin])
         if seg >= 1:
             multiply(seg - 1)
         if seg < S:
@@ -235,17 +273,23 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
     store(S - 1)
 
 
-def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr=None):
-    """The kernel's tiles, each at its planned buffer (a PlanError when the plan lacks one or it is too small)."""
-    want = {"a0": (tm, tk, fa), "b0": (tk, tn, fb), "acc": (tm, tn, Format.FP32), "out": (tm, tn, fr or fo)}
-    if pa is not fa:
+def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr=None, resident=None):
+    """The kernel's tiles, each at its planned buffer (a PlanError when the plan lacks one or it is too small).
+    ``resident`` (part rows, K steps): A tiles in the PT format, ``ares`` and the staging ``as``."""
+    want = {"a0": (tm, tk, pa if resident else fa), "b0": (tk, tn, fb), "acc": (tm, tn, Format.FP32),
+            "out": (tm, tn, fr or fo)}
+    if resident:
+        want["ares"] = (resident[0] * resident[1], tk, pa)
+        if pa is not fa:
+            want["as"] = (resident[0], tk, fa)
+    elif pa is not fa:
         want["pa"] = (tm, tk, pa)
     if pb is not fb:
         want["pb"] = (tk, tn, pb)
     if fr is not None:
         want["outf"] = (tm, tn, fo)
     if nbuf == 2:
-        want.update(a1=(tm, tk, fa), b1=(tk, tn, fb))
+        want.update(a1=want["a0"], b1=(tk, tn, fb))
     if gk > 1:
         want["red"] = (tm, tn, Format.FP32)
     if bias is not None:
@@ -253,8 +297,8 @@ def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscal
     if colscale is not None:
         want["colscale"] = (1, tn, colscale.fmt)
     tiles = {k: plan.tile_at(k, r, c, f) for k, (r, c, f) in want.items()}
-    return {"A": [tiles["a0"]] + ([tiles["a1"]] if nbuf == 2 else []),
-            "B": [tiles["b0"]] + ([tiles["b1"]] if nbuf == 2 else []), "PA": tiles.get("pa"),
+    return {"A": [tiles["a0"]] + ([tiles["a1"]] if nbuf == 2 else []), "RES": tiles.get("ares"),
+            "AS": tiles.get("as"), "B": [tiles["b0"]] + ([tiles["b1"]] if nbuf == 2 else []), "PA": tiles.get("pa"),
             "PB": tiles.get("pb"), "C": tiles["acc"], "R": tiles.get("red"), "O": tiles["out"],
             "OF": tiles.get("outf"), "BI": tiles.get("bias"), "CS": tiles.get("colscale")}
 
