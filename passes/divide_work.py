@@ -7,8 +7,10 @@ Every device op (a spyre op other than host/yield, not nested in a spyre.host) g
 * every other op is row-wise, `[gr]` over the flattened leading dimensions (the innermost dimension, and for
   softmax / layernorm / reduce every dimension from the normalized or reduced one on, stays whole on a core).
 
-Splits are even and stick-aligned (M in multiples of the PT rows, N and K in whole sticks, see
-`spyre_mlir.cost`), the product is at most N (default: the target's cores) and each core's slice of device
+Splits are stick-aligned and even (M in multiples of the PT rows, N and K in whole sticks, see
+`spyre_mlir.cost`), except that a matmul's N may split ragged when no even split in sticks exists (an MLP's
+hidden 688 = 10.75 sticks: `cost.n_block`, every core ceil(N / gn) rounded up to sticks but the last, which
+takes the rest; one tile column per core and no K split), the product is at most N (default: the target's cores) and each core's slice of device
 memory stays within the target's 256 MB span. Among the legal divisions the cost model picks the cheapest, so
 a tiny op stays on one core (DRAM bandwidth is shared, and every core pays its own transfers and the barrier
 at the op's end) and K is split only when M and N cannot use the cores. An M/N-split matmul is costed as the

@@ -123,6 +123,17 @@ class OpModel:
         """A matmul grid as (gb, gm, gn, gk)."""
         return tuple(grid) if self.batched else (1, *grid)
 
+    def block(self, grid, target: Target) -> tuple[int, int, int]:
+        """A matmul core's (M, N, K) block on ``grid``: N possibly a ragged split (cost.n_block, the busiest
+        core's columns); a PassError when the grid does not split N in whole sticks."""
+        _, gm, gn, gk = self.grid4(grid)
+        nb = cost.n_block(self.N, gn, cost.n_quantum(self.fmt, self.out_fmt, self.b_fmt, target))
+        if nb is None or (nb * gn != self.N and gk > 1):
+            raise PassError(f"grid {list(grid)} does not split N = {self.N} of '{self.op.name}' into blocks of whole "
+                            f"sticks{' (a ragged N split needs no K split)' if nb is not None else ''}",
+                            self.op.location)
+        return self.M // gm, nb, self.K // gk
+
 
 def op_model(op: ir.Operation) -> OpModel:
     """The model of the kernel spyre-select-kernels chose for `op` (its `spyre.kernel`)."""
@@ -526,7 +537,7 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
     if model.kind == "matmul":
         gb, gm, gn, gk = model.grid4(grid)
         tm, tn, tk = tile[-3:]
-        return cost.matmul_plan(model.M // gm, model.N // gn, model.K // gk, (tm, tn, tk), target, model.fmt,
+        return cost.matmul_plan(*model.block(grid, target), (tm, tn, tk), target, model.fmt,
                                 model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                 epi_in=model.epi_in, resident=_resident(model, grid, tile))
@@ -543,7 +554,9 @@ def check_rank(model: OpModel, values: list[int], attr: str) -> None:
     if attr != GRID:
         return
     if model.kind == "matmul":
-        dims = (model.B, model.M, model.N, model.K)[-want:]
+        # N may split ragged (OpModel.block checks it with the target's sticks).
+        dims = (model.B, model.M, 1, model.K)[-want:]
+        values = list(values[:-2]) + [1, values[-1]]
     elif model.kind == "conv":
         dims = (model.conv.n, model.conv.f, model.conv.oh)
     else:
@@ -563,10 +576,11 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
         return cost.Cycles()                # a view of its operand's bytes / applied by its producer's kernel
     if model.kind == "matmul":
         gb, gm, gn, gk = model.grid4(grid)
-        fit = cost.best_tile(model.M // gm, model.N // gn, model.K // gk, target, model.fmt, model.out_fmt,
+        mb, nb, kb = model.block(grid, target)
+        fit = cost.best_tile(mb, nb, kb, target, model.fmt, model.out_fmt,
                              batch=model.B // gb, split_k=gk, bias=model.bias, active=gb * gm * gn * gk,
                              grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                             epi_in=model.epi_in)
+                             epi_in=model.epi_in, force=(None, nb if nb * gn != model.N else None, None))
         if fit is None:
             return None
         return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,

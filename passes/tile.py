@@ -69,8 +69,12 @@ class TilePass(SpyrePass):
         op = model.op
         if model.kind == "matmul":
             gb, gm, gn, gk = model.grid4(grid)
-            block = (model.M // gm, model.N // gn, model.K // gk)
+            block = model.block(grid, target)
             force = _force(op, block, (self.tile_m, self.tile_n, self.tile_k), ("tile-m", "tile-n", "tile-k"))
+            ragged = block[1] * gn != model.N
+            if ragged and force[1] not in (None, block[1]):
+                raise PassError(f"tile-n={force[1]}: a ragged N split ({gn} blocks of {block[1]} columns, the "
+                                f"last shorter) is walked as one tile column", op.location)
             if model.whole is not None and not any(force):
                 # A card's share (spyre-partition-cards): the whole op's tile, so every core computes the same
                 # tile shapes in the same accumulation order as on one card (bit-identical results).
@@ -88,10 +92,13 @@ class TilePass(SpyrePass):
                 # (results bit-identical); M and N tiles are free.
                 ref = model.reference()
                 rfit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, batch=model.B // gb, split_k=gk,
-                                      bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
+                                      bias=model.bias, active=gb * gm * gn * gk, grid=(gm, gn),
+                                      force=(force[0], block[1] if ragged else force[1], force[2]),
                                       b_fmt=ref.b_fmt, colscale=model.colscale, epi_in=model.epi_in)
                 if rfit is not None:
                     force = (force[0], force[1], rfit[0][2])
+            if ragged:                          # one tile column per core
+                force = (force[0], block[1], force[2])
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
                                  bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,

@@ -49,7 +49,7 @@ from spyre_mlir.target import Target
 
 __all__ = [
     "Buffer", "Cycles", "pack", "footprint", "nbuf_for", "stick_elems", "divisors",
-    "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
+    "n_block", "n_quantum", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
@@ -63,6 +63,24 @@ FP32 = "fp32"
 def stick_elems(fmt: str, target: Target) -> int:
     """Elements of ``fmt`` in one stick (64 dlf16, 32 fp32, 128 fp8/int8)."""
     return target.stick_bytes * 8 // Format.parse(fmt).bits
+
+
+def n_block(N: int, gn: int, quantum: int) -> int | None:
+    """Columns of a core's block when ``gn`` cores split a matmul's N: N / gn when that is whole ``quantum``s
+    (sticks of B and the result), else a ragged split, ceil(N / gn) rounded up to whole quanta on every core
+    but the last, which takes the (non-empty) rest; None when neither exists. A ragged block is walked as one
+    output tile column (the cores of an M/N split step in lock-step)."""
+    if gn == 1:
+        return N
+    if N % gn == 0 and (N // gn) % quantum == 0:
+        return N // gn
+    nb = _ceil(_ceil(N, gn), quantum) * quantum
+    return nb if (gn - 1) * nb < N else None
+
+
+def n_quantum(fmt: str, out_fmt: str, b_fmt: str | None, target: Target) -> int:
+    """The N split's quantum: whole sticks of B and of the result."""
+    return max(stick_elems(b_fmt or fmt, target), stick_elems(out_fmt or fmt, target))
 
 
 def divisors(n: int) -> list[int]:
@@ -233,6 +251,8 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     out_fmt = out_fmt or fmt
     b_fmt = b_fmt or fmt
     bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
+    if N % gn:          # a ragged split: the busiest core's block
+        nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target)) or nb
     tm, tn, tk = tile or (mb, nb, kb)
     tiles = bb * _ceil(mb, tm) * _ceil(nb, tn)
     steps = _ceil(kb, tk)
@@ -462,13 +482,17 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
 def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str, out_fmt: str,
                   allow_k: bool, b_fmt: str | None = None):
     qm = target.pt_rows
-    qn = max(stick_elems(b_fmt or fmt, target), stick_elems(out_fmt, target))
+    qn = n_quantum(fmt, out_fmt, b_fmt, target)
     qk = stick_elems(fmt, target)
     for gb in divisors(B):
         for gm in (d for d in divisors(M) if _split_ok(M, d, qm)):
-            for gn in (d for d in divisors(N) if _split_ok(N, d, qn)):
+            for gn in range(1, cores // (gb * gm) + 1):
+                nb = n_block(N, gn, qn)
+                if nb is None:
+                    continue
                 for gk in (d for d in divisors(K) if _split_ok(K, d, qk) and (allow_k or d == 1)):
-                    if gb * gm * gn * gk <= cores:
+                    # A ragged N split only without a K split (the M/N kernel's lock-step).
+                    if gb * gm * gn * gk <= cores and (nb * gn == N or gk == 1):
                         yield gb, gm, gn, gk
 
 
@@ -476,8 +500,9 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
                            out_fmt: str | None = None, bias: bool = False, b_fmt: str | None = None,
                            round_fmt: str | None = None, colscale: str | None = None, split_k: int | None = None,
                            split_m: int | None = None, epi_in: Sequence[str] = ()) -> tuple[int, int, int, int] | None:
-    """The cheapest (gb, gm, gn, gk) with product <= cores, even stick-aligned splits (M in multiples of the PT
-    rows, N in whole sticks of B and the result, K in whole sticks of A), each core's span within the target's
+    """The cheapest (gb, gm, gn, gk) with product <= cores, stick-aligned splits (M evenly in multiples of the PT
+    rows, N in whole sticks of B and the result, evenly or ragged (:func:`n_block`, one tile column per core),
+    K evenly in whole sticks of A), each core's span within the target's
     ``core_span_bytes``, and a tile that fits. K is split only when the batch, M and N together cannot use
     every core; ``split_k`` and ``split_m`` force the K and M splits (a card's share of a matmul keeps the whole
     op's, so each core computes the same tiles). None when no division keeps each core's span in range."""
@@ -492,9 +517,10 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
         if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt) > target.core_span_bytes:
             continue
         active = gb * gm * gn * gk
-        fit = best_tile(M // gm, N // gn, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
+        nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target))
+        fit = best_tile(M // gm, nb, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
                         active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale,
-                        epi_in=epi_in)
+                        epi_in=epi_in, force=(None, nb if nb * gn != N else None, None))
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,

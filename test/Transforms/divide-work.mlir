@@ -28,6 +28,20 @@ func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x
 
 // -----
 
+// N = 688 (an MLP's hidden size) is 10.75 sticks: no even split in whole sticks, so N splits ragged, every
+// core's block ceil(688 / gn) rounded up to whole sticks but the last, which takes the rest: 11 blocks of one
+// stick (the last 48 columns) with 2 row blocks on 32 cores, 4 blocks of 192 (the last 112) on 4.
+// CHECK-LABEL: func.func @ragged_n
+// CHECK: "spyre.matmul"{{.*}}spyre.grid = array<i64: 2, 11, 1>
+// FOUR-LABEL: func.func @ragged_n
+// FOUR: "spyre.matmul"{{.*}}spyre.grid = array<i64: 1, 4, 1>
+func.func @ragged_n(%a: tensor<128x256x!spyre.dlf16>, %b: tensor<256x688x!spyre.dlf16>) -> tensor<128x688x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<128x256x!spyre.dlf16>, tensor<256x688x!spyre.dlf16>) -> tensor<128x688x!spyre.dlf16>
+  return %r : tensor<128x688x!spyre.dlf16>
+}
+
+// -----
+
 // An embedding lookup in a table larger than a core's 256 MB span (Granite-3.3-8B's: 49159 x 4096 f32): no device
 // kernel gathers, the runtime's host gather reads the table, so the op gets no grid whatever the table's size.
 // CHECK-LABEL: func.func @big_embedding

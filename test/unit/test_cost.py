@@ -85,13 +85,26 @@ def test_k_split_only_when_m_and_n_cannot_use_the_cores():
 
 
 @pytest.mark.parametrize("M,N,K", [(1024, 1024, 1024), (64, 64, 64), (8, 4096, 4096), (200, 192, 96),
-                                   (4096, 64, 4096), (1000, 1024, 1000)])
-def test_grids_are_even_and_stick_aligned(M, N, K):
+                                   (4096, 64, 4096), (1000, 1024, 1000), (128, 688, 256), (1000, 1000, 1000)])
+def test_grids_are_stick_aligned(M, N, K):
+    """M and K split evenly (M in PT rows, K in sticks); N in whole sticks, evenly or ragged (every block but the
+    last ceil(N / gn) rounded up to sticks, the last the non-empty rest) and then without a K split."""
     gm, gn, gk = cost.best_matmul_grid(M, N, K, 32, T)
     assert gm * gn * gk <= 32
     assert M % gm == 0 and (gm == 1 or (M // gm) % 8 == 0)
-    assert N % gn == 0 and (gn == 1 or (N // gn) % 64 == 0)
     assert K % gk == 0 and (gk == 1 or (K // gk) % 64 == 0)
+    nb = cost.n_block(N, gn, 64)
+    assert nb is not None and (gn == 1 or nb % 64 == 0) and 0 < N - (gn - 1) * nb <= nb
+    assert nb * gn == N or gk == 1
+
+
+def test_ragged_n_split():
+    """688 = 10.75 sticks: no even split in sticks but 1; ragged ones for 2, 3, 4, 6 and 11 cores, none for 5,
+    7 or 8 (a core would get nothing). The decoder MLP's [128, 256] @ [256, 688] uses one."""
+    assert [g for g in range(1, 13) if cost.n_block(688, g, 64)] == [1, 2, 3, 4, 6, 11]
+    assert cost.n_block(688, 11, 64) == 64 and cost.n_block(688, 4, 64) == 192
+    assert cost.n_block(1024, 8, 64) == 128              # even splits stay even
+    assert cost.best_matmul_grid(128, 688, 256, 32, T)[1] > 1
 
 
 def test_tiny_matmul_stays_on_one_core():

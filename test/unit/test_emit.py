@@ -103,6 +103,33 @@ func.func @main(%a: {ta}, %b: {tb}) -> tensor<{M}x{N}xf32> {{
     assert saved == a_bytes * (passes - 1)
 
 
+@pytest.mark.parametrize("N, grid, resident", [(176, (2, 3, 1), False), (688, (4, 6, 1), False),
+                                               (688, (1, 11, 1), True), (176, (1, 2, 1), False)])
+def test_matmul_ragged_n_split(N, grid, resident):
+    """N in whole sticks that no even split of the cores takes (176 = 2.75 sticks, 688 = 10.75): a ragged split
+    gives every core ceil(N / gn) rounded up to whole sticks but the last, which takes the rest (one tile column
+    per core). Bit-identical to the same tiles walked by one grid column, and to numpy within dlf16's bound."""
+    M, K = 32, 128
+    gm, gn, _ = grid
+    nb = -(-(-(-N // gn)) // 64) * 64
+    t = lambda g, tile: (f", spyre.grid = array<i64: {', '.join(map(str, g))}>, "  # noqa: E731
+                         f"spyre.tile = array<i64: {', '.join(map(str, tile))}>")
+    text = f"""
+func.func @main(%a: tensor<{M}x{K}x!spyre.dlf16>, %b: tensor<{K}x{N}x!spyre.dlf16>) -> tensor<{M}x{N}xf32> {{
+  %r = "spyre.matmul"(%a, %b) {{operandSegmentSizes = array<i32: 1, 1, 0>{{attrs}}}} : (tensor<{M}x{K}x!spyre.dlf16>, tensor<{K}x{N}x!spyre.dlf16>) -> tensor<{M}x{N}xf32>
+  return %r : tensor<{M}x{N}xf32>
+}}"""
+    from spyre_mlir.runtime.formats import dlf16_round
+
+    a, b = dlf16_round(rand(M, K)), dlf16_round(rand(K, N))
+    tile = (M // gm // (2 if resident else 1), nb, 64)
+    ragged = t(grid, tile) + (", spyre.resident_a = true" if resident else "")
+    (y,), em, _ = run(text.replace("{attrs}", ragged), [a, b], cores=gm * gn, numerics="faithful")
+    (y1,), _, _ = run(text.replace("{attrs}", t((gm, 1, 1), tile)), [a, b], cores=gm, numerics="faithful")
+    assert np.array_equal(y, y1)
+    assert np.all(np.abs(y - a @ b) <= 2.0**-8 * (np.abs(a) @ np.abs(b)) + 1e-5)
+
+
 def test_matmul_faithful_dlf16_bound():
     """Faithful numerics: inputs round to dlf16 (2^-10 relative each), the PT array accumulates in fp32, the
     fp32 output is not rounded again, so |err| <= 2 * 2^-10 * sum_k |a||b| (+ fp32 noise)."""

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from spyre_mlir.cost import store_parts
+from spyre_mlir.cost import n_block, store_parts
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
@@ -56,7 +56,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
     grid, tile = plan.grid[-3:], plan.tile[-3:]
-    if not _grid_ok(grid, M, N, K, cores, se_n, se_k):
+    nb = _grid_ok(grid, M, N, K, cores, se_n, se_k)
+    if nb is None:
         raise TileError(f"the plan's grid {list(grid)} does not split the {M}x{N}x{K} matmul into blocks of "
                         f"whole sticks on at most {cores} cores")
     gm, gn, gk = grid
@@ -65,12 +66,12 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     if ngroups > len(batches) or ngroups * group > cores:
         raise TileError(f"the plan's grid {list(plan.grid)} does not split {len(batches)} batches over at most "
                         f"{cores} cores")
-    mb, nb, kb = M // gm, N // gn, K // gk
+    mb, kb = M // gm, K // gk
     nbuf = plan.nbuf
     if (tile[1] < nb and tile[1] % se_n) or (tile[2] < kb and tile[2] % se_k) \
-            or tile[0] > mb or tile[1] > nb or tile[2] > kb:
+            or tile[0] > mb or tile[1] > nb or tile[2] > kb or (nb * gn != N and tile[1] != nb):
         raise TileError(f"the plan's tile {list(tile)} is not a tile of the {mb}x{nb}x{kb} per-core block in "
-                        f"whole sticks")
+                        f"whole sticks{'' if nb * gn == N else ' (a ragged N split takes one tile column)'}")
     tm, tn, tk = tile
     pa = fa if fa in PT_FORMATS else Format.DLF16
     pb = fb if fb in PT_FORMATS else Format.DLF16
@@ -92,7 +93,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
         for g in range(ngroups):
             mine = [bt for bi_, bt in enumerate(batches) if bi_ * ngroups // len(batches) == g]
             _shared_group(b, T, A, B, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
-                          scale, loc, X, active=len(used))
+                          scale, loc, X, active=len(used), N=N)
         return list(used), (gm, gn, gk), (tm, tn, tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
@@ -156,7 +157,7 @@ def _parts(n: int, g: int) -> list[tuple[int, int]]:
 
 
 def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
-                  loc, X=(), active=1):
+                  loc, X=(), active=1, N=None):
     """One core group of an M/N-split matmul with operand sharing over the ring.
 
     Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
@@ -173,6 +174,12 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
     nk = -(-kb // tk)
     cores = list(range(base, base + gm * gn))
     resident = T[base]["RES"] is not None
+    N = gn * nb if N is None else N
+
+    def width(bn, j, cols):
+        """The columns of the step's tile on grid column ``bn`` (fewer on the last one of a ragged split)."""
+        return min(cols, N - (bn * nb + j))
+
     steps = []
     for a0, b0, o0 in batches:
         for i in range(0, mb, tm):
@@ -193,7 +200,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             bm, bn = divmod(core - base, gn)
             t = T[core]
             At = _sub(t["A"][n % nbuf], rows, depth)
-            Bt = _sub(t["B"][n % nbuf], depth, cols)
+            Bt = _sub(t["B"][n % nbuf], depth, width(bn, j, cols))
             lo, hi = _parts(rows, gn)[bn]
             part = At.row_slice(lo, hi) if hi > lo else None
             src = part
@@ -226,6 +233,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             bm, bn = divmod(core - base, gn)
             t = T[core]
             c0 = bn * nb + j
+            cols = width(bn, j, steps[n][7])
             At = _sub(t["A"][n % nbuf], rows, depth)
             Bt = _sub(t["B"][n % nbuf], depth, cols)
             if fin and t["BI"] is not None:
@@ -248,7 +256,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             for core in cores:
                 bm, bn = divmod(core - base, gn)
                 t = T[core]
-                store_rows(b, core, _sub(t["OF"] or t["O"], rows, cols).row_slice(lo, hi), O,
+                store_rows(b, core, _sub(t["OF"] or t["O"], rows, width(bn, j, cols)).row_slice(lo, hi), O,
                            o0 + bm * mb + i + lo, bn * nb + j, loc=loc)
 
     # A finished output tile is stored a part per segment over the next tile's first segments (cost.store_parts:
@@ -303,10 +311,13 @@ def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscal
             "OF": tiles.get("outf"), "BI": tiles.get("bias"), "CS": tiles.get("colscale")}
 
 
-def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> bool:
+def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> int | None:
+    """A core's N block (cost.n_block: even, or ragged without a K split) when the grid splits the matmul."""
     gm, gn, gk = grid
-    return (gm * gn * gk <= cores and M % gm == 0 and N % gn == 0 and K % gk == 0
-            and (gn == 1 or (N // gn) % se_n == 0) and (gk == 1 or (K // gk) % se_k == 0))
+    nb = n_block(N, gn, se_n)
+    ok = (nb is not None and gm * gn * gk <= cores and M % gm == 0 and K % gk == 0
+          and (gk == 1 or (K // gk) % se_k == 0) and (nb * gn == N or gk == 1))
+    return nb if ok else None
 
 
 def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc):
