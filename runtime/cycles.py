@@ -25,7 +25,9 @@ file, read by ``spyre_mlir/cost.py`` too):
   slower input format), + pt_latency_cycles.
 * SFU: elements x ``sfu_cycles(class)`` / SFU lanes per core, + sfu_latency_cycles; row reductions are
   "simple".
-* RING: bytes / ring_bytes_per_cycle + hops (send) or group size - 1 (reduce) x hop_latency_cycles.
+* RING: bytes / ring_bytes_per_cycle + hops (send: to the farthest destination) or group size - 1 (reduce) x
+  hop_latency_cycles. A multicast sends its copies back to back: every copy's bytes, but only the last copy's
+  travel is exposed (the copies before it travel while the next ones are sent).
 * HOST: bytes / host link bandwidth + host_latency_cycles (the data goes to the host and back).
 """
 
@@ -227,7 +229,7 @@ def _duration(ins, C: int, target, gbps: dict, share: dict, per_cycle: float) ->
     if op is Op.REDUCE:
         return ins.elems * target.sfu_cycles("simple") / lanes + target.sfu_latency_cycles
     if op is Op.RING_SEND:           # a multicast as its copies one after another
-        hops = sum(min(d, C - d) for d in (abs(p - ins.core) for p in ins.send[0]))
+        hops = max(min(d, C - d) for d in (abs(p - ins.core) for p in ins.send[0]))
         return ins.nbytes / target.ring_bytes_per_cycle + hops * target.hop_latency_cycles
     if op is Op.RING_REDUCE:
         return (ins.nbytes / target.ring_bytes_per_cycle

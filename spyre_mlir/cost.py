@@ -53,7 +53,7 @@ __all__ = [
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
-    "store_parts", "ConvKernel", "conv_buffers", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
+    "store_parts", "ConvKernel", "conv_buffers", "conv_shares", "pool_sel_name", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
     "best_conv_tile",
 ]
 
@@ -759,6 +759,12 @@ class ConvKernel:
         return self.kw * (self.kh // self.rows_per_product)
 
 
+def pool_sel_name(j: int) -> str:
+    """The conv kernel's buffer for the pool's column selection of window column ``j`` (letters: names ending
+    in 0 and 1 are double buffers)."""
+    return "psel" + chr(ord("a") + j)
+
+
 def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buffer]:
     """a0 a1: input patch [input rows x channels, w]; b0 b1: filters [products x tf, rows_per_product x
     channels] (one block per product); pa pb: their DLFloat16 copies when the data is in a format the PT array
@@ -776,11 +782,11 @@ def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buff
     if k.bias:
         bufs.append(Buffer("bias", tile_bytes(tf, 1, FP32)))
     if k.pool:
-        # psel0 psel1...: the 0/1 column selections [ow, pooled ow] (one per window column, loaded once); pct
+        # psela pselb...: the 0/1 column selections [ow, pooled ow] (one per window column, loaded once); pct
         # (a selection's product) and pres (the window so far) fp32 and pout (the stored tile) [pooled rows x tf,
         # pooled ow].
         rows = k.stored_rows(toh) * tf
-        bufs += [Buffer(f"psel{j}", tile_bytes(k.ow, k.pool_ow, k.out_fmt)) for j in range(k.pool[1])]
+        bufs += [Buffer(pool_sel_name(j), tile_bytes(k.ow, k.pool_ow, k.out_fmt)) for j in range(k.pool[1])]
         bufs += [Buffer("pct", tile_bytes(rows, k.pool_ow, FP32)), Buffer("pres", tile_bytes(rows, k.pool_ow, FP32)),
                  Buffer("pout", tile_bytes(rows, k.pool_ow, k.pool_fmt))]
     return bufs
@@ -808,8 +814,10 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
         sfu += (tiles * (k.in_rows(toh) * k.in_channels(tf) * k.w) + nft * k.products * tf * depth) * simple / lanes
         sfu += (tiles + nft) * target.sfu_latency_cycles
     bufs = {b.name: b.nbytes for b in conv_buffers(k, (1, tf, toh), 1)}
-    moved = tiles * (bufs["a0"] + bufs["out"]) + nft * (bufs["b0"] + bufs.get("bias", 0))
-    transfers = 2 * tiles + nft * (1 + k.bias)
+    consts = bufs["b0"] + bufs.get("bias", 0)                  # per filter tile
+    sel = k.pool[1] * bufs[pool_sel_name(0)] if k.pool else 0           # once per core
+    moved = tiles * (bufs["a0"] + bufs["out"])
+    transfers = 2 * tiles
     if k.pool:
         ph, pw = k.pool
         prow = k.stored_rows(toh)
@@ -817,11 +825,34 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
                                   / pt_rate(target, _pt_fmt(k.out_fmt)) + target.pt_latency_cycles)
         combines = ph * pw + k.pool_avg + 1          # the window's cells, the average's scale, the rounding
         sfu += tiles * combines * (prow * tf * k.pool_ow * simple / lanes + target.sfu_latency_cycles)
-        moved += tiles * (bufs["pout"] - bufs["out"]) + pw * bufs["psel0"]
-        transfers += pw
-    dma = moved / _bytes_per_cycle(target, active or gn * gf * goh) + transfers * target.dma_latency_cycles
+        moved += tiles * (bufs["pout"] - bufs["out"])
+    cores = gn * gf * goh
+    bw = _bytes_per_cycle(target, active or cores)
+    ring = pre = 0.0
+    if conv_shares(k, grid, tile):
+        # Each core loads its part of the constants and multicasts it (a copy per destination), one barrier.
+        g = gn * goh
+        parts = (1 + k.bias) + (k.pool[1] if k.pool else 0)
+        ring = ((g - 1) * (consts / g / target.ring_bytes_per_cycle + target.hop_latency_cycles)
+                + (cores - 1) * (sel / cores / target.ring_bytes_per_cycle + target.hop_latency_cycles))
+        pre = (consts / g + sel / cores) / bw + parts * target.dma_latency_cycles + ring \
+            + target.barrier_latency_cycles
+        dma = moved / bw + transfers * target.dma_latency_cycles
+        return Cycles(pt=pt, sfu=sfu, dma=dma + pre - ring, ring=ring,
+                      total=pre + _overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(cores, target))
+    moved += nft * consts + sel
+    transfers += nft * (1 + k.bias) + (k.pool[1] if k.pool else 0)
+    dma = moved / bw + transfers * target.dma_latency_cycles
     return Cycles(pt=pt, sfu=sfu, dma=dma,
-                  total=_overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(gn * gf * goh, target))
+                  total=_overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(cores, target))
+
+
+def conv_shares(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> bool:
+    """Whether the conv kernel shares its constants over the ring (``codegen/kernels/conv.py``): on several cores
+    each with one filter tile, the cores of a filter block load a part of its filters and bias each and
+    multicast it, all cores likewise the pool's selections, once before the loop."""
+    gn, gf, goh = grid
+    return gn * gf * goh > 1 and tile[1] == _ceil(k.f, gf)
 
 
 def conv_span(k: ConvKernel, grid: Sequence[int]) -> int:

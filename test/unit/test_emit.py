@@ -10,6 +10,7 @@ import pytest
 from spyre_mlir import codegen
 from spyre_mlir.context import make_context
 from spyre_mlir.runtime import load_bytes
+from spyre_mlir.runtime.formats import dlf16_round
 from spyre_mlir.runtime.isa import Op
 from spyre_mlir.target import load_target
 
@@ -471,6 +472,21 @@ def test_conv2d_on_the_pt_array(C, F, G, S, D, P, plan):
     ref = _conv2d(x, wq, bq, attrs)
     bound = 2.0**-9 * (_conv2d(np.abs(x), np.abs(wq), np.abs(bq), attrs)) + 1e-6
     assert np.all(np.abs(y - ref) <= bound)
+
+
+def test_conv_shares_its_filters_over_the_ring():
+    """With one filter tile per core, the cores of a filter block read the filters and bias from device memory
+    once: each loads a part and multicasts it. On 3 and 6 cores the program reads exactly the bytes the 1-core
+    program reads (the same patches), the rest crosses the ring, and the result is bit-identical."""
+    x, w, bias = dlf16_round(rand(2, 8, 9, 10)), rand(16, 8, 3, 3), rand(16)
+    reads, outs = {}, {}
+    for g in [(1, 1, 1), (1, 1, 3), (2, 1, 3)]:
+        plan = f", spyre.grid = array<i64: {', '.join(map(str, g))}>, spyre.tile = array<i64: 1, 16, 3>"
+        text = CONV.format(C=8, F=16, CG=8, G=1, S=1, D=1, P="1, 1, 1, 1", OH=9, OW=10, PLAN=plan)
+        (outs[g],), _, exe = run(text, [x], cores=6, params={"w": w, "b": bias}, numerics="faithful")
+        reads[g] = (exe.static_profile.dram_read_bytes, exe.static_profile.ring_bytes > 0)
+    assert reads[(1, 1, 3)] == reads[(2, 1, 3)] == (reads[(1, 1, 1)][0], True)
+    assert np.array_equal(outs[(1, 1, 3)], outs[(1, 1, 1)]) and np.array_equal(outs[(2, 1, 3)], outs[(1, 1, 1)])
 
 
 def test_conv_applies_its_relu_before_the_store():

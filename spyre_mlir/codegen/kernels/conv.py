@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spyre_mlir import cost
 from spyre_mlir.runtime.formats import Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
@@ -146,6 +147,12 @@ def _conv_plan(op, target, known):
     return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, groups=groups)
 
 
+def _row_parts(rows: int, n: int) -> list[tuple[int, int]]:
+    """Rows [lo, hi) of ``n`` near-equal parts of ``rows`` (trailing parts may be empty)."""
+    chunk = -(-rows // n)
+    return [(min(rows, q * chunk), min(rows, (q + 1) * chunk)) for q in range(n)]
+
+
 def _filters(wv, k, tf):
     """The weights as the kernel multiplies them: per filter tile t, per product (kernel column j, kernel-row
     group ig), the block [tf, rows_per_product x in_channels(tf)] with columns (kernel row, channel of the
@@ -231,7 +238,7 @@ def emit_conv2d(em, op, loc):
             psel.append(const(f"psel{j}", m, O.fmt))
         PCT, PRES = kp.tile_at("pct", prow * tf, POW, "fp32"), kp.tile_at("pres", prow * tf, POW, "fp32")
         POUT = kp.tile_at("pout", prow * tf, POW, P.fmt)
-        PSEL = [kp.tile_at(f"psel{j}", k.ow, POW, O.fmt) for j in range(pw)]
+        PSEL = [kp.tile_at(cost.pool_sel_name(j), k.ow, POW, O.fmt) for j in range(pw)]
 
     def store(core, n, f0, oh0):
         if pool is None:                # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
@@ -256,8 +263,28 @@ def emit_conv2d(em, op, loc):
         pitch, PH = POUT.pitch, OH // ph        # rows (q, f) -> pooled rows (n, f0 + f, oh0 / ph + q)
         b.dma_store(core, P.addr + ((n * k.f + f0) * PH + oh0 // ph) * pitch, POUT.addr, (prow, tf, pitch),
                     (pitch, PH * pitch), (tf * pitch, pitch), loc=loc)
+    # With one filter tile per core (cost.conv_shares), the constants the cores need alike are read from device
+    # memory once: each core of a group loads a part of their rows and multicasts it to the others, delivered at
+    # one barrier before the loop: the filters and bias across the cores of a filter block, the pool's
+    # selections across all cores.
+    shared = cost.conv_shares(k, kp.grid, kp.tile)
+    if shared:
+        parts = []
+        for bj in range(gf):
+            group = [c for c in range(kp.cores) if (c % (gf * goh)) // goh == bj]
+            parts.append((group, B[0], W, bj * fb // tf * nprod * tf))
+            if BI is not None:
+                parts.append((group, BI, BC, bj * fb))
+        parts += [(list(range(kp.cores)), t, src, 0) for t, src in zip(PSEL, psel)] if pool is not None else []
+        for group, t, src, row0 in parts:
+            for q, (lo, hi) in enumerate(_row_parts(t.rows, len(group))):
+                if hi > lo:
+                    load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
+                    b.ring_send(group[q], [c for c in group if c != group[q]], t.row_slice(lo, hi).addr,
+                                t.row_slice(lo, hi), loc=loc)
+        b.barrier(range(kp.cores), loc=loc)
     for core in range(kp.cores):
-        if pool is not None:
+        if pool is not None and not shared:
             for t, src in zip(PSEL, psel):
                 load_rows(b, core, t, src, 0, loc=loc)
         bi, rest = divmod(core, gf * goh)
@@ -269,7 +296,7 @@ def emit_conv2d(em, op, loc):
 
         def load(i, core=core, tiles=tiles, first=first, wslot=wslot):
             f0, n, oh0 = tiles[i]
-            if first[i]:
+            if first[i] and not shared:
                 load_rows(b, core, B[wslot[i] % kp.nbuf], W, f0 // tf * nprod * tf, loc=loc)
             a = A[i % kp.nbuf]
             p0 = oh0 * sh - pt                  # input row of the patch's first row (negative: padding)
@@ -285,7 +312,7 @@ def emit_conv2d(em, op, loc):
 
         def work(i, core=core, tiles=tiles, first=first, wslot=wslot):
             f0, n, oh0 = tiles[i]
-            if first[i] and BI is not None:
+            if first[i] and BI is not None and not shared:
                 load_rows(b, core, BI, BC, f0, loc=loc)
             a, wt = A[i % kp.nbuf], B[wslot[i] % kp.nbuf]
             if convert:
