@@ -191,9 +191,10 @@ class _Folder:
             op.erase()
             return
         rank = len(ir.RankedTensorType(v.type).shape)
-        if q.axis in (None, rank - 1) and all(u.name in MATMULS and KERNEL in u.attributes and
-                                               "transpose_rhs" not in u.attributes and
-                                               u.operands[1] == v and u.operands[0] != v for u in users):
+        # Per-channel scales scale the matmul's output columns: the last dim of a [K, N] rhs, the one before it
+        # of an [N, K] rhs read transposed (transpose_rhs).
+        if all(u.name in MATMULS and KERNEL in u.attributes and u.operands[1] == v and u.operands[0] != v and
+               q.axis in (None, rank - (2 if "transpose_rhs" in u.attributes else 1)) for u in users):
             with ir.InsertionPoint(op), op.location:
                 codes_t = ir.RankedTensorType.get(list(q.codes.shape), q.storage)
                 c = self._constant(op, q.codes, codes_t, q.name)

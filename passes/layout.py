@@ -8,11 +8,16 @@ Rules (docs/compiler.md, "After spyre-layout"):
 * Every result of a device op (a spyre op other than host/yield, not inside a host region; casts
   included) gets `#spyre.stick<rank - 1>`: the innermost dimension is the stick dimension. That is also what
   the PT array wants: matmul reads A sticked on K and B sticked on N and writes the result sticked on N.
-* A matmul / batch_matmul with `transpose_rhs = true` reads B as [N, K], sticked on K: it gets an explicit
+* A matmul / batch_matmul with `transpose_rhs = true` has its rhs as [N, K], sticked on K. The matmul kernel
+  reads it so (MATMUL `TRANS_B`), and the flag stays, when the rhs is computed at run time (attention's k for
+  q @ k^T: no restickify kernel) or when a weight takes fewer sticks so (a classifier's [10, 4096]: 10 rows
+  of 64 sticks instead of 4096 rows of one mostly empty stick). Otherwise it gets an explicit
   `spyre.transpose {restickify = true}` of its rhs (swapping the last two dims) and loses the flag. One
   transpose per rhs value, placed before its first use. When the rhs is a parameter (possibly through the casts
   of spyre-reduce-precision), spyre-select-kernels marks the transpose `spyre.const_fold`: spyre-emit does it
   at compile time, so it costs nothing at run time.
+* A matmul rhs that is a swap of the last two dims (maybe behind a reshape of the batch dims), the swap's only
+  reader, is read from the tensor before the swap with `transpose_rhs` (then as above): attention's k^T.
 * A transpose that moves the innermost dimension to the second-to-last place and permutes the others
   (`[0, 2, 3, 1]`: attention's K^T after the head split) becomes a transpose that keeps the innermost dim
   (row moves) followed by a `restickify` swap of the last two dims: the two forms the device has.
@@ -28,7 +33,7 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import MATMULS, function_ops, is_device_op
+from spyre_mlir.passes.analysis import MATMULS, function_ops, is_device_op, is_param_derived, producer, single_use
 from spyre_mlir.passes.base import SpyrePass
 
 
@@ -43,7 +48,10 @@ class LayoutPass(SpyrePass):
                 for block in func.regions[0].blocks:
                     transposes: dict[ir.Value, ir.Value] = {}
                     for op in list(block.operations):
-                        if op.operation.name in MATMULS and is_device_op(op) and _transpose_rhs(op.operation):
+                        if op.operation.name in MATMULS and is_device_op(op) and not _transpose_rhs(op.operation):
+                            _fold_rhs_transpose(op.operation)
+                        if op.operation.name in MATMULS and is_device_op(op) and _transpose_rhs(op.operation) \
+                                and not _reads_transposed(op.operation, func):
                             _restickify_rhs(op.operation, func, transposes)
                         elif op.operation.name == "spyre.transpose" and is_device_op(op):
                             _split_innermost_transpose(op.operation)
@@ -55,6 +63,50 @@ class LayoutPass(SpyrePass):
 
 def _transpose_rhs(op: ir.Operation) -> bool:
     return "transpose_rhs" in op.attributes and ir.BoolAttr(op.attributes["transpose_rhs"]).value
+
+
+def _fold_rhs_transpose(op: ir.Operation) -> None:
+    """A matmul rhs that is its only reader's swap of the last two dims of a tensor, maybe behind a reshape of
+    the leading (batch) dims (attention's k^T after the head split): the matmul reads that tensor transposed
+    (transpose_rhs) instead, and the swap goes."""
+    rhs = op.operands[1]
+    chain, v = [], rhs
+    p = producer(v)
+    if p is not None and p.name == "spyre.reshape" and single_use(v) is not None:
+        chain.append(p)
+        v, p = p.operands[0], producer(p.operands[0])
+    if p is None or p.name != "spyre.transpose" or single_use(v) is None or "restickify" in p.attributes:
+        return
+    perm = list(ir.DenseI64ArrayAttr(p.attributes["permutation"]))
+    r = len(perm)
+    if r < 2 or perm != list(range(r - 2)) + [r - 1, r - 2]:
+        return
+    src = p.operands[0]
+    st, bt = ir.RankedTensorType(src.type), ir.RankedTensorType(rhs.type)
+    if list(st.shape[-2:]) != list(bt.shape[-2:])[::-1]:
+        return
+    if list(st.shape) != list(bt.shape[:-2]) + list(bt.shape[-2:])[::-1]:
+        with ir.InsertionPoint(op), op.location:
+            src = spyre.ReshapeOp(src, ir.RankedTensorType.get(list(bt.shape[:-2]) + list(st.shape[-2:]),
+                                                               st.element_type)).result
+    op.operands[1] = src
+    op.attributes["transpose_rhs"] = ir.BoolAttr.get(True)
+    for dead in chain + [p]:
+        dead.erase()
+
+
+def _reads_transposed(op: ir.Operation, func: ir.Operation) -> bool:
+    """The matmul reads its [N, K] rhs as it is (TRANS_B): a run-time rhs (a restickify would be a kernel of
+    its own), or a weight that takes fewer sticks [N, K] than [K, N]."""
+    rhs = op.operands[1]
+    if not is_param_derived(rhs, func):
+        return True
+    t = ir.RankedTensorType(rhs.type)
+    n, k = t.shape[-2], t.shape[-1]
+    from spyre_mlir.codegen.memory import format_of
+
+    per_stick = 128 * 8 // format_of(t.element_type).bits
+    return n * -(-k // per_stick) < k * -(-n // per_stick)
 
 
 def _restickify_rhs(op: ir.Operation, func: ir.Operation, transposes: dict) -> None:

@@ -71,6 +71,7 @@ class OpModel:
     whole: tuple[int, int] | None = None   # matmul: (B, N) of the op this is one card's share of (spyre.share_of)
     epi_in: tuple[str, ...] = ()      # matmul: formats of its epilogue's further inputs (a block loaded per tile)
     resident: bool = False            # matmul: A parts stay on the scratchpad across a row of tiles (spyre-tile)
+    trans_b: bool = False             # matmul: B stored transposed, [N, K] (transpose_rhs kept by spyre-layout)
 
     @property
     def fused(self) -> bool:
@@ -113,7 +114,7 @@ class OpModel:
             g = cost.best_batch_matmul_grid(m.B, m.M, m.N, m.K, cores, target, m.fmt, m.out_fmt,
                                             m.bias, b_fmt=m.b_fmt, round_fmt=m.round_fmt,
                                             colscale=m.colscale, split_k=split_k, split_m=split_m,
-                                            epi_in=m.epi_in)
+                                            epi_in=m.epi_in, trans_b=m.trans_b)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
             return cost.best_conv_grid(self.conv, cores, target)
@@ -127,7 +128,7 @@ class OpModel:
         """A matmul core's (M, N, K) block on ``grid``: N possibly a ragged split (cost.n_block, the busiest
         core's columns); a PassError when the grid does not split N in whole sticks."""
         _, gm, gn, gk = self.grid4(grid)
-        nb = cost.n_block(self.N, gn, cost.n_quantum(self.fmt, self.out_fmt, self.b_fmt, target))
+        nb = cost.n_block(self.N, gn, cost.n_quantum(self.fmt, self.out_fmt, self.b_fmt, target, self.trans_b))
         if nb is None or (nb * gn != self.N and gk > 1):
             raise PassError(f"grid {list(grid)} does not split N = {self.N} of '{self.op.name}' into blocks of whole "
                             f"sticks{' (a ragged N split needs no K split)' if nb is not None else ''}",
@@ -172,7 +173,8 @@ def _matmul(op: ir.Operation) -> OpModel:
                    converts=(conv.get("lhs"), conv.get("rhs")),
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
                    else None, epi_in=_epilogue_inputs(op),
-                   resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value)
+                   resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value,
+                   trans_b=trans)
 
 
 def _epilogue(op: ir.Operation):
@@ -513,7 +515,8 @@ def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list
         gk = model.grid4(grid)[3]
         return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=nbuf, split_k=gk, bias=model.bias,
                                    b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                                   epi_in=model.epi_in, resident=_resident(model, grid, tile))
+                                   epi_in=model.epi_in, resident=_resident(model, grid, tile),
+                                   trans_b=model.trans_b)
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, nbuf)
     return cost.rowwise_buffers(model.rows, tile[0], nbuf)
@@ -540,7 +543,8 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
         return cost.matmul_plan(*model.block(grid, target), (tm, tn, tk), target, model.fmt,
                                 model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                                epi_in=model.epi_in, resident=_resident(model, grid, tile))
+                                epi_in=model.epi_in, resident=_resident(model, grid, tile),
+                                trans_b=model.trans_b)
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)
@@ -580,13 +584,14 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
         fit = cost.best_tile(mb, nb, kb, target, model.fmt, model.out_fmt,
                              batch=model.B // gb, split_k=gk, bias=model.bias, active=gb * gm * gn * gk,
                              grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                             epi_in=model.epi_in, force=(None, nb if nb * gn != model.N else None, None))
+                             epi_in=model.epi_in, force=(None, nb if nb * gn != model.N else None, None),
+                             trans_b=model.trans_b)
         if fit is None:
             return None
         return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,
                                   model.out_fmt, batch=model.B, bias=model.bias, double_buffer=fit[1] == 2,
                                   b_fmt=model.b_fmt, round_fmt=model.round_fmt, epi_in=model.epi_in,
-                                  resident=fit[2] is not None)
+                                  resident=fit[2] is not None, trans_b=model.trans_b)
     if model.kind == "conv":
         fit = cost.best_conv_tile(model.conv, grid, target)
         return None if fit is None else cost.conv_cycles(model.conv, grid, fit[0], target, fit[1] == 2)

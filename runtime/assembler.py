@@ -245,13 +245,14 @@ class ProgramBuilder:
 
     def matmul(self, core: int, a: Tile, b: Tile, c: Tile, accumulate: bool = False, out: Tile | None = None,
                bias: Tile | None = None, scale: float | None = None, col_scale: Tile | None = None,
-               window: tuple[int, int, int] | None = None, loc=None) -> int:
+               window: tuple[int, int, int] | None = None, trans_b: bool = False, loc=None) -> int:
         """PT matmul: ``c (+)= a @ b``; with ``out``, also ``out = fmt(c * scale * col_scale + bias)``.
         ``window`` = (offset, stride, n): the B operand is ``b[:, offset + j * stride]`` for j < n, zero where
-        that column is outside ``b`` (a convolution's shifted, strided, zero-padded input columns)."""
-        flags = MatmulFlag(0)
-        f = dict(m=a.rows, n=b.cols, k=a.cols, a0=a.addr, f0=int(a.fmt), a1=b.addr, f1=int(b.fmt),
-                 a2=c.addr, f2=int(c.fmt))
+        that column is outside ``b`` (a convolution's shifted, strided, zero-padded input columns).
+        ``trans_b``: ``b`` holds B transposed, [N, K] (the product is ``a @ b.T``)."""
+        flags = MatmulFlag.TRANS_B if trans_b else MatmulFlag(0)
+        f = dict(m=a.rows, n=b.rows if trans_b else b.cols, k=a.cols, a0=a.addr, f0=int(a.fmt), a1=b.addr,
+                 f1=int(b.fmt), a2=c.addr, f2=int(c.fmt))
         if window is not None:
             off, stride, n = window
             flags |= MatmulFlag.WINDOW

@@ -212,6 +212,17 @@ class WindowView:
         return out
 
 
+class TransposedView:
+    """MATMUL's B operand stored transposed (flag TRANS_B): the stored [N, K] tile read as [K, N]. The product
+    makes it contiguous first, so BLAS sums exactly as for the same B stored [K, N]."""
+
+    def __init__(self, view):
+        self.view = view
+
+    def read(self) -> np.ndarray:
+        return np.swapaxes(self.view.read(), -1, -2)
+
+
 class TileList:
     """The same tile shape at offsets that are not evenly spaced (cores using different addresses for it):
     one view per tile, read as one [count, rows, cols] array. The rare case; :class:`TileView` is the fast one."""
@@ -739,6 +750,8 @@ class Machine:
             A, B = (t.first if isinstance(t, Shared) else t for t in (A, B))
             if window is not None:
                 B = WindowView(B, b[2], *window)
+            elif fl & MatmulFlag.TRANS_B:
+                B = TransposedView(B)
             CR = self._tiles(batch, lambda i: i.mm[3]) if accumulate else None
             C, O = (self._tiles(batch, lambda i, j=j: i.mm[j], write=True) for j in (3, 4))
             ints = ints and self.numerics == "faithful"

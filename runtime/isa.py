@@ -132,6 +132,7 @@ class MatmulFlag(enum.IntFlag):
     SCALE = 8      # multiply by imm on write-back (needs OUT)
     COLSCALE = 16  # per-column scale [1,n] at a5, format f5 (needs OUT)
     WINDOW = 32    # B is read through a column window: B[k,j] = T[k, dev + j*fn] (0 outside T's mask columns)
+    TRANS_B = 64   # B is stored transposed, as the tile T [N,K] (sticks along K): B[k,j] = T[j,k]
 
 
 # Formats the PT array multiplies; bf16/fp16 data is converted to DLFloat16 before it gets here.
@@ -151,7 +152,7 @@ FIELDS: dict[Op, dict[str, str]] = {
     },
     Op.MATMUL: {
         "flags": "MatmulFlag bits", "m": "M", "n": "N", "k": "K",
-        "a0": "A tile [M,K]", "f0": "A format", "a1": "B tile [K,N]", "f1": "B format",
+        "a0": "A tile [M,K]", "f0": "A format", "a1": "B tile [K,N] ([N,K] with TRANS_B)", "f1": "B format",
         "a2": "accumulator C [M,N]", "f2": "accumulator format (fp32, or int32 for int x int)",
         "a3": "write-back tile [M,N] (OUT)", "f3": "write-back format (OUT)",
         "a4": "bias [1,N] (BIAS)", "f4": "bias format (BIAS)",

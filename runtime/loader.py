@@ -51,8 +51,9 @@ _OPS = {int(op): op for op in Op}
 _NAMES = {op: op.name.lower() for op in Op}
 _FIELD_NAMES = INSTR_DTYPE.names
 _FORMATS = {int(f): f for f in Format}
-_MM_ACC, _MM_OUT, _MM_BIAS, _MM_SCALE, _MM_COLSCALE, _MM_WINDOW = (int(f) for f in (
-    MatmulFlag.ACC, MatmulFlag.OUT, MatmulFlag.BIAS, MatmulFlag.SCALE, MatmulFlag.COLSCALE, MatmulFlag.WINDOW))
+_MM_ACC, _MM_OUT, _MM_BIAS, _MM_SCALE, _MM_COLSCALE, _MM_WINDOW, _MM_TRANS_B = (int(f) for f in (
+    MatmulFlag.ACC, MatmulFlag.OUT, MatmulFlag.BIAS, MatmulFlag.SCALE, MatmulFlag.COLSCALE, MatmulFlag.WINDOW,
+    MatmulFlag.TRANS_B))
 _MM_ALL = sum(int(f) for f in MatmulFlag)
 _MM_FLAGS = {v: MatmulFlag(v) for v in range(_MM_ALL + 1)}
 _SFU_FNS = {int(f): f for f in SfuFn}
@@ -247,6 +248,8 @@ class _Decoder:
         m, n, k = self.u("m"), self.u("n"), self.u("k")
         a = self.tile(ins, "a0", m, k, "f0", PT_FORMATS)
         window = None
+        if fl & _MM_WINDOW and fl & _MM_TRANS_B:
+            self.fail("flags", "WINDOW and TRANS_B together (a window reads the columns of a [K, N] tile)")
         if fl & _MM_WINDOW:
             # B is read from the stored tile [k, mask] through a column window; every read is inside that tile.
             off, stride = self.u("dev"), self.u("fn")
@@ -261,7 +264,7 @@ class _Decoder:
             for f in ("mask", "fn", "dev"):
                 if self.u(f):
                     self.fail(f, "set but flag WINDOW is not")
-            b = self.tile(ins, "a1", k, n, "f1", PT_FORMATS)
+            b = self.tile(ins, "a1", *((n, k) if fl & _MM_TRANS_B else (k, n)), "f1", PT_FORMATS)
         ints = not a[3].is_float and not b[3].is_float
         acc_fmt = Format.INT32 if ints else Format.FP32
         c = self.tile(ins, "a2", m, n, "f2", {acc_fmt})

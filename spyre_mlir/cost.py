@@ -49,7 +49,7 @@ from spyre_mlir.target import Target
 
 __all__ = [
     "Buffer", "Cycles", "pack", "footprint", "nbuf_for", "stick_elems", "divisors",
-    "n_block", "n_quantum", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
+    "n_block", "n_quantum", "b_tile_bytes", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
@@ -78,9 +78,14 @@ def n_block(N: int, gn: int, quantum: int) -> int | None:
     return nb if (gn - 1) * nb < N else None
 
 
-def n_quantum(fmt: str, out_fmt: str, b_fmt: str | None, target: Target) -> int:
-    """The N split's quantum: whole sticks of B and of the result."""
-    return max(stick_elems(b_fmt or fmt, target), stick_elems(out_fmt or fmt, target))
+def n_quantum(fmt: str, out_fmt: str, b_fmt: str | None, target: Target, trans_b: bool = False) -> int:
+    """The N split's quantum: whole sticks of the result, and of B when it is sticked on N (not ``trans_b``)."""
+    return max(stick_elems(out_fmt or fmt, target), 1 if trans_b else stick_elems(b_fmt or fmt, target))
+
+
+def b_tile_bytes(tk: int, tn: int, b_fmt: str, trans_b: bool = False) -> int:
+    """Bytes of a [tk, tn] B tile, held as [tn, tk] (sticks along K) when B is stored transposed."""
+    return tile_bytes(tn, tk, b_fmt) if trans_b else tile_bytes(tk, tn, b_fmt)
 
 
 def divisors(n: int) -> list[int]:
@@ -186,8 +191,9 @@ def _bytes_per_cycle(target: Target, active: int) -> float:
 def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None, *, nbuf: int = 2,
                    split_k: int = 1, bias: bool = False, b_fmt: str | None = None,
                    round_fmt: str | None = None, colscale: str | None = None,
-                   epi_in: Sequence[str] = (), resident: tuple[int, int] | None = None) -> list[Buffer]:
-    """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn]), pa / pb (DLFloat16 copies of A / B when
+                   epi_in: Sequence[str] = (), resident: tuple[int, int] | None = None,
+                   trans_b: bool = False) -> list[Buffer]:
+    """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn], [tn,tk] when ``trans_b``), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
     ([tm,tn] result format, the widened copy of out, with ``round_fmt`` only), bias ([1,tn] in the bias
@@ -211,12 +217,12 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
             bufs.append(Buffer("as", tile_bytes(prow, tk, fmt)))
     else:
         bufs = [Buffer(f"a{i}", tile_bytes(tm, tk, fmt)) for i in range(nbuf)]
-    bufs += [Buffer(f"b{i}", tile_bytes(tk, tn, b_fmt)) for i in range(nbuf)]
+    bufs += [Buffer(f"b{i}", b_tile_bytes(tk, tn, b_fmt, trans_b)) for i in range(nbuf)]
     # Formats the PT array does not multiply (fp32 in fp32-reference, bf16) are converted to DLFloat16 first.
     if Format.parse(fmt) not in PT_FORMATS and not resident:
         bufs.append(Buffer("pa", tile_bytes(tm, tk, "dlf16")))
     if Format.parse(b_fmt) not in PT_FORMATS:
-        bufs.append(Buffer("pb", tile_bytes(tk, tn, "dlf16")))
+        bufs.append(Buffer("pb", b_tile_bytes(tk, tn, "dlf16", trans_b)))
     bufs.append(Buffer("acc", tile_bytes(tm, tn, FP32)))
     if split_k > 1:
         bufs.append(Buffer("red", tile_bytes(tm, tn, FP32)))
@@ -239,7 +245,8 @@ def _bias_fmt(bias) -> str:
 def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[int] | None, target: Target,
                   fmt: str = "dlf16", out_fmt: str | None = None, *, batch: int = 1, bias: bool = False,
                   double_buffer: bool = True, active: int | None = None, b_fmt: str | None = None,
-                  round_fmt: str | None = None, epi_in: Sequence[str] = (), resident: bool = False) -> Cycles:
+                  round_fmt: str | None = None, epi_in: Sequence[str] = (), resident: bool = False,
+                  trans_b: bool = False) -> Cycles:
     """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
     ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
     grid's). ``fmt`` / ``b_fmt`` are A's / B's formats in device memory (a format the PT array does not multiply
@@ -252,19 +259,19 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     b_fmt = b_fmt or fmt
     bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
     if N % gn:          # a ragged split: the busiest core's block
-        nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target)) or nb
+        nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target, trans_b)) or nb
     tm, tn, tk = tile or (mb, nb, kb)
     tiles = bb * _ceil(mb, tm) * _ceil(nb, tn)
     steps = _ceil(kb, tk)
     if gk == 1 and gm * gn > 1:
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
                                      double_buffer, active or gb * gm * gn, b_fmt, round_fmt, epi_in,
-                                     _ceil(nb, tn) if resident else 0)
+                                     _ceil(nb, tn) if resident else 0, trans_b)
     pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
                           / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
     pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt) + tiles * _convert_out(tm, tn, target,
                                                                                                 round_fmt)
-    loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + tile_bytes(tk, tn, b_fmt))
+    loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + b_tile_bytes(tk, tn, b_fmt, trans_b))
                      + (tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0) + _epi_bytes(tm, tn, epi_in))
     stores = tiles * tile_bytes(tm, tn, out_fmt)
     transfers = tiles * (2 * steps + 1 + bool(bias) + len(epi_in))
@@ -320,7 +327,7 @@ def store_parts(tm: int, tn: int, steps: int, out_fmt: str, active: int, target:
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
                           b_fmt: str | None = None, round_fmt: str | None = None,
-                          epi_in: Sequence[str] = (), passes: int = 0) -> Cycles:
+                          epi_in: Sequence[str] = (), passes: int = 0, trans_b: bool = False) -> Cycles:
     """The M/N-split kernel with operand sharing (``codegen/kernels/matmul.py``): each of the ``tiles * steps``
     steps is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and
     ring-sends its parts to the cores of its grid row / column, while the PT array multiplies the previous
@@ -335,7 +342,9 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     b_fmt = b_fmt or fmt
     pa = _pt_fmt(fmt) if passes else fmt
     prow = _ceil(tm, gn)
-    a_load, b_part = tile_bytes(prow, tk, fmt), tile_bytes(_ceil(tk, gm), tn, b_fmt)
+    # B parts are rows of the B tile: of K, or of N when it is held transposed.
+    b_part = tile_bytes(_ceil(tn, gm), tk, b_fmt) if trans_b else tile_bytes(_ceil(tk, gm), tn, b_fmt)
+    a_load = tile_bytes(prow, tk, fmt)
     a_part = tile_bytes(prow, tk, pa)             # what the ring carries
     read_bw = target.dram_read_gbps / target.clock_ghz / max(1, active)
     mixed_bw = _bytes_per_cycle(target, active)
@@ -381,11 +390,12 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
 
 
 def matmul_span(M: int, N: int, K: int, grid: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None,
-                batch: int = 1, b_fmt: str | None = None) -> int:
+                batch: int = 1, b_fmt: str | None = None, trans_b: bool = False) -> int:
     """Device-memory bytes one core addresses: its slices of A, B and the result (whole sticks)."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
     bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
-    return bb * (tile_bytes(mb, kb, fmt) + tile_bytes(kb, nb, b_fmt or fmt) + tile_bytes(mb, nb, out_fmt or fmt))
+    return bb * (tile_bytes(mb, kb, fmt) + b_tile_bytes(kb, nb, b_fmt or fmt, trans_b)
+                 + tile_bytes(mb, nb, out_fmt or fmt))
 
 
 def _split_ok(total: int, parts: int, quantum: int) -> bool:
@@ -394,12 +404,13 @@ def _split_ok(total: int, parts: int, quantum: int) -> bool:
 
 
 def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, out_fmt: str,
-                           b_fmt: str | None = None):
-    """Tile sizes along each dim: multiples of the PT array that keep DMA rows whole sticks (tn for B and the
-    result sticked on N, tk for A sticked on K); the whole block when it cannot be cut that way."""
+                           b_fmt: str | None = None, trans_b: bool = False):
+    """Tile sizes along each dim: multiples of the PT array that keep DMA rows whole sticks (tn for the result
+    and B sticked on N, tk for A and, stored transposed, B sticked on K); the whole block when it cannot be cut
+    that way."""
     pt = max(target.pt_rows, target.pt_cols)
-    qn = max(pt, stick_elems(b_fmt or fmt, target), stick_elems(out_fmt, target))
-    qk = max(pt, stick_elems(fmt, target))
+    qn = max(pt, n_quantum(fmt, out_fmt, b_fmt, target, trans_b))
+    qk = max(pt, stick_elems(fmt, target), stick_elems(b_fmt or fmt, target) if trans_b else 1)
     tms = [d for d in divisors(mb) if d % target.pt_rows == 0] or [mb]
     tns = [d for d in divisors(nb) if d % qn == 0] or [nb]
     tks = [d for d in divisors(kb) if d % qk == 0] or [kb]
@@ -410,14 +421,15 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
                 out_fmt: str | None = None, *, batch: int = 1, split_k: int = 1, bias: bool = False,
                 b_fmt: str | None = None, round_fmt: str | None = None,
                 colscale: str | None = None, epi_in: Sequence[str] = (),
-                resident: tuple[int, int] | None = None) -> tuple[int, list[Buffer]] | None:
+                resident: tuple[int, int] | None = None, trans_b: bool = False) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
     loads = batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk)
     for nbuf in (2, 1):
         bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
-                              round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident)
+                              round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident,
+                              trans_b=trans_b)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
@@ -425,11 +437,11 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt, colscale,
-                  epi_in, resident=None) -> int | None:
+                  epi_in, resident=None, trans_b=False) -> int | None:
     """:func:`matmul_plan`'s buffer count, remembered: the grid search asks for the same blocks again and again
     (every grid with the same per-core block, every layer of the same shape)."""
     plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias, b_fmt=b_fmt,
-                       round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident)
+                       round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident, trans_b=trans_b)
     return None if plan is None else plan[0]
 
 
@@ -442,7 +454,7 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
               b_fmt: str | None = None, round_fmt: str | None = None,
-              colscale: str | None = None, epi_in: Sequence[str] = ()
+              colscale: str | None = None, epi_in: Sequence[str] = (), trans_b: bool = False
               ) -> tuple[tuple[int, int, int], int, tuple[int, int] | None] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
     with its buffer count (2: double-buffered) and whether A stays resident (:func:`matmul_buffers`'
@@ -454,7 +466,7 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
     block as a one-core problem.
     """
     out_fmt = out_fmt or fmt
-    cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt, b_fmt)
+    cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt, b_fmt, trans_b)
     cands = [[f] if f else c for f, c in zip(force, cands)]
     gm, gn = grid if grid and split_k == 1 else (1, 1)
     best = None
@@ -465,14 +477,14 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
             modes.append((_ceil(tm, gn), _ceil(kb, tk)))
         for resident in modes:
             nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt,
-                                 round_fmt, colscale, tuple(epi_in), resident)
+                                 round_fmt, colscale, tuple(epi_in), resident, trans_b)
             if nbuf is None:
                 continue
             # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
             # `active` cores.
             c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
                               double_buffer=nbuf == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
-                              epi_in=epi_in, resident=resident is not None)
+                              epi_in=epi_in, resident=resident is not None, trans_b=trans_b)
             key = (c.total, -math.prod(tile), resident is not None)
             if best is None or key < best[0]:
                 best = (key, (tuple(tile), nbuf, resident))
@@ -480,10 +492,10 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
 
 
 def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str, out_fmt: str,
-                  allow_k: bool, b_fmt: str | None = None):
+                  allow_k: bool, b_fmt: str | None = None, trans_b: bool = False):
     qm = target.pt_rows
-    qn = n_quantum(fmt, out_fmt, b_fmt, target)
-    qk = stick_elems(fmt, target)
+    qn = n_quantum(fmt, out_fmt, b_fmt, target, trans_b)
+    qk = max(stick_elems(fmt, target), stick_elems(b_fmt or fmt, target) if trans_b else 1)
     for gb in divisors(B):
         for gm in (d for d in divisors(M) if _split_ok(M, d, qm)):
             for gn in range(1, cores // (gb * gm) + 1):
@@ -499,7 +511,8 @@ def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fm
 def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: Target, fmt: str = "dlf16",
                            out_fmt: str | None = None, bias: bool = False, b_fmt: str | None = None,
                            round_fmt: str | None = None, colscale: str | None = None, split_k: int | None = None,
-                           split_m: int | None = None, epi_in: Sequence[str] = ()) -> tuple[int, int, int, int] | None:
+                           split_m: int | None = None, epi_in: Sequence[str] = (),
+                           trans_b: bool = False) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, stick-aligned splits (M evenly in multiples of the PT
     rows, N in whole sticks of B and the result, evenly or ragged (:func:`n_block`, one tile column per core),
     K evenly in whole sticks of A), each core's span within the target's
@@ -509,22 +522,24 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
     out_fmt = out_fmt or fmt
     best = None
     full = max((gb * gm * gn for gb, gm, gn, _ in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, False,
-                                                                b_fmt)), default=0)
-    for g in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, full < cores or (split_k or 1) > 1, b_fmt):
+                                                                b_fmt, trans_b)), default=0)
+    for g in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, full < cores or (split_k or 1) > 1, b_fmt,
+                           trans_b):
         gb, gm, gn, gk = g
         if (split_k is not None and gk != split_k) or (split_m is not None and gm != split_m):
             continue
-        if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt) > target.core_span_bytes:
+        if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt, trans_b) > target.core_span_bytes:
             continue
         active = gb * gm * gn * gk
-        nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target))
+        nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target, trans_b))
         fit = best_tile(M // gm, nb, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
                         active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale,
-                        epi_in=epi_in, force=(None, nb if nb * gn != N else None, None))
+                        epi_in=epi_in, force=(None, nb if nb * gn != N else None, None), trans_b=trans_b)
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
-                          b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in, resident=fit[2] is not None)
+                          b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in, resident=fit[2] is not None,
+                          trans_b=trans_b)
         key = (c.total, gk, active)       # ties: no K split, then fewer cores
         if best is None or key < best[0]:
             best = (key, g)

@@ -181,7 +181,7 @@ def _section_overlap(prog):
 CORRUPTIONS = {
     # container
     "bad magic": (_bytes_set(0, b"NOTSPYRE"), r"header: bad magic"),
-    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.6"),
+    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.7"),
     "truncated": (_raw(lambda b: bytes(b[:-100])), r"header: file is .* \(truncated\)"),
     "extended": (_raw(lambda b: bytes(b) + b"\0" * 7), r"header: file is .* \(extended\)"),
     "header checksum": (_raw(lambda b: bytes(b[:30]) + bytes([b[30] ^ 1]) + bytes(b[31:])),
@@ -238,7 +238,8 @@ CORRUPTIONS = {
     "reduce mismatch": (_set(1, Op.RING_REDUCE, "a0", 0), r"\(ring_reduce at .*\): ring_reduce fields differ"),
     "reduce root": (_set(1, Op.RING_REDUCE, "core", 5), r"field 'core': root 5 is not in the group"),
     "store dropped": (_drop(0, Op.DMA_STORE), r"program: output 'y' is not fully written"),
-    "matmul flags": (_set(0, Op.MATMUL, "flags", 64), r"field 'flags': unknown bits 0x40"),
+    "matmul flags": (_set(0, Op.MATMUL, "flags", 128), r"field 'flags': unknown bits 0x80"),
+    "matmul window with trans_b": (_set(0, Op.MATMUL, "flags", 96), r"field 'flags': WINDOW and TRANS_B together"),
     "matmul imm without flag": (_set(0, Op.MATMUL, "imm", 2.0), r"field 'imm': set but flag SCALE is not"),
 }
 

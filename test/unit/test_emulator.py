@@ -131,6 +131,41 @@ def test_int8_matmul_scales_are_exact(targets):
     assert np.allclose(y, (exact * 0.25 * cs).astype(np.float32), rtol=2**-23, atol=0)
 
 
+@pytest.mark.parametrize("fmt", ["dlf16", "int8"])
+def test_matmul_trans_b_is_the_product_of_the_stored_transpose(targets, fmt):
+    """MATMUL TRANS_B reads B from a stored [N, K] tile (N = 10 rows of K = 256: 40 sticks, where [K, N] would
+    take 256): bit-identical to the plain product of the same B stored [K, N], accumulate included; int8
+    exact."""
+    rng = _rng(4)
+    M, N, K = 8, 10, 256
+    if fmt == "int8":
+        a = rng.integers(-127, 128, (M, K)).astype(np.int8)
+        bt = rng.integers(-127, 128, (N, K)).astype(np.int8)
+    else:
+        a, bt = dlf16_round(rng.standard_normal((M, K)).astype(np.float32)), \
+            dlf16_round(rng.standard_normal((N, K)).astype(np.float32))
+    acc = "int32" if fmt == "int8" else "fp32"
+    outs = []
+    for trans in (True, False):
+        b = ProgramBuilder(targets[1])
+        a_buf = b.input("a", (M, K), fmt)
+        w = bt if trans else np.ascontiguousarray(bt.T)
+        b_buf = b.constant("b", w, fmt, encoded=fmt == "int8")
+        y_out = b.output("y", (M, N), acc)
+        A, B, C = b.alloc(0, M, K, fmt), b.alloc(0, *w.shape, fmt), b.alloc(0, M, N, acc)
+        b.load_tile(0, A, a_buf)
+        b.load_tile(0, B, b_buf)
+        b.matmul(0, A, B, C, trans_b=trans)
+        b.matmul(0, A, B, C, accumulate=True, trans_b=trans)
+        b.store_tile(0, C, y_out)
+        exe = b.load()
+        outs.append((exe(a)[0], exe.static_profile.cycles))
+    (y, cyc), (y0, cyc0) = outs
+    assert np.array_equal(y, y0) and cyc < cyc0      # the same products; B's load moves 5 KiB, not 32 KiB
+    ref = 2 * (a.astype(np.float64) @ bt.T.astype(np.float64))
+    assert np.allclose(y, ref, rtol=1e-5, atol=1e-3) if fmt == "dlf16" else np.array_equal(y, ref.astype(np.int64))
+
+
 @pytest.mark.parametrize("offset, stride", [(-1, 1), (2, 1), (-1, 2), (0, 3)])
 def test_matmul_column_window_and_interleaved_store(targets, offset, stride):
     """MATMUL WINDOW reads B's columns offset + j*stride of the stored tile (zero outside it), exactly the

@@ -25,8 +25,8 @@ T1, T2, T3 = load_target(cores=1), load_target(cores=2), load_target(cores=3)
 
 
 def _host_and_ring(t):
-    """Host gather + restick there and back + ring sends (one, and a multicast) + elementwise work, so those
-    paths get fuzzed too."""
+    """Host gather + restick there and back + ring sends (one, and a multicast) + elementwise work + a matmul
+    reading B transposed (TRANS_B), so those paths get fuzzed too."""
     b = ProgramBuilder(t)
     ids = b.input("ids", (4,), "int32")
     emb = b.constant("emb", np.linspace(-1, 1, 16 * 64, dtype=np.float32).reshape(16, 64), "dlf16")
@@ -47,6 +47,10 @@ def _host_and_ring(t):
     b.barrier()
     b.sfu(2, "add", T2_, T2_, 1.0)
     b.store_tile(2, T2_, y)
+    W, C, P = b.alloc(2, 16, 64), b.alloc(2, 4, 16, "fp32"), b.alloc(2, 4, 16)
+    b.load_tile(2, W, emb)
+    b.matmul(2, T2_, W, C, out=P, trans_b=True)
+    b.store_tile(2, P, b.output("p", (4, 16), "dlf16"))
     return b
 
 

@@ -36,8 +36,9 @@ def _stick_elems(*fmts) -> int:
 
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
-           scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None):
-    """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``.
+           scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False):
+    """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``. ``trans_b``: B is
+    stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk].
 
     A / B in a format the PT array does not multiply (fp32: spyre.convert_operands) are converted to DLFloat16
     on the SFU after each load. ``round_fmt`` (spyre.convert_result): the write-back rounds to that format and
@@ -54,7 +55,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     per-column scales of quantized weights (fp8, int8-weights) are the plan's ``colscale`` buffer."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
-    se_n, se_k = _stick_elems(fb, fo), _stick_elems(fa)
+    se_n, se_k = (_stick_elems(fo), _stick_elems(fa, fb)) if trans_b else (_stick_elems(fb, fo), _stick_elems(fa))
     grid, tile = plan.grid[-3:], plan.tile[-3:]
     nb = _grid_ok(grid, M, N, K, cores, se_n, se_k)
     if nb is None:
@@ -83,8 +84,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
         raise TileError(f"a resident A (spyre.resident_a) needs an M/N split without a K split, not grid "
                         f"{list(grid)}")
     T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr,
-                                              (-(-tm // gn), -(-kb // tk)) if resident else None),
-                             "EPI": epi[0] if epi else None,
+                                              (-(-tm // gn), -(-kb // tk)) if resident else None, trans_b),
+                             "EPI": epi[0] if epi else None, "TB": trans_b,
                              "EX": [plan.tile_at(epilogue_buffer(i), tm, tn, x.fmt) for i, x in enumerate(epi[1])]
                              if epi else []})
     X = epi[1] if epi else []
@@ -120,10 +121,10 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             k0 = kk * kb + s * tk
                             depth = min(tk, kb - s * tk)
                             At = _sub(t["A"][step % nbuf], rows, depth)
-                            Bt = _sub(t["B"][step % nbuf], depth, cols)
+                            Bt = _b_sub(t, t["B"][step % nbuf], depth, cols)
                             step += 1
                             load_rows(b, core, At, A, a0 + r0, k0, loc=loc)
-                            load_rows(b, core, Bt, B, b0 + k0, c0, loc=loc)
+                            load_rows(b, core, Bt, B, *((b0 + c0, k0) if trans_b else (b0 + k0, c0)), loc=loc)
                             fin = s == nk - 1 and last_here
                             _multiply(b, core, t, At, Bt, rows, cols, depth, s > 0, fin, scale, loc)
                     t = T[root]
@@ -200,7 +201,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             bm, bn = divmod(core - base, gn)
             t = T[core]
             At = _sub(t["A"][n % nbuf], rows, depth)
-            Bt = _sub(t["B"][n % nbuf], depth, width(bn, j, cols))
+            Bt = _b_sub(t, t["B"][n % nbuf], depth, width(bn, j, cols))
             lo, hi = _parts(rows, gn)[bn]
             part = At.row_slice(lo, hi) if hi > lo else None
             src = part
@@ -216,9 +217,11 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
                 b.sfu(core, "cast", part, src, loc=loc)
             elif part is not None:
                 load_rows(b, core, part, A, a0 + bm * mb + i + lo, k0, loc=loc)
-            blo, bhi = _parts(depth, gm)[bm]
+            # B parts are rows of the B tile: of K, or of N when it is held transposed.
+            blo, bhi = _parts(Bt.rows, gm)[bm]
             if bhi > blo:
-                load_rows(b, core, Bt.row_slice(blo, bhi), B, b0 + k0 + blo, bn * nb + j, loc=loc)
+                r0, c0 = (b0 + bn * nb + j, k0) if t["TB"] else (b0 + k0, bn * nb + j)
+                load_rows(b, core, Bt.row_slice(blo, bhi), B, r0 + blo, c0, loc=loc)
             if part is not None and gn > 1:
                 sends.append((core, [base + bm * gn + q for q in range(gn) if q != bn], part.addr, src))
             if bhi > blo and gm > 1:
@@ -235,7 +238,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             c0 = bn * nb + j
             cols = width(bn, j, steps[n][7])
             At = _sub(t["A"][n % nbuf], rows, depth)
-            Bt = _sub(t["B"][n % nbuf], depth, cols)
+            Bt = _b_sub(t, t["B"][n % nbuf], depth, cols)
             if fin and t["BI"] is not None:
                 load_rows(b, core, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
             if fin and t["CS"] is not None:
@@ -281,10 +284,13 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
     store(S - 1)
 
 
-def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr=None, resident=None):
+def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr=None, resident=None,
+                   trans_b=False):
     """The kernel's tiles, each at its planned buffer (a PlanError when the plan lacks one or it is too small).
-    ``resident`` (part rows, K steps): A tiles in the PT format, ``ares`` and the staging ``as``."""
-    want = {"a0": (tm, tk, pa if resident else fa), "b0": (tk, tn, fb), "acc": (tm, tn, Format.FP32),
+    ``resident`` (part rows, K steps): A tiles in the PT format, ``ares`` and the staging ``as``; ``trans_b``: B
+    tiles [tn, tk]."""
+    bk, bn = (tn, tk) if trans_b else (tk, tn)
+    want = {"a0": (tm, tk, pa if resident else fa), "b0": (bk, bn, fb), "acc": (tm, tn, Format.FP32),
             "out": (tm, tn, fr or fo)}
     if resident:
         want["ares"] = (resident[0] * resident[1], tk, pa)
@@ -293,11 +299,11 @@ def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscal
     elif pa is not fa:
         want["pa"] = (tm, tk, pa)
     if pb is not fb:
-        want["pb"] = (tk, tn, pb)
+        want["pb"] = (bk, bn, pb)
     if fr is not None:
         want["outf"] = (tm, tn, fo)
     if nbuf == 2:
-        want.update(a1=want["a0"], b1=(tk, tn, fb))
+        want.update(a1=want["a0"], b1=want["b0"])
     if gk > 1:
         want["red"] = (tm, tn, Format.FP32)
     if bias is not None:
@@ -320,14 +326,19 @@ def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> int | None:
     return nb if ok else None
 
 
+def _b_sub(t, tile, depth, cols):
+    """The [depth, cols] B tile of a step in ``tile``'s buffer: held [cols, depth] when B is stored transposed."""
+    return _sub(tile, cols, depth) if t["TB"] else _sub(tile, depth, cols)
+
+
 def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc):
     """One K step on the PT array: convert operands the PT array cannot multiply, multiply-accumulate, and on
     the last step write back (bias, column scale, scale) and widen to the result type if asked."""
     if t["PA"] is not None:
         At = _cast(b, core, _sub(t["PA"], rows, depth), At, loc)
     if t["PB"] is not None:
-        Bt = _cast(b, core, _sub(t["PB"], depth, cols), Bt, loc)
-    b.matmul(core, At, Bt, _sub(t["C"], rows, cols), accumulate=accumulate,
+        Bt = _cast(b, core, _b_sub(t, t["PB"], depth, cols), Bt, loc)
+    b.matmul(core, At, Bt, _sub(t["C"], rows, cols), accumulate=accumulate, trans_b=t["TB"],
              out=_sub(t["O"], rows, cols) if fin else None,
              bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
              col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
@@ -366,11 +377,13 @@ def emit_matmul(em, op, loc):
     A = em.tensor(lhs)
     M, K = A.shape
     B, colscale, scale = _rhs(em, op, rhs)
-    N = B.shape[-1]
+    trans = bool(_attr(op, "transpose_rhs", False))
+    N = B.shape[-2] if trans else B.shape[-1]
     O = em.result(op)
     bias_t = em.tensor(bias) if bias is not None else None
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
-                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O))
+                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O),
+                        trans_b=trans)
     return len(used)
 
 
@@ -380,11 +393,12 @@ def emit_batch_matmul(em, op, loc):
     B, colscale, scale = _rhs(em, op, o.operands[1])
     O = em.result(op)
     ashape, bshape = A.shape, B.shape
-    M, K, N = ashape[-2], ashape[-1], bshape[-1]
+    trans = bool(_attr(op, "transpose_rhs", False))
+    M, K, N = ashape[-2], ashape[-1], bshape[-2] if trans else bshape[-1]
     nb = math.prod(ashape[:-2])
-    batches = [(i * M, i * K, i * M) for i in range(nb)]
+    batches = [(i * M, i * (N if trans else K), i * M) for i in range(nb)]
     used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, plan=KernelPlan.of(op, em.target),
-                        batches=batches, loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O))
+                        batches=batches, loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O), trans_b=trans)
     return len(used)
 
 
@@ -409,11 +423,8 @@ def _epilogue(em, op, O):
 
 
 def _rhs(em, op, rhs):
-    """The rhs as a [.., K, N] device tensor; a quantized weight brings its per-column (or per-tensor) scale.
-    The kernel reads B sticked on N: a ``transpose_rhs`` is spyre-layout's to make an explicit restickify."""
-    if _attr(op, "transpose_rhs", False):
-        raise EmitError(f"{op.operation.name} with transpose_rhs: the kernel reads its rhs as [K, N] (run "
-                        f"spyre-layout, which makes the transpose an explicit restickify)", op.operation.location)
+    """The rhs as a [.., K, N] device tensor ([.., N, K] with ``transpose_rhs``, read with MATMUL TRANS_B); a
+    quantized weight brings its per-column (or per-tensor) scale."""
     colscale = scale = None
     if rhs not in em.known:
         return em.tensor(rhs), colscale, scale
@@ -432,7 +443,7 @@ def _rhs(em, op, rhs):
         if axis is None:
             scale = float(np.asarray(s).reshape(-1)[0])
         else:
-            if axis % len(shape) != len(shape) - 1:
+            if axis % len(shape) != len(shape) - (2 if _attr(op, "transpose_rhs", False) else 1):
                 raise EmitError("per-channel weight scales must be along the output channels", op.operation.location)
             colscale = em._buffer_tensor(em.b.constant(em._name(name + ".scale"),
                                                        np.asarray(s, np.float32).reshape(1, -1), "fp32"))
