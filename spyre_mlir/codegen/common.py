@@ -79,3 +79,10 @@ def _sub(tile, rows, cols):
     if rows == tile.rows and cols == tile.cols:
         return tile
     return Tile(tile.addr, rows, cols, tile.fmt)
+
+
+def row_parts(n: int, g: int) -> list[tuple[int, int]]:
+    """Rows [lo, hi) of ``g`` near-equal parts of ``n`` rows (trailing parts may be empty): what each of ``g``
+    cores loads of a tile they share over the ring."""
+    chunk = -(-n // g)
+    return [(min(n, p * chunk), min(n, (p + 1) * chunk)) for p in range(g)]

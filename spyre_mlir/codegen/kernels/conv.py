@@ -18,7 +18,7 @@ from spyre_mlir import cost
 from spyre_mlir.runtime.formats import Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
-from ..common import _attr, _sub, _tensor_type
+from ..common import _attr, _sub, _tensor_type, row_parts
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
 from .move import sel_name
@@ -122,7 +122,6 @@ def why_not(op, target, known) -> str | None:
 def _fits(op, target, pool=None) -> bool:
     """Some tile of the conv (applying ``pool``, when given) fits the scratchpad (on one core: more cores only
     shrink the blocks)."""
-    from spyre_mlir import cost
     from spyre_mlir.passes.op_model import conv_kernel
 
     return cost.best_conv_tile(conv_kernel(op.operation, pool), (1, 1, 1), target) is not None
@@ -145,12 +144,6 @@ def _conv_plan(op, target, known):
             or (bias is not None and bias not in known)):
         return None
     return dict(n=n_, c=c_, h=h, w=wd, f=f_, kh=kh, kw=kw, oh=oh, ow=ow, fmt=fmt, groups=groups)
-
-
-def _row_parts(rows: int, n: int) -> list[tuple[int, int]]:
-    """Rows [lo, hi) of ``n`` near-equal parts of ``rows`` (trailing parts may be empty)."""
-    chunk = -(-rows // n)
-    return [(min(rows, q * chunk), min(rows, (q + 1) * chunk)) for q in range(n)]
 
 
 def _filters(wv, k, tf):
@@ -277,7 +270,7 @@ def emit_conv2d(em, op, loc):
                 parts.append((group, BI, BC, bj * fb))
         parts += [(list(range(kp.cores)), t, src, 0) for t, src in zip(PSEL, psel)] if pool is not None else []
         for group, t, src, row0 in parts:
-            for q, (lo, hi) in enumerate(_row_parts(t.rows, len(group))):
+            for q, (lo, hi) in enumerate(row_parts(t.rows, len(group))):
                 if hi > lo:
                     load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
                     b.ring_send(group[q], [c for c in group if c != group[q]], t.row_slice(lo, hi).addr,

@@ -23,7 +23,7 @@ from spyre_mlir.cost import n_block, store_parts
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
-from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type
+from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type, row_parts
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
 from .rows import apply_epilogue, broadcast_rows, epilogue_buffer, epilogue_of
@@ -151,12 +151,6 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     return list(used), (gm, gn, gk), (tm, tn, tk)
 
 
-def _parts(n: int, g: int) -> list[tuple[int, int]]:
-    """Rows [lo, hi) of each of ``g`` near-equal parts of ``n`` rows (trailing parts may be empty)."""
-    chunk = -(-n // g)
-    return [(min(n, p * chunk), min(n, (p + 1) * chunk)) for p in range(g)]
-
-
 def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
                   loc, X=(), active=1, N=None):
     """One core group of an M/N-split matmul with operand sharing over the ring.
@@ -202,7 +196,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             t = T[core]
             At = _sub(t["A"][n % nbuf], rows, depth)
             Bt = _b_sub(t, t["B"][n % nbuf], depth, width(bn, j, cols))
-            lo, hi = _parts(rows, gn)[bn]
+            lo, hi = row_parts(rows, gn)[bn]
             part = At.row_slice(lo, hi) if hi > lo else None
             src = part
             if part is not None and resident:
@@ -218,7 +212,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             elif part is not None:
                 load_rows(b, core, part, A, a0 + bm * mb + i + lo, k0, loc=loc)
             # B parts are rows of the B tile: of K, or of N when it is held transposed.
-            blo, bhi = _parts(Bt.rows, gm)[bm]
+            blo, bhi = row_parts(Bt.rows, gm)[bm]
             if bhi > blo:
                 r0, c0 = (b0 + bn * nb + j, k0) if t["TB"] else (b0 + k0, bn * nb + j)
                 load_rows(b, core, Bt.row_slice(blo, bhi), B, r0 + blo, c0, loc=loc)
@@ -253,7 +247,7 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
         """Store rows ``parts`` (of the plan's near-equal parts; None: all at once) of the output tile finished at
         step ``f``."""
         _, _, o0, i, j, _, rows, cols, _, _, _ = steps[f]
-        for lo, hi in ([(0, rows)] if parts is None else (_parts(rows, nparts)[q] for q in parts)):
+        for lo, hi in ([(0, rows)] if parts is None else (row_parts(rows, nparts)[q] for q in parts)):
             if hi <= lo:
                 continue
             for core in cores:
