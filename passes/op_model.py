@@ -72,6 +72,7 @@ class OpModel:
     epi_in: tuple[str, ...] = ()      # matmul: formats of its epilogue's further inputs (a block loaded per tile)
     resident: bool = False            # matmul: A parts stay on the scratchpad across a row of tiles (spyre-tile)
     trans_b: bool = False             # matmul: B stored transposed, [N, K] (transpose_rhs kept by spyre-layout)
+    softmax: str | None = None        # matmul: a softmax epilogue ("plain" / "safe"): whole rows per tile
 
     @property
     def fused(self) -> bool:
@@ -114,7 +115,7 @@ class OpModel:
             g = cost.best_batch_matmul_grid(m.B, m.M, m.N, m.K, cores, target, m.fmt, m.out_fmt,
                                             m.bias, b_fmt=m.b_fmt, round_fmt=m.round_fmt,
                                             colscale=m.colscale, split_k=split_k, split_m=split_m,
-                                            epi_in=m.epi_in, trans_b=m.trans_b)
+                                            epi_in=m.epi_in, trans_b=m.trans_b, softmax=m.softmax)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
             return cost.best_conv_grid(self.conv, cores, target)
@@ -174,7 +175,7 @@ def _matmul(op: ir.Operation) -> OpModel:
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
                    else None, epi_in=_epilogue_inputs(op),
                    resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value,
-                   trans_b=trans)
+                   trans_b=trans, softmax=_softmax_epilogue(op))
 
 
 def _epilogue(op: ir.Operation):
@@ -187,10 +188,20 @@ def _epilogue(op: ir.Operation):
 def epilogue_source(op: ir.Operation) -> int | None:
     """The operand of an epilogue (a map, or a pool2d) its producer's output tile stands for (None: op is no
     epilogue)."""
-    if op.name == "spyre.pool2d":
+    if op.name in ("spyre.pool2d", "spyre.softmax"):
         return 0 if KERNEL in op.attributes and _kernel(op) == "epilogue" else None
     epi = _epilogue(op)
     return None if epi is None else epi.src
+
+
+def _softmax_epilogue(op: ir.Operation) -> str | None:
+    """"safe" / "plain" when the matmul's kernel applies a softmax (rows.softmax_of), else None."""
+    from spyre_mlir.codegen.kernels.rows import softmax_of
+
+    sm = softmax_of(op)
+    if sm is None:
+        return None
+    return "safe" if "safe" in sm.attributes and ir.BoolAttr(sm.attributes["safe"]).value else "plain"
 
 
 def _epilogue_inputs(op: ir.Operation) -> tuple[str, ...]:
@@ -382,6 +393,9 @@ def _reduce(op: ir.Operation) -> OpModel:
 def _softmax(op: ir.Operation) -> OpModel:
     x = op.operands[0]
     xs = _shape(x)
+    if _kernel(op) == "epilogue":
+        # Applied by the matmul kernel producing its input (its softmax): like an epilogue map.
+        return _unbuffered(_rows_model(op, _lead(xs, len(xs) - 1), [("in", x, True)], chunked=()))
     a = _attr_int(op, "dim", -1) % len(xs)
     rows, e = _lead(xs, a), math.prod(xs[a:])
     red = e // xs[a]
@@ -516,7 +530,7 @@ def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list
         return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=nbuf, split_k=gk, bias=model.bias,
                                    b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                    epi_in=model.epi_in, resident=_resident(model, grid, tile),
-                                   trans_b=model.trans_b)
+                                   trans_b=model.trans_b, softmax=model.softmax)
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, nbuf)
     return cost.rowwise_buffers(model.rows, tile[0], nbuf)
@@ -544,7 +558,7 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
                                 model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                 epi_in=model.epi_in, resident=_resident(model, grid, tile),
-                                trans_b=model.trans_b)
+                                trans_b=model.trans_b, softmax=model.softmax)
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)
@@ -584,14 +598,15 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
         fit = cost.best_tile(mb, nb, kb, target, model.fmt, model.out_fmt,
                              batch=model.B // gb, split_k=gk, bias=model.bias, active=gb * gm * gn * gk,
                              grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                             epi_in=model.epi_in, force=(None, nb if nb * gn != model.N else None, None),
-                             trans_b=model.trans_b)
+                             epi_in=model.epi_in,
+                             force=(None, nb if nb * gn != model.N or model.softmax else None, None),
+                             trans_b=model.trans_b, softmax=model.softmax)
         if fit is None:
             return None
         return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,
                                   model.out_fmt, batch=model.B, bias=model.bias, double_buffer=fit[1] == 2,
                                   b_fmt=model.b_fmt, round_fmt=model.round_fmt, epi_in=model.epi_in,
-                                  resident=fit[2] is not None, trans_b=model.trans_b)
+                                  resident=fit[2] is not None, trans_b=model.trans_b, softmax=model.softmax)
     if model.kind == "conv":
         fit = cost.best_conv_tile(model.conv, grid, target)
         return None if fit is None else cost.conv_cycles(model.conv, grid, fit[0], target, fit[1] == 2)

@@ -357,7 +357,7 @@ class _Partition:
 
     def finish(self, order):
         from spyre_mlir.codegen.kernels.conv import pool_source
-        from spyre_mlir.codegen.kernels.rows import epilogue
+        from spyre_mlir.codegen.kernels.rows import epilogue, softmax_source
 
         # What each step returns: what another step (or the return) reads from it.
         wanted: dict = {}
@@ -409,7 +409,7 @@ class _Partition:
             for o in s.block.operations:
                 op = o.operation
                 if KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "epilogue" \
-                        and (pool_source(op) if op.name == "spyre.pool2d" else epilogue(op)) is None:
+                        and _applied_by(op, pool_source, softmax_source, epilogue) is None:
                     self.select(op)
             s.fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 [a.type for a in s.block.arguments], [s.local[v].type for v in s.outputs]))
@@ -540,3 +540,13 @@ class PartitionCardsPass(SpyrePass):
         order = p.build()
         outs = p.finish(order)
         p.schedule(order, outs)
+
+
+def _applied_by(op: ir.Operation, pool_source, softmax_source, epilogue):
+    """What applies an op whose kernel is `epilogue`: its producer's pool, softmax or map epilogue (None: nothing
+    any more)."""
+    if op.name == "spyre.pool2d":
+        return pool_source(op)
+    if op.name == "spyre.softmax":
+        return softmax_source(op)
+    return epilogue(op)

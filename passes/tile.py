@@ -71,10 +71,11 @@ class TilePass(SpyrePass):
             gb, gm, gn, gk = model.grid4(grid)
             block = model.block(grid, target)
             force = _force(op, block, (self.tile_m, self.tile_n, self.tile_k), ("tile-m", "tile-n", "tile-k"))
-            ragged = block[1] * gn != model.N
+            ragged = block[1] * gn != model.N or model.softmax is not None     # one tile column
             if ragged and force[1] not in (None, block[1]):
                 raise PassError(f"tile-n={force[1]}: a ragged N split ({gn} blocks of {block[1]} columns, the "
-                                f"last shorter) is walked as one tile column", op.location)
+                                f"last shorter) or a softmax epilogue (whole rows) is walked as one tile column",
+                                op.location)
             if model.whole is not None and not any(force):
                 # A card's share (spyre-partition-cards): the whole op's tile, so every core computes the same
                 # tile shapes in the same accumulation order as on one card (bit-identical results).
@@ -104,14 +105,14 @@ class TilePass(SpyrePass):
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
                                  bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                                 epi_in=model.epi_in, trans_b=model.trans_b)
+                                 epi_in=model.epi_in, trans_b=model.trans_b, softmax=model.softmax)
             if fit is None:
                 cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt, model.b_fmt,
                                                     model.trans_b)
                 tile = tuple(f or min(c) for f, c in zip(force, cands))
                 bufs = cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias,
                                            b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                                           epi_in=model.epi_in, trans_b=model.trans_b)
+                                           epi_in=model.epi_in, trans_b=model.trans_b, softmax=model.softmax)
                 _no_fit(op, target, tile, cost.footprint(bufs, target), any(force))
             if fit[2] is not None:
                 op.attributes[RESIDENT] = ir.BoolAttr.get(True)

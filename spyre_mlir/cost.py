@@ -49,7 +49,7 @@ from spyre_mlir.target import Target
 
 __all__ = [
     "Buffer", "Cycles", "pack", "footprint", "nbuf_for", "stick_elems", "divisors",
-    "n_block", "n_quantum", "b_tile_bytes", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
+    "n_block", "n_quantum", "b_tile_bytes", "softmax_stats", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
@@ -192,7 +192,7 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
                    split_k: int = 1, bias: bool = False, b_fmt: str | None = None,
                    round_fmt: str | None = None, colscale: str | None = None,
                    epi_in: Sequence[str] = (), resident: tuple[int, int] | None = None,
-                   trans_b: bool = False) -> list[Buffer]:
+                   trans_b: bool = False, softmax: str | None = None) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn], [tn,tk] when ``trans_b``), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
@@ -234,7 +234,14 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
     if colscale:
         bufs.append(Buffer("colscale", tile_bytes(1, tn, colscale)))
     bufs += [Buffer("ep" + chr(ord("a") + i), tile_bytes(tm, tn, f)) for i, f in enumerate(epi_in)]
+    if softmax:         # a softmax epilogue's row statistics (its fp32 work tile is the accumulator)
+        bufs += [Buffer(n, tile_bytes(tm, 1, FP32)) for n in softmax_stats(softmax)]
     return bufs
+
+
+def softmax_stats(softmax: str) -> tuple[str, ...]:
+    """The [rows, 1] fp32 buffers of a softmax applied by a matmul kernel: max, sum and, safe, the live rows."""
+    return ("smax", "ssum", "slive") if softmax == "safe" else ("smax", "ssum")
 
 
 def _bias_fmt(bias) -> str:
@@ -246,7 +253,7 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
                   fmt: str = "dlf16", out_fmt: str | None = None, *, batch: int = 1, bias: bool = False,
                   double_buffer: bool = True, active: int | None = None, b_fmt: str | None = None,
                   round_fmt: str | None = None, epi_in: Sequence[str] = (), resident: bool = False,
-                  trans_b: bool = False) -> Cycles:
+                  trans_b: bool = False, softmax: str | None = None) -> Cycles:
     """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
     ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
     grid's). ``fmt`` / ``b_fmt`` are A's / B's formats in device memory (a format the PT array does not multiply
@@ -263,14 +270,17 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     tm, tn, tk = tile or (mb, nb, kb)
     tiles = bb * _ceil(mb, tm) * _ceil(nb, tn)
     steps = _ceil(kb, tk)
+    # A softmax epilogue: SFU work per output tile, with the last step's write-back.
+    tile_sfu = _softmax_sfu(tm, tn, target, softmax) if softmax else 0.0
     if gk == 1 and gm * gn > 1:
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
                                      double_buffer, active or gb * gm * gn, b_fmt, round_fmt, epi_in,
-                                     _ceil(nb, tn) if resident else 0, trans_b)
+                                     _ceil(nb, tn) if resident else 0, trans_b, tile_sfu)
     pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
                           / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
     pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt) + tiles * _convert_out(tm, tn, target,
                                                                                                 round_fmt)
+    pt += tiles * tile_sfu
     loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + b_tile_bytes(tk, tn, b_fmt, trans_b))
                      + (tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0) + _epi_bytes(tm, tn, epi_in))
     stores = tiles * tile_bytes(tm, tn, out_fmt)
@@ -288,6 +298,16 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
         sfu = tiles * (tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles)
     total = _overlap(pt + sfu, dma, tiles * steps, double_buffer) + ring + sync_cycles(gb * gm * gn * gk, target)
     return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
+
+
+def _softmax_sfu(tm: int, tn: int, target: Target, softmax: str) -> float:
+    """SFU cycles of a softmax epilogue on a [tm, tn] tile (rows.apply_softmax): 6 elementwise passes (an exp
+    among them), 2 row reductions, the per-row reciprocal (and the safe softmax's 3 per-row selects)."""
+    lanes = target.sfu_lanes_per_core
+    full = tm * tn * (5 * target.sfu_cycles("simple") + target.sfu_cycles("transcendental")) / lanes
+    rows = tm * (target.sfu_cycles("reciprocal") + (3 if softmax == "safe" else 0)) / lanes
+    ops = 8 + (3 if softmax == "safe" else 0)
+    return full + 2 * tm * tn / lanes + rows + ops * target.sfu_latency_cycles
 
 
 def _epi_bytes(tm: int, tn: int, epi_in: Sequence[str]) -> int:
@@ -327,7 +347,8 @@ def store_parts(tm: int, tn: int, steps: int, out_fmt: str, active: int, target:
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
                           b_fmt: str | None = None, round_fmt: str | None = None,
-                          epi_in: Sequence[str] = (), passes: int = 0, trans_b: bool = False) -> Cycles:
+                          epi_in: Sequence[str] = (), passes: int = 0, trans_b: bool = False,
+                          tile_sfu: float = 0.0) -> Cycles:
     """The M/N-split kernel with operand sharing (``codegen/kernels/matmul.py``): each of the ``tiles * steps``
     steps is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and
     ring-sends its parts to the cores of its grid row / column, while the PT array multiplies the previous
@@ -365,7 +386,8 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
 
     pt_step = (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt))
                + target.pt_latency_cycles)
-    pt_step += _convert_step(tm, tn, tk, target, pa, b_fmt) + _convert_out(tm, tn, target, round_fmt) * tiles / n
+    pt_step += _convert_step(tm, tn, tk, target, pa, b_fmt) + (_convert_out(tm, tn, target, round_fmt)
+                                                                  + tile_sfu) * tiles / n
     pt_step += part_sfu if passes else 0.0        # the own part's copy into the A tile
     out = tile_bytes(tm, tn, out_fmt)
     parts = store_parts(tm, tn, steps, out_fmt, active, target)
@@ -421,7 +443,8 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
                 out_fmt: str | None = None, *, batch: int = 1, split_k: int = 1, bias: bool = False,
                 b_fmt: str | None = None, round_fmt: str | None = None,
                 colscale: str | None = None, epi_in: Sequence[str] = (),
-                resident: tuple[int, int] | None = None, trans_b: bool = False) -> tuple[int, list[Buffer]] | None:
+                resident: tuple[int, int] | None = None, trans_b: bool = False,
+                softmax: str | None = None) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
@@ -429,7 +452,7 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
     for nbuf in (2, 1):
         bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
                               round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident,
-                              trans_b=trans_b)
+                              trans_b=trans_b, softmax=softmax)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
@@ -437,11 +460,12 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt, colscale,
-                  epi_in, resident=None, trans_b=False) -> int | None:
+                  epi_in, resident=None, trans_b=False, softmax=None) -> int | None:
     """:func:`matmul_plan`'s buffer count, remembered: the grid search asks for the same blocks again and again
     (every grid with the same per-core block, every layer of the same shape)."""
     plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias, b_fmt=b_fmt,
-                       round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident, trans_b=trans_b)
+                       round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident, trans_b=trans_b,
+                       softmax=softmax)
     return None if plan is None else plan[0]
 
 
@@ -454,8 +478,8 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
               batch: int = 1, split_k: int = 1, bias: bool = False, active: int = 1,
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
               b_fmt: str | None = None, round_fmt: str | None = None,
-              colscale: str | None = None, epi_in: Sequence[str] = (), trans_b: bool = False
-              ) -> tuple[tuple[int, int, int], int, tuple[int, int] | None] | None:
+              colscale: str | None = None, epi_in: Sequence[str] = (), trans_b: bool = False,
+              softmax: str | None = None) -> tuple[tuple[int, int, int], int, tuple[int, int] | None] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
     with its buffer count (2: double-buffered) and whether A stays resident (:func:`matmul_buffers`'
     ``resident``, None: not); None when nothing fits. Ties go to the larger tile, then to no resident A.
@@ -477,14 +501,14 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
             modes.append((_ceil(tm, gn), _ceil(kb, tk)))
         for resident in modes:
             nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt,
-                                 round_fmt, colscale, tuple(epi_in), resident, trans_b)
+                                 round_fmt, colscale, tuple(epi_in), resident, trans_b, softmax)
             if nbuf is None:
                 continue
             # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
             # `active` cores.
             c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
                               double_buffer=nbuf == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
-                              epi_in=epi_in, resident=resident is not None, trans_b=trans_b)
+                              epi_in=epi_in, resident=resident is not None, trans_b=trans_b, softmax=softmax)
             key = (c.total, -math.prod(tile), resident is not None)
             if best is None or key < best[0]:
                 best = (key, (tuple(tile), nbuf, resident))
@@ -512,7 +536,7 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
                            out_fmt: str | None = None, bias: bool = False, b_fmt: str | None = None,
                            round_fmt: str | None = None, colscale: str | None = None, split_k: int | None = None,
                            split_m: int | None = None, epi_in: Sequence[str] = (),
-                           trans_b: bool = False) -> tuple[int, int, int, int] | None:
+                           trans_b: bool = False, softmax: str | None = None) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, stick-aligned splits (M evenly in multiples of the PT
     rows, N in whole sticks of B and the result, evenly or ragged (:func:`n_block`, one tile column per core),
     K evenly in whole sticks of A), each core's span within the target's
@@ -528,18 +552,21 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
         gb, gm, gn, gk = g
         if (split_k is not None and gk != split_k) or (split_m is not None and gm != split_m):
             continue
+        if softmax and (gn > 1 or gk > 1):
+            continue        # a softmax epilogue needs whole rows on one core
         if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt, trans_b) > target.core_span_bytes:
             continue
         active = gb * gm * gn * gk
         nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target, trans_b))
         fit = best_tile(M // gm, nb, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
                         active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale,
-                        epi_in=epi_in, force=(None, nb if nb * gn != N else None, None), trans_b=trans_b)
+                        epi_in=epi_in, force=(None, nb if nb * gn != N or softmax else None, None),
+                        trans_b=trans_b, softmax=softmax)
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
                           b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in, resident=fit[2] is not None,
-                          trans_b=trans_b)
+                          trans_b=trans_b, softmax=softmax)
         key = (c.total, gk, active)       # ties: no K split, then fewer cores
         if best is None or key < best[0]:
             best = (key, g)

@@ -135,6 +135,39 @@ func.func @epilogue(%x: tensor<8x64x!spyre.dlf16>, %w: tensor<64x64x!spyre.dlf16
 
 // -----
 
+// Attention scores: a softmax over the last dim of a batch_matmul's result, after the mask add the matmul applies,
+// is applied by the matmul kernel too ("epilogue"), on whole rows: its grid does not split N or K, its tile
+// holds all 128 columns, and its plan has the row statistics (`smax`, `ssum`, `slive` for a safe softmax). A
+// softmax of scores the function also returns runs its own kernel ("rows").
+// CHECK-LABEL: func.func @softmax_epilogue
+// CHECK: "spyre.batch_matmul"{{.*}}spyre.kernel = "matmul"
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.kernel = "epilogue"}
+// CHECK: "spyre.softmax"{{.*}}spyre.kernel = "epilogue"
+// CHECK: "spyre.softmax"{{.*}}spyre.kernel = "rows"
+// PLAN-LABEL: func.func @softmax_epilogue
+// PLAN: "spyre.batch_matmul"
+// PLAN-SAME: spyre.grid = array<i64: {{[0-9]+}}, {{[0-9]+}}, 1, 1>
+// PLAN-SAME: slive = {{[0-9]+}} : i64, smax = {{[0-9]+}} : i64, ssum = {{[0-9]+}} : i64
+// PLAN-SAME: spyre.tile = array<i64: 1, {{[0-9]+}}, 128, {{[0-9]+}}>
+// PLAN: "spyre.softmax"{{.*}}spyre.kernel = "epilogue", spyre.scratchpad = {}, spyre.scratchpad_bytes = 0
+func.func @softmax_epilogue(%q: tensor<4x128x64x!spyre.dlf16>, %k: tensor<4x128x64x!spyre.dlf16>, %mask: tensor<1x128x128xf32>)
+    -> (tensor<4x128x64x!spyre.dlf16>, tensor<4x128x128x!spyre.dlf16>, tensor<4x128x64x!spyre.dlf16>) {
+  %s = "spyre.batch_matmul"(%q, %k) {acc_type = f32, transpose_rhs = true} : (tensor<4x128x64x!spyre.dlf16>, tensor<4x128x64x!spyre.dlf16>) -> tensor<4x128x128x!spyre.dlf16>
+  %m = "spyre.map"(%s, %mask) ({
+  ^bb0(%a: f32, %b: f32):
+    %r = arith.addf %a, %b : f32
+    "spyre.yield"(%r) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<4x128x128x!spyre.dlf16>, tensor<1x128x128xf32>) -> tensor<4x128x128x!spyre.dlf16>
+  %p = "spyre.softmax"(%m) {acc_type = f32, dim = 2 : i64, safe = true} : (tensor<4x128x128x!spyre.dlf16>) -> tensor<4x128x128x!spyre.dlf16>
+  %o = "spyre.batch_matmul"(%p, %q) {acc_type = f32} : (tensor<4x128x128x!spyre.dlf16>, tensor<4x128x64x!spyre.dlf16>) -> tensor<4x128x64x!spyre.dlf16>
+  %t = "spyre.batch_matmul"(%q, %k) {acc_type = f32, transpose_rhs = true} : (tensor<4x128x64x!spyre.dlf16>, tensor<4x128x64x!spyre.dlf16>) -> tensor<4x128x128x!spyre.dlf16>
+  %u = "spyre.softmax"(%t) {acc_type = f32, dim = 2 : i64} : (tensor<4x128x128x!spyre.dlf16>) -> tensor<4x128x128x!spyre.dlf16>
+  %v = "spyre.batch_matmul"(%u, %q) {acc_type = f32} : (tensor<4x128x128x!spyre.dlf16>, tensor<4x128x64x!spyre.dlf16>) -> tensor<4x128x64x!spyre.dlf16>
+  return %o, %t, %v : tensor<4x128x64x!spyre.dlf16>, tensor<4x128x128x!spyre.dlf16>, tensor<4x128x64x!spyre.dlf16>
+}
+
+// -----
+
 // A non-overlapping pool of a conv's output, read through the conv's ReLU epilogue, is applied by the conv
 // kernel too ("epilogue"): the kernel stores the pooled tile, its output rows are whole windows (tile rows
 // even) and its plan holds the selections (`psela`, `pselb`) and the pooled tiles. A pool with overlapping

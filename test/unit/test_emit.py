@@ -573,6 +573,50 @@ def test_conv_applies_its_pool_before_the_store(kind, window, relu, cores):
     assert exf.static_profile.dram_write_bytes == 2 * 16 * (9 // ph) * 128
 
 
+@pytest.mark.parametrize("safe, mask, cores", [(False, False, 4), (True, True, 4), (True, False, 1), (False, True, 3)])
+def test_batch_matmul_applies_its_softmax_before_the_store(safe, mask, cores):
+    """Attention scores: a softmax over the last dim of a batch_matmul's result (after its mask-add epilogue) is
+    applied by the matmul kernel to each whole-row output tile (kernel "epilogue"): no softmax kernel runs and
+    the result is bit-identical to the softmax kernel run apart (there the scores are also returned). A masked
+    row (-inf everywhere) gives zeros with a safe softmax. (A device map reads the probabilities, as attention's
+    PV matmul does: a returned value has an output buffer of its own.)"""
+    t = "tensor<4x32x64x!spyre.dlf16>"
+    mask_map = f"""
+  %m = "spyre.map"(%r, %k) ({{
+  ^bb0(%a: f32, %c: f32):
+    %s = arith.addf %a, %c : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 1, 0, 0>}} : ({t}, tensor<1x32x64xf32>) -> {t}""" if mask else ""
+    src = "%m" if mask else "%r"
+    safe_attr = ", safe = true" if safe else ""
+    body = f"""{mask_map}
+  %p = "spyre.softmax"({src}) {{acc_type = f32, dim = 2 : i64{safe_attr}}} : ({t}) -> {t}
+  %n = "spyre.map"(%p) ({{
+  ^bb0(%a: f32):
+    %x = arith.negf %a : f32
+    "spyre.yield"(%x) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 0, 0, 0>}} : ({t}) -> {t}"""
+    head = (f'func.func @main(%q: tensor<4x32x16x!spyre.dlf16>, %kt: tensor<4x64x16x!spyre.dlf16>, '
+            f'%k: tensor<1x32x64xf32>) -> RES {{\n'
+            f'  %r = "spyre.batch_matmul"(%q, %kt) {{acc_type = f32, transpose_rhs = true}} : '
+            f'(tensor<4x32x16x!spyre.dlf16>, tensor<4x64x16x!spyre.dlf16>) -> {t}')
+    fused = head.replace("RES", t) + body + f"\n  return %n : {t}\n}}"
+    apart = head.replace("RES", f"({t}, {t})") + body + f"\n  return %r, %n : {t}, {t}\n}}"
+    q, kt = dlf16_round(rand(4, 32, 16)), dlf16_round(rand(4, 64, 16))
+    k = np.where(RNG.random((1, 32, 64)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    k[0, 5] = -np.inf                                   # one fully masked row
+    (yf,), emf, _ = run(fused, [q, kt, k], cores=cores, numerics="faithful")
+    (r, yu), emu, _ = run(apart, [q, kt, k], cores=cores, numerics="faithful")
+    assert emf.kernels == ["spyre.batch_matmul", "spyre.map"]
+    assert emu.kernels[-2:] == ["spyre.softmax", "spyre.map"]
+    assert np.array_equal(yf, yu)
+    yf = -yf
+    np.testing.assert_allclose(yf.sum(-1)[:, [i for i in range(32) if not (mask and safe and i == 5)]], 1.0,
+                               atol=3e-2)
+    if mask and safe:
+        assert (yf[:, 5] == 0).all()
+
+
 @pytest.mark.parametrize("grid", ["", ", spyre.grid = array<i64: 1, 2, 1>, spyre.tile = array<i64: 32, 64, 256>",
                                   ", spyre.grid = array<i64: 1, 1, 2>, spyre.tile = array<i64: 32, 128, 128>"])
 def test_matmul_applies_its_tanh_before_the_store(grid):

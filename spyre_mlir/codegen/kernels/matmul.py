@@ -19,14 +19,14 @@ import math
 
 import numpy as np
 
-from spyre_mlir.cost import n_block, store_parts
+from spyre_mlir.cost import n_block, softmax_stats, store_parts
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type, row_parts
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
-from .rows import apply_epilogue, broadcast_rows, epilogue_buffer, epilogue_of
+from .rows import apply_epilogue, apply_softmax, broadcast_rows, epilogue_buffer, epilogue_of, softmax_of
 
 __all__ = ["matmul", "select", "EMITTERS"]
 
@@ -36,9 +36,12 @@ def _stick_elems(*fmts) -> int:
 
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
-           scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False):
+           scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False,
+           sm=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``. ``trans_b``: B is
-    stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk].
+    stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk]. ``sm``: a
+    softmax (rows.softmax_of) applied to each finished tile after the epilogue, in the accumulator, with the
+    plan's row statistics ``smax``, ``ssum`` (``slive``); its tiles are whole rows.
 
     A / B in a format the PT array does not multiply (fp32: spyre.convert_operands) are converted to DLFloat16
     on the SFU after each load. ``round_fmt`` (spyre.convert_result): the write-back rounds to that format and
@@ -83,9 +86,14 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     if resident and not (gk == 1 and gm * gn > 1):
         raise TileError(f"a resident A (spyre.resident_a) needs an M/N split without a K split, not grid "
                         f"{list(grid)}")
+    if sm is not None and (gn > 1 or gk > 1 or tn < nb):
+        raise TileError(f"a softmax epilogue needs whole rows on one core: grid {list(grid)} and tile "
+                        f"{list(tile)} split the {N} columns")
+    stats = {n[1:]: plan.tile_at(n, tm, 1, "fp32") for n in softmax_stats("safe" if _attr(sm, "safe", False)
+                                                                          else "plain")} if sm is not None else {}
     T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr,
                                               (-(-tm // gn), -(-kb // tk)) if resident else None, trans_b),
-                             "EPI": epi[0] if epi else None, "TB": trans_b,
+                             "EPI": epi[0] if epi else None, "TB": trans_b, "SM": sm, "ST": stats,
                              "EX": [plan.tile_at(epilogue_buffer(i), tm, tn, x.fmt) for i, x in enumerate(epi[1])]
                              if epi else []})
     X = epi[1] if epi else []
@@ -342,6 +350,10 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
     if fin and t["EPI"] is not None:       # the accumulator is free until the next tile's first step
         apply_epilogue(b, core, t["EPI"], _sub(t["OF"] or t["O"], rows, cols), _sub(t["C"], rows, cols), loc,
                        [_sub(x, rows, cols) for x in t["EX"]])
+    if fin and t["SM"] is not None:
+        out = _sub(t["OF"] or t["O"], rows, cols)
+        apply_softmax(b, core, t["SM"], out, out, _sub(t["C"], rows, cols),
+                      {k: _sub(v, rows, 1) for k, v in t["ST"].items()}, loc)
 
 
 def _load_extra(b, core, t, X, row0, col0, rows, cols, loc):
@@ -377,7 +389,7 @@ def emit_matmul(em, op, loc):
     bias_t = em.tensor(bias) if bias is not None else None
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
                         plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O),
-                        trans_b=trans)
+                        trans_b=trans, sm=softmax_of(op))
     return len(used)
 
 
@@ -392,13 +404,18 @@ def emit_batch_matmul(em, op, loc):
     nb = math.prod(ashape[:-2])
     batches = [(i * M, i * (N if trans else K), i * M) for i in range(nb)]
     used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, plan=KernelPlan.of(op, em.target),
-                        batches=batches, loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O), trans_b=trans)
+                        batches=batches, loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O), trans_b=trans,
+                        sm=softmax_of(op))
     return len(used)
 
 
 def _epilogue(em, op, O):
     """(the map this matmul applies before its stores (rows.epilogue), the device tensors of its further
-    inputs, as [rows, N] views like O's), the map's result then being O; or None."""
+    inputs, as [rows, N] views like O's), the map's result then being O; or None. The result of a softmax it
+    applies after that (rows.softmax_of) is O too."""
+    sm = softmax_of(op)
+    if sm is not None:
+        em.dev[sm.results[0]] = O.reshaped(_tensor_type(sm.results[0])[0])
     found = epilogue_of(op)
     if found is None:
         return None

@@ -79,6 +79,9 @@ def select(op, target, known) -> str | None:
     (:func:`epilogue`)."""
     if not _runs(op):
         return None
+    if op.operation.name == "spyre.softmax":
+        return "epilogue" if softmax_source(op) is not None and _whole_rows_fit(softmax_source(op), target) \
+            else "rows"
     return "epilogue" if epilogue(op) is not None else "rows"
 
 
@@ -199,6 +202,87 @@ def apply_epilogue(b, core, epi, out, temp, loc, extra=()) -> None:
 def epilogue_buffer(i: int) -> str:
     """The producer's scratchpad buffer for its epilogue's ``i``-th further input (passes/op_model.py)."""
     return "ep" + chr(ord("a") + i)
+
+
+def softmax_source(op):
+    """The matmul (kernel ``matmul``) whose kernel applies softmax ``op`` to its output tiles, or None: a softmax
+    over the last dim whose input is, as its only reader (through row-view reshapes), the matmul's result or the
+    result of the map the matmul applies (an attention mask add), in the same element type, read by device ops.
+    The matmul then takes whole rows per tile (no N or K split), and the SFU micro-ops are the softmax kernel's on
+    the tile's values, so the result is bit-identical."""
+    o = op.operation
+    if o.name != "spyre.softmax" or not _runs(op) or any(
+            not u.owner.name.startswith("spyre.") or u.owner.name == "spyre.host" for u in o.results[0].uses):
+        return None
+    v = o.operands[0]
+    if _one_use(v) is None:
+        return None
+    p = _owner(_viewed(v))
+    if p is not None and p.name == "spyre.map" and _attr(p, "spyre.kernel") == "epilogue":
+        epi = epilogue(p)
+        p = _owner(_viewed(p.operands[epi.src])) if epi is not None else None
+    if p is None or p.name not in ("spyre.matmul", "spyre.batch_matmul") or _attr(p, "spyre.kernel") != "matmul":
+        return None
+    (pshape, pelt), (shape, elt) = _tensor_type(p.results[0]), _tensor_type(v)
+    if pelt != elt or pshape[-1:] != shape[-1:] or _tensor_type(o.results[0])[1] != elt \
+            or _attr(p, "spyre.convert_result") is not None:
+        return None
+    return p
+
+
+def _whole_rows_fit(mm, target) -> bool:
+    """A tile of whole result rows fits the scratchpad for matmul ``mm`` (on one core)."""
+    from spyre_mlir import cost
+    from spyre_mlir.passes.op_model import op_model
+
+    m = op_model(mm)
+    return cost.best_tile(m.M, m.N, m.K, target, m.fmt, m.out_fmt, batch=m.B, bias=m.bias, b_fmt=m.b_fmt,
+                          colscale=m.colscale, epi_in=m.epi_in, force=(None, m.N, None), trans_b=m.trans_b,
+                          softmax="safe") is not None
+
+
+def softmax_of(producer):
+    """The softmax the kernel of matmul ``producer`` applies (kernel ``epilogue``, :func:`softmax_source`), after
+    its epilogue map if any, or None."""
+    found = epilogue_of(producer)
+    r = (found[0] if found is not None else producer).operation.results[0]
+    while True:
+        user = _one_use(r)
+        if user is None:
+            return None
+        if user.operation.name == "spyre.softmax":
+            src = softmax_source(user) if _attr(user, "spyre.kernel") == "epilogue" else None
+            return user if src is not None and src == producer.operation else None
+        if not _row_view(user):
+            return None
+        r = user.operation.results[0]
+
+
+def apply_softmax(b, core, sm, src, dst, temp, stats, loc) -> None:
+    """Softmax ``sm`` over the rows of tile ``src`` (its values in their format) rounded once into ``dst`` (may
+    be ``src``), with the fp32 tile ``temp`` of their shape and the [rows, 1] fp32 ``stats`` (max, sum and, for
+    a safe softmax, live): what the softmax kernel and a matmul applying it as its epilogue both run."""
+    safe = bool(_attr(sm, "safe", False))
+    # DLFloat16 has no infinity: a -inf stored in it saturates to -DLF16_MAX (docs/numerics.md), so a row of
+    # masked scores read from DLFloat16 has that maximum.
+    lowest = -DLF16_MAX if src.fmt is Format.DLF16 else -math.inf
+    M, S = stats["max"], stats["sum"]
+    b.sfu(core, "cast", temp, src, loc=loc)
+    b.reduce(core, "max", M, temp, loc=loc)
+    if safe:
+        # A row of -inf only: its max becomes 0 and its 1/sum 0, so it gives 0 * 0 and no NaN; other rows
+        # compute exactly what the plain softmax does.
+        K = stats["live"]
+        b.sfu(core, "gt", K, M, lowest, loc=loc)
+        b.sfu(core, "select", M, K, M, imm=0.0, loc=loc)
+    b.sfu(core, "sub", temp, temp, M, loc=loc)
+    b.sfu(core, "exp", temp, temp, loc=loc)
+    b.reduce(core, "sum", S, temp, loc=loc)
+    b.sfu(core, "recip", S, S, loc=loc)
+    if safe:
+        b.sfu(core, "select", S, K, S, imm=0.0, loc=loc)
+    b.sfu(core, "mul", temp, temp, S, loc=loc)
+    b.sfu(core, "cast", dst, temp, loc=loc)
 
 
 def epilogue_of(producer):
@@ -339,31 +423,10 @@ def _rowwise_io(em, op):
 
 def emit_softmax(em, op, loc):
     X, O, R, C = _rowwise_io(em, op)
-
     safe = bool(_attr(op, "safe", False))
-    # DLFloat16 has no infinity: a -inf stored in it saturates to -DLF16_MAX (docs/numerics.md), so a row of
-    # masked scores read from DLFloat16 has that maximum.
-    lowest = -DLF16_MAX if X.fmt is Format.DLF16 else -math.inf
 
     def body(core, n, XT, XF, OT, extra, loc):
-        b = em.b
-        M, S = extra["max"], extra["sum"]
-        b.sfu(core, "cast", XF, XT, loc=loc)
-        b.reduce(core, "max", M, XF, loc=loc)
-        if safe:
-            # A row of -inf only: its max becomes 0 and its 1/sum 0, so it gives 0 * 0 and no NaN; other rows
-            # compute exactly what the plain softmax does.
-            K = extra["live"]
-            b.sfu(core, "gt", K, M, lowest, loc=loc)
-            b.sfu(core, "select", M, K, M, imm=0.0, loc=loc)
-        b.sfu(core, "sub", XF, XF, M, loc=loc)
-        b.sfu(core, "exp", XF, XF, loc=loc)
-        b.reduce(core, "sum", S, XF, loc=loc)
-        b.sfu(core, "recip", S, S, loc=loc)
-        if safe:
-            b.sfu(core, "select", S, K, S, imm=0.0, loc=loc)
-        b.sfu(core, "mul", XF, XF, S, loc=loc)
-        b.sfu(core, "cast", OT, XF, loc=loc)
+        apply_softmax(em.b, core, op, XT, OT, XF, extra, loc)
 
     return _rows_emit(em, op, loc, X, O, body, [], ("max", "sum", "live") if safe else ("max", "sum"))
 
@@ -542,3 +605,4 @@ EMITTERS = {"spyre.map": emit_map, "spyre.reduce": emit_reduce, "spyre.softmax":
             "spyre.layernorm": emit_layernorm, "spyre.rmsnorm": emit_rmsnorm, "spyre.cast": emit_cast}
 KERNELS = {name: ("rows",) for name in EMITTERS}
 KERNELS["spyre.map"] = ("rows", "epilogue")
+KERNELS["spyre.softmax"] = ("rows", "epilogue")
