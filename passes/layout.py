@@ -35,6 +35,7 @@ from torch_mlir import ir
 from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.analysis import MATMULS, function_ops, is_device_op, is_param_derived, producer, single_use
 from spyre_mlir.passes.base import SpyrePass
+from spyre_mlir.runtime.formats import STICK_BYTES
 
 
 @dataclasses.dataclass
@@ -105,7 +106,7 @@ def _reads_transposed(op: ir.Operation, func: ir.Operation) -> bool:
     n, k = t.shape[-2], t.shape[-1]
     from spyre_mlir.codegen.memory import format_of
 
-    per_stick = 128 * 8 // format_of(t.element_type).bits
+    per_stick = STICK_BYTES * 8 // format_of(t.element_type).bits
     return n * -(-k // per_stick) < k * -(-n // per_stick)
 
 

@@ -186,8 +186,8 @@ def _epilogue(op: ir.Operation):
 
 
 def epilogue_source(op: ir.Operation) -> int | None:
-    """The operand of an epilogue (a map, or a pool2d) its producer's output tile stands for (None: op is no
-    epilogue)."""
+    """The operand of an epilogue (a map, a pool2d or a softmax) its producer's output tile stands for (None: op
+    is no epilogue)."""
     if op.name in ("spyre.pool2d", "spyre.softmax"):
         return 0 if KERNEL in op.attributes and _kernel(op) == "epilogue" else None
     epi = _epilogue(op)

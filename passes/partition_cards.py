@@ -356,8 +356,7 @@ class _Partition:
     # ---- the schedule ----------------------------------------------------------------------------------
 
     def finish(self, order):
-        from spyre_mlir.codegen.kernels.conv import pool_source
-        from spyre_mlir.codegen.kernels.rows import epilogue, softmax_source
+        from spyre_mlir.codegen.kernels import applied_by
 
         # What each step returns: what another step (or the return) reads from it.
         wanted: dict = {}
@@ -404,12 +403,12 @@ class _Partition:
                 op = s.local[v].owner
                 if KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "alias":
                     self.select(op)
-            # So does a map or pool chosen as its producer's epilogue when the split or the step boundary
-            # separated them (its producer is now a gather, an argument, or the map is returned).
+            # So does a map, pool or softmax chosen as its producer's epilogue when the split or the step
+            # boundary separated them (its producer is now a gather, an argument, or the map is returned).
             for o in s.block.operations:
                 op = o.operation
                 if KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "epilogue" \
-                        and _applied_by(op, pool_source, softmax_source, epilogue) is None:
+                        and applied_by(op) is None:
                     self.select(op)
             s.fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 [a.type for a in s.block.arguments], [s.local[v].type for v in s.outputs]))
@@ -540,13 +539,3 @@ class PartitionCardsPass(SpyrePass):
         order = p.build()
         outs = p.finish(order)
         p.schedule(order, outs)
-
-
-def _applied_by(op: ir.Operation, pool_source, softmax_source, epilogue):
-    """What applies an op whose kernel is `epilogue`: its producer's pool, softmax or map epilogue (None: nothing
-    any more)."""
-    if op.name == "spyre.pool2d":
-        return pool_source(op)
-    if op.name == "spyre.softmax":
-        return softmax_source(op)
-    return epilogue(op)

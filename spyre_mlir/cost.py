@@ -49,7 +49,7 @@ from spyre_mlir.target import Target
 
 __all__ = [
     "Buffer", "Cycles", "pack", "footprint", "nbuf_for", "stick_elems", "divisors",
-    "n_block", "n_quantum", "b_tile_bytes", "softmax_stats", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
+    "n_block", "n_quantum", "k_quantum", "b_tile_bytes", "softmax_stats", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
@@ -81,6 +81,11 @@ def n_block(N: int, gn: int, quantum: int) -> int | None:
 def n_quantum(fmt: str, out_fmt: str, b_fmt: str | None, target: Target, trans_b: bool = False) -> int:
     """The N split's quantum: whole sticks of the result, and of B when it is sticked on N (not ``trans_b``)."""
     return max(stick_elems(out_fmt or fmt, target), 1 if trans_b else stick_elems(b_fmt or fmt, target))
+
+
+def k_quantum(fmt: str, b_fmt: str | None, target: Target, trans_b: bool = False) -> int:
+    """The K split's and K tile's quantum: whole sticks of A, and of B when it is stored transposed."""
+    return max(stick_elems(fmt, target), stick_elems(b_fmt or fmt, target) if trans_b else 1)
 
 
 def b_tile_bytes(tk: int, tn: int, b_fmt: str, trans_b: bool = False) -> int:
@@ -432,7 +437,7 @@ def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, 
     that way."""
     pt = max(target.pt_rows, target.pt_cols)
     qn = max(pt, n_quantum(fmt, out_fmt, b_fmt, target, trans_b))
-    qk = max(pt, stick_elems(fmt, target), stick_elems(b_fmt or fmt, target) if trans_b else 1)
+    qk = max(pt, k_quantum(fmt, b_fmt, target, trans_b))
     tms = [d for d in divisors(mb) if d % target.pt_rows == 0] or [mb]
     tns = [d for d in divisors(nb) if d % qn == 0] or [nb]
     tks = [d for d in divisors(kb) if d % qk == 0] or [kb]
@@ -519,7 +524,7 @@ def _matmul_grids(B: int, M: int, N: int, K: int, cores: int, target: Target, fm
                   allow_k: bool, b_fmt: str | None = None, trans_b: bool = False):
     qm = target.pt_rows
     qn = n_quantum(fmt, out_fmt, b_fmt, target, trans_b)
-    qk = max(stick_elems(fmt, target), stick_elems(b_fmt or fmt, target) if trans_b else 1)
+    qk = k_quantum(fmt, b_fmt, target, trans_b)
     for gb in divisors(B):
         for gm in (d for d in divisors(M) if _split_ok(M, d, qm)):
             for gn in range(1, cores // (gb * gm) + 1):
@@ -870,7 +875,6 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
         moved += tiles * (bufs["pout"] - bufs["out"])
     cores = gn * gf * goh
     bw = _bytes_per_cycle(target, active or cores)
-    ring = pre = 0.0
     if conv_shares(k, grid, tile):
         # Each core loads its part of the constants and multicasts it (a copy per destination), one barrier.
         g = gn * goh
@@ -900,10 +904,9 @@ def conv_shares(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> bool
 def conv_span(k: ConvKernel, grid: Sequence[int]) -> int:
     gn, gf, goh = grid
     nb, fb, ohb = _ceil(k.n, gn), _ceil(k.f, gf), _ceil(k.oh, goh)
-    out = tile_bytes(fb * k.stored_rows(ohb), k.pool_ow, k.pool_fmt) if k.pool else tile_bytes(fb * ohb, k.ow,
-                                                                                                k.out_fmt)
-    return nb * (tile_bytes(k.in_channels(fb) * k.in_rows(ohb), k.w, k.fmt) + out) + tile_bytes(k.products * fb, k.rows_per_product
-                                                                       * k.in_channels(fb), k.fmt)
+    out = tile_bytes(fb * k.stored_rows(ohb), k.pool_ow, k.pool_fmt if k.pool else k.out_fmt)
+    filters = tile_bytes(k.products * fb, k.rows_per_product * k.in_channels(fb), k.fmt)
+    return nb * (tile_bytes(k.in_channels(fb) * k.in_rows(ohb), k.w, k.fmt) + out) + filters
 
 
 def conv_plan(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: Target

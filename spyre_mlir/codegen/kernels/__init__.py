@@ -35,6 +35,17 @@ def select(op, target, known) -> str | None:
     return fam.select(op, target, known) if fam is not None else None
 
 
+def applied_by(op):
+    """For an op whose kernel is ``epilogue``, what its producer's kernel applies it as (a pool, a softmax or a
+    map's :class:`.rows.Epilogue`), or None when nothing applies it any more."""
+    name = op.operation.name if hasattr(op, "operation") else op.name
+    if name == "spyre.pool2d":
+        return conv.pool_source(op)
+    if name == "spyre.softmax":
+        return rows.softmax_source(op)
+    return rows.epilogue(op)
+
+
 def why_not(op, target, known) -> str | None:
     """Why no kernel runs ``op``, when its family can say more than its op name and types."""
     fam = _FAMILY.get(op.operation.name)

@@ -228,7 +228,7 @@ def emit_conv2d(em, op, loc):
         for j in range(pw):
             m = np.zeros((k.ow, POW), np.float32)
             m[np.arange(POW) * pw + j, np.arange(POW)] = 1
-            psel.append(const(f"psel{j}", m, O.fmt))
+            psel.append(const(cost.pool_sel_name(j), m, O.fmt))
         PCT, PRES = kp.tile_at("pct", prow * tf, POW, "fp32"), kp.tile_at("pres", prow * tf, POW, "fp32")
         POUT = kp.tile_at("pout", prow * tf, POW, P.fmt)
         PSEL = [kp.tile_at(cost.pool_sel_name(j), k.ow, POW, O.fmt) for j in range(pw)]

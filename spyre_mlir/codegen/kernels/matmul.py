@@ -89,8 +89,11 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     if sm is not None and (gn > 1 or gk > 1 or tn < nb):
         raise TileError(f"a softmax epilogue needs whole rows on one core: grid {list(grid)} and tile "
                         f"{list(tile)} split the {N} columns")
-    stats = {n[1:]: plan.tile_at(n, tm, 1, "fp32") for n in softmax_stats("safe" if _attr(sm, "safe", False)
-                                                                          else "plain")} if sm is not None else {}
+    stats = {}
+    if sm is not None:          # its result is the matmul's output; its statistics keyed as apply_softmax names them
+        em.dev[sm.results[0]] = O.reshaped(_tensor_type(sm.results[0])[0])
+        stats = {n.removeprefix("s"): plan.tile_at(n, tm, 1, "fp32")
+                 for n in softmax_stats("safe" if _attr(sm, "safe", False) else "plain")}
     T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr,
                                               (-(-tm // gn), -(-kb // tk)) if resident else None, trans_b),
                              "EPI": epi[0] if epi else None, "TB": trans_b, "SM": sm, "ST": stats,
@@ -160,7 +163,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
 
 
 def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
-                  loc, X=(), active=1, N=None):
+                  loc, X, *, active, N):
     """One core group of an M/N-split matmul with operand sharing over the ring.
 
     Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
@@ -177,7 +180,6 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
     nk = -(-kb // tk)
     cores = list(range(base, base + gm * gn))
     resident = T[base]["RES"] is not None
-    N = gn * nb if N is None else N
 
     def width(bn, j, cols):
         """The columns of the step's tile on grid column ``bn`` (fewer on the last one of a ragged split)."""
@@ -237,17 +239,16 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
         for core in cores:
             bm, bn = divmod(core - base, gn)
             t = T[core]
-            c0 = bn * nb + j
-            cols = width(bn, j, steps[n][7])
+            c0, w = bn * nb + j, width(bn, j, cols)
             At = _sub(t["A"][n % nbuf], rows, depth)
-            Bt = _b_sub(t, t["B"][n % nbuf], depth, cols)
+            Bt = _b_sub(t, t["B"][n % nbuf], depth, w)
             if fin and t["BI"] is not None:
-                load_rows(b, core, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
+                load_rows(b, core, _sub(t["BI"], 1, w), bias, 0, c0, loc=loc)
             if fin and t["CS"] is not None:
-                load_rows(b, core, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
+                load_rows(b, core, _sub(t["CS"], 1, w), colscale, 0, c0, loc=loc)
             if fin:
-                _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, cols, loc)
-            _multiply(b, core, t, At, Bt, rows, cols, depth, not first, fin, scale, loc)
+                _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, w, loc)
+            _multiply(b, core, t, At, Bt, rows, w, depth, not first, fin, scale, loc)
 
     nparts = store_parts(tm, tn, nk, (T[base]["OF"] or T[base]["O"]).fmt.key, active, b.target)
 
@@ -411,11 +412,7 @@ def emit_batch_matmul(em, op, loc):
 
 def _epilogue(em, op, O):
     """(the map this matmul applies before its stores (rows.epilogue), the device tensors of its further
-    inputs, as [rows, N] views like O's), the map's result then being O; or None. The result of a softmax it
-    applies after that (rows.softmax_of) is O too."""
-    sm = softmax_of(op)
-    if sm is not None:
-        em.dev[sm.results[0]] = O.reshaped(_tensor_type(sm.results[0])[0])
+    inputs, as [rows, N] views like O's), the map's result then being O; or None."""
     found = epilogue_of(op)
     if found is None:
         return None

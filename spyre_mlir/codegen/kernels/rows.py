@@ -80,8 +80,8 @@ def select(op, target, known) -> str | None:
     if not _runs(op):
         return None
     if op.operation.name == "spyre.softmax":
-        return "epilogue" if softmax_source(op) is not None and _whole_rows_fit(softmax_source(op), target) \
-            else "rows"
+        mm = softmax_source(op)
+        return "epilogue" if mm is not None and _whole_rows_fit(mm, op, target) else "rows"
     return "epilogue" if epilogue(op) is not None else "rows"
 
 
@@ -230,15 +230,16 @@ def softmax_source(op):
     return p
 
 
-def _whole_rows_fit(mm, target) -> bool:
-    """A tile of whole result rows fits the scratchpad for matmul ``mm`` (on one core)."""
+def _whole_rows_fit(mm, sm, target) -> bool:
+    """A tile of whole result rows fits the scratchpad for matmul ``mm`` applying softmax ``sm`` (on one
+    core)."""
     from spyre_mlir import cost
     from spyre_mlir.passes.op_model import op_model
 
     m = op_model(mm)
     return cost.best_tile(m.M, m.N, m.K, target, m.fmt, m.out_fmt, batch=m.B, bias=m.bias, b_fmt=m.b_fmt,
                           colscale=m.colscale, epi_in=m.epi_in, force=(None, m.N, None), trans_b=m.trans_b,
-                          softmax="safe") is not None
+                          softmax="safe" if _attr(sm, "safe", False) else "plain") is not None
 
 
 def softmax_of(producer):
