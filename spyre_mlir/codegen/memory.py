@@ -48,8 +48,11 @@ class DevTensor:
     it lives in (what host ops and outputs refer to); ``storage`` identifies the memory for liveness.
 
     A *row view* (``rowmap`` set: a transpose that keeps the innermost dim, read in place) has its row ``r`` at
-    row ``rowmap[r]`` of the rows at ``addr``. Kernels read it through :func:`load_rows` / :func:`load_gather`
-    (strided DMAs); it cannot be written, and nothing that addresses bytes itself may be given one."""
+    row ``rowmap[r]`` of the rows at ``addr``. A reshape of a row view that merges whole source rows into wider
+    rows (attention's heads [h, s, d] -> [s, h, d] -> [s, h*d]) keeps it a view with ``block`` = the source
+    rows' width: row ``r``'s ``j``-th block of ``block`` columns is source row ``rowmap[r * cols // block + j]``.
+    Kernels read views through :func:`load_rows` / :func:`load_gather` (strided DMAs); they cannot be written,
+    and nothing that addresses bytes itself may be given one."""
 
     shape: tuple
     fmt: Format
@@ -57,6 +60,7 @@ class DevTensor:
     buffer: object       # runtime.binary.Buffer holding it
     storage: int
     rowmap: tuple | None = None       # a tuple, so that tensors still compare by value
+    block: int = 0                    # a merged row view's source row width (0: rows are whole source rows)
 
     @property
     def cols(self) -> int:
@@ -74,23 +78,37 @@ class DevTensor:
     def nbytes(self) -> int:
         return buffer_layout(tuple(self.shape) or (1,), self.fmt)[1]
 
+    @property
+    def width(self) -> int:
+        """The columns of one source row: ``block`` for a merged row view, else ``cols``."""
+        return self.block or self.cols
+
     def reshaped(self, shape) -> "DevTensor":
-        if self.rowmap is not None and (tuple(shape)[-1:] or (1,)) != (self.shape[-1:] or (1,)):
-            raise ValueError("a row view keeps its innermost dim")
-        return dataclasses.replace(self, shape=tuple(shape))
+        cols = (tuple(shape)[-1:] or (1,))[0]
+        if self.rowmap is None or cols == self.cols:
+            return dataclasses.replace(self, shape=tuple(shape))
+        w = self.width
+        if cols % w or self.fmt.nbytes(w) % STICK_BYTES:
+            raise ValueError("a row view keeps its innermost dim, or merges whole source rows of whole sticks")
+        return dataclasses.replace(self, shape=tuple(shape), block=0 if cols == w else w)
+
+    def _blocks(self) -> np.ndarray:
+        """A view's source rows as [rows, blocks per row]."""
+        return np.asarray(self.rowmap, dtype=np.int64).reshape(-1, self.cols // self.width)
 
     def rows_from(self, row: int, shape) -> "DevTensor":
         """The tensor of ``shape`` (this one's innermost dim) whose bytes are this one's from ``row`` on."""
         if self.rowmap is not None:
             n = math.prod(shape[:-1]) if len(shape) > 1 else 1
-            return dataclasses.replace(self, shape=tuple(shape), rowmap=tuple(self.rowmap[row:row + n]))
+            return dataclasses.replace(self, shape=tuple(shape),
+                                       rowmap=tuple(self._blocks()[row:row + n].ravel().tolist()))
         return dataclasses.replace(self, shape=tuple(shape), addr=self.addr + row * self.pitch)
 
     def row_view(self, rows, shape) -> "DevTensor":
         """The tensor of ``shape`` (this one's innermost dim) whose row ``r`` is this one's row ``rows[r]``."""
         rows = np.asarray(rows, dtype=np.int64)
         if self.rowmap is not None:
-            rows = np.asarray(self.rowmap, dtype=np.int64)[rows]
+            rows = self._blocks()[rows].ravel()
         return dataclasses.replace(self, shape=tuple(shape), rowmap=tuple(rows.tolist()))
 
 
@@ -125,37 +143,60 @@ def store_rows(b, core, tile, t: DevTensor, row0: int, col0: int = 0, loc=None):
 def load_gather(b, core, tile, t: DevTensor, src_rows, col0: int = 0, loc=None):
     """tile row i <- t row src_rows[i] (any pattern, e.g. a broadcast), from column ``col0`` (on a stick
     boundary): consecutive rows with a constant source stride (0 for a repeated row) become one DMA, and
-    equal runs at a constant distance one 3-D DMA."""
+    equal runs at a constant distance one 3-D DMA. A merged row view is gathered block by block (the part of
+    each source row the tile's columns cover), the blocks of a row side by side in one 3-D DMA where they can."""
     src_rows = np.asarray(src_rows, dtype=np.int64)
-    if t.rowmap is not None:
-        src_rows = np.asarray(t.rowmap, dtype=np.int64)[src_rows]
-    base = t.addr + (_col_bytes(t, col0) if col0 else 0)
-    runs = []     # (first tile row, first source row, count, source stride)
-    i, n = 0, len(src_rows)
+    w = t.width
+    if t.rowmap is None:
+        src = src_rows[:, None]
+    else:
+        src = t._blocks()[src_rows]
+    pitch = -(-t.fmt.nbytes(w) // STICK_BYTES) * STICK_BYTES       # of the source rows
+    runs = []     # (tile byte offset, source byte address, count, source stride, row bytes)
+    c, end = col0, col0 + tile.cols
+    while c < end:      # the tile's columns, a source row's block at a time
+        j, off = divmod(c, w)
+        hi = min(end, (j + 1) * w)
+        dst0, base = t.fmt.nbytes(c - col0), t.addr + (_col_bytes(t, off) if off else 0)
+        k = tile.pitch - dst0 if hi == end else t.fmt.nbytes(hi - c)
+        for r0, s0, cnt, st in _row_runs(src[:, j]):
+            runs.append((dst0 + r0 * tile.pitch, base + s0 * pitch, cnt, st * pitch, k))
+        c = hi
+    i = 0
+    while i < len(runs):
+        d0, s0, cnt, st, k = runs[i]
+        m = 1
+        if i + 1 < len(runs) and runs[i + 1][2:] == (cnt, st, k):
+            dd, ds = runs[i + 1][0] - d0, runs[i + 1][1] - s0
+            while (i + m < len(runs) and runs[i + m][2:] == (cnt, st, k) and ds >= 0 and dd > 0
+                   and runs[i + m][0] - runs[i + m - 1][0] == dd and runs[i + m][1] - runs[i + m - 1][1] == ds
+                   and _blocks_apart(m + 1, cnt, dd, tile.pitch, k)):
+                m += 1
+        if m == 1:
+            dd, ds = cnt * tile.pitch, 0
+        b.dma_load(core, s0, tile.addr + d0, (m, cnt, k), (ds, st), (dd, tile.pitch), loc=loc)
+        i += m
+
+
+def _row_runs(rows: np.ndarray):
+    """(first index, first row, count, row stride) of each run of ``rows`` with a constant stride >= 0."""
+    i, n = 0, len(rows)
     while i < n:
         j = i + 1
-        stride = int(src_rows[i + 1] - src_rows[i]) if i + 1 < n else 0
+        stride = int(rows[i + 1] - rows[i]) if i + 1 < n else 0
         if stride < 0:
             stride, j = 0, i + 1
         else:
-            while j < n and src_rows[j] - src_rows[j - 1] == stride:
+            while j < n and rows[j] - rows[j - 1] == stride:
                 j += 1
-        runs.append((i, int(src_rows[i]), j - i, stride))
+        yield i, int(rows[i]), j - i, stride
         i = j
-    k = 0
-    while k < len(runs):
-        r0, s0, cnt, st = runs[k]
-        m = 1
-        if k + 1 < len(runs) and runs[k + 1][2] == cnt and runs[k + 1][3] == st:
-            ds = runs[k + 1][1] - s0
-            while (k + m < len(runs) and runs[k + m][2] == cnt and runs[k + m][3] == st
-                   and runs[k + m][1] - runs[k + m - 1][1] == ds and ds >= 0):
-                m += 1
-        else:
-            ds = 0
-        b.dma_load(core, base + s0 * t.pitch, tile.addr + r0 * tile.pitch, (m, cnt, tile.pitch),
-                   (ds * t.pitch, st * t.pitch), (cnt * tile.pitch, tile.pitch), loc=loc)
-        k += m
+
+
+def _blocks_apart(m: int, n: int, s2: int, s1: int, k: int) -> bool:
+    """``m`` blocks of ``n`` rows of ``k`` bytes, blocks ``s2`` and rows ``s1`` apart, never overlap: the blocks
+    are disjoint ranges, or their rows interleave (what the loader accepts on the scratchpad side)."""
+    return s2 >= (n - 1) * s1 + k or (s2 >= k and s1 >= (m - 1) * s2 + k)
 
 
 def store_scatter(b, core, tile, t: DevTensor, dst_rows, loc=None):

@@ -330,6 +330,37 @@ func.func @transpose_views(%qkv: tensor<1x16x3x4x64x!spyre.dlf16>, %x: tensor<2x
 
 // -----
 
+// Attention's heads merged back, [h, s, d] -> [s, h, d] -> [s, h*d], for the output projection: the reshape
+// puts whole source rows of whole sticks side by side, so both it and the transpose are aliases (a merged row
+// view, gathered by the matmul's DMAs). Returned, the merged tensor needs bytes of its own: the transpose copies
+// rows first. A split of the source rows ([s, h, d] -> [s, 2h, d/2]) is no view either: the transpose copies them,
+// and the split of the copy's whole sticks is an alias.
+// CHECK-LABEL: func.func @merged_heads
+// CHECK: %[[T:.*]] = "spyre.transpose"(%arg0){{.*}}spyre.kernel = "alias"
+// CHECK: %[[M:.*]] = "spyre.reshape"(%[[T]]){{.*}}spyre.kernel = "alias"
+// CHECK: "spyre.matmul"(%[[M]], %arg1)
+// CHECK: "spyre.transpose"(%arg0){{.*}}spyre.kernel = "dma-rows"
+// CHECK: "spyre.transpose"(%arg2){{.*}}spyre.kernel = "dma-rows"
+// CHECK: "spyre.reshape"{{.*}}spyre.kernel = "alias"
+func.func @merged_heads(%a: tensor<4x16x64x!spyre.dlf16>, %w: tensor<256x64x!spyre.dlf16>, %b: tensor<4x16x128x!spyre.dlf16>)
+    -> (tensor<16x64x!spyre.dlf16>, tensor<16x256x!spyre.dlf16>, tensor<16x8x64x!spyre.dlf16>) {
+  %t = "spyre.transpose"(%a) {permutation = array<i64: 1, 0, 2>} : (tensor<4x16x64x!spyre.dlf16>) -> tensor<16x4x64x!spyre.dlf16>
+  %m = "spyre.reshape"(%t) : (tensor<16x4x64x!spyre.dlf16>) -> tensor<16x256x!spyre.dlf16>
+  %r = "spyre.matmul"(%m, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<16x256x!spyre.dlf16>, tensor<256x64x!spyre.dlf16>) -> tensor<16x64x!spyre.dlf16>
+  %t2 = "spyre.transpose"(%a) {permutation = array<i64: 1, 0, 2>} : (tensor<4x16x64x!spyre.dlf16>) -> tensor<16x4x64x!spyre.dlf16>
+  %m2 = "spyre.reshape"(%t2) : (tensor<16x4x64x!spyre.dlf16>) -> tensor<16x256x!spyre.dlf16>
+  %t3 = "spyre.transpose"(%b) {permutation = array<i64: 1, 0, 2>} : (tensor<4x16x128x!spyre.dlf16>) -> tensor<16x4x128x!spyre.dlf16>
+  %s3 = "spyre.reshape"(%t3) : (tensor<16x4x128x!spyre.dlf16>) -> tensor<16x8x64x!spyre.dlf16>
+  %n3 = "spyre.map"(%s3) ({
+  ^bb0(%e: f32):
+    %n = arith.negf %e : f32
+    "spyre.yield"(%n) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<16x8x64x!spyre.dlf16>) -> tensor<16x8x64x!spyre.dlf16>
+  return %r, %m2, %n3 : tensor<16x64x!spyre.dlf16>, tensor<16x256x!spyre.dlf16>, tensor<16x8x64x!spyre.dlf16>
+}
+
+// -----
+
 // A further input broadcast along leading dims (a causal mask every head adds to its scores) is loaded tile by
 // tile like one of the map's shape, its rows gathered again for each head: the map is the batch_matmul's
 // epilogue. A mask broadcast along its innermost dim (one value per row) is not: the map runs on its own.

@@ -168,6 +168,53 @@ func.func @main(%a: tensor<3x8x64xf32>, %b: tensor<3x64x32xf32>) -> tensor<3x8x3
     np.testing.assert_allclose(y, a @ b.transpose(0, 2, 1), rtol=1e-2, atol=1e-2)
 
 
+HEADS = """
+func.func @main(%a: tensor<4x16x64xf32>, %w: tensor<256x64xf32>) -> ({res}) {{
+  %t = "spyre.transpose"(%a) {{permutation = array<i64: 1, 0, 2>{move}}} : (tensor<4x16x64xf32>) -> tensor<16x4x64xf32>
+  %m = "spyre.reshape"(%t) {{{move_only}}} : (tensor<16x4x64xf32>) -> tensor<16x256xf32>
+  %r = "spyre.matmul"(%m, %w) {{operandSegmentSizes = array<i32: 1, 1, 0>{mm}}} : (tensor<16x256xf32>, tensor<256x64xf32>) -> tensor<16x64xf32>
+  %n = "spyre.map"(%m) ({{
+  ^bb0(%e: f32):
+    %x = arith.negf %e : f32
+    "spyre.yield"(%x) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 0, 0, 0>{move}}} : (tensor<16x256xf32>) -> tensor<16x256xf32>
+  return {ret} : {res}
+}}"""
+
+
+@pytest.mark.parametrize("grid, tile", [
+    (None, None),
+    ((2, 2, 1), (8, 32, 64)),       # A shared over the ring, K tiles of one head
+    ((1, 1, 4), (16, 64, 32)),      # split K, half a head per K tile (a source row's second half)
+    ((2, 1, 2), (8, 64, 96)),       # K tiles across heads: one and a half heads
+])
+def test_merged_heads_are_read_in_place(grid, tile):
+    """Attention's heads merged back, [h, s, d] -> [s, h, d] -> [s, h*d]: the transpose and the reshape are
+    aliases (a merged row view: each row's d-wide blocks gathered from their heads' rows), no copy kernel; the
+    matmul and the row-wise map read the view with strided DMAs, bit-identical to the program that copies the
+    rows first (the transpose also returned)."""
+    def text(copy):
+        attrs = dict(move="", move_only="", mm="")
+        if grid:
+            attrs.update(move=", spyre.grid = array<i64: 1>, spyre.tile = array<i64: 16>",
+                         move_only="spyre.grid = array<i64: 1>, spyre.tile = array<i64: 16>",
+                         mm=f", spyre.grid = array<i64: {', '.join(map(str, grid))}>, "
+                            f"spyre.tile = array<i64: {', '.join(map(str, tile))}>")
+        res = "tensor<16x64xf32>, tensor<16x256xf32>" + (", tensor<16x4x64xf32>" if copy else "")
+        return HEADS.format(res=res, ret="%r, %n" + (", %t" if copy else ""), **attrs)
+
+    a, w = dlf16_round(rand(4, 16, 64)), dlf16_round(rand(256, 64))
+    (y, n), em, exe = run(text(False), [a, w], cores=4, numerics="faithful")
+    (y0, n0, _), em0, exe0 = run(text(True), [a, w], cores=4, numerics="faithful")
+    assert np.array_equal(y, y0) and np.array_equal(n, n0)
+    merged = a.transpose(1, 0, 2).reshape(16, 256)
+    np.testing.assert_allclose(y, merged @ w, rtol=2e-2, atol=5e-2)
+    np.testing.assert_array_equal(n, -merged)
+    assert em.kernels == ["spyre.matmul", "spyre.map"] and "spyre.transpose" in em0.kernels
+    p, p0 = exe.static_profile, exe0.static_profile
+    assert p.dram_read_bytes < p0.dram_read_bytes and p.cycles < p0.cycles
+
+
 def test_map_broadcasts_and_rewrites():
     """ROW ([R,1]), COL ([C]) and a per-channel [C,1,1] broadcast (by DMA with a zero stride), with select
     and erf rewritten onto SFU functions."""

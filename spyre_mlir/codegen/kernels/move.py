@@ -32,10 +32,11 @@ def select(op, target, known) -> str | None:
     keeping the innermost dim, a slice of contiguous whole rows (:func:`slice_rows`): the same bytes; or a
     transpose keeping the innermost dim whose readers all take a row view, :func:`views_ok`: its operand's
     rows, read in place), ``"dma-rows"``, ``"restick"`` or ``"select-cols"``; None when
-    it cannot (then the host does). A reshape or slice of a row view is an alias only where a view may go."""
+    it cannot (then the host does). A reshape or slice of a row view is an alias only where a view may go (a
+    reshape of one keeps its innermost dim or merges whole source rows, :func:`_keeps_rows`)."""
     name, view = op.operation.name, _is_view(op.operation.operands[0])
     if name == "spyre.reshape" and _is_alias(op) and (same_innermost(op) or not _leaves(op)) and (
-            not view or (same_innermost(op) and views_ok(op.operation.results[0]))):
+            not view or (_keeps_rows(op) and views_ok(op.operation.results[0]))):
         return "alias"
     if name == "spyre.slice" and slice_rows(op) is not None and not _leaves(op) and (
             not view or views_ok(op.operation.results[0])):
@@ -62,8 +63,9 @@ def _is_view(v) -> bool:
 def views_ok(v) -> bool:
     """Every reader of ``v`` can take it as a row view (``memory.DevTensor.rowmap``): it reads rows through
     the DMA gathers of ``load_rows``/``load_gather`` (a matmul, a row-wise op, or a data movement by rows, which
-    passes the view on when its own readers can and else gathers a copy), never by addressing its bytes (a
-    restick, a convolution, the host, a return). A transpose whose readers all can is read in place."""
+    passes the view on when its own readers can and else gathers a copy; a reshape merging whole source rows
+    into wider rows, when its own readers can), never by addressing its bytes (a restick, a convolution, the
+    host, a return). A transpose whose readers all can is read in place."""
     from . import matmul, rows
 
     for use in v.uses:
@@ -73,6 +75,8 @@ def views_ok(v) -> bool:
             ok = matmul.select(user, None, set()) == "matmul"
         elif name in rows.EMITTERS:
             ok = rows.select(user, None, set()) == "rows"
+        elif name == "spyre.reshape" and not same_innermost(user):
+            ok = _keeps_rows(user) and not _leaves(user) and views_ok(user.results[0])
         elif name in ("spyre.slice", "spyre.transpose", "spyre.concat", "spyre.reshape"):
             ok = row_sources(user) is not None        # a view of it in turn, or its rows gathered (a copy)
         else:
@@ -80,6 +84,27 @@ def views_ok(v) -> bool:
         if not ok:
             return False
     return True
+
+
+def _view_width(v) -> int:
+    """The columns of the source rows a view of ``v`` reads in place: those of the rows an alias chain reads
+    (a merged row view's ``block``), else ``v``'s innermost dim."""
+    owner = v.owner.operation if hasattr(v.owner, "operation") else None
+    if owner is not None and owner.name in ("spyre.transpose", "spyre.reshape", "spyre.slice") \
+            and _is_view(owner.operands[0]):
+        return _view_width(owner.operands[0])
+    shape, _ = _tensor_type(v)
+    return (shape[-1:] or (1,))[0]
+
+
+def _keeps_rows(op) -> bool:
+    """A reshape that a row view of its operand passes through (``DevTensor.reshaped``): it keeps the innermost
+    dim, or its rows are whole source rows of whole sticks side by side (attention's [s, h, d] -> [s, h*d])."""
+    if same_innermost(op):
+        return True
+    oshape, elt = _tensor_type(op.operation.results[0])
+    w = _view_width(op.operation.operands[0])
+    return _is_alias(op) and bool(oshape) and oshape[-1] % w == 0 and format_of(elt).nbytes(w) % STICK_BYTES == 0
 
 
 def _is_alias(op) -> bool:
