@@ -44,6 +44,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
     steps = [
         # Pick the number format of every device tensor (explicit casts; weights quantized with scales).
         f"spyre-reduce-precision{{precision={precision}}}",
+        # rotate_half's slices, negation and concat are one exact matmul by a constant: no data movement kernels.
+        "spyre-columns-to-matmul",
         # Stick layouts; restickify transposes where matmul operands need another sticked dim.
         "spyre-layout",
         # Matmuls convert their model-typed operands/result on the scratchpad: no cast round trips through DRAM.
