@@ -97,6 +97,18 @@ def _outermost(op: ir.Operation) -> bool:
                 and _dim(user, rt.rank) == rt.rank - 1)
 
 
+def _first_reader(op: ir.Operation) -> ir.Operation:
+    """The earliest reader of the op's result in its block (the op itself when one is elsewhere)."""
+    first = None
+    for use in op.results[0].uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if user.block != op.block:
+            return op
+        if first is None or user.is_before_in_block(first):
+            first = user
+    return first or op
+
+
 def _floats(t: ir.Type) -> bool:
     return isinstance(t, ir.FloatType) or str(t) == params.DLF16
 
@@ -134,7 +146,10 @@ class ColumnsToMatmulPass(SpyrePass):
             j += len(cols)
         elt, loc = rt.element_type, concat.location
         rows = int(np.prod(shape[:-1])) if rank > 1 else 1
-        with ir.InsertionPoint(concat), loc:
+        # Just before the first reader: what it reads besides the product (rotary embedding's cos and sin, cast
+        # there by spyre-reduce-precision) is defined by then, so a map reading both can be the matmul's epilogue.
+        at = _first_reader(concat)
+        with ir.InsertionPoint(at), loc:
             p_t = ir.RankedTensorType.get([d_in, shape[-1]], elt)
             const = ir.Operation.create("arith.constant", results=[p_t], attributes={
                 "value": params.constant_attr(P, p_t, "columns"), "spyre.name": ir.StringAttr.get("columns")})

@@ -70,6 +70,7 @@ class OpModel:
     converts: tuple[str | None, str | None] = (None, None)   # spyre.convert_operands formats (lhs, rhs)
     whole: tuple[int, int] | None = None   # matmul: (B, N) of the op this is one card's share of (spyre.share_of)
     epi_in: tuple[str, ...] = ()      # matmul: formats of its epilogue's further inputs (a block loaded per tile)
+    epi_temps: int = 0                # matmul: fp32 temporaries its epilogue needs besides the accumulator
     resident: bool = False            # matmul: A parts stay on the scratchpad across a row of tiles (spyre-tile)
     trans_b: bool = False             # matmul: B stored transposed, [N, K] (transpose_rhs kept by spyre-layout)
     softmax: str | None = None        # matmul: a softmax epilogue ("plain" / "safe"): whole rows per tile
@@ -115,7 +116,8 @@ class OpModel:
             g = cost.best_batch_matmul_grid(m.B, m.M, m.N, m.K, cores, target, m.fmt, m.out_fmt,
                                             m.bias, b_fmt=m.b_fmt, round_fmt=m.round_fmt,
                                             colscale=m.colscale, split_k=split_k, split_m=split_m,
-                                            epi_in=m.epi_in, trans_b=m.trans_b, softmax=m.softmax)
+                                            epi_in=m.epi_in, trans_b=m.trans_b, softmax=m.softmax,
+                                            epi_temps=m.epi_temps)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
             return cost.best_conv_grid(self.conv, cores, target)
@@ -173,7 +175,7 @@ def _matmul(op: ir.Operation) -> OpModel:
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
                    converts=(conv.get("lhs"), conv.get("rhs")),
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
-                   else None, epi_in=_epilogue_inputs(op),
+                   else None, epi_in=_epilogue_inputs(op), epi_temps=_epilogue_temps(op),
                    resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value,
                    trans_b=trans, softmax=_softmax_epilogue(op))
 
@@ -523,6 +525,14 @@ _MODELS = {
 # ---- An op's grid and tile -------------------------------------------------------------------------------------
 
 
+def _epilogue_temps(op: ir.Operation) -> int:
+    """The fp32 temporaries besides the accumulator that the epilogue a matmul applies needs."""
+    from spyre_mlir.codegen.kernels.rows import epilogue_of
+
+    found = epilogue_of(op)
+    return 0 if found is None else found[1].temps - 1
+
+
 def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list[cost.Buffer]:
     """The buffers of an op's kernel on `grid` in `tile` with `nbuf` buffers per streamed operand."""
     if model.kind == "matmul":
@@ -530,7 +540,7 @@ def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list
         return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=nbuf, split_k=gk, bias=model.bias,
                                    b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                    epi_in=model.epi_in, resident=_resident(model, grid, tile),
-                                   trans_b=model.trans_b, softmax=model.softmax)
+                                   trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps)
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, nbuf)
     return cost.rowwise_buffers(model.rows, tile[0], nbuf)
@@ -558,7 +568,7 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
                                 model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                 epi_in=model.epi_in, resident=_resident(model, grid, tile),
-                                trans_b=model.trans_b, softmax=model.softmax)
+                                trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps)
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)
@@ -600,7 +610,7 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
                              grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                              epi_in=model.epi_in,
                              force=(None, nb if nb * gn != model.N or model.softmax else None, None),
-                             trans_b=model.trans_b, softmax=model.softmax)
+                             trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps)
         if fit is None:
             return None
         return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,

@@ -87,7 +87,7 @@ class TilePass(SpyrePass):
                         *block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                         active=gb * gm * gn * gk, force=wtile, grid=(gm, gn), b_fmt=model.b_fmt,
                         round_fmt=model.round_fmt, colscale=model.colscale, epi_in=model.epi_in,
-                        trans_b=model.trans_b)
+                        trans_b=model.trans_b, epi_temps=model.epi_temps)
                     force = wtile if whole_fits else (0, 0, wtile[2])
             elif model.fused and not force[2]:
                 # spyre-fuse: keep the K tile of the unfused op, which fixes the order of the fp32 accumulation
@@ -97,7 +97,7 @@ class TilePass(SpyrePass):
                                       bias=model.bias, active=gb * gm * gn * gk, grid=(gm, gn),
                                       force=(force[0], block[1] if ragged else force[1], force[2]),
                                       b_fmt=ref.b_fmt, colscale=model.colscale, epi_in=model.epi_in,
-                                      trans_b=model.trans_b)
+                                      trans_b=model.trans_b, epi_temps=model.epi_temps)
                 if rfit is not None:
                     force = (force[0], force[1], rfit[0][2])
             if ragged:                          # one tile column per core
@@ -105,14 +105,16 @@ class TilePass(SpyrePass):
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,
                                  bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                                 epi_in=model.epi_in, trans_b=model.trans_b, softmax=model.softmax)
+                                 epi_in=model.epi_in, trans_b=model.trans_b, softmax=model.softmax,
+                                 epi_temps=model.epi_temps)
             if fit is None:
                 cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt, model.b_fmt,
                                                     model.trans_b)
                 tile = tuple(f or min(c) for f, c in zip(force, cands))
                 bufs = cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias,
                                            b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
-                                           epi_in=model.epi_in, trans_b=model.trans_b, softmax=model.softmax)
+                                           epi_in=model.epi_in, trans_b=model.trans_b, softmax=model.softmax,
+                                           epi_temps=model.epi_temps)
                 _no_fit(op, target, tile, cost.footprint(bufs, target), any(force))
             if fit[2] is not None:
                 op.attributes[RESIDENT] = ir.BoolAttr.get(True)

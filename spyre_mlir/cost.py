@@ -197,14 +197,15 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
                    split_k: int = 1, bias: bool = False, b_fmt: str | None = None,
                    round_fmt: str | None = None, colscale: str | None = None,
                    epi_in: Sequence[str] = (), resident: tuple[int, int] | None = None,
-                   trans_b: bool = False, softmax: str | None = None) -> list[Buffer]:
+                   trans_b: bool = False, softmax: str | None = None, epi_temps: int = 0) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn], [tn,tk] when ``trans_b``), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
     ([tm,tn] result format, the widened copy of out, with ``round_fmt`` only), bias ([1,tn] in the bias
     operand's format when ``bias`` names it, else fp32), colscale ([1,tn] in ``colscale``'s format: the
     per-column scales of quantized weights, applied on write-back), epa epb ... ([tm,tn] in each ``epi_in``
-    format: the blocks of an epilogue's further inputs). All live throughout.
+    format: the blocks of an epilogue's further inputs), ept (fp32 [tm,tn], ``epi_temps`` = 1: an epilogue
+    needing a second fp32 temporary; its first is the accumulator). All live throughout.
 
     ``resident`` (part rows, K steps): the M/N-split kernel keeps its core's part of the A tiles of the current
     row of output tiles, every K step, for the next tiles of that row (:func:`matmul_cycles`): ``ares`` [steps
@@ -239,6 +240,8 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
     if colscale:
         bufs.append(Buffer("colscale", tile_bytes(1, tn, colscale)))
     bufs += [Buffer("ep" + chr(ord("a") + i), tile_bytes(tm, tn, f)) for i, f in enumerate(epi_in)]
+    if epi_temps:
+        bufs.append(Buffer("ept", tile_bytes(tm, tn, FP32)))
     if softmax:         # a softmax epilogue's row statistics (its fp32 work tile is the accumulator)
         bufs += [Buffer(n, tile_bytes(tm, 1, FP32)) for n in softmax_stats(softmax)]
     return bufs
@@ -449,7 +452,7 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
                 b_fmt: str | None = None, round_fmt: str | None = None,
                 colscale: str | None = None, epi_in: Sequence[str] = (),
                 resident: tuple[int, int] | None = None, trans_b: bool = False,
-                softmax: str | None = None) -> tuple[int, list[Buffer]] | None:
+                softmax: str | None = None, epi_temps: int = 0) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
@@ -457,7 +460,7 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
     for nbuf in (2, 1):
         bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
                               round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident,
-                              trans_b=trans_b, softmax=softmax)
+                              trans_b=trans_b, softmax=softmax, epi_temps=epi_temps)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
@@ -465,12 +468,12 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt, colscale,
-                  epi_in, resident=None, trans_b=False, softmax=None) -> int | None:
+                  epi_in, resident=None, trans_b=False, softmax=None, epi_temps=0) -> int | None:
     """:func:`matmul_plan`'s buffer count, remembered: the grid search asks for the same blocks again and again
     (every grid with the same per-core block, every layer of the same shape)."""
     plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias, b_fmt=b_fmt,
                        round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident, trans_b=trans_b,
-                       softmax=softmax)
+                       softmax=softmax, epi_temps=epi_temps)
     return None if plan is None else plan[0]
 
 
@@ -484,7 +487,8 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
               b_fmt: str | None = None, round_fmt: str | None = None,
               colscale: str | None = None, epi_in: Sequence[str] = (), trans_b: bool = False,
-              softmax: str | None = None) -> tuple[tuple[int, int, int], int, tuple[int, int] | None] | None:
+              softmax: str | None = None, epi_temps: int = 0
+              ) -> tuple[tuple[int, int, int], int, tuple[int, int] | None] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
     with its buffer count (2: double-buffered) and whether A stays resident (:func:`matmul_buffers`'
     ``resident``, None: not); None when nothing fits. Ties go to the larger tile, then to no resident A.
@@ -506,7 +510,7 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
             modes.append((_ceil(tm, gn), _ceil(kb, tk)))
         for resident in modes:
             nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt,
-                                 round_fmt, colscale, tuple(epi_in), resident, trans_b, softmax)
+                                 round_fmt, colscale, tuple(epi_in), resident, trans_b, softmax, epi_temps)
             if nbuf is None:
                 continue
             # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
@@ -541,7 +545,8 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
                            out_fmt: str | None = None, bias: bool = False, b_fmt: str | None = None,
                            round_fmt: str | None = None, colscale: str | None = None, split_k: int | None = None,
                            split_m: int | None = None, epi_in: Sequence[str] = (),
-                           trans_b: bool = False, softmax: str | None = None) -> tuple[int, int, int, int] | None:
+                           trans_b: bool = False, softmax: str | None = None,
+                           epi_temps: int = 0) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, stick-aligned splits (M evenly in multiples of the PT
     rows, N in whole sticks of B and the result, evenly or ragged (:func:`n_block`, one tile column per core),
     K evenly in whole sticks of A), each core's span within the target's
@@ -566,7 +571,7 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
         fit = best_tile(M // gm, nb, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
                         active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale,
                         epi_in=epi_in, force=(None, nb if nb * gn != N or softmax else None, None),
-                        trans_b=trans_b, softmax=softmax)
+                        trans_b=trans_b, softmax=softmax, epi_temps=epi_temps)
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,

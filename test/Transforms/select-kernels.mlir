@@ -295,6 +295,48 @@ func.func @slice_views(%qkv: tensor<3x4x16x64x!spyre.dlf16>) -> (tensor<1x4x16x6
 
 // -----
 
+// Rotary embedding's x * cos + rotate_half(x) * sin needs two fp32 temporaries: the matmul computing
+// rotate_half(x) applies it with its accumulator and one more fp32 tile of its plan (`ept`). A map needing three
+// stays a kernel of its own.
+// CHECK-LABEL: func.func @epilogue_two_temps
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 1, 1, 1>, spyre.kernel = "epilogue"}
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 1, 1, 1>, spyre.kernel = "rows"}
+// PLAN-LABEL: func.func @epilogue_two_temps
+// PLAN: "spyre.matmul"
+// PLAN-SAME: spyre.scratchpad = {{{.*}}epa = {{.*}}ept = {{.*}}}
+// PLAN: "spyre.matmul"
+// PLAN-NOT: ept
+// PLAN-SAME: -> tensor<64x64x!spyre.dlf16>
+func.func @epilogue_two_temps(%x: tensor<64x64x!spyre.dlf16>, %p: tensor<64x64x!spyre.dlf16>, %cos: tensor<64x64x!spyre.dlf16>,
+                              %sin: tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {
+  %r = "spyre.matmul"(%x, %p) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %e = "spyre.map"(%x, %cos, %r, %sin) ({
+  ^bb0(%a: f32, %c: f32, %b: f32, %d: f32):
+    %m = arith.mulf %a, %c : f32
+    %n = arith.mulf %b, %d : f32
+    %o = arith.addf %m, %n : f32
+    "spyre.yield"(%o) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 1, 1>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %r2 = "spyre.matmul"(%x, %p) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %e3 = "spyre.map"(%x, %cos, %r2, %sin) ({
+  ^bb0(%a: f32, %c: f32, %b: f32, %d: f32):
+    %m = arith.mulf %a, %c : f32
+    %n = arith.mulf %b, %d : f32
+    %q = arith.mulf %a, %b : f32
+    %o = arith.addf %m, %n : f32
+    %t = arith.addf %o, %q : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 1, 1>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %z = "spyre.map"(%e, %e3) ({
+  ^bb0(%a: f32, %b: f32):
+    %o = arith.addf %a, %b : f32
+    "spyre.yield"(%o) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  return %z : tensor<64x64x!spyre.dlf16>
+}
+
+// -----
+
 // A transpose that keeps the innermost dim is read in place ("alias": a row view, its rows gathered by strided
 // DMA) when every reader gathers rows: q feeds a row-wise op through a slice and a reshape, both views too. A
 // restick addresses bytes, so k's reshape before it copies its rows ("dma-rows"); a returned slice (v) is

@@ -366,16 +366,17 @@ class Rotary(torch.nn.Module):
 @pytest.mark.parametrize("d", [64, 16])
 def test_rotate_half_is_one_matmul(d, monkeypatch):
     """rotate_half's slices, negation and concat become one matmul by a constant signed selection
-    (spyre-columns-to-matmul): no slice or concat kernel runs, the heads' transposes are read in place, and the
-    output is bit-identical to the program compiled without the rewrite, in fewer modeled cycles."""
+    (spyre-columns-to-matmul) whose kernel applies ``x * cos + rotate_half(x) * sin`` (an epilogue with two fp32
+    temporaries): no slice, concat or map kernel runs, the heads' transposes are read in place, and the output
+    is bit-identical to the program compiled without the rewrite, in fewer modeled cycles."""
     from spyre_mlir import pipeline
 
     torch.manual_seed(0)
     model, x = Rotary(d=d).eval(), torch.randn(1, 16, 4 * d)
     exe = spyre_mlir.compile(model, (x,), cache_dir=False, cores=8)
     ops = exe.compile_info.device_ops
-    assert not {"spyre.slice", "spyre.concat", "spyre.transpose"} & set(ops), ops
-    assert ops.count("spyre.matmul") == 4
+    assert not {"spyre.slice", "spyre.concat", "spyre.transpose", "spyre.map"} & set(ops), ops
+    assert ops.count("spyre.matmul") == 4      # the projections, and the selections applying x*cos + rot*sin
     full = pipeline.kernel_pipeline
     monkeypatch.setattr(pipeline, "kernel_pipeline",
                         lambda *a, **k: full(*a, **k).replace("spyre-columns-to-matmul,", ""))

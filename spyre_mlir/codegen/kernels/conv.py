@@ -326,7 +326,7 @@ def emit_conv2d(em, op, loc):
             if BI is not None:
                 b.sfu(core, "cast", OUT, ACC, loc=loc)
             if epi is not None:
-                apply_epilogue(b, core, epi, OUT, ACC, loc)
+                apply_epilogue(b, core, epi, OUT, [ACC], loc)
             store(core, n, f0, oh0)
 
         # Double-buffered, the next tile's loads are issued before this tile's products (DMA runs in order).

@@ -98,7 +98,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                                               (-(-tm // gn), -(-kb // tk)) if resident else None, trans_b),
                              "EPI": epi[0] if epi else None, "TB": trans_b, "SM": sm, "ST": stats,
                              "EX": [plan.tile_at(epilogue_buffer(i), tm, tn, x.fmt) for i, x in enumerate(epi[1])]
-                             if epi else []})
+                             if epi else [],
+                             "ET": plan.tile_at("ept", tm, tn, Format.FP32) if epi and epi[0].temps > 1 else None})
     X = epi[1] if epi else []
     nk = -(-kb // tk)
     if gk == 1 and gm * gn > 1:
@@ -156,7 +157,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         if t["OF"] is not None:
                             b.sfu(root, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
                         if epi is not None:
-                            apply_epilogue(b, root, epi[0], _sub(t["OF"] or t["O"], rows, cols), R, loc,
+                            apply_epilogue(b, root, epi[0], _sub(t["OF"] or t["O"], rows, cols), _temps(t, R), loc,
                                            [_sub(x, rows, cols) for x in t["EX"]])
                     store_rows(b, root, _sub(t["OF"] or t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
@@ -349,12 +350,18 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
     if fin and t["OF"] is not None:
         b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
     if fin and t["EPI"] is not None:       # the accumulator is free until the next tile's first step
-        apply_epilogue(b, core, t["EPI"], _sub(t["OF"] or t["O"], rows, cols), _sub(t["C"], rows, cols), loc,
-                       [_sub(x, rows, cols) for x in t["EX"]])
+        apply_epilogue(b, core, t["EPI"], _sub(t["OF"] or t["O"], rows, cols), _temps(t, _sub(t["C"], rows, cols)),
+                       loc, [_sub(x, rows, cols) for x in t["EX"]])
     if fin and t["SM"] is not None:
         out = _sub(t["OF"] or t["O"], rows, cols)
         apply_softmax(b, core, t["SM"], out, out, _sub(t["C"], rows, cols),
                       {k: _sub(v, rows, 1) for k, v in t["ST"].items()}, loc)
+
+
+def _temps(t, first):
+    """An epilogue's fp32 temporaries for an output tile shaped like ``first`` (the accumulator, or the
+    reduce-sum's tile), and the plan's ``ept`` when it needs a second."""
+    return [first] + ([_sub(t["ET"], first.rows, first.cols)] if t["ET"] is not None else [])
 
 
 def _load_extra(b, core, t, X, row0, col0, rows, cols, loc):

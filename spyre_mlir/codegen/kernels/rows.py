@@ -90,13 +90,16 @@ _EPILOGUE_PRODUCERS = {("spyre.conv2d", "conv2d"), ("spyre.matmul", "matmul"), (
 
 class Epilogue(NamedTuple):
     """A map its producer's kernel applies: its SFU micro-ops and result register, the operand ``src`` the
-    producer's output tile stands for, and the operands ``extra`` the kernel loads from device memory tile by
-    tile (matmul producers only)."""
+    producer's output tile stands for, the operands ``extra`` the kernel loads from device memory tile by
+    tile (matmul producers only), and its fp32 temporaries' slots (``temps`` of them: the producer's
+    accumulator, and for a matmul's a second tile of its plan, ``ept``)."""
 
     ops: list
     result: tuple
     src: int
     extra: tuple
+    slots: dict
+    temps: int
 
 
 def _owner(v):
@@ -138,7 +141,8 @@ def epilogue(op):
     activation, a residual add, an MLP's silu(gate) * up), or None.
 
     That input must be the producer's only reader, with the map's element type and rows; the map must be read
-    by device ops only and need at most one fp32 temporary (the producer's accumulator tile, free by then). A
+    by device ops only and need at most one fp32 temporary (the producer's accumulator tile, free by then), two
+    for a matmul's (the second a buffer of its plan: rotary embedding's ``x * cos + rotate_half(x) * sin``). A
     matmul's epilogue may read more inputs of the map's shape (or broadcast to it along leading dims), defined
     before the matmul, from device memory
     tile by tile. It computes what the map kernel would (the tile's values in their format, fp32 micro-ops, one
@@ -167,10 +171,10 @@ def epilogue(op):
             ops, result, _ = translate(o.regions[0].blocks[0], ["full"] * len(o.operands))
         except NotOnSfu:
             return None
-        _, nslots = live_temps(ops, result)
-        if nslots > 1 or not (isinstance(result, tuple) and result[0] == "t"):
+        slots, nslots = live_temps(ops, result)
+        if nslots > (1 if prod.name == "spyre.conv2d" else 2) or not (isinstance(result, tuple) and result[0] == "t"):
             return None
-        return Epilogue(ops, result, src, tuple(extra))
+        return Epilogue(ops, result, src, tuple(extra), slots, nslots)
     return None
 
 
@@ -183,20 +187,20 @@ def _tile_input(v, shape) -> bool:
     return all(a in (1, b) for a, b in zip([1] * (len(shape) - len(s)) + list(s), shape))
 
 
-def apply_epilogue(b, core, epi, out, temp, loc, extra=()) -> None:
+def apply_epilogue(b, core, epi, out, temps, loc, extra=()) -> None:
     """The epilogue's micro-ops on the output tile ``out`` (its input ``src`` and, rounded once, its result),
-    with the fp32 tile ``temp`` of the same shape holding its one temporary and ``extra`` the tiles of its other
-    inputs (in ``epi.extra``'s order), loaded by the producer's kernel."""
+    with the fp32 tiles ``temps`` of the same shape holding its temporaries (``epi.temps`` of them) and ``extra``
+    the tiles of its other inputs (in ``epi.extra``'s order), loaded by the producer's kernel."""
     tiles = {epi.src: out, **dict(zip(epi.extra, extra))}
 
     def reg(v):
         if isinstance(v, tuple):
-            return tiles[v[1]] if v[0] == "in" else temp
+            return tiles[v[1]] if v[0] == "in" else temps[epi.slots[v]]
         return v
 
     for fn, d, s0, s1, imm, swap in epi.ops:
         b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
-    b.sfu(core, "cast", out, temp, loc=loc)
+    b.sfu(core, "cast", out, reg(epi.result), loc=loc)
 
 
 def epilogue_buffer(i: int) -> str:
