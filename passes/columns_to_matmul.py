@@ -109,6 +109,13 @@ def _first_reader(op: ir.Operation) -> ir.Operation:
     return first or op
 
 
+def _reshaped(v: ir.Value, t: ir.RankedTensorType) -> ir.Value:
+    """``v`` as type ``t`` (a spyre.reshape at the insertion point unless it is one already)."""
+    if v.type == t:
+        return v
+    return ir.Operation.create("spyre.reshape", results=[t], operands=[v]).results[0]
+
+
 def _floats(t: ir.Type) -> bool:
     return isinstance(t, ir.FloatType) or str(t) == params.DLF16
 
@@ -153,15 +160,14 @@ class ColumnsToMatmulPass(SpyrePass):
             p_t = ir.RankedTensorType.get([d_in, shape[-1]], elt)
             const = ir.Operation.create("arith.constant", results=[p_t], attributes={
                 "value": params.constant_attr(P, p_t, "columns"), "spyre.name": ir.StringAttr.get("columns")})
-            flat = ir.Operation.create("spyre.reshape", results=[ir.RankedTensorType.get([rows, d_in], elt)],
-                                       operands=[x])
+            lhs = _reshaped(x, ir.RankedTensorType.get([rows, d_in], elt))
             mm = ir.Operation.create("spyre.matmul", results=[ir.RankedTensorType.get([rows, shape[-1]], elt)],
-                                     operands=[flat.results[0], const.results[0]], attributes={
+                                     operands=[lhs, const.results[0]], attributes={
                                          "acc_type": ir.TypeAttr.get(ir.F32Type.get()),
                                          "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0])})
-            back = ir.Operation.create("spyre.reshape", results=[rt], operands=[mm.results[0]])
-        concat.results[0].replace_all_uses_with(back.results[0])
-        dead = [concat] + chain[::-1]
+            out = _reshaped(mm.results[0], rt)
+        concat.results[0].replace_all_uses_with(out)
+        dead = [concat] + chain          # readers before what they read: the chain is outermost first
         for v in pieces:
             op = producer(v)
             dead.append(op)

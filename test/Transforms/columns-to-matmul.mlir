@@ -27,16 +27,19 @@ func.func @rotate_half(%x: tensor<1x4x16x64x!spyre.dlf16>) -> tensor<1x4x16x64x!
 // -----
 
 // A chain of concats along the innermost dim is one selection, strided slices and repeated columns included:
-// [even columns, odd columns, the first 4 columns again] of an [8, 16] tensor is a [16, 20] selection.
+// [even columns (in two concatenated halves), odd columns, the first 4 columns again] of an [8, 16] tensor is a
+// [16, 20] selection.
 // CHECK-LABEL: func.func @chain
 // CHECK: arith.constant {{.*}} : tensor<16x20xf32>
 // CHECK: "spyre.matmul"{{.*}} : (tensor<8x16xf32>, tensor<16x20xf32>) -> tensor<8x20xf32>
 // CHECK-NOT: spyre.concat
 func.func @chain(%x: tensor<8x16xf32>) -> tensor<8x20xf32> {
-  %e = "spyre.slice"(%x) {offsets = array<i64: 0, 0>, sizes = array<i64: 8, 8>, strides = array<i64: 1, 2>} : (tensor<8x16xf32>) -> tensor<8x8xf32>
-  %o = "spyre.slice"(%x) {offsets = array<i64: 0, 1>, sizes = array<i64: 8, 8>, strides = array<i64: 1, 2>} : (tensor<8x16xf32>) -> tensor<8x8xf32>
   %f = "spyre.slice"(%x) {offsets = array<i64: 0, 0>, sizes = array<i64: 8, 4>, strides = array<i64: 1, 1>} : (tensor<8x16xf32>) -> tensor<8x4xf32>
-  %c = "spyre.concat"(%e, %o) {dim = 1 : i64} : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x16xf32>
+  %e2 = "spyre.slice"(%x) {offsets = array<i64: 0, 0>, sizes = array<i64: 8, 4>, strides = array<i64: 1, 2>} : (tensor<8x16xf32>) -> tensor<8x4xf32>
+  %o2 = "spyre.slice"(%x) {offsets = array<i64: 0, 8>, sizes = array<i64: 8, 4>, strides = array<i64: 1, 2>} : (tensor<8x16xf32>) -> tensor<8x4xf32>
+  %c2 = "spyre.concat"(%e2, %o2) {dim = 1 : i64} : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x8xf32>
+  %o = "spyre.slice"(%x) {offsets = array<i64: 0, 1>, sizes = array<i64: 8, 8>, strides = array<i64: 1, 2>} : (tensor<8x16xf32>) -> tensor<8x8xf32>
+  %c = "spyre.concat"(%c2, %o) {dim = 1 : i64} : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x16xf32>
   %r = "spyre.concat"(%c, %f) {dim = -1 : i64} : (tensor<8x16xf32>, tensor<8x4xf32>) -> tensor<8x20xf32>
   return %r : tensor<8x20xf32>
 }
