@@ -19,6 +19,7 @@ Calling the :class:`Executable` then writes the inputs, walks the plan and decod
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 import functools
 import os
@@ -76,6 +77,11 @@ class InputError(SpyreError, ValueError):
     """Inputs given to an Executable do not match the program (missing, unknown, wrong shape or type)."""
 
 
+# Opcodes whose checks and decoded operands do not depend on the issuing core: the identical records of an SPMD
+# program (the same tile operation on every core) are checked and decoded once, then copied to each core's place.
+_CORE_FREE = frozenset({Op.SFU, Op.MATMUL, Op.REDUCE, Op.DMA_LOAD, Op.DMA_STORE})
+
+
 class _Decoder:
     """Validates records of one program against a target and turns them into :class:`Ins`."""
 
@@ -83,6 +89,7 @@ class _Decoder:
         self.prog, self.target = prog, target
         self.usable = target.scratchpad_usable_bytes
         self._pt_fmts: dict = {}
+        self._decoded: dict = {}        # record values -> its Ins, for _CORE_FREE opcodes
         # Containment queries for DMA ranges. Non-scratch buffers are disjoint: binary search. Scratch buffers
         # may alias each other: sorted by start with a running maximum of their ends.
         fixed = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(prog.buffers) if b.kind != "scratch")
@@ -109,6 +116,11 @@ class _Decoder:
         op = _OPS.get(vals[0])
         if op is None:
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': unknown opcode {vals[0]}")
+        free = op in _CORE_FREE
+        if free and vals in self._decoded:      # the same record passed every check already
+            ins = copy.copy(self._decoded[vals])
+            ins.core, ins.idx, ins.rec, ins.loc = c, i, rec, loc
+            return ins
         name = _NAMES[op]
         ins = Ins(c, i, op, rec, name, loc, EMPTY, EMPTY, EMPTY, EMPTY)
         self.at = (c, i, name, loc)
@@ -118,6 +130,8 @@ class _Decoder:
                 if self.vals[f] != 0:
                     self.fail(f, f"must be zero for {name} (is {self.vals[f]})")
         getattr(self, "_" + name)(ins)
+        if free:
+            self._decoded[vals] = ins
         return ins
 
     # ---- field helpers ----------------------------------------------------------------------------------
