@@ -346,6 +346,9 @@ def _map(op: ir.Operation) -> OpModel:
 
     rs = _shape(op.results[0]) or [1]
     rows, cols = math.prod(rs[:-1]), rs[-1]
+    if _kernel(op) == "alias":
+        # Its input's rows repeated, read in place (rows.repeated_rows): no scratchpad, not its operand's rows.
+        return _unbuffered(_rows_model(op, rows, [("in", op.operands[0], True)], chunked=()))
     epi = _epilogue(op)
     if epi is not None:
         # Applied by its producer's kernel: nothing moves through a scratchpad of its own; its inputs are read as

@@ -47,6 +47,7 @@ from .host import emit_host, materialize_for_host
 from .hostcode import HostModule
 from .kernels import EMITTERS, KERNELS
 from .kernels.move import row_sources, slice_rows
+from .kernels.rows import repeated_rows
 from .memory import DevTensor, format_of, io_dtype
 from .plan import PlanError
 
@@ -385,6 +386,8 @@ class Emitter:
             elif name == "spyre.transpose":         # read in place: a row view (move.views_ok)
                 ((_, rows, _),) = row_sources(op)
                 self.dev[res] = self.tensor(src).row_view(rows, shape)
+            elif name == "spyre.map":               # its input's rows repeated (rows.repeated_rows)
+                self.dev[res] = self.tensor(src).row_view(repeated_rows(op), shape)
             else:
                 self.dev[res] = self.tensor(src).reshaped(shape)
             # No instructions, but the plan's barrier stands: the consumer may divide the work otherwise.

@@ -403,6 +403,39 @@ func.func @merged_heads(%a: tensor<4x16x64x!spyre.dlf16>, %w: tensor<256x64x!spy
 
 // -----
 
+// Grouped-query attention's repeat_kv: an identity map broadcasting k's 2 heads to 4 only repeats rows, so it is
+// an alias (a row view) when its readers gather rows, here through a reshape into the scores' batch_matmul. The
+// same map whose result is returned copies (kernel rows); a map that computes is no view.
+// CHECK-LABEL: func.func @repeated_rows
+// CHECK: %[[E:.*]] = "spyre.map"(%arg1)
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.kernel = "alias"}
+// CHECK: "spyre.reshape"(%[[E]]) {spyre.kernel = "alias"}
+// CHECK: "spyre.map"(%arg1)
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.kernel = "rows"}
+// CHECK: "spyre.map"(%arg1)
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.kernel = "rows"}
+func.func @repeated_rows(%q: tensor<4x16x64x!spyre.dlf16>, %k: tensor<2x1x16x64x!spyre.dlf16>)
+    -> (tensor<4x16x16x!spyre.dlf16>, tensor<2x2x16x64x!spyre.dlf16>, tensor<2x2x16x64x!spyre.dlf16>) {
+  %e = "spyre.map"(%k) ({
+  ^bb0(%a: f32):
+    "spyre.yield"(%a) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<2x1x16x64x!spyre.dlf16>) -> tensor<2x2x16x64x!spyre.dlf16>
+  %r = "spyre.reshape"(%e) : (tensor<2x2x16x64x!spyre.dlf16>) -> tensor<4x16x64x!spyre.dlf16>
+  %s = "spyre.batch_matmul"(%q, %r) {acc_type = f32, transpose_rhs = true} : (tensor<4x16x64x!spyre.dlf16>, tensor<4x16x64x!spyre.dlf16>) -> tensor<4x16x16x!spyre.dlf16>
+  %c = "spyre.map"(%k) ({
+  ^bb0(%a: f32):
+    "spyre.yield"(%a) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<2x1x16x64x!spyre.dlf16>) -> tensor<2x2x16x64x!spyre.dlf16>
+  %n = "spyre.map"(%k) ({
+  ^bb0(%a: f32):
+    %m = arith.negf %a : f32
+    "spyre.yield"(%m) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<2x1x16x64x!spyre.dlf16>) -> tensor<2x2x16x64x!spyre.dlf16>
+  return %s, %c, %n : tensor<4x16x16x!spyre.dlf16>, tensor<2x2x16x64x!spyre.dlf16>, tensor<2x2x16x64x!spyre.dlf16>
+}
+
+// -----
+
 // A further input broadcast along leading dims (a causal mask every head adds to its scores) is loaded tile by
 // tile like one of the map's shape, its rows gathered again for each head: the map is the batch_matmul's
 // epilogue. A mask broadcast along its innermost dim (one value per row) is not: the map runs on its own.

@@ -215,6 +215,37 @@ def test_merged_heads_are_read_in_place(grid, tile):
     assert p.dram_read_bytes < p0.dram_read_bytes and p.cycles < p0.cycles
 
 
+REPEAT_KV = """
+func.func @main(%q: tensor<4x16x64xf32>, %k: tensor<2x1x16x64xf32>) -> ({res}) {{
+  %e = "spyre.map"(%k) ({{
+  ^bb0(%a: f32):
+    "spyre.yield"(%a) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 0, 0, 0>}} : (tensor<2x1x16x64xf32>) -> tensor<2x2x16x64xf32>
+  %r = "spyre.reshape"(%e) : (tensor<2x2x16x64xf32>) -> tensor<4x16x64xf32>
+  %s = "spyre.batch_matmul"(%q, %r) {{transpose_rhs = true}} : (tensor<4x16x64xf32>, tensor<4x16x64xf32>) -> tensor<4x16x16xf32>
+  return {ret} : {res}
+}}"""
+
+
+@pytest.mark.parametrize("cores", [1, 4, 8])
+def test_repeated_kv_heads_are_read_in_place(cores):
+    """Grouped-query attention's repeat_kv (an identity map broadcasting k's 2 heads to 4) is a row view of k
+    (kernel `alias`: each head's rows gathered from its group's), read by the scores' batch_matmul: no copy
+    kernel, bit-identical to the program that copies (the expanded k also returned)."""
+    def text(copy):
+        res = "tensor<4x16x16xf32>" + (", tensor<2x2x16x64xf32>" if copy else "")
+        return REPEAT_KV.format(res=res, ret="%s" + (", %e" if copy else ""))
+
+    q, k = dlf16_round(rand(4, 16, 64)), dlf16_round(rand(2, 1, 16, 64))
+    (y,), em, exe = run(text(False), [q, k], cores=cores, numerics="faithful")
+    (y0, _), em0, exe0 = run(text(True), [q, k], cores=cores, numerics="faithful")
+    assert np.array_equal(y, y0)
+    kk = np.repeat(k, 2, axis=1).reshape(4, 16, 64)
+    np.testing.assert_allclose(y, q @ kk.transpose(0, 2, 1), rtol=2e-2, atol=5e-2)
+    assert em.kernels == ["spyre.batch_matmul"] and "spyre.map" in em0.kernels
+    assert exe.static_profile.cycles < exe0.static_profile.cycles
+
+
 def test_map_broadcasts_and_rewrites():
     """ROW ([R,1]), COL ([C]) and a per-channel [C,1,1] broadcast (by DMA with a zero stride), with select
     and erf rewritten onto SFU functions."""

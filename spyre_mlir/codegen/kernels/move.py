@@ -53,11 +53,12 @@ def select(op, target, known) -> str | None:
 
 
 def _is_view(v) -> bool:
-    """``v`` is a row view: the result of a transpose chosen as ``alias``, or of an alias of one."""
+    """``v`` is a row view: the result of a transpose or a row-repeating map chosen as ``alias``, or of an alias
+    of one."""
     owner = v.owner.operation if hasattr(v.owner, "operation") else None
     if owner is None or KERNEL not in owner.attributes or _attr(owner, KERNEL) != "alias":
         return False
-    return owner.name == "spyre.transpose" or _is_view(owner.operands[0])
+    return owner.name in ("spyre.transpose", "spyre.map") or _is_view(owner.operands[0])
 
 
 def views_ok(v) -> bool:
@@ -73,8 +74,8 @@ def views_ok(v) -> bool:
         name = user.name
         if name in ("spyre.matmul", "spyre.batch_matmul"):
             ok = matmul.select(user, None, set()) == "matmul"
-        elif name in rows.EMITTERS:
-            ok = rows.select(user, None, set()) == "rows"
+        elif name in rows.EMITTERS:     # rows gathered by its kernel, its producer's (an epilogue) or its readers'
+            ok = rows.select(user, None, set()) in ("rows", "epilogue", "alias")
         elif name == "spyre.reshape" and not same_innermost(user):
             ok = _keeps_rows(user) and not _leaves(user) and views_ok(user.results[0])
         elif name in ("spyre.slice", "spyre.transpose", "spyre.concat", "spyre.reshape"):
@@ -90,7 +91,7 @@ def _view_width(v) -> int:
     """The columns of the source rows a view of ``v`` reads in place: those of the rows an alias chain reads
     (a merged row view's ``block``), else ``v``'s innermost dim."""
     owner = v.owner.operation if hasattr(v.owner, "operation") else None
-    if owner is not None and owner.name in ("spyre.transpose", "spyre.reshape", "spyre.slice") \
+    if owner is not None and owner.name in ("spyre.transpose", "spyre.reshape", "spyre.slice", "spyre.map") \
             and _is_view(owner.operands[0]):
         return _view_width(owner.operands[0])
     shape, _ = _tensor_type(v)

@@ -76,13 +76,34 @@ def select(op, target, known) -> str | None:
     """``"rows"`` when the device runs ``op`` (a map, reduce, softmax, layernorm, rmsnorm or cast): float data (maps
     also i1) and, for a map, a body the SFU computes; reductions over trailing dims; softmax and layernorm
     over the last dim; casts without scales; else None. ``"epilogue"`` for a map its producer's kernel applies
-    (:func:`epilogue`)."""
+    (:func:`epilogue`); ``"alias"`` for a map that only repeats its input's rows (:func:`repeated_rows`) when
+    every reader takes a row view (``move.views_ok``)."""
     if not _runs(op):
         return None
     if op.operation.name == "spyre.softmax":
         mm = softmax_source(op)
         return "epilogue" if mm is not None and _whole_rows_fit(mm, op, target) else "rows"
-    return "epilogue" if epilogue(op) is not None else "rows"
+    if epilogue(op) is not None:
+        return "epilogue"
+    from .move import views_ok
+
+    return "alias" if repeated_rows(op) is not None and views_ok(op.operation.results[0]) else "rows"
+
+
+def repeated_rows(op):
+    """For a map that copies its one input broadcast along leading dims (repeat_kv's expand of grouped-query
+    attention's k and v to every head; a plain copy), the input row of each result row; else None."""
+    o = op.operation
+    if o.name != "spyre.map" or len(o.operands) != 1:
+        return None
+    body = [x.operation for x in o.regions[0].blocks[0].operations]
+    if len(body) != 1 or body[0].operands[0] != o.regions[0].blocks[0].arguments[0]:
+        return None
+    (ishape, ielt), (oshape, oelt) = _tensor_type(o.operands[0]), _tensor_type(o.results[0])
+    if ielt != oelt or not ishape or not oshape or ishape[-1] != oshape[-1] or len(ishape) > len(oshape) \
+            or any(a not in (1, b) for a, b in zip([1] * (len(oshape) - len(ishape)) + list(ishape), oshape)):
+        return None
+    return broadcast_rows(ishape, oshape, 0, math.prod(oshape[:-1]))
 
 
 _EPILOGUE_PRODUCERS = {("spyre.conv2d", "conv2d"), ("spyre.matmul", "matmul"), ("spyre.batch_matmul", "matmul")}
@@ -609,5 +630,5 @@ def emit_cast(em, op, loc):
 EMITTERS = {"spyre.map": emit_map, "spyre.reduce": emit_reduce, "spyre.softmax": emit_softmax,
             "spyre.layernorm": emit_layernorm, "spyre.rmsnorm": emit_rmsnorm, "spyre.cast": emit_cast}
 KERNELS = {name: ("rows",) for name in EMITTERS}
-KERNELS["spyre.map"] = ("rows", "epilogue")
+KERNELS["spyre.map"] = ("rows", "epilogue", "alias")
 KERNELS["spyre.softmax"] = ("rows", "epilogue")
