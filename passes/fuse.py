@@ -12,8 +12,9 @@ Rules (docs/compiler.md, "After spyre-fuse"):
   and records the format it converts that operand to on the scratchpad in
   `spyre.convert_operands = {lhs = <type>, rhs = <type>}`. A cast of a compile-time value (a parameter,
   possibly through casts, reshapes and transposes) is left alone: the emitter converts it at compile time.
-* A plain `spyre.cast` whose input is the result of such a matmul (its only use) and which only widens it
-  (dlf16 -> f32: exact) is folded into the matmul's write-back: the matmul produces the cast's type and
+* A plain `spyre.cast` whose input is the result of such a matmul (its only use; or a reshape of it, each
+  reshape the only use of the value before it) and which only widens it (dlf16 -> f32: exact) is folded into the
+  matmul's write-back: the matmul (and the reshapes) produce the cast's element type and
   `spyre.convert_result = <type>` records the format the accumulator is rounded to first, so the values are
   bit-identical to the unfused program.
 """
@@ -81,13 +82,28 @@ class FusePass(SpyrePass):
         if conv:
             op.attributes[CONVERT_OPERANDS] = ir.DictAttr.get(conv)
         r = op.results[0]
-        use = single_use(r)
-        if use is None or CONVERT_RESULT in op.attributes:
+        if CONVERT_RESULT in op.attributes:
             return
-        cast = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-        if not (is_plain_cast(cast) and is_device_op(cast)) or not _widens(_elt(r), _elt(cast.results[0])):
+        # The cast may read the result through reshapes (a Linear's [B*S, N] viewed as [B, S, N]), each the only
+        # reader of the value before it: they then reshape the widened values.
+        chain, v = [], r
+        while True:
+            use = single_use(v)
+            if use is None:
+                return
+            user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if user.name != "spyre.reshape" or not is_device_op(user):
+                break
+            chain.append(user)
+            v = user.results[0]
+        cast = user
+        if not (is_plain_cast(cast) and is_device_op(cast)) or not _widens(_elt(v), _elt(cast.results[0])):
             return
         op.attributes[CONVERT_RESULT] = ir.TypeAttr.get(_elt(r))
-        r.set_type(cast.results[0].type)
-        cast.results[0].replace_all_uses_with(r)
+        wide = cast.results[0].type
+        for x in [r] + [c.results[0] for c in chain[:-1]]:     # the values before the last keep their layout
+            t = ir.RankedTensorType(x.type)
+            x.set_type(ir.RankedTensorType.get(t.shape, ir.RankedTensorType(wide).element_type, t.encoding))
+        v.set_type(wide)
+        cast.results[0].replace_all_uses_with(v)
         cast.erase()

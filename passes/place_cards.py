@@ -135,6 +135,9 @@ class Placer:
             return ""
         if m.batched:
             return f"{m.describe()}: a batch_matmul is split by heads only"
+        if split == "rows" and m.round_fmt is not None:
+            # Partial products summed by the readers: no card holds the sum to round before widening it.
+            return f"{m.describe()}: its result is rounded on the scratchpad (spyre.convert_result), not split by K"
         dim, quantum = (m.N, max(cost.stick_elems(m.b_fmt or m.fmt, self.target),
                                  cost.stick_elems(m.out_fmt, self.target))) if split == "cols" \
             else (m.K, cost.stick_elems(m.fmt, self.target))

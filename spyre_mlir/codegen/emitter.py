@@ -191,16 +191,32 @@ class Emitter:
             raise EmitError(f"{op.operation.name} has a result of dynamic shape {v.type}: the program needs static "
                             f"shapes", op.operation.location)
         fmt = format_of(elt)
-        if v in self._out_name and v not in self._out_taken:
-            self._out_taken.add(v)
-            t = self._buffer_tensor(self.b.output(self._out_name[v], shape, self._out_fmt.get(v, fmt),
-                                                  dtype=io_dtype(elt)))
+        out = self._returned_as(v)
+        if out is not None and out not in self._out_taken:
+            self._out_taken.add(out)
+            oshape, oelt = _tensor_type(out)
+            t = self._buffer_tensor(self.b.output(self._out_name[out], oshape, self._out_fmt.get(out, fmt),
+                                                  dtype=io_dtype(oelt))).reshaped(shape)
         elif host or v in self._host_read:
             t = self._buffer_tensor(self.b.scratch(self._name(f"t{self._op_index}"), shape or (1,), fmt))
         else:
             t = self._slot_tensor(shape, fmt)
         self.dev[v] = t
         return t
+
+    def _returned_as(self, v):
+        """The returned value whose bytes ``v``'s are: ``v`` itself, or the result of reshapes chosen as ``alias``
+        (the same bytes), each the only reader of the value before it (a Linear's [B*S, N] result returned as
+        [B, S, N]): ``v``'s producer writes that output buffer itself. None when ``v`` is not returned so."""
+        while v not in self._out_name:
+            uses = list(v.uses)
+            user = uses[0].owner if len(uses) == 1 else None
+            user = getattr(user, "operation", user)
+            if user is None or user.name != "spyre.reshape" or _attr(user, KERNEL) != "alias" or \
+                    v in self._host_read:
+                return None
+            v = user.results[0]
+        return v
 
     # ---- the walk ---------------------------------------------------------------------------------------
 
@@ -377,11 +393,15 @@ class Emitter:
             src = op.operation.operands[0]
             shape, _ = _tensor_type(op.operation.results[0])
             res = op.operation.results[0]
-            if res in self._out_name or res in self._host_read:
+            t = self.dev.get(src)
+            if res in self._out_name and res not in self._host_read and t is not None and t.rowmap is None \
+                    and t.buffer.kind == "output" and t.buffer.name == self._out_name[res]:
+                self.dev[res] = t.reshaped(shape)         # its producer wrote the output buffer (_returned_as)
+            elif res in self._out_name or res in self._host_read:
                 # The output (or a host op) needs a buffer of this shape: copy on the host.
                 emit_host(self, op, loc)
                 return
-            if name == "spyre.slice":
+            elif name == "spyre.slice":
                 self.dev[res] = self.tensor(src).rows_from(slice_rows(op), shape)
             elif name == "spyre.transpose":         # read in place: a row view (move.views_ok)
                 ((_, rows, _),) = row_sources(op)

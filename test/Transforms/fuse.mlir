@@ -70,3 +70,35 @@ func.func @shared(%x: tensor<64x64xf32>) -> (tensor<64x64xf32>, tensor<64x64x!sp
   %5 = "spyre.cast"(%4) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<64x64xf8E4M3FN>
   return %3, %2, %5 : tensor<64x64xf32>, tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<64x64xf8E4M3FN>
 }
+
+// -----
+
+// The result cast may read the matmul through reshapes, each its value's only reader (a Linear's [B*S, N]
+// result viewed as [B, S, N]): the cast folds, the reshapes carry the widened values, the one before the
+// return in the returned type, the ones before it in their own layout. A reshape the map also reads stops it.
+// CHECK-LABEL: func.func @through_reshapes
+// CHECK: %[[MM:.*]] = "spyre.matmul"
+// CHECK-SAME: spyre.convert_result = !spyre.dlf16
+// CHECK-SAME: -> tensor<128x64xf32, #spyre.stick<1 : i64>>
+// CHECK-NEXT: %[[R1:.*]] = "spyre.reshape"(%[[MM]]) : (tensor<128x64xf32, #spyre.stick<1 : i64>>) -> tensor<2x64x64xf32, #spyre.stick<2 : i64>>
+// CHECK-NEXT: %[[R2:.*]] = "spyre.reshape"(%[[R1]]) : (tensor<2x64x64xf32, #spyre.stick<2 : i64>>) -> tensor<1x2x64x64xf32>
+// CHECK: %[[MM2:.*]] = "spyre.matmul"
+// CHECK-NOT: spyre.convert_result
+// CHECK: "spyre.cast"
+// CHECK: return %[[R2]]
+func.func @through_reshapes(%x: tensor<128x64x!spyre.dlf16, #spyre.stick<1 : i64>>, %w: tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>)
+    -> (tensor<1x2x64x64xf32>, tensor<2x64x64xf32>, tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>) {
+  %0 = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<128x64x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<128x64x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %1 = "spyre.reshape"(%0) : (tensor<128x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %2 = "spyre.reshape"(%1) : (tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>) -> tensor<1x2x64x64x!spyre.dlf16, #spyre.stick<3 : i64>>
+  %3 = "spyre.cast"(%2) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<1x2x64x64x!spyre.dlf16, #spyre.stick<3 : i64>>) -> tensor<1x2x64x64xf32>
+  %4 = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<128x64x!spyre.dlf16, #spyre.stick<1 : i64>>, tensor<64x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<128x64x!spyre.dlf16, #spyre.stick<1 : i64>>
+  %5 = "spyre.reshape"(%4) : (tensor<128x64x!spyre.dlf16, #spyre.stick<1 : i64>>) -> tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %6 = "spyre.cast"(%5) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>) -> tensor<2x64x64xf32>
+  %7 = "spyre.map"(%5) ({
+  ^bb0(%a: f32):
+    %t = arith.addf %a, %a : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>) -> tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>
+  return %3, %6, %7 : tensor<1x2x64x64xf32>, tensor<2x64x64xf32>, tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>
+}

@@ -388,3 +388,29 @@ def test_rotate_half_is_one_matmul(d, monkeypatch):
     with torch.no_grad():
         ref = model(x).numpy()
     assert np.abs(y - ref).max() <= DLF16_BOUND * np.abs(ref).max()
+
+
+class Viewed(torch.nn.Module):
+    """A Linear over the flattened tokens, its [B*S, N] result returned as [B, S, N]."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(256, 128)
+
+    def forward(self, x):
+        return self.lin(x.view(-1, 256)).view(2, 64, 128)
+
+
+@pytest.mark.parametrize("precision", ["dlf16", "fp32-reference"])
+def test_viewed_result_is_written_in_place(precision):
+    """The reshape of the matmul's result is the output: the matmul writes the output buffer itself (no host copy)
+    and, in dlf16, the widening to f32 folds into its write-back through the reshape (no cast kernel)."""
+    torch.manual_seed(0)
+    model, x = Viewed().eval(), torch.randn(2, 64, 256)
+    exe = spyre_mlir.compile(model, (x,), cache_dir=False, cores=8, precision=precision)
+    info = exe.compile_info
+    assert info.host_ops == [] and info.device_ops.count("spyre.cast") == (precision == "dlf16"), info
+    with torch.no_grad():
+        ref = model(x).numpy()
+    err = np.abs(exe(x)[0] - ref).max() / np.abs(ref).max()
+    assert err <= (DLF16_BOUND if precision == "dlf16" else 1e-5), err
