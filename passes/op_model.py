@@ -168,8 +168,15 @@ def _matmul(op: ir.Operation) -> OpModel:
         conv = {na.name: fmt_of(ir.TypeAttr(na.attr).value, op)
                 for na in ir.DictAttr(op.attributes["spyre.convert_operands"])}
     quant = _quantized(b, op)
+    # A widening cast after its epilogue map (rows.widened_by): the map's values rounded to its format (`out`),
+    # then widened (`outf`) and stored in the cast's.
+    wide = _widened(op)
+    if wide is not None:
+        rnd, out_t = op.results[0].type, wide.results[0].type
+    else:
+        out_t = op.results[0].type
     return OpModel(op, "matmul", B=math.prod(sa[:-2]), M=sa[-2], K=sa[-1], N=sb[-2] if trans else sb[-1],
-                   fmt=fmt_of(a.type, op), out_fmt=fmt_of(op.results[0].type, op),
+                   fmt=fmt_of(a.type, op), out_fmt=fmt_of(out_t, op),
                    bias=fmt_of(op.operands[2].type, op) if len(op.operands) > 2 else False, batched=batched,
                    b_fmt=quant[0] if quant else fmt_of(b.type, op), colscale=quant[1] if quant else None,
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
@@ -190,10 +197,18 @@ def _epilogue(op: ir.Operation):
 def epilogue_source(op: ir.Operation) -> int | None:
     """The operand of an epilogue (a map, a pool2d or a softmax) its producer's output tile stands for (None: op
     is no epilogue)."""
-    if op.name in ("spyre.pool2d", "spyre.softmax"):
+    if op.name in ("spyre.pool2d", "spyre.softmax", "spyre.cast"):
         return 0 if KERNEL in op.attributes and _kernel(op) == "epilogue" else None
     epi = _epilogue(op)
     return None if epi is None else epi.src
+
+
+def _widened(op: ir.Operation) -> ir.Operation | None:
+    """The widening cast the matmul's kernel applies after its epilogue map (rows.widened_by), or None."""
+    from spyre_mlir.codegen.kernels.rows import widened_by
+
+    w = widened_by(op)
+    return None if w is None else w.operation
 
 
 def _softmax_epilogue(op: ir.Operation) -> str | None:
@@ -441,6 +456,9 @@ def _rmsnorm(op: ir.Operation) -> OpModel:
 def _cast(op: ir.Operation) -> OpModel:
     rs = _shape(op.results[0])
     rows = _lead(rs, len(rs) - 1)
+    if _kernel(op) == "epilogue":
+        # Applied by the matmul kernel producing its input (rows.cast_source): like an epilogue map.
+        return _unbuffered(_rows_model(op, rows, [("in", op.operands[0], True)], chunked=()))
     inputs = [("in", op.operands[0], True)] + [("scale", v, False) for v in list(op.operands)[1:]]
     return _rows_model(op, rows, inputs, sfu=[("simple", 1)])
 

@@ -295,6 +295,45 @@ func.func @slice_views(%qkv: tensor<3x4x16x64x!spyre.dlf16>) -> (tensor<1x4x16x6
 
 // -----
 
+// A residual add the matmul applies, then widened to f32 for the return: the cast is the matmul's epilogue
+// too (its kernel rounds the map's values to dlf16, widens them into `outf` and stores f32). A cast that narrows,
+// and a cast of a map that is no epilogue (it reads no matmul), stay kernels of their own.
+// CHECK-LABEL: func.func @widening_cast
+// CHECK: }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.kernel = "epilogue"}
+// CHECK: "spyre.cast"{{.*}}spyre.kernel = "epilogue"
+// CHECK: "spyre.cast"{{.*}}spyre.kernel = "rows"
+// CHECK: "spyre.cast"{{.*}}spyre.kernel = "rows"
+// PLAN-LABEL: func.func @widening_cast
+// PLAN: "spyre.matmul"
+// PLAN-SAME: spyre.scratchpad = {{{.*}}out = {{[0-9]+}} : i64, outf = {{.*}}}
+// PLAN: "spyre.cast"{{.*}}spyre.kernel = "epilogue", spyre.scratchpad = {}, spyre.scratchpad_bytes = 0
+func.func @widening_cast(%x: tensor<64x128x!spyre.dlf16>, %w: tensor<128x64x!spyre.dlf16>, %r: tensor<64x64x!spyre.dlf16>)
+    -> (tensor<64x64xf32>, tensor<64x64xf8E4M3FN>, tensor<64x64xf32>) {
+  %m = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x128x!spyre.dlf16>, tensor<128x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %a = "spyre.map"(%r, %m) ({
+  ^bb0(%p: f32, %q: f32):
+    %s = arith.addf %p, %q : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %f = "spyre.cast"(%a) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<64x64x!spyre.dlf16>) -> tensor<64x64xf32>
+  %m2 = "spyre.matmul"(%x, %w) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x128x!spyre.dlf16>, tensor<128x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %a2 = "spyre.map"(%r, %m2) ({
+  ^bb0(%p: f32, %q: f32):
+    %s = arith.addf %p, %q : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %n = "spyre.cast"(%a2) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<64x64x!spyre.dlf16>) -> tensor<64x64xf8E4M3FN>
+  %a3 = "spyre.map"(%r) ({
+  ^bb0(%p: f32):
+    %s = arith.addf %p, %p : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %g = "spyre.cast"(%a3) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<64x64x!spyre.dlf16>) -> tensor<64x64xf32>
+  return %f, %n, %g : tensor<64x64xf32>, tensor<64x64xf8E4M3FN>, tensor<64x64xf32>
+}
+
+// -----
+
 // Rotary embedding's x * cos + rotate_half(x) * sin needs two fp32 temporaries: the matmul computing
 // rotate_half(x) applies it with its accumulator and one more fp32 tile of its plan (`ept`). A map needing three
 // stays a kernel of its own.

@@ -246,6 +246,45 @@ def test_repeated_kv_heads_are_read_in_place(cores):
     assert exe.static_profile.cycles < exe0.static_profile.cycles
 
 
+WIDENED = """
+func.func @main(%x: tensor<64x128x!spyre.dlf16>, %w: tensor<128x64x!spyre.dlf16>, %r: tensor<64x64x!spyre.dlf16>) -> ({res}) {{
+  %m = "spyre.matmul"(%x, %w) {{acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>{mm}}} : (tensor<64x128x!spyre.dlf16>, tensor<128x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %a = "spyre.map"(%r, %m) ({{
+  ^bb0(%p: f32, %q: f32):
+    %s = arith.addf %p, %q : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 1, 0, 0>{rows}}} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
+  %v = "spyre.reshape"(%a) {{{rows_only}}} : (tensor<64x64x!spyre.dlf16>) -> tensor<1x64x64x!spyre.dlf16>
+  %f = "spyre.cast"(%v) {{operandSegmentSizes = array<i32: 1, 0>{rows}}} : (tensor<1x64x64x!spyre.dlf16>) -> tensor<1x64x64xf32>
+  return {ret} : {res}
+}}"""
+
+
+@pytest.mark.parametrize("cores, grid", [(1, None), (4, None), (4, (1, 1, 2))])
+def test_widening_cast_after_the_epilogue(cores, grid):
+    """A residual add the matmul applies, returned in f32: the cast widening it is applied by the matmul's kernel
+    too (the map's values rounded to dlf16, then widened into f32 and stored), no cast kernel; with K split over
+    2 cores the reduce-sum's root applies both. Bit-identical to the program whose map and cast run as kernels of
+    their own (the map's result also returned)."""
+    attrs = dict(mm="", rows="", rows_only="")
+    if grid:
+        attrs = dict(mm=f", spyre.grid = array<i64: {', '.join(map(str, grid))}>, spyre.tile = array<i64: 64, 64, 64>",
+                     rows=", spyre.grid = array<i64: 1>, spyre.tile = array<i64: 64>",
+                     rows_only="spyre.grid = array<i64: 1>, spyre.tile = array<i64: 64>")
+
+    def text(separate):
+        res = "tensor<1x64x64xf32>" + (", tensor<64x64x!spyre.dlf16>" if separate else "")
+        return WIDENED.format(res=res, ret="%f" + (", %a" if separate else ""), **attrs)
+
+    x, w, r = (dlf16_round(rand(*s)) for s in ((64, 128), (128, 64), (64, 64)))
+    (y,), em, exe = run(text(False), [x, w, r], cores=cores, numerics="faithful")
+    (y0, _), em0, _ = run(text(True), [x, w, r], cores=cores, numerics="faithful")
+    assert np.array_equal(y, y0) and y.dtype == np.float32
+    np.testing.assert_allclose(y[0], r + x @ w, rtol=2e-2, atol=5e-2)
+    assert em.kernels == ["spyre.matmul"] and "spyre.cast" in em0.kernels
+    assert any(r["op"] == Op.RING_REDUCE for c in exe.program.code for r in c) == bool(grid)
+
+
 def test_map_broadcasts_and_rewrites():
     """ROW ([R,1]), COL ([C]) and a per-channel [C,1,1] broadcast (by DMA with a zero stride), with select
     and erf rewritten onto SFU functions."""

@@ -36,13 +36,15 @@ def select(op, target, known) -> str | None:
 
 
 def applied_by(op):
-    """For an op whose kernel is ``epilogue``, what its producer's kernel applies it as (a pool, a softmax or a
-    map's :class:`.rows.Epilogue`), or None when nothing applies it any more."""
+    """For an op whose kernel is ``epilogue``, what its producer's kernel applies it as (a pool, a softmax, a
+    widening cast or a map's :class:`.rows.Epilogue`), or None when nothing applies it any more."""
     name = op.operation.name if hasattr(op, "operation") else op.name
     if name == "spyre.pool2d":
         return conv.pool_source(op)
     if name == "spyre.softmax":
         return rows.softmax_source(op)
+    if name == "spyre.cast":
+        return rows.cast_source(op)
     return rows.epilogue(op)
 
 

@@ -26,7 +26,8 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type, row_parts
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
-from .rows import apply_epilogue, apply_softmax, broadcast_rows, epilogue_buffer, epilogue_of, softmax_of
+from .rows import (apply_epilogue, apply_softmax, broadcast_rows, epilogue_buffer, epilogue_of, softmax_of,
+                   widened_by)
 
 __all__ = ["matmul", "select", "EMITTERS"]
 
@@ -37,7 +38,7 @@ def _stick_elems(*fmts) -> int:
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
            scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False,
-           sm=None):
+           sm=None, widen_last=False):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``. ``trans_b``: B is
     stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk]. ``sm``: a
     softmax (rows.softmax_of) applied to each finished tile after the epilogue, in the accumulator, with the
@@ -45,7 +46,9 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
 
     A / B in a format the PT array does not multiply (fp32: spyre.convert_operands) are converted to DLFloat16
     on the SFU after each load. ``round_fmt`` (spyre.convert_result): the write-back rounds to that format and
-    the SFU widens the tile to O's format before the store, so O holds exactly the rounded values.
+    the SFU widens the tile to O's format before the store, so O holds exactly the rounded values; with
+    ``widen_last`` (a widening cast after the epilogue, rows.widened_by) the epilogue's result is rounded to it
+    and widened instead.
 
     ``colscale`` ([N], per output channel) and ``scale`` dequantize fp8/int8 weights on write-back. ``epi``:
     (:class:`.rows.Epilogue`, the device tensors of its further inputs as [rows, N] views like O), a map applied
@@ -99,7 +102,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                              "EPI": epi[0] if epi else None, "TB": trans_b, "SM": sm, "ST": stats,
                              "EX": [plan.tile_at(epilogue_buffer(i), tm, tn, x.fmt) for i, x in enumerate(epi[1])]
                              if epi else [],
-                             "ET": plan.tile_at("ept", tm, tn, Format.FP32) if epi and epi[0].temps > 1 else None})
+                             "ET": plan.tile_at("ept", tm, tn, Format.FP32) if epi and epi[0].temps > 1 else None,
+                             "WL": widen_last})
     X = epi[1] if epi else []
     nk = -(-kb // tk)
     if gk == 1 and gm * gn > 1:
@@ -154,11 +158,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             b.sfu(root, "add", R, R, _sub(t["BI"], 1, cols), loc=loc)
                         _load_extra(b, root, t, X, o0 + r0, c0, rows, cols, loc)
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
-                        if t["OF"] is not None:
-                            b.sfu(root, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
-                        if epi is not None:
-                            apply_epilogue(b, root, epi[0], _sub(t["OF"] or t["O"], rows, cols), _temps(t, R), loc,
-                                           [_sub(x, rows, cols) for x in t["EX"]])
+                        _finish(b, root, t, rows, cols, R, loc)
                     store_rows(b, root, _sub(t["OF"] or t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
 
@@ -347,15 +347,26 @@ def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc
              bias=_sub(t["BI"], 1, cols) if fin and t["BI"] is not None else None,
              col_scale=_sub(t["CS"], 1, cols) if fin and t["CS"] is not None else None,
              scale=scale if fin else None, loc=loc)
-    if fin and t["OF"] is not None:
-        b.sfu(core, "cast", _sub(t["OF"], rows, cols), _sub(t["O"], rows, cols), loc=loc)
-    if fin and t["EPI"] is not None:       # the accumulator is free until the next tile's first step
-        apply_epilogue(b, core, t["EPI"], _sub(t["OF"] or t["O"], rows, cols), _temps(t, _sub(t["C"], rows, cols)),
-                       loc, [_sub(x, rows, cols) for x in t["EX"]])
+    if fin:                                 # the accumulator is free until the next tile's first step
+        _finish(b, core, t, rows, cols, _sub(t["C"], rows, cols), loc)
     if fin and t["SM"] is not None:
         out = _sub(t["OF"] or t["O"], rows, cols)
         apply_softmax(b, core, t["SM"], out, out, _sub(t["C"], rows, cols),
                       {k: _sub(v, rows, 1) for k, v in t["ST"].items()}, loc)
+
+
+def _finish(b, core, t, rows, cols, temp, loc):
+    """A finished output tile in ``out``: widen it (spyre.convert_result) and apply the epilogue map, or with a
+    widening cast after the map (``WL``) the map, then the widening, into ``outf``; ``temp`` is the fp32 tile
+    the epilogue works in."""
+    out, wide = _sub(t["O"], rows, cols), _sub(t["OF"], rows, cols) if t["OF"] is not None else None
+    if wide is not None and not t["WL"]:
+        b.sfu(core, "cast", wide, out, loc=loc)
+    if t["EPI"] is not None:
+        apply_epilogue(b, core, t["EPI"], out if t["WL"] else wide or out, _temps(t, temp), loc,
+                       [_sub(x, rows, cols) for x in t["EX"]])
+    if t["WL"]:
+        b.sfu(core, "cast", wide, out, loc=loc)
 
 
 def _temps(t, first):
@@ -393,11 +404,11 @@ def emit_matmul(em, op, loc):
     B, colscale, scale = _rhs(em, op, rhs)
     trans = bool(_attr(op, "transpose_rhs", False))
     N = B.shape[-2] if trans else B.shape[-1]
-    O = em.result(op)
+    O, rnd = _output(em, op)
     bias_t = em.tensor(bias) if bias is not None else None
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
-                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O),
-                        trans_b=trans, sm=softmax_of(op))
+                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=rnd, epi=_epilogue(em, op, O),
+                        trans_b=trans, sm=softmax_of(op), widen_last=widened_by(op) is not None)
     return len(used)
 
 
@@ -405,16 +416,28 @@ def emit_batch_matmul(em, op, loc):
     o = op.operation
     A = em.tensor(o.operands[0])
     B, colscale, scale = _rhs(em, op, o.operands[1])
-    O = em.result(op)
+    O, rnd = _output(em, op)
     ashape, bshape = A.shape, B.shape
     trans = bool(_attr(op, "transpose_rhs", False))
     M, K, N = ashape[-2], ashape[-1], bshape[-2] if trans else bshape[-1]
     nb = math.prod(ashape[:-2])
     batches = [(i * M, i * (N if trans else K), i * M) for i in range(nb)]
     used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, plan=KernelPlan.of(op, em.target),
-                        batches=batches, loc=loc, round_fmt=_round_fmt(op), epi=_epilogue(em, op, O), trans_b=trans,
-                        sm=softmax_of(op))
+                        batches=batches, loc=loc, round_fmt=rnd, epi=_epilogue(em, op, O), trans_b=trans,
+                        sm=softmax_of(op), widen_last=widened_by(op) is not None)
     return len(used)
+
+
+def _output(em, op):
+    """(the tensor the kernel stores, the format it rounds to before widening it or None): the matmul's result,
+    or with a widening cast after its epilogue map (rows.widened_by) the cast's result as the matmul's rows,
+    rounded to the map's format first."""
+    wide = widened_by(op)
+    if wide is None:
+        return em.result(op), _round_fmt(op)
+    res = op.operation.results[0]
+    em.dev[res] = O = em.result(wide).reshaped(_tensor_type(res)[0])
+    return O, format_of(_tensor_type(res)[1])
 
 
 def _epilogue(em, op, O):

@@ -83,7 +83,7 @@ def select(op, target, known) -> str | None:
     if op.operation.name == "spyre.softmax":
         mm = softmax_source(op)
         return "epilogue" if mm is not None and _whole_rows_fit(mm, op, target) else "rows"
-    if epilogue(op) is not None:
+    if epilogue(op) is not None or cast_source(op) is not None:
         return "epilogue"
     from .move import views_ok
 
@@ -253,6 +253,48 @@ def softmax_source(op):
             or _attr(p, "spyre.convert_result") is not None:
         return None
     return p
+
+
+def cast_source(op):
+    """The matmul (kernel ``matmul``) whose kernel widens to ``op``'s type the result of the map it applies, or
+    None: ``op`` a plain cast from dlf16 to f32 (exact) of that map's result (an epilogue, directly or through
+    row-view reshapes, each the only reader), a residual add returned in f32. The kernel rounds the map's values
+    to dlf16 as the map kernel would, then widens them before the store: bit-identical, and the dlf16 result
+    never round-trips device memory."""
+    o = op.operation
+    if o.name != "spyre.cast" or len(o.operands) != 1 or _attr(op, "scale_mode") is not None:
+        return None
+    (_, src), (_, dst) = _tensor_type(o.operands[0]), _tensor_type(o.results[0])
+    if str(src) != "!spyre.dlf16" or str(dst) != "f32" or _one_use(o.operands[0]) is None:
+        return None
+    m = _owner(_viewed(o.operands[0]))
+    if m is None or m.name != "spyre.map" or _attr(m, "spyre.kernel") != "epilogue":
+        return None
+    epi = epilogue(m)
+    p = _owner(_viewed(m.operands[epi.src])) if epi is not None else None
+    if p is None or p.name not in ("spyre.matmul", "spyre.batch_matmul") or _attr(p, "spyre.kernel") != "matmul" \
+            or _attr(p, "spyre.convert_result") is not None or softmax_of(p) is not None:
+        return None
+    return p
+
+
+def widened_by(producer):
+    """The cast the kernel of matmul ``producer`` applies after its epilogue map (kernel ``epilogue``,
+    :func:`cast_source`), or None."""
+    found = epilogue_of(producer)
+    if found is None:
+        return None
+    r = found[0].operation.results[0]
+    while True:
+        user = _one_use(r)
+        if user is None:
+            return None
+        if user.operation.name == "spyre.cast":
+            return user if _attr(user, "spyre.kernel") == "epilogue" and cast_source(user) == producer.operation \
+                else None
+        if not _row_view(user):
+            return None
+        r = user.operation.results[0]
 
 
 def _whole_rows_fit(mm, sm, target) -> bool:
@@ -632,3 +674,4 @@ EMITTERS = {"spyre.map": emit_map, "spyre.reduce": emit_reduce, "spyre.softmax":
 KERNELS = {name: ("rows",) for name in EMITTERS}
 KERNELS["spyre.map"] = ("rows", "epilogue", "alias")
 KERNELS["spyre.softmax"] = ("rows", "epilogue")
+KERNELS["spyre.cast"] = ("rows", "epilogue")
