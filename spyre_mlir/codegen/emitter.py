@@ -191,7 +191,8 @@ class Emitter:
             raise EmitError(f"{op.operation.name} has a result of dynamic shape {v.type}: the program needs static "
                             f"shapes", op.operation.location)
         fmt = format_of(elt)
-        out = self._returned_as(v)
+        # A host op writes a buffer of its result's own shape: only a device kernel stores into a reshaped output.
+        out = self._returned_as(v) if not host else v if v in self._out_name else None
         if out is not None and out not in self._out_taken:
             self._out_taken.add(out)
             oshape, oelt = _tensor_type(out)
