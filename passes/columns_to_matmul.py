@@ -24,6 +24,7 @@ import numpy as np
 from torch_mlir import ir
 
 from spyre_mlir import params
+from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.analysis import ON_HOST, function_ops, is_device_op, producer, single_use
 from spyre_mlir.passes.base import SpyrePass
 
@@ -89,7 +90,7 @@ def _outermost(op: ir.Operation) -> bool:
     if op.name != "spyre.concat" or not _on_device(op):
         return False
     rt = ir.RankedTensorType(op.results[0].type)
-    if rt.rank < 1 or _dim(op, rt.rank) != rt.rank - 1 or not _floats(rt.element_type):
+    if rt.rank < 1 or _dim(op, rt.rank) != rt.rank - 1 or not spyre.is_float_like(rt.element_type):
         return False
     use = single_use(op.results[0])
     user = use.owner.operation if use is not None and hasattr(use.owner, "operation") else None
@@ -114,10 +115,6 @@ def _reshaped(v: ir.Value, t: ir.RankedTensorType) -> ir.Value:
     if v.type == t:
         return v
     return ir.Operation.create("spyre.reshape", results=[t], operands=[v]).results[0]
-
-
-def _floats(t: ir.Type) -> bool:
-    return isinstance(t, ir.FloatType) or str(t) == params.DLF16
 
 
 @dataclasses.dataclass

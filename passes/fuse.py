@@ -101,7 +101,8 @@ class FusePass(SpyrePass):
             return
         op.attributes[CONVERT_RESULT] = ir.TypeAttr.get(_elt(r))
         wide = cast.results[0].type
-        for x in [r] + [c.results[0] for c in chain[:-1]]:     # the values before the last keep their layout
+        values = [r] + [c.results[0] for c in chain]
+        for x in values[:-1]:           # the values before the last (the cast's own type) keep their layout
             t = ir.RankedTensorType(x.type)
             x.set_type(ir.RankedTensorType.get(t.shape, ir.RankedTensorType(wide).element_type, t.encoding))
         v.set_type(wide)

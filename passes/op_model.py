@@ -168,6 +168,7 @@ def _matmul(op: ir.Operation) -> OpModel:
         conv = {na.name: fmt_of(ir.TypeAttr(na.attr).value, op)
                 for na in ir.DictAttr(op.attributes["spyre.convert_operands"])}
     quant = _quantized(b, op)
+    epi_in, epi_temps = _epilogue_needs(op)
     # A widening cast after its epilogue map (rows.widened_by): the map's values rounded to its format (`out`),
     # then widened (`outf`) and stored in the cast's.
     wide = _widened(op)
@@ -182,7 +183,7 @@ def _matmul(op: ir.Operation) -> OpModel:
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
                    converts=(conv.get("lhs"), conv.get("rhs")),
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
-                   else None, epi_in=_epilogue_inputs(op), epi_temps=_epilogue_temps(op),
+                   else None, epi_in=epi_in, epi_temps=epi_temps,
                    resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value,
                    trans_b=trans, softmax=_softmax_epilogue(op))
 
@@ -221,15 +222,16 @@ def _softmax_epilogue(op: ir.Operation) -> str | None:
     return "safe" if "safe" in sm.attributes and ir.BoolAttr(sm.attributes["safe"]).value else "plain"
 
 
-def _epilogue_inputs(op: ir.Operation) -> tuple[str, ...]:
-    """Formats of the further inputs of the epilogue a matmul applies (their blocks load with its tiles)."""
+def _epilogue_needs(op: ir.Operation) -> tuple[tuple[str, ...], int]:
+    """(formats of the further inputs of the epilogue a matmul applies (their blocks load with its tiles), the fp32
+    temporaries it needs besides the accumulator)."""
     from spyre_mlir.codegen.kernels.rows import epilogue_of
 
     found = epilogue_of(op)
     if found is None:
-        return ()
+        return (), 0
     epi_op, epi = found
-    return tuple(fmt_of(epi_op.operation.operands[j].type, epi_op.operation) for j in epi.extra)
+    return tuple(fmt_of(epi_op.operation.operands[j].type, epi_op.operation) for j in epi.extra), epi.temps - 1
 
 
 def _quantized(v: ir.Value, op: ir.Operation) -> tuple[str, str | None] | None:
@@ -544,14 +546,6 @@ _MODELS = {
 
 
 # ---- An op's grid and tile -------------------------------------------------------------------------------------
-
-
-def _epilogue_temps(op: ir.Operation) -> int:
-    """The fp32 temporaries besides the accumulator that the epilogue a matmul applies needs."""
-    from spyre_mlir.codegen.kernels.rows import epilogue_of
-
-    found = epilogue_of(op)
-    return 0 if found is None else found[1].temps - 1
 
 
 def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list[cost.Buffer]:

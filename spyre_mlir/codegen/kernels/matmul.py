@@ -404,11 +404,11 @@ def emit_matmul(em, op, loc):
     B, colscale, scale = _rhs(em, op, rhs)
     trans = bool(_attr(op, "transpose_rhs", False))
     N = B.shape[-2] if trans else B.shape[-1]
-    O, rnd = _output(em, op)
+    O, rnd, wide = _output(em, op)
     bias_t = em.tensor(bias) if bias is not None else None
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
                         plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=rnd, epi=_epilogue(em, op, O),
-                        trans_b=trans, sm=softmax_of(op), widen_last=widened_by(op) is not None)
+                        trans_b=trans, sm=softmax_of(op), widen_last=wide)
     return len(used)
 
 
@@ -416,7 +416,7 @@ def emit_batch_matmul(em, op, loc):
     o = op.operation
     A = em.tensor(o.operands[0])
     B, colscale, scale = _rhs(em, op, o.operands[1])
-    O, rnd = _output(em, op)
+    O, rnd, wide = _output(em, op)
     ashape, bshape = A.shape, B.shape
     trans = bool(_attr(op, "transpose_rhs", False))
     M, K, N = ashape[-2], ashape[-1], bshape[-2] if trans else bshape[-1]
@@ -424,20 +424,20 @@ def emit_batch_matmul(em, op, loc):
     batches = [(i * M, i * (N if trans else K), i * M) for i in range(nb)]
     used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, plan=KernelPlan.of(op, em.target),
                         batches=batches, loc=loc, round_fmt=rnd, epi=_epilogue(em, op, O), trans_b=trans,
-                        sm=softmax_of(op), widen_last=widened_by(op) is not None)
+                        sm=softmax_of(op), widen_last=wide)
     return len(used)
 
 
 def _output(em, op):
-    """(the tensor the kernel stores, the format it rounds to before widening it or None): the matmul's result,
-    or with a widening cast after its epilogue map (rows.widened_by) the cast's result as the matmul's rows,
-    rounded to the map's format first."""
+    """(the tensor the kernel stores, the format it rounds to before widening it or None, whether it widens after
+    the epilogue): the matmul's result, or with a widening cast after its epilogue map (rows.widened_by) the cast's
+    result as the matmul's rows, rounded to the map's format first."""
     wide = widened_by(op)
     if wide is None:
-        return em.result(op), _round_fmt(op)
+        return em.result(op), _round_fmt(op), False
     res = op.operation.results[0]
     em.dev[res] = O = em.result(wide).reshaped(_tensor_type(res)[0])
-    return O, format_of(_tensor_type(res)[1])
+    return O, format_of(_tensor_type(res)[1]), True
 
 
 def _epilogue(em, op, O):
