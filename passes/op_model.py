@@ -71,6 +71,7 @@ class OpModel:
     whole: tuple[int, int] | None = None   # matmul: (B, N) of the op this is one card's share of (spyre.share_of)
     epi_in: tuple[str, ...] = ()      # matmul: formats of its epilogue's further inputs (a block loaded per tile)
     epi_temps: int = 0                # matmul: fp32 temporaries its epilogue needs besides the accumulator
+    sibling: str | None = None        # matmul: result format of the sibling matmul its kernel computes too
     resident: bool = False            # matmul: A parts stay on the scratchpad across a row of tiles (spyre-tile)
     trans_b: bool = False             # matmul: B stored transposed, [N, K] (transpose_rhs kept by spyre-layout)
     softmax: str | None = None        # matmul: a softmax epilogue ("plain" / "safe"): whole rows per tile
@@ -81,10 +82,12 @@ class OpModel:
         return self.round_fmt is not None or any(self.converts)
 
     def reference(self) -> "OpModel":
-        """The model of the unfused op (operands already converted, result not widened): its K split and K
-        tile fix the order of the fp32 accumulation, which the fused op keeps so results stay bit-identical."""
+        """The model of the unfused op (operands already converted, result not widened, no sibling computed
+        beside it): its K split and K tile fix the order of the fp32 accumulation, which the fused op keeps so
+        results stay bit-identical."""
         return dataclasses.replace(self, fmt=self.converts[0] or self.fmt, b_fmt=self.converts[1] or self.b_fmt,
-                                   out_fmt=self.round_fmt or self.out_fmt, round_fmt=None, converts=(None, None))
+                                   out_fmt=self.round_fmt or self.out_fmt, round_fmt=None, converts=(None, None),
+                                   sibling=None)
     rows: cost.RowKernel | None = None
     conv: cost.ConvKernel | None = None
     chunked: tuple[int, ...] = ()
@@ -111,13 +114,14 @@ class OpModel:
                 return None
             _, split_m, _, split_k = self.grid4(g)
         if self.kind == "matmul":
-            # Fused: the grid of the unfused op, the same K split (accumulation order) and division of the work.
-            m = self.reference() if self.fused else self
+            # Fused, or computing a sibling too: the grid of the op alone, the same K split (accumulation order)
+            # and division of the work.
+            m = self.reference() if self.fused or self.sibling else self
             g = cost.best_batch_matmul_grid(m.B, m.M, m.N, m.K, cores, target, m.fmt, m.out_fmt,
                                             m.bias, b_fmt=m.b_fmt, round_fmt=m.round_fmt,
                                             colscale=m.colscale, split_k=split_k, split_m=split_m,
                                             epi_in=m.epi_in, trans_b=m.trans_b, softmax=m.softmax,
-                                            epi_temps=m.epi_temps)
+                                            epi_temps=m.epi_temps, sibling=m.sibling)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
             return cost.best_conv_grid(self.conv, cores, target)
@@ -156,6 +160,10 @@ def _kernel(op: ir.Operation) -> str:
 
 def _matmul(op: ir.Operation) -> OpModel:
     a, b = op.operands[0], op.operands[1]
+    if _kernel(op) == "sibling":
+        # Computed by the kernel of the matmul whose epilogue reads it (matmul.sibling_of), from that one's A
+        # tiles: nothing of its own moves through a scratchpad.
+        return _unbuffered(_rows_model(op, math.prod(_shape(a)[:-1]), [("in", a, True)], chunked=()))
     sa, sb = _shape(a), _shape(b)
     trans = "transpose_rhs" in op.attributes and ir.BoolAttr(op.attributes["transpose_rhs"]).value
     batched = op.name == "spyre.batch_matmul"
@@ -168,7 +176,7 @@ def _matmul(op: ir.Operation) -> OpModel:
         conv = {na.name: fmt_of(ir.TypeAttr(na.attr).value, op)
                 for na in ir.DictAttr(op.attributes["spyre.convert_operands"])}
     quant = _quantized(b, op)
-    epi_in, epi_temps = _epilogue_needs(op)
+    epi_in, epi_temps, sibling = _epilogue_needs(op)
     # A widening cast after its epilogue map (rows.widened_by): the map's values rounded to its format (`out`),
     # then widened (`outf`) and stored in the cast's.
     wide = _widened(op)
@@ -183,7 +191,7 @@ def _matmul(op: ir.Operation) -> OpModel:
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
                    converts=(conv.get("lhs"), conv.get("rhs")),
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
-                   else None, epi_in=epi_in, epi_temps=epi_temps,
+                   else None, epi_in=epi_in, epi_temps=epi_temps, sibling=sibling,
                    resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value,
                    trans_b=trans, softmax=_softmax_epilogue(op))
 
@@ -222,16 +230,21 @@ def _softmax_epilogue(op: ir.Operation) -> str | None:
     return "safe" if "safe" in sm.attributes and ir.BoolAttr(sm.attributes["safe"]).value else "plain"
 
 
-def _epilogue_needs(op: ir.Operation) -> tuple[tuple[str, ...], int]:
-    """(formats of the further inputs of the epilogue a matmul applies (their blocks load with its tiles), the fp32
-    temporaries it needs besides the accumulator)."""
+def _epilogue_needs(op: ir.Operation) -> tuple[tuple[str, ...], int, str | None]:
+    """(formats of the further inputs of the epilogue a matmul applies whose blocks load with its tiles, the fp32
+    temporaries it needs besides the accumulator, the result format of the sibling matmul computing one of its
+    inputs (matmul.sibling_of) or None)."""
+    from spyre_mlir.codegen.kernels.matmul import sibling_of
     from spyre_mlir.codegen.kernels.rows import epilogue_of
 
     found = epilogue_of(op)
     if found is None:
-        return (), 0
+        return (), 0, None
     epi_op, epi = found
-    return tuple(fmt_of(epi_op.operation.operands[j].type, epi_op.operation) for j in epi.extra), epi.temps - 1
+    sib = sibling_of(op)
+    loaded = [j for i, j in enumerate(epi.extra) if sib is None or i != sib[0]]
+    return (tuple(fmt_of(epi_op.operation.operands[j].type, epi_op.operation) for j in loaded), epi.temps - 1,
+            None if sib is None else fmt_of(sib[1].results[0].type, op))
 
 
 def _quantized(v: ir.Value, op: ir.Operation) -> tuple[str, str | None] | None:
@@ -555,7 +568,8 @@ def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list
         return cost.matmul_buffers(tile[-3:], model.fmt, model.out_fmt, nbuf=nbuf, split_k=gk, bias=model.bias,
                                    b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                    epi_in=model.epi_in, resident=_resident(model, grid, tile),
-                                   trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps)
+                                   trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps,
+                                   sibling=model.sibling)
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, nbuf)
     return cost.rowwise_buffers(model.rows, tile[0], nbuf)
@@ -583,7 +597,8 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
                                 model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                 epi_in=model.epi_in, resident=_resident(model, grid, tile),
-                                trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps)
+                                trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps,
+                                sibling=model.sibling)
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)
@@ -615,7 +630,7 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
     grid = model.best_grid(cores, target)
     if grid is None:
         return None
-    if KERNEL in model.op.attributes and _kernel(model.op) in ("alias", "epilogue"):
+    if KERNEL in model.op.attributes and _kernel(model.op) in ("alias", "epilogue", "sibling"):
         return cost.Cycles()                # a view of its operand's bytes / applied by its producer's kernel
     if model.kind == "matmul":
         gb, gm, gn, gk = model.grid4(grid)
@@ -625,13 +640,15 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
                              grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                              epi_in=model.epi_in,
                              force=(None, nb if nb * gn != model.N or model.softmax else None, None),
-                             trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps)
+                             trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps,
+                             sibling=model.sibling)
         if fit is None:
             return None
         return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,
                                   model.out_fmt, batch=model.B, bias=model.bias, double_buffer=fit[1] == 2,
                                   b_fmt=model.b_fmt, round_fmt=model.round_fmt, epi_in=model.epi_in,
-                                  resident=fit[2] is not None, trans_b=model.trans_b, softmax=model.softmax)
+                                  resident=fit[2] is not None, trans_b=model.trans_b, softmax=model.softmax,
+                                  sibling=model.sibling)
     if model.kind == "conv":
         fit = cost.best_conv_tile(model.conv, grid, target)
         return None if fit is None else cost.conv_cycles(model.conv, grid, fit[0], target, fit[1] == 2)

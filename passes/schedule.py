@@ -5,7 +5,8 @@
 * `spyre.barrier = true` on an op whose result is read where the data crosses cores: by a later device op that
   does not read it on the cores that wrote it, by a host region or by any other non-device op. A map its
   producer's kernel applies (kernel `epilogue`) is looked through: the producer wrote its result. `func.return`
-  is no such reader: the host reads outputs after every core has ended, and the copies and state updates the
+  is no such reader (nor is a sibling matmul, which another matmul's kernel computes on its cores and its
+  epilogue reads there): the host reads outputs after every core has ended, and the copies and state updates the
   emitter adds at the end bring their own barriers. Ops without the attribute need no barrier after them.
 
 Whether data stays on its core is decided from the work division. An op's result is held in contiguous row
@@ -57,7 +58,7 @@ class SchedulePass(SpyrePass):
     def _crosses(op: ir.Operation, models: dict) -> bool:
         """Whether any reader of the op's result reads it on other cores than those that wrote it. An epilogue
         map is written by its producer's kernel, so its producer answers for it, through it to its readers."""
-        if _is_epilogue(op):
+        if _applied(op):
             return False
         held = result_blocks(*models[op])
         for use in _readers(op):
@@ -75,6 +76,12 @@ def _op(o) -> ir.Operation:
 
 def _is_epilogue(op: ir.Operation) -> bool:
     return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "epilogue"
+
+
+def _applied(op: ir.Operation) -> bool:
+    """An epilogue, or a matmul another matmul's kernel computes (kernel `sibling`): no kernel of its own writes
+    its result."""
+    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value in ("epilogue", "sibling")
 
 
 def _readers(op: ir.Operation):

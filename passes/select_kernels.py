@@ -7,7 +7,8 @@ Runs when the formats and layouts are final (after spyre-fuse) and before any op
   `spyre.const_fold = true`: spyre-fold-constants computes it next, so it gets no kernel and no plan;
 * every other device op gets `spyre.kernel = "<kernel>"`, the device kernel of its family that runs it
   (`codegen.kernels.select`: `matmul`, `rows`, `conv2d`, `pool2d`, and for data movement `alias`,
-  `dma-rows`, `restick` or `select-cols`), which the op model describes and spyre-emit follows;
+  `dma-rows`, `restick` or `select-cols`), which the op model describes and spyre-emit follows (`epilogue` for
+  an op its producer's kernel applies; spyre-siblings later makes some matmuls `sibling`);
 * an op no kernel runs (a gather, an f32 slice below a stick, a quantizing cast of an activation, a grouped
   conv, ...) gets `spyre.on_host = "<why>"` instead: the later kernel passes skip it and spyre-emit runs it
   on the host.

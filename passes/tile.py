@@ -87,11 +87,11 @@ class TilePass(SpyrePass):
                         *block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
                         active=gb * gm * gn * gk, force=wtile, grid=(gm, gn), b_fmt=model.b_fmt,
                         round_fmt=model.round_fmt, colscale=model.colscale, epi_in=model.epi_in,
-                        trans_b=model.trans_b, epi_temps=model.epi_temps)
+                        trans_b=model.trans_b, epi_temps=model.epi_temps, sibling=model.sibling)
                     force = wtile if whole_fits else (0, 0, wtile[2])
-            elif model.fused and not force[2]:
-                # spyre-fuse: keep the K tile of the unfused op, which fixes the order of the fp32 accumulation
-                # (results bit-identical); M and N tiles are free.
+            elif (model.fused or model.sibling) and not force[2]:
+                # spyre-fuse, or a sibling computed beside: keep the K tile of the op alone, which fixes the order
+                # of the fp32 accumulation (results bit-identical); M and N tiles are free.
                 ref = model.reference()
                 rfit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, batch=model.B // gb, split_k=gk,
                                       bias=model.bias, active=gb * gm * gn * gk, grid=(gm, gn),
@@ -106,7 +106,7 @@ class TilePass(SpyrePass):
                                  bias=model.bias, active=gb * gm * gn * gk, force=force, grid=(gm, gn),
                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                  epi_in=model.epi_in, trans_b=model.trans_b, softmax=model.softmax,
-                                 epi_temps=model.epi_temps)
+                                 epi_temps=model.epi_temps, sibling=model.sibling)
             if fit is None:
                 cands = cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt, model.b_fmt,
                                                     model.trans_b)
@@ -114,7 +114,7 @@ class TilePass(SpyrePass):
                 bufs = cost.matmul_buffers(tile, model.fmt, model.out_fmt, nbuf=1, split_k=gk, bias=model.bias,
                                            b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                            epi_in=model.epi_in, trans_b=model.trans_b, softmax=model.softmax,
-                                           epi_temps=model.epi_temps)
+                                           epi_temps=model.epi_temps, sibling=model.sibling)
                 _no_fit(op, target, tile, cost.footprint(bufs, target), any(force))
             if fit[2] is not None:
                 op.attributes[RESIDENT] = ir.BoolAttr.get(True)

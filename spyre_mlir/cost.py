@@ -197,7 +197,8 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
                    split_k: int = 1, bias: bool = False, b_fmt: str | None = None,
                    round_fmt: str | None = None, colscale: str | None = None,
                    epi_in: Sequence[str] = (), resident: tuple[int, int] | None = None,
-                   trans_b: bool = False, softmax: str | None = None, epi_temps: int = 0) -> list[Buffer]:
+                   trans_b: bool = False, softmax: str | None = None, epi_temps: int = 0,
+                   sibling: str | None = None) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn], [tn,tk] when ``trans_b``), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
@@ -206,6 +207,11 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
     per-column scales of quantized weights, applied on write-back), epa epb ... ([tm,tn] in each ``epi_in``
     format: the blocks of an epilogue's further inputs), ept (fp32 [tm,tn], ``epi_temps`` = 1: an epilogue
     needing a second fp32 temporary; its first is the accumulator). All live throughout.
+
+    ``sibling`` (the result format of a sibling matmul the kernel computes beside this one, :func:`matmul_cycles`):
+    g0 g1 (its B tiles, like b0 b1), gacc (its fp32 accumulator), gred (split-K: its reduce-sum destination),
+    gout ([tm,tn] in ``sibling``: its finished tile, which the epilogue reads) and, with ``colscale``, gcolscale
+    (its weights' per-column scales).
 
     ``resident`` (part rows, K steps): the M/N-split kernel keeps its core's part of the A tiles of the current
     row of output tiles, every K step, for the next tiles of that row (:func:`matmul_cycles`): ``ares`` [steps
@@ -224,6 +230,13 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
     else:
         bufs = [Buffer(f"a{i}", tile_bytes(tm, tk, fmt)) for i in range(nbuf)]
     bufs += [Buffer(f"b{i}", b_tile_bytes(tk, tn, b_fmt, trans_b)) for i in range(nbuf)]
+    if sibling:
+        bufs += [Buffer(f"g{i}", b_tile_bytes(tk, tn, b_fmt, trans_b)) for i in range(nbuf)]
+        bufs += [Buffer("gacc", tile_bytes(tm, tn, FP32)), Buffer("gout", tile_bytes(tm, tn, sibling))]
+        if split_k > 1:
+            bufs.append(Buffer("gred", tile_bytes(tm, tn, FP32)))
+        if colscale:
+            bufs.append(Buffer("gcolscale", tile_bytes(1, tn, colscale)))
     # Formats the PT array does not multiply (fp32 in fp32-reference, bf16) are converted to DLFloat16 first.
     if Format.parse(fmt) not in PT_FORMATS and not resident:
         bufs.append(Buffer("pa", tile_bytes(tm, tk, "dlf16")))
@@ -261,15 +274,18 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
                   fmt: str = "dlf16", out_fmt: str | None = None, *, batch: int = 1, bias: bool = False,
                   double_buffer: bool = True, active: int | None = None, b_fmt: str | None = None,
                   round_fmt: str | None = None, epi_in: Sequence[str] = (), resident: bool = False,
-                  trans_b: bool = False, softmax: str | None = None) -> Cycles:
+                  trans_b: bool = False, softmax: str | None = None, sibling: str | None = None) -> Cycles:
     """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
     ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
     grid's). ``fmt`` / ``b_fmt`` are A's / B's formats in device memory (a format the PT array does not multiply
     is converted to DLFloat16 on the SFU every step); ``round_fmt``: the result is rounded to it on write-back
     and widened to ``out_fmt`` on the SFU before the store (spyre.convert_result); ``epi_in``: the formats of an
     epilogue's further inputs, a [tm, tn] block of each loaded per output tile; ``resident``: the M/N-split
-    kernel keeps its part of A across a row of output tiles (:func:`matmul_buffers`)."""
+    kernel keeps its part of A across a row of output tiles (:func:`matmul_buffers`); ``sibling``: the kernel also
+    multiplies each A tile by a second B of the same shape (a sibling matmul sharing A: an MLP's gate beside its
+    up projection), twice the B tiles and PT work, its tile written back in that format for the epilogue."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
+    nmul = 2 if sibling else 1
     out_fmt = out_fmt or fmt
     b_fmt = b_fmt or fmt
     bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
@@ -283,16 +299,16 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     if gk == 1 and gm * gn > 1:
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
                                      double_buffer, active or gb * gm * gn, b_fmt, round_fmt, epi_in,
-                                     _ceil(nb, tn) if resident else 0, trans_b, tile_sfu)
-    pt = tiles * steps * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
-                          / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
-    pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt) + tiles * _convert_out(tm, tn, target,
-                                                                                                round_fmt)
+                                     _ceil(nb, tn) if resident else 0, trans_b, tile_sfu, nmul)
+    pt = tiles * steps * nmul * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
+                                 / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
+    pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt, nmul) + tiles * _convert_out(
+        tm, tn, target, round_fmt)
     pt += tiles * tile_sfu
-    loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + b_tile_bytes(tk, tn, b_fmt, trans_b))
+    loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + nmul * b_tile_bytes(tk, tn, b_fmt, trans_b))
                      + (tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0) + _epi_bytes(tm, tn, epi_in))
     stores = tiles * tile_bytes(tm, tn, out_fmt)
-    transfers = tiles * (2 * steps + 1 + bool(bias) + len(epi_in))
+    transfers = tiles * ((1 + nmul) * steps + 1 + bool(bias) + len(epi_in))
     share = _bytes_per_cycle(target, active or gb * gm * gn * gk)
     if gk > 1:
         # The split-K group meets at a barrier per output tile: its loads run between barriers with no store
@@ -301,9 +317,10 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     dma = (loads + stores) / share + transfers * target.dma_latency_cycles
     ring = sfu = 0.0
     if gk > 1:
-        ring = tiles * (tile_bytes(tm, tn, FP32) / target.ring_bytes_per_cycle
-                        + (gk - 1) * target.hop_latency_cycles)
-        sfu = tiles * (tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles)
+        ring = nmul * tiles * (tile_bytes(tm, tn, FP32) / target.ring_bytes_per_cycle
+                               + (gk - 1) * target.hop_latency_cycles)
+        sfu = nmul * tiles * (tm * tn * target.sfu_cycles("simple") / target.sfu_lanes_per_core
+                              + target.sfu_latency_cycles)
     total = _overlap(pt + sfu, dma, tiles * steps, double_buffer) + ring + sync_cycles(gb * gm * gn * gk, target)
     return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
 
@@ -327,11 +344,12 @@ def _pt_fmt(fmt: str) -> str:
     return fmt if Format.parse(fmt) in PT_FORMATS else "dlf16"
 
 
-def _convert_step(tm: int, tn: int, tk: int, target: Target, fmt: str, b_fmt: str) -> float:
-    """SFU cycles of one K step's operand conversions (A / B tiles in a format the PT array does not multiply);
-    the kernel issues them between the loads and the multiply, so they add to the step's compute."""
+def _convert_step(tm: int, tn: int, tk: int, target: Target, fmt: str, b_fmt: str, nmul: int = 1) -> float:
+    """SFU cycles of one K step's operand conversions (A / B tiles in a format the PT array does not multiply;
+    ``nmul`` B tiles); the kernel issues them between the loads and the multiply, so they add to the step's
+    compute."""
     c = 0.0
-    for elems, f in ((tm * tk, fmt), (tk * tn, b_fmt)):
+    for elems, f in ((tm * tk, fmt),) + ((tk * tn, b_fmt),) * nmul:
         if _pt_fmt(f) != f:
             c += elems * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles
     return c
@@ -356,7 +374,7 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
                           b_fmt: str | None = None, round_fmt: str | None = None,
                           epi_in: Sequence[str] = (), passes: int = 0, trans_b: bool = False,
-                          tile_sfu: float = 0.0) -> Cycles:
+                          tile_sfu: float = 0.0, nmul: int = 1) -> Cycles:
     """The M/N-split kernel with operand sharing (``codegen/kernels/matmul.py``): each of the ``tiles * steps``
     steps is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and
     ring-sends its parts to the cores of its grid row / column, while the PT array multiplies the previous
@@ -365,21 +383,22 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     ``passes`` > 0: A is resident (:func:`matmul_buffers`) across each row's ``passes`` output tiles. The first
     tile of a row loads its A part from device memory and converts it to the PT format (the ring carries the
     converted part, each core converts only its own); the others send it again from the scratchpad, so A's
-    bytes leave device memory once. Every step also copies the core's own part into its A tile (SFU)."""
+    bytes leave device memory once. Every step also copies the core's own part into its A tile (SFU).
+    ``nmul`` = 2: each step also loads and exchanges a sibling's B parts and multiplies twice."""
     tm, tn, tk = tile
     n = tiles * steps
     b_fmt = b_fmt or fmt
     pa = _pt_fmt(fmt) if passes else fmt
     prow = _ceil(tm, gn)
     # B parts are rows of the B tile: of K, or of N when it is held transposed.
-    b_part = tile_bytes(_ceil(tn, gm), tk, b_fmt) if trans_b else tile_bytes(_ceil(tk, gm), tn, b_fmt)
+    b_part = nmul * (tile_bytes(_ceil(tn, gm), tk, b_fmt) if trans_b else tile_bytes(_ceil(tk, gm), tn, b_fmt))
     a_load = tile_bytes(prow, tk, fmt)
     a_part = tile_bytes(prow, tk, pa)             # what the ring carries
     read_bw = target.dram_read_gbps / target.clock_ghz / max(1, active)
     mixed_bw = _bytes_per_cycle(target, active)
     rate = target.ring_bytes_per_cycle
     ring_a = (gn - 1) * (a_part / rate + target.hop_latency_cycles)
-    ring_b = (gm - 1) * (b_part / rate + target.hop_latency_cycles)
+    ring_b = (gm - 1) * (b_part / rate + nmul * target.hop_latency_cycles)
     first = 1 / passes if passes else 1.0         # share of the steps that load A from device memory
     loads = a_load * first + b_part + ((tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0.0)
                                        + _epi_bytes(tm, tn, epi_in)) / steps
@@ -387,14 +406,14 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     convert_a = part_sfu if passes and pa != fmt else 0.0
 
     def fetch(bw, load_a=True):
-        dma_b = b_part / bw + target.dma_latency_cycles
+        dma_b = b_part / bw + nmul * target.dma_latency_cycles
         if not load_a:
             return max(dma_b, ring_a) + ring_b
         return a_load / bw + target.dma_latency_cycles + convert_a + max(dma_b, ring_a) + ring_b
 
-    pt_step = (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt))
-               + target.pt_latency_cycles)
-    pt_step += _convert_step(tm, tn, tk, target, pa, b_fmt) + (_convert_out(tm, tn, target, round_fmt)
+    pt_step = nmul * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt))
+                      + target.pt_latency_cycles)
+    pt_step += _convert_step(tm, tn, tk, target, pa, b_fmt, nmul) + (_convert_out(tm, tn, target, round_fmt)
                                                                   + tile_sfu) * tiles / n
     pt_step += part_sfu if passes else 0.0        # the own part's copy into the A tile
     out = tile_bytes(tm, tn, out_fmt)
@@ -415,16 +434,17 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     last = pt_step + out * active / (target.dram_write_gbps / target.clock_ghz) + target.dma_latency_cycles
     total = fetch(read_bw) + mid + last + n * target.barrier_latency_cycles + sync_cycles(active, target)
     dma = (n * loads / read_bw + tiles * tile_bytes(tm, tn, out_fmt) / mixed_bw
-           + ((1 + first) * n + stores_mid + 1 + tiles * len(epi_in)) * target.dma_latency_cycles)
+           + ((nmul + first) * n + stores_mid + 1 + tiles * len(epi_in)) * target.dma_latency_cycles)
     return Cycles(pt=n * pt_step, dma=dma, ring=n * (ring_a + ring_b), total=total)
 
 
 def matmul_span(M: int, N: int, K: int, grid: Sequence[int], fmt: str = "dlf16", out_fmt: str | None = None,
-                batch: int = 1, b_fmt: str | None = None, trans_b: bool = False) -> int:
-    """Device-memory bytes one core addresses: its slices of A, B and the result (whole sticks)."""
+                batch: int = 1, b_fmt: str | None = None, trans_b: bool = False, nmul: int = 1) -> int:
+    """Device-memory bytes one core addresses: its slices of A, B (``nmul`` of them) and the result (whole
+    sticks)."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
     bb, mb, nb, kb = _ceil(batch, gb), _ceil(M, gm), _ceil(N, gn), _ceil(K, gk)
-    return bb * (tile_bytes(mb, kb, fmt) + b_tile_bytes(kb, nb, b_fmt or fmt, trans_b)
+    return bb * (tile_bytes(mb, kb, fmt) + nmul * b_tile_bytes(kb, nb, b_fmt or fmt, trans_b)
                  + tile_bytes(mb, nb, out_fmt or fmt))
 
 
@@ -452,7 +472,8 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
                 b_fmt: str | None = None, round_fmt: str | None = None,
                 colscale: str | None = None, epi_in: Sequence[str] = (),
                 resident: tuple[int, int] | None = None, trans_b: bool = False,
-                softmax: str | None = None, epi_temps: int = 0) -> tuple[int, list[Buffer]] | None:
+                softmax: str | None = None, epi_temps: int = 0,
+                sibling: str | None = None) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
@@ -460,7 +481,7 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
     for nbuf in (2, 1):
         bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
                               round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident,
-                              trans_b=trans_b, softmax=softmax, epi_temps=epi_temps)
+                              trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None
@@ -468,12 +489,12 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt, colscale,
-                  epi_in, resident=None, trans_b=False, softmax=None, epi_temps=0) -> int | None:
+                  epi_in, resident=None, trans_b=False, softmax=None, epi_temps=0, sibling=None) -> int | None:
     """:func:`matmul_plan`'s buffer count, remembered: the grid search asks for the same blocks again and again
     (every grid with the same per-core block, every layer of the same shape)."""
     plan = matmul_plan(mb, nb, kb, tile, target, fmt, out_fmt, batch=batch, split_k=split_k, bias=bias, b_fmt=b_fmt,
                        round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident, trans_b=trans_b,
-                       softmax=softmax, epi_temps=epi_temps)
+                       softmax=softmax, epi_temps=epi_temps, sibling=sibling)
     return None if plan is None else plan[0]
 
 
@@ -487,7 +508,7 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
               force: Sequence[int | None] = (None, None, None), grid: Sequence[int] | None = None,
               b_fmt: str | None = None, round_fmt: str | None = None,
               colscale: str | None = None, epi_in: Sequence[str] = (), trans_b: bool = False,
-              softmax: str | None = None, epi_temps: int = 0
+              softmax: str | None = None, epi_temps: int = 0, sibling: str | None = None
               ) -> tuple[tuple[int, int, int], int, tuple[int, int] | None] | None:
     """The cheapest matmul tile (tm, tn, tk) for a core's [mb, nb, kb] block that fits the usable scratchpad,
     with its buffer count (2: double-buffered) and whether A stays resident (:func:`matmul_buffers`'
@@ -510,14 +531,16 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
             modes.append((_ceil(tm, gn), _ceil(kb, tk)))
         for resident in modes:
             nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt,
-                                 round_fmt, colscale, tuple(epi_in), resident, trans_b, softmax, epi_temps)
+                                 round_fmt, colscale, tuple(epi_in), resident, trans_b, softmax, epi_temps,
+                                 sibling)
             if nbuf is None:
                 continue
             # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
             # `active` cores.
             c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
                               double_buffer=nbuf == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
-                              epi_in=epi_in, resident=resident is not None, trans_b=trans_b, softmax=softmax)
+                              epi_in=epi_in, resident=resident is not None, trans_b=trans_b, softmax=softmax,
+                              sibling=sibling)
             key = (c.total, -math.prod(tile), resident is not None)
             if best is None or key < best[0]:
                 best = (key, (tuple(tile), nbuf, resident))
@@ -546,7 +569,7 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
                            round_fmt: str | None = None, colscale: str | None = None, split_k: int | None = None,
                            split_m: int | None = None, epi_in: Sequence[str] = (),
                            trans_b: bool = False, softmax: str | None = None,
-                           epi_temps: int = 0) -> tuple[int, int, int, int] | None:
+                           epi_temps: int = 0, sibling: str | None = None) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, stick-aligned splits (M evenly in multiples of the PT
     rows, N in whole sticks of B and the result, evenly or ragged (:func:`n_block`, one tile column per core),
     K evenly in whole sticks of A), each core's span within the target's
@@ -564,19 +587,19 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
             continue
         if softmax and (gn > 1 or gk > 1):
             continue        # a softmax epilogue needs whole rows on one core
-        if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt, trans_b) > target.core_span_bytes:
+        if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt, trans_b, 2 if sibling else 1) > target.core_span_bytes:
             continue
         active = gb * gm * gn * gk
         nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target, trans_b))
         fit = best_tile(M // gm, nb, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
                         active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale,
                         epi_in=epi_in, force=(None, nb if nb * gn != N or softmax else None, None),
-                        trans_b=trans_b, softmax=softmax, epi_temps=epi_temps)
+                        trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling)
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
                           b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in, resident=fit[2] is not None,
-                          trans_b=trans_b, softmax=softmax)
+                          trans_b=trans_b, softmax=softmax, sibling=sibling)
         key = (c.total, gk, active)       # ties: no K split, then fewer cores
         if best is None or key < best[0]:
             best = (key, g)

@@ -62,6 +62,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         # One function per card and step, @main their schedule: each card's share is a one-card program.
         steps.append("spyre-partition-cards" + opts(target=target))
     steps += [
+        # A matmul only another's epilogue reads, of the same lhs (an MLP's gate), computed by that one's kernel.
+        "spyre-siblings",
         # Spread each op over the cores (grid), with the cost model choosing splits.
         "spyre-divide-work" + opts(cores=cores, target=target),
         # Per-core tiles that fit the scratchpad with double buffering.

@@ -46,6 +46,7 @@ from .common import EmitError, TileError, _attr, _loc, _same_dims, _tensor_type
 from .host import emit_host, materialize_for_host
 from .hostcode import HostModule
 from .kernels import EMITTERS, KERNELS
+from .kernels.matmul import sibling_applier
 from .kernels.move import row_sources, slice_rows
 from .kernels.rows import repeated_rows
 from .memory import DevTensor, format_of, io_dtype
@@ -67,7 +68,7 @@ def _io_unsigned(attrs) -> bool:
     return "spyre.dtype" in attrs and ir.StringAttr(attrs["spyre.dtype"]).value == "uint8"
 
 
-_VIEW_READERS = frozenset({"matmul", "rows", "epilogue", "alias", "dma-rows", "select-cols", "pool2d"})
+_VIEW_READERS = frozenset({"matmul", "sibling", "rows", "epilogue", "alias", "dma-rows", "select-cols", "pool2d"})
 
 
 class Emitter:
@@ -91,6 +92,7 @@ class Emitter:
         self.qfmt: dict = {}         # value -> storage Format of a quantized weight's codes (int8 / fp8)
         self.dlf16_bits: dict = {}   # value -> its DLFloat16 bits, for a dlf16 constant (no decode and re-encode)
         self.dev: dict = {}          # value -> DevTensor
+        self.in_kernel: set = set()  # values only inside another op's kernel (a sibling matmul's, its views)
         self.consts: dict = {}       # (id(known array), format) -> (DevTensor, array): one constant per value
         self.host_ops: list[str] = []   # what ran on the host, for the report
         self.host_locations: list[str] = []   # the MLIR location of each (the model's source lines)
@@ -394,6 +396,9 @@ class Emitter:
             src = op.operation.operands[0]
             shape, _ = _tensor_type(op.operation.results[0])
             res = op.operation.results[0]
+            if src in self.in_kernel:               # a view of a sibling matmul's tile, read by the same kernel
+                self.in_kernel.add(res)
+                return
             t = self.dev.get(src)
             if res in self._out_name and res not in self._host_read and t is not None and t.rowmap is None \
                     and t.buffer.kind == "output" and t.buffer.name == self._out_name[res]:
@@ -414,6 +419,13 @@ class Emitter:
             # No instructions, but the plan's barrier stands: the consumer may divide the work otherwise.
             if _attr(op, "spyre.barrier"):
                 self.barrier(loc)
+            return
+        if _attr(op, KERNEL) == "sibling":
+            # Computed by the kernel of the matmul whose epilogue reads it, emitted with that op.
+            if sibling_applier(op) is None:
+                raise EmitError(f"{name} is a sibling matmul, but no matmul's kernel computes it",
+                                op.operation.location)
+            self.in_kernel.add(op.operation.results[0])
             return
         if _attr(op, KERNEL) == "epilogue":
             # Applied by the kernel of the op producing its input, which made this result that op's output.

@@ -6,7 +6,9 @@ partial sums combined by a ring reduce-sum on the group's first core, bias (and 
 fp8/int8 weights) applied on write-back. An M/N split shares operands over the ring: the cores of a grid row
 load one part each of their common A tile and exchange the parts (all-gather), the cores of a grid column
 likewise for B, in barrier-separated segments that overlap the exchange of step s with the multiply of
-step s - 1 (:func:`_shared_group`).
+step s - 1 (:func:`_shared_group`). A sibling matmul (:func:`sibling_of`: the same A, another B, its result
+read only by this one's epilogue, as an MLP's gate beside its up projection) is computed by the same kernel: each
+A tile multiplies both B tiles, and the sibling's finished tile is written back where its epilogue reads it.
 
 Grid and tile come from the op's ``spyre.grid`` / ``spyre.tile`` when the kernel-level passes annotated it;
 otherwise they are chosen here (the split with the least work per core, largest tile that fits the usable
@@ -26,10 +28,10 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type, row_parts
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
-from .rows import (apply_epilogue, apply_softmax, broadcast_rows, epilogue_buffer, epilogue_of, softmax_of,
-                   widened_by)
+from .rows import (_one_use, _owner, _viewed, apply_epilogue, apply_softmax, broadcast_rows, epilogue,
+                   epilogue_buffer, epilogue_of, softmax_of, widened_by)
 
-__all__ = ["matmul", "select", "EMITTERS"]
+__all__ = ["matmul", "select", "sibling_of", "sibling_applier", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
@@ -38,7 +40,7 @@ def _stick_elems(*fmts) -> int:
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
            scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False,
-           sm=None, widen_last=False):
+           sm=None, widen_last=False, sib=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``. ``trans_b``: B is
     stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk]. ``sm``: a
     softmax (rows.softmax_of) applied to each finished tile after the epilogue, in the accumulator, with the
@@ -58,7 +60,11 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     follows the op's ``plan``
     (:class:`..plan.KernelPlan`): its grid and tile (the last three dims: M, N, K) and every buffer at its
     planned offset; a plan it cannot follow is a TileError or PlanError (the emitter reports it at the op). The
-    per-column scales of quantized weights (fp8, int8-weights) are the plan's ``colscale`` buffer."""
+    per-column scales of quantized weights (fp8, int8-weights) are the plan's ``colscale`` buffer.
+
+    ``sib``: (B2, its column scales or None, its scale or None) of a sibling matmul (:func:`sibling_of`), whose
+    entry in the epilogue's further inputs is None: every A tile also multiplies B2's tile (plan buffers
+    ``g0 g1``, accumulator ``gacc``), and its finished tile is written back into ``gout`` for the epilogue."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = (_stick_elems(fo), _stick_elems(fa, fb)) if trans_b else (_stick_elems(fb, fo), _stick_elems(fa))
@@ -99,18 +105,19 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                  for n in softmax_stats("safe" if _attr(sm, "safe", False) else "plain")}
     T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr,
                                               (-(-tm // gn), -(-kb // tk)) if resident else None, trans_b),
+                             **_sibling_tiles(plan, tm, tn, tk, fb, nbuf, trans_b, sib, epi, gk),
                              "EPI": epi[0] if epi else None, "TB": trans_b, "SM": sm, "ST": stats,
-                             "EX": [plan.tile_at(epilogue_buffer(i), tm, tn, x.fmt) for i, x in enumerate(epi[1])]
-                             if epi else [],
+                             "EX": _extra_tiles(plan, tm, tn, epi),
                              "ET": plan.tile_at("ept", tm, tn, Format.FP32) if epi and epi[0].temps > 1 else None,
                              "WL": widen_last})
     X = epi[1] if epi else []
+    Bs = [B] + ([sib[0]] if sib else [])
     nk = -(-kb // tk)
     if gk == 1 and gm * gn > 1:
         for g in range(ngroups):
             mine = [bt for bi_, bt in enumerate(batches) if bi_ * ngroups // len(batches) == g]
-            _shared_group(b, T, A, B, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
-                          scale, loc, X, active=len(used), N=N)
+            _shared_group(b, T, A, Bs, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
+                          scale, loc, X, active=len(used), N=N, sib=sib)
         return list(used), (gm, gn, gk), (tm, tn, tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
@@ -131,23 +138,31 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             load_rows(b, core, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
                         if last_here and t["CS"] is not None:
                             load_rows(b, core, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
+                        if last_here and t["GCS"] is not None:
+                            load_rows(b, core, _sub(t["GCS"], 1, cols), sib[1], 0, c0, loc=loc)
                         if last_here:
                             _load_extra(b, core, t, X, o0 + r0, c0, rows, cols, loc)
                         for s in range(nk):
                             k0 = kk * kb + s * tk
                             depth = min(tk, kb - s * tk)
                             At = _sub(t["A"][step % nbuf], rows, depth)
-                            Bt = _b_sub(t, t["B"][step % nbuf], depth, cols)
+                            Bts = [_b_sub(t, t[key][step % nbuf], depth, cols) for key in ("B", "G")[:len(Bs)]]
                             step += 1
                             load_rows(b, core, At, A, a0 + r0, k0, loc=loc)
-                            load_rows(b, core, Bt, B, *((b0 + c0, k0) if trans_b else (b0 + k0, c0)), loc=loc)
+                            for Bt, Bx in zip(Bts, Bs):
+                                load_rows(b, core, Bt, Bx, *((b0 + c0, k0) if trans_b else (b0 + k0, c0)), loc=loc)
                             fin = s == nk - 1 and last_here
-                            _multiply(b, core, t, At, Bt, rows, cols, depth, s > 0, fin, scale, loc)
+                            _multiply(b, core, t, At, Bts, rows, cols, depth, s > 0, fin, scale, loc, sib)
                     t = T[root]
                     if gk > 1:
                         R, C = _sub(t["R"], rows, cols), _sub(t["C"], rows, cols)
                         b.ring_reduce(members, R, C, root=root, loc=loc)
+                        if sib is not None:
+                            b.ring_reduce(members, _sub(t["GR"], rows, cols), _sub(t["GC"], rows, cols), root=root,
+                                          loc=loc)
                         b.barrier(members, loc=loc)
+                        if sib is not None:
+                            _finish_sibling(b, root, t, rows, cols, c0, sib, loc)
                         if t["CS"] is not None:
                             load_rows(b, root, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
                             b.sfu(root, "mul", R, R, _sub(t["CS"], 1, cols), loc=loc)
@@ -163,8 +178,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     return list(used), (gm, gn, gk), (tm, tn, tk)
 
 
-def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
-                  loc, X, *, active, N):
+def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
+                  loc, X, *, active, N, sib=None):
     """One core group of an M/N-split matmul with operand sharing over the ring.
 
     Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
@@ -177,7 +192,8 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
     multiplies. With a resident A (the plan's ``ares``), a core keeps its part of every A tile of the current
     row of output tiles: loaded (and converted to the PT format) for the row's first tile, sent again from the
     scratchpad for the others, so A leaves device memory once. Every core
-    multiplies exactly the tiles, in the order, of the unshared kernel, so results are bit-identical."""
+    multiplies exactly the tiles, in the order, of the unshared kernel, so results are bit-identical. A sibling's
+    B (``Bs[1]``) is loaded and exchanged like B."""
     nk = -(-kb // tk)
     cores = list(range(base, base + gm * gn))
     resident = T[base]["RES"] is not None
@@ -206,7 +222,6 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             bm, bn = divmod(core - base, gn)
             t = T[core]
             At = _sub(t["A"][n % nbuf], rows, depth)
-            Bt = _b_sub(t, t["B"][n % nbuf], depth, width(bn, j, cols))
             lo, hi = row_parts(rows, gn)[bn]
             part = At.row_slice(lo, hi) if hi > lo else None
             src = part
@@ -222,16 +237,18 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
                 b.sfu(core, "cast", part, src, loc=loc)
             elif part is not None:
                 load_rows(b, core, part, A, a0 + bm * mb + i + lo, k0, loc=loc)
-            # B parts are rows of the B tile: of K, or of N when it is held transposed.
-            blo, bhi = row_parts(Bt.rows, gm)[bm]
-            if bhi > blo:
-                r0, c0 = (b0 + bn * nb + j, k0) if t["TB"] else (b0 + k0, bn * nb + j)
-                load_rows(b, core, Bt.row_slice(blo, bhi), B, r0 + blo, c0, loc=loc)
             if part is not None and gn > 1:
                 sends.append((core, [base + bm * gn + q for q in range(gn) if q != bn], part.addr, src))
-            if bhi > blo and gm > 1:
-                b_part = Bt.row_slice(blo, bhi)
-                sends.append((core, [base + q * gn + bn for q in range(gm) if q != bm], b_part.addr, b_part))
+            # B parts are rows of the B tile: of K, or of N when it is held transposed.
+            for key, B in zip(("B", "G"), Bs):
+                Bt = _b_sub(t, t[key][n % nbuf], depth, width(bn, j, cols))
+                blo, bhi = row_parts(Bt.rows, gm)[bm]
+                if bhi > blo:
+                    r0, c0 = (b0 + bn * nb + j, k0) if t["TB"] else (b0 + k0, bn * nb + j)
+                    load_rows(b, core, Bt.row_slice(blo, bhi), B, r0 + blo, c0, loc=loc)
+                if bhi > blo and gm > 1:
+                    b_part = Bt.row_slice(blo, bhi)
+                    sends.append((core, [base + q * gn + bn for q in range(gm) if q != bm], b_part.addr, b_part))
         for core, peers, dst, src in sends:
             b.ring_send(core, peers, dst, src, loc=loc)
 
@@ -242,14 +259,16 @@ def _shared_group(b, T, A, B, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, 
             t = T[core]
             c0, w = bn * nb + j, width(bn, j, cols)
             At = _sub(t["A"][n % nbuf], rows, depth)
-            Bt = _b_sub(t, t["B"][n % nbuf], depth, w)
+            Bts = [_b_sub(t, t[key][n % nbuf], depth, w) for key in ("B", "G")[:len(Bs)]]
             if fin and t["BI"] is not None:
                 load_rows(b, core, _sub(t["BI"], 1, w), bias, 0, c0, loc=loc)
             if fin and t["CS"] is not None:
                 load_rows(b, core, _sub(t["CS"], 1, w), colscale, 0, c0, loc=loc)
+            if fin and t["GCS"] is not None:
+                load_rows(b, core, _sub(t["GCS"], 1, w), sib[1], 0, c0, loc=loc)
             if fin:
                 _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, w, loc)
-            _multiply(b, core, t, At, Bt, rows, w, depth, not first, fin, scale, loc)
+            _multiply(b, core, t, At, Bts, rows, w, depth, not first, fin, scale, loc, sib)
 
     nparts = store_parts(tm, tn, nk, (T[base]["OF"] or T[base]["O"]).fmt.key, active, b.target)
 
@@ -321,6 +340,33 @@ def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscal
             "OF": tiles.get("outf"), "BI": tiles.get("bias"), "CS": tiles.get("colscale")}
 
 
+def _extra_tiles(plan, tm, tn, epi):
+    """The tiles of an epilogue's further inputs: ``epa``, ``epb``... for those loaded, in order, and ``gout``
+    for the sibling's (its entry None)."""
+    if not epi:
+        return []
+    tiles, i = [], 0
+    for x in epi[1]:
+        if x is None:
+            tiles.append(plan.tile_at("gout", tm, tn, epi[2]))
+        else:
+            tiles.append(plan.tile_at(epilogue_buffer(i), tm, tn, x.fmt))
+            i += 1
+    return tiles
+
+
+def _sibling_tiles(plan, tm, tn, tk, fb, nbuf, trans_b, sib, epi, gk) -> dict:
+    """A sibling matmul's tiles: its B tiles ``g0 g1`` (G), accumulator (GC), split-K reduce-sum destination (GR),
+    finished tile (GO, the epilogue's ``gout``) and per-column scales (GCS)."""
+    if sib is None:
+        return {"G": None, "GC": None, "GR": None, "GO": None, "GCS": None}
+    bk, bn = (tn, tk) if trans_b else (tk, tn)
+    return {"G": [plan.tile_at(f"g{i}", bk, bn, fb) for i in range(nbuf)],
+            "GC": plan.tile_at("gacc", tm, tn, Format.FP32), "GO": plan.tile_at("gout", tm, tn, epi[2]),
+            "GR": plan.tile_at("gred", tm, tn, Format.FP32) if gk > 1 else None,
+            "GCS": plan.tile_at("gcolscale", 1, tn, sib[1].fmt) if sib[1] is not None else None}
+
+
 def _grid_ok(grid, M, N, K, cores, se_n, se_k) -> int | None:
     """A core's N block (cost.n_block: even, or ragged without a K split) when the grid splits the matmul."""
     gm, gn, gk = grid
@@ -335,11 +381,19 @@ def _b_sub(t, tile, depth, cols):
     return _sub(tile, cols, depth) if t["TB"] else _sub(tile, depth, cols)
 
 
-def _multiply(b, core, t, At, Bt, rows, cols, depth, accumulate, fin, scale, loc):
+def _multiply(b, core, t, At, Bts, rows, cols, depth, accumulate, fin, scale, loc, sib=None):
     """One K step on the PT array: convert operands the PT array cannot multiply, multiply-accumulate, and on
-    the last step write back (bias, column scale, scale) and widen to the result type if asked."""
+    the last step write back (bias, column scale, scale) and widen to the result type if asked. ``Bts``: the B
+    tile, and a sibling's (``sib``), multiplied first, its tile written back into ``gout`` for the epilogue."""
     if t["PA"] is not None:
         At = _cast(b, core, _sub(t["PA"], rows, depth), At, loc)
+    if len(Bts) > 1:
+        Gt = Bts[1] if t["PB"] is None else _cast(b, core, _b_sub(t, t["PB"], depth, cols), Bts[1], loc)
+        b.matmul(core, At, Gt, _sub(t["GC"], rows, cols), accumulate=accumulate, trans_b=t["TB"],
+                 out=_sub(t["GO"], rows, cols) if fin else None,
+                 col_scale=_sub(t["GCS"], 1, cols) if fin and t["GCS"] is not None else None,
+                 scale=sib[2] if fin else None, loc=loc)
+    Bt = Bts[0]
     if t["PB"] is not None:
         Bt = _cast(b, core, _b_sub(t, t["PB"], depth, cols), Bt, loc)
     b.matmul(core, At, Bt, _sub(t["C"], rows, cols), accumulate=accumulate, trans_b=t["TB"],
@@ -369,6 +423,18 @@ def _finish(b, core, t, rows, cols, temp, loc):
         b.sfu(core, "cast", wide, out, loc=loc)
 
 
+def _finish_sibling(b, core, t, rows, cols, c0, sib, loc):
+    """A split-K sibling's reduced tile (``gred``) on the group's root: column scales, scale, rounded into ``gout``
+    as its write-back would."""
+    GR = _sub(t["GR"], rows, cols)
+    if t["GCS"] is not None:
+        load_rows(b, core, _sub(t["GCS"], 1, cols), sib[1], 0, c0, loc=loc)
+        b.sfu(core, "mul", GR, GR, _sub(t["GCS"], 1, cols), loc=loc)
+    if sib[2] is not None:
+        b.sfu(core, "mul", GR, GR, float(sib[2]), loc=loc)
+    b.sfu(core, "cast", _sub(t["GO"], rows, cols), GR, loc=loc)
+
+
 def _temps(t, first):
     """An epilogue's fp32 temporaries for an output tile shaped like ``first`` (the accumulator, or the
     reduce-sum's tile), and the plan's ``ept`` when it needs a second."""
@@ -378,7 +444,8 @@ def _temps(t, first):
 def _load_extra(b, core, t, X, row0, col0, rows, cols, loc):
     """Load the output tile's block of each further input of the epilogue (its rows of the result's 2-D view)."""
     for tile, x in zip(t["EX"], X):
-        load_rows(b, core, _sub(tile, rows, cols), x, row0, col0, loc=loc)
+        if x is not None:                   # None: the sibling's, computed by the kernel
+            load_rows(b, core, _sub(tile, rows, cols), x, row0, col0, loc=loc)
 
 
 def _cast(b, core, dst, src, loc):
@@ -406,9 +473,17 @@ def emit_matmul(em, op, loc):
     N = B.shape[-2] if trans else B.shape[-1]
     O, rnd, wide = _output(em, op)
     bias_t = em.tensor(bias) if bias is not None else None
+    epi, sib = _epilogue(em, op, O), None
+    found = sibling_of(op)
+    if found is not None:
+        g = found[1]
+        sib = _rhs(em, g, g.operands[1])
+        if (sib[1] is None) != (colscale is None) or (sib[2] is None) != (scale is None):
+            raise EmitError(f"the sibling matmul {g.name} at {g.location} is quantized unlike this one's weights",
+                            loc)
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
-                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=rnd, epi=_epilogue(em, op, O),
-                        trans_b=trans, sm=softmax_of(op), widen_last=wide)
+                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=rnd, epi=epi,
+                        trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib)
     return len(used)
 
 
@@ -442,11 +517,13 @@ def _output(em, op):
 
 def _epilogue(em, op, O):
     """(the map this matmul applies before its stores (rows.epilogue), the device tensors of its further
-    inputs, as [rows, N] views like O's), the map's result then being O; or None."""
+    inputs, as [rows, N] views like O's, None for the one its sibling computes (:func:`sibling_of`), the
+    sibling's result format or None), the map's result then being O; or None."""
     found = epilogue_of(op)
     if found is None:
         return None
     epi_op, epi = found
+    sib = sibling_of(op)
     res = epi_op.operation.results[0]
     shape = _tensor_type(res)[0]
     em.dev[res] = O.reshaped(shape)
@@ -457,7 +534,81 @@ def _epilogue(em, op, O):
         if tuple(ishape) == tuple(shape):
             return t.reshaped(O.shape)
         return t.row_view(broadcast_rows(ishape, shape, 0, math.prod(shape[:-1])), O.shape)
-    return epi, [rows_of(epi_op.operation.operands[j]) for j in epi.extra]
+    X = [None if sib is not None and i == sib[0] else rows_of(epi_op.operation.operands[j])
+         for i, j in enumerate(epi.extra)]
+    return epi, X, None if sib is None else format_of(_tensor_type(sib[1].results[0])[1])
+
+
+def sibling_of(op, chosen: bool = True):
+    """For a matmul whose kernel applies an epilogue map, the further input of that map a sibling matmul computes,
+    as (its index in the map's ``Epilogue.extra``, the sibling op); else None. The sibling is a matmul of kernel
+    ``sibling`` (spyre-siblings chose it; with ``chosen`` False, of kernel ``matmul``: a candidate) of the same
+    lhs value (through row-view reshapes) by a rhs of the same type, layout and quantization, without a bias, with
+    this one's result type and operand conversions, whose result only that map reads: an MLP's ``act(gate(x)) * up(x)``. This matmul's kernel (no softmax epilogue)
+    multiplies each A tile by both rhs tiles, in the K order of the matmul alone (spyre-divide-work and spyre-tile
+    keep its K split and K tile), so the sibling's A is never loaded again, its result never round-trips device
+    memory, and both results are bit-identical to two kernels'."""
+    o = op.operation
+    if o.name != "spyre.matmul" or _attr(o, "spyre.kernel") != "matmul" or len(o.operands) != 2 \
+            or softmax_of(op) is not None:
+        return None
+    found = epilogue_of(op)
+    if found is None:
+        return None
+    epi_op, epi = found
+    for i, j in enumerate(epi.extra):
+        v = epi_op.operation.operands[j]
+        g = _owner(_viewed(v))
+        if g is not None and g != o and _attr(g, "spyre.kernel") == ("sibling" if chosen else "matmul") \
+                and _twins(o, g) and _one_use(v) is not None \
+                and _one_use(_viewed(v)) is not None:
+            return i, g
+    return None
+
+
+def sibling_applier(op):
+    """The matmul whose kernel computes ``op``, a matmul chosen as kernel ``sibling`` (:func:`sibling_of`), or None
+    when none does any more."""
+    o = op.operation
+    user = _one_use(o.results[0])
+    while user is not None and user.operation.name == "spyre.reshape":
+        user = _one_use(user.operation.results[0])
+    if user is None or _attr(user, "spyre.kernel") != "epilogue":
+        return None
+    epi = epilogue(user)
+    p = _owner(_viewed(user.operation.operands[epi.src])) if epi is not None else None
+    found = sibling_of(p) if p is not None and p.name == "spyre.matmul" else None
+    return p if found is not None and found[1] == o else None
+
+
+_TWIN_ATTRS = ("transpose_rhs", "spyre.convert_operands", "spyre.share_of")
+
+
+def _twins(o, g) -> bool:
+    """``g`` may be computed beside matmul ``o`` by its kernel (:func:`sibling_of`)."""
+    if g.name != "spyre.matmul" or len(g.operands) != 2 or _attr(g, "spyre.convert_result") is not None:
+        return False
+    if _viewed(g.operands[0]) != _viewed(o.operands[0]) or g.operands[0].type != o.operands[0].type \
+            or g.operands[1].type != o.operands[1].type or g.results[0].type != o.results[0].type:
+        return False
+    if any(_attr_text(g, a) != _attr_text(o, a) for a in _TWIN_ATTRS):
+        return False
+    return _weight_kind(g.operands[1]) == _weight_kind(o.operands[1])
+
+
+def _attr_text(op, name):
+    return str(op.attributes[name]) if name in op.attributes else None
+
+
+def _weight_kind(v):
+    """How a rhs is quantized: the dequantizing cast it comes from (through restickifies and reshapes), by its
+    operand types and scale attributes; None for a plain tensor."""
+    p = _owner(v)
+    while p is not None and p.name in ("spyre.transpose", "spyre.reshape") and len(p.operands) == 1:
+        p = _owner(p.operands[0])
+    if p is None or p.name != "spyre.cast":
+        return None
+    return tuple(str(x.type) for x in p.operands), _attr_text(p, "scale_mode"), _attr_text(p, "axis")
 
 
 def _rhs(em, op, rhs):
@@ -500,4 +651,4 @@ def _round_fmt(op):
 
 
 EMITTERS = {"spyre.matmul": emit_matmul, "spyre.batch_matmul": emit_batch_matmul}
-KERNELS = {name: ("matmul",) for name in EMITTERS}
+KERNELS = {"spyre.matmul": ("matmul", "sibling"), "spyre.batch_matmul": ("matmul",)}
