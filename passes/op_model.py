@@ -72,6 +72,7 @@ class OpModel:
     epi_in: tuple[str, ...] = ()      # matmul: formats of its epilogue's further inputs (a block loaded per tile)
     epi_temps: int = 0                # matmul: fp32 temporaries its epilogue needs besides the accumulator
     sibling: str | None = None        # matmul: result format of the sibling matmul its kernel computes too
+    chain: tuple | None = None        # matmul: (V format, dv, result format) of the matmul chained to its softmax
     resident: bool = False            # matmul: A parts stay on the scratchpad across a row of tiles (spyre-tile)
     trans_b: bool = False             # matmul: B stored transposed, [N, K] (transpose_rhs kept by spyre-layout)
     softmax: str | None = None        # matmul: a softmax epilogue ("plain" / "safe"): whole rows per tile
@@ -160,9 +161,10 @@ def _kernel(op: ir.Operation) -> str:
 
 def _matmul(op: ir.Operation) -> OpModel:
     a, b = op.operands[0], op.operands[1]
-    if _kernel(op) == "sibling":
+    if _kernel(op) in ("sibling", "chained"):
         # Computed by the kernel of the matmul whose epilogue reads it (matmul.sibling_of), from that one's A
-        # tiles: nothing of its own moves through a scratchpad.
+        # tiles, or chained to a softmax epilogue (matmul.chained_of): nothing of its own moves through a
+        # scratchpad.
         return _unbuffered(_rows_model(op, math.prod(_shape(a)[:-1]), [("in", a, True)], chunked=()))
     sa, sb = _shape(a), _shape(b)
     trans = "transpose_rhs" in op.attributes and ir.BoolAttr(op.attributes["transpose_rhs"]).value
@@ -193,7 +195,7 @@ def _matmul(op: ir.Operation) -> OpModel:
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
                    else None, epi_in=epi_in, epi_temps=epi_temps, sibling=sibling,
                    resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value,
-                   trans_b=trans, softmax=_softmax_epilogue(op))
+                   trans_b=trans, softmax=_softmax_epilogue(op), chain=_chain(op))
 
 
 def _epilogue(op: ir.Operation):
@@ -210,6 +212,21 @@ def epilogue_source(op: ir.Operation) -> int | None:
         return 0 if KERNEL in op.attributes and _kernel(op) == "epilogue" else None
     epi = _epilogue(op)
     return None if epi is None else epi.src
+
+
+def _chain(op: ir.Operation) -> tuple | None:
+    """(V's format, dv, result format) of the matmul chained to this one's softmax epilogue (matmul.chained_of),
+    or None."""
+    from spyre_mlir.codegen.kernels.matmul import chained_of
+
+    pv = chained_of(op)
+    return None if pv is None else chain_needs(pv)
+
+
+def chain_needs(pv: ir.Operation) -> tuple:
+    """What a matmul chained to a softmax epilogue needs of its applier's plan: (V's format, dv, its result's
+    format)."""
+    return fmt_of(pv.operands[1].type, pv), _shape(pv.results[0])[-1], fmt_of(pv.results[0].type, pv)
 
 
 def _widened(op: ir.Operation) -> ir.Operation | None:
@@ -569,7 +586,7 @@ def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list
                                    b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                    epi_in=model.epi_in, resident=_resident(model, grid, tile),
                                    trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps,
-                                   sibling=model.sibling)
+                                   sibling=model.sibling, chain=model.chain)
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, nbuf)
     return cost.rowwise_buffers(model.rows, tile[0], nbuf)
@@ -598,7 +615,7 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                 epi_in=model.epi_in, resident=_resident(model, grid, tile),
                                 trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps,
-                                sibling=model.sibling)
+                                sibling=model.sibling, chain=model.chain)
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)
@@ -630,7 +647,7 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
     grid = model.best_grid(cores, target)
     if grid is None:
         return None
-    if KERNEL in model.op.attributes and _kernel(model.op) in ("alias", "epilogue", "sibling"):
+    if KERNEL in model.op.attributes and _kernel(model.op) in ("alias", "epilogue", "sibling", "chained"):
         return cost.Cycles()                # a view of its operand's bytes / applied by its producer's kernel
     if model.kind == "matmul":
         gb, gm, gn, gk = model.grid4(grid)

@@ -6,7 +6,7 @@
   does not read it on the cores that wrote it, by a host region or by any other non-device op. A map its
   producer's kernel applies (kernel `epilogue`) is looked through: the producer wrote its result. `func.return`
   is no such reader (nor is a sibling matmul, which another matmul's kernel computes on its cores and its
-  epilogue reads there): the host reads outputs after every core has ended, and the copies and state updates the
+  epilogue reads there; a matmul chained to a softmax epilogue is looked through like an epilogue): the host reads outputs after every core has ended, and the copies and state updates the
   emitter adds at the end bring their own barriers. Ops without the attribute need no barrier after them.
 
 Whether data stays on its core is decided from the work division. An op's result is held in contiguous row
@@ -64,6 +64,8 @@ class SchedulePass(SpyrePass):
         for use in _readers(op):
             if _op(use.owner).name == "func.return":
                 continue
+            if _chained(_op(use.owner)):
+                return True             # its V is read by the kernel it is chained to, on that kernel's cores
             reader = models.get(_op(use.owner))
             if held is None or reader is None or operand_blocks(*reader, use.operand_number) != held:
                 return True
@@ -79,17 +81,24 @@ def _is_epilogue(op: ir.Operation) -> bool:
 
 
 def _applied(op: ir.Operation) -> bool:
-    """An epilogue, or a matmul another matmul's kernel computes (kernel `sibling`): no kernel of its own writes
-    its result."""
-    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value in ("epilogue", "sibling")
+    """An epilogue, or a matmul another matmul's kernel computes (kernel `sibling` or `chained`): no kernel of its
+    own writes its result."""
+    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value in ("epilogue", "sibling",
+                                                                                      "chained")
+
+
+def _chained(op: ir.Operation) -> bool:
+    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "chained"
 
 
 def _readers(op: ir.Operation):
-    """The uses of op's result, through the epilogue maps its kernel applies (their readers instead). A further
-    input of an epilogue is read by the producer's kernel, tile by tile: a reader that crosses cores."""
+    """The uses of op's result, through the epilogue maps its kernel applies and a matmul chained to them (their
+    readers instead). A further input of an epilogue is read by the producer's kernel, tile by tile: a reader
+    that crosses cores."""
     for use in op.results[0].uses:
         owner = _op(use.owner)
-        if _is_epilogue(owner) and epilogue_source(owner) == use.operand_number:
+        if (_is_epilogue(owner) and epilogue_source(owner) == use.operand_number) or \
+                (_chained(owner) and use.operand_number == 0):
             yield from _readers(owner)
         else:
             yield use

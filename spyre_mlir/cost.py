@@ -198,7 +198,7 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
                    round_fmt: str | None = None, colscale: str | None = None,
                    epi_in: Sequence[str] = (), resident: tuple[int, int] | None = None,
                    trans_b: bool = False, softmax: str | None = None, epi_temps: int = 0,
-                   sibling: str | None = None) -> list[Buffer]:
+                   sibling: str | None = None, chain: tuple | None = None) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn], [tn,tk] when ``trans_b``), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
@@ -212,6 +212,10 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
     g0 g1 (its B tiles, like b0 b1), gacc (its fp32 accumulator), gred (split-K: its reduce-sum destination),
     gout ([tm,tn] in ``sibling``: its finished tile, which the epilogue reads) and, with ``colscale``, gcolscale
     (its weights' per-column scales).
+
+    ``chain`` (V's format, dv, the chained matmul's result format): a matmul the kernel computes from each finished
+    tile of its softmax epilogue (attention's P @ V, decided after tiling): va vb ([tn, dv] V of a batch, by batch
+    parity; not a double buffer of the kernel's steps, so not named 0/1), pacc (fp32 [tm, dv]) and pout ([tm, dv] its result tile, stored instead of out).
 
     ``resident`` (part rows, K steps): the M/N-split kernel keeps its core's part of the A tiles of the current
     row of output tiles, every K step, for the next tiles of that row (:func:`matmul_cycles`): ``ares`` [steps
@@ -257,7 +261,14 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
         bufs.append(Buffer("ept", tile_bytes(tm, tn, FP32)))
     if softmax:         # a softmax epilogue's row statistics (its fp32 work tile is the accumulator)
         bufs += [Buffer(n, tile_bytes(tm, 1, FP32)) for n in softmax_stats(softmax)]
+    if chain:
+        v_fmt, dv, p_fmt = chain
+        bufs += [Buffer(n, tile_bytes(tn, dv, v_fmt)) for n in CHAIN_V]
+        bufs += [Buffer("pacc", tile_bytes(tm, dv, FP32)), Buffer("pout", tile_bytes(tm, dv, p_fmt))]
     return bufs
+
+
+CHAIN_V = ("va", "vb")      # a chained matmul's V buffers, by batch parity
 
 
 def softmax_stats(softmax: str) -> tuple[str, ...]:
@@ -473,7 +484,7 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
                 colscale: str | None = None, epi_in: Sequence[str] = (),
                 resident: tuple[int, int] | None = None, trans_b: bool = False,
                 softmax: str | None = None, epi_temps: int = 0,
-                sibling: str | None = None) -> tuple[int, list[Buffer]] | None:
+                sibling: str | None = None, chain: tuple | None = None) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
     tm, tn, tk = tile
@@ -481,7 +492,7 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
     for nbuf in (2, 1):
         bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
                               round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident,
-                              trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling)
+                              trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling, chain=chain)
         if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
             return nbuf, bufs
     return None

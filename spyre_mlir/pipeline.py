@@ -68,6 +68,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         "spyre-divide-work" + opts(cores=cores, target=target),
         # Per-core tiles that fit the scratchpad with double buffering.
         "spyre-tile" + opts(target=target),
+        # Attention's P @ V in the kernel computing P, where the tiles allow: P never leaves the cores.
+        "spyre-chain-matmuls" + opts(target=target),
         # Byte offsets of each op's scratchpad buffers, reused where lifetimes allow.
         "spyre-allocate-scratchpad" + opts(target=target),
         # Double buffering and the barriers where data crosses cores.

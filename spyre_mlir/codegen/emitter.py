@@ -46,7 +46,7 @@ from .common import EmitError, TileError, _attr, _loc, _same_dims, _tensor_type
 from .host import emit_host, materialize_for_host
 from .hostcode import HostModule
 from .kernels import EMITTERS, KERNELS
-from .kernels.matmul import sibling_applier
+from .kernels.matmul import chain_applier, sibling_applier
 from .kernels.move import row_sources, slice_rows
 from .kernels.rows import repeated_rows
 from .memory import DevTensor, format_of, io_dtype
@@ -68,7 +68,7 @@ def _io_unsigned(attrs) -> bool:
     return "spyre.dtype" in attrs and ir.StringAttr(attrs["spyre.dtype"]).value == "uint8"
 
 
-_VIEW_READERS = frozenset({"matmul", "sibling", "rows", "epilogue", "alias", "dma-rows", "select-cols", "pool2d"})
+_VIEW_READERS = frozenset({"matmul", "sibling", "chained", "rows", "epilogue", "alias", "dma-rows", "select-cols", "pool2d"})
 
 
 class Emitter:
@@ -427,9 +427,17 @@ class Emitter:
                                 op.operation.location)
             self.in_kernel.add(op.operation.results[0])
             return
+        if _attr(op, KERNEL) == "chained":
+            # Computed by the kernel of the matmul whose softmax result it reads, which stored its result.
+            if chain_applier(op) is None or op.operation.results[0] not in self.dev:
+                raise EmitError(f"{name} is chained to a softmax, but no matmul's kernel computed it",
+                                op.operation.location)
+            if _attr(op, "spyre.barrier"):
+                self.barrier(loc)
+            return
         if _attr(op, KERNEL) == "epilogue":
             # Applied by the kernel of the op producing its input, which made this result that op's output.
-            if op.operation.results[0] not in self.dev:
+            if op.operation.results[0] not in self.dev and op.operation.results[0] not in self.in_kernel:
                 raise EmitError(f"{name} is an epilogue, but its producer's kernel did not apply it",
                                 op.operation.location)
             if _attr(op, "spyre.barrier"):

@@ -2,7 +2,7 @@
 // -> program. Each stage's pipeline is plain spyre-opt input.
 // RUN: spyre-opt %s -p 'builtin.module(canonicalize,spyre-convert-linalg,canonicalize,cse,spyre-place-host)' > %t.graph.mlir
 // RUN: filecheck %s --check-prefix=GRAPH < %t.graph.mlir
-// RUN: spyre-opt %t.graph.mlir -p 'builtin.module(spyre-reduce-precision{precision=dlf16},spyre-columns-to-matmul,spyre-layout,spyre-fuse,spyre-select-kernels,spyre-siblings,spyre-divide-work{cores=4},spyre-tile,spyre-allocate-scratchpad,spyre-schedule)' > %t.kernel.mlir
+// RUN: spyre-opt %t.graph.mlir -p 'builtin.module(spyre-reduce-precision{precision=dlf16},spyre-columns-to-matmul,spyre-layout,spyre-fuse,spyre-select-kernels,spyre-siblings,spyre-divide-work{cores=4},spyre-tile,spyre-chain-matmuls,spyre-allocate-scratchpad,spyre-schedule)' > %t.kernel.mlir
 // RUN: filecheck %s --check-prefix=KERNEL < %t.kernel.mlir
 // RUN: spyre-opt %t.kernel.mlir -p 'builtin.module(spyre-emit{listing=-})' | filecheck %s --check-prefix=PROGRAM
 

@@ -453,3 +453,45 @@ def test_gate_is_computed_by_the_up_projection(precision, cores, monkeypatch):
     with torch.no_grad():
         ref = model(x).numpy()
     assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
+
+
+class Heads(torch.nn.Module):
+    """Causal multi-head attention, its own projections: softmax(q @ k^T / sqrt(d) + mask) @ v per head."""
+
+    def __init__(self, d=256, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return a.transpose(1, 2).reshape(b, t, d)
+
+
+@pytest.mark.parametrize("precision,cores", [("dlf16", 1), ("dlf16", 8), ("dlf16", 32), ("fp8", 32)])
+def test_attention_probabilities_stay_on_the_cores(precision, cores, monkeypatch):
+    """P @ V is chained to the softmax (spyre-chain-matmuls): the kernel computing softmax(q @ k^T + mask)
+    multiplies each finished P tile by its head's V and stores only the product, so P never reaches device memory.
+    The same P values and one K step: the program with two kernels' result, but for fp32 sums the emulator's BLAS
+    may group differently for the P tile's row count (at most one DLFloat16 rounding apart), in fewer modeled
+    cycles and DRAM bytes."""
+    from spyre_mlir import pipeline
+
+    torch.manual_seed(0)
+    model, x = Heads().eval(), torch.randn(1, 64, 256)
+    exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    full = pipeline.kernel_pipeline
+    monkeypatch.setattr(pipeline, "kernel_pipeline",
+                        lambda *a, **k: full(*a, **k).replace("spyre-chain-matmuls,", ""))
+    plain = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    assert exe.compile_info.device_ops.count("spyre.batch_matmul") == 1
+    assert plain.compile_info.device_ops.count("spyre.batch_matmul") == 2
+    (y,), (y0,) = exe(x), plain(x)
+    assert np.abs(y - y0).max() <= 2.0**-10 * np.abs(y0).max()
+    p, p0 = exe.static_profile, plain.static_profile
+    assert p.cycles < p0.cycles and p.dram_read_bytes + p.dram_write_bytes < p0.dram_read_bytes + p0.dram_write_bytes
+    with torch.no_grad():
+        ref = model(x).numpy()
+    assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()

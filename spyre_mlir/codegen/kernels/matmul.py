@@ -9,6 +9,9 @@ likewise for B, in barrier-separated segments that overlap the exchange of step 
 step s - 1 (:func:`_shared_group`). A sibling matmul (:func:`sibling_of`: the same A, another B, its result
 read only by this one's epilogue, as an MLP's gate beside its up projection) is computed by the same kernel: each
 A tile multiplies both B tiles, and the sibling's finished tile is written back where its epilogue reads it.
+A matmul reading the result of this one's softmax epilogue as its lhs (attention's P @ V, :func:`chained_of`) is
+computed by it too: each finished P tile multiplies the batch's V, held on the scratchpad, and only the product is
+stored, so P never leaves the core.
 
 Grid and tile come from the op's ``spyre.grid`` / ``spyre.tile`` when the kernel-level passes annotated it;
 otherwise they are chosen here (the split with the least work per core, largest tile that fits the usable
@@ -21,17 +24,17 @@ import math
 
 import numpy as np
 
-from spyre_mlir.cost import n_block, softmax_stats, store_parts
+from spyre_mlir.cost import CHAIN_V, n_block, softmax_stats, store_parts
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
 from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_type, row_parts
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
-from .rows import (_one_use, _owner, _viewed, apply_epilogue, apply_softmax, broadcast_rows, epilogue,
-                   epilogue_buffer, epilogue_of, softmax_of, widened_by)
+from .rows import (_one_use, _owner, _precedes, _row_view, _viewed, apply_epilogue, apply_softmax,
+                   broadcast_rows, epilogue, epilogue_buffer, epilogue_of, softmax_of, widened_by)
 
-__all__ = ["matmul", "select", "sibling_of", "sibling_applier", "EMITTERS"]
+__all__ = ["matmul", "select", "sibling_of", "sibling_applier", "chained_of", "chain_applier", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
@@ -40,7 +43,7 @@ def _stick_elems(*fmts) -> int:
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
            scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False,
-           sm=None, widen_last=False, sib=None):
+           sm=None, widen_last=False, sib=None, chain=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``. ``trans_b``: B is
     stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk]. ``sm``: a
     softmax (rows.softmax_of) applied to each finished tile after the epilogue, in the accumulator, with the
@@ -64,7 +67,12 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
 
     ``sib``: (B2, its column scales or None, its scale or None) of a sibling matmul (:func:`sibling_of`), whose
     entry in the epilogue's further inputs is None: every A tile also multiplies B2's tile (plan buffers
-    ``g0 g1``, accumulator ``gacc``), and its finished tile is written back into ``gout`` for the epilogue."""
+    ``g0 g1``, accumulator ``gacc``), and its finished tile is written back into ``gout`` for the epilogue.
+
+    ``chain``: (V [batches x N, dv], the chained matmul's result [rows, dv]) of a matmul chained to the softmax
+    (:func:`chained_of`): each finished tile, softmax applied, multiplies its batch's V (plan buffers ``va vb``,
+    loaded once per batch, shared over the ring by the cores of a grid column) into ``pacc``, written back into
+    ``pout``, which is stored instead of the tile; O is then never written."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = (_stick_elems(fo), _stick_elems(fa, fb)) if trans_b else (_stick_elems(fb, fo), _stick_elems(fa))
@@ -95,12 +103,17 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     if resident and not (gk == 1 and gm * gn > 1):
         raise TileError(f"a resident A (spyre.resident_a) needs an M/N split without a K split, not grid "
                         f"{list(grid)}")
+    if chain is not None and sm is None:
+        raise TileError("a chained matmul reads a softmax epilogue's tiles, and this matmul applies none")
     if sm is not None and (gn > 1 or gk > 1 or tn < nb):
         raise TileError(f"a softmax epilogue needs whole rows on one core: grid {list(grid)} and tile "
                         f"{list(tile)} split the {N} columns")
     stats = {}
     if sm is not None:          # its result is the matmul's output; its statistics keyed as apply_softmax names them
-        em.dev[sm.results[0]] = O.reshaped(_tensor_type(sm.results[0])[0])
+        if chain is None:
+            em.dev[sm.results[0]] = O.reshaped(_tensor_type(sm.results[0])[0])
+        else:
+            em.in_kernel.add(sm.results[0])
         stats = {n.removeprefix("s"): plan.tile_at(n, tm, 1, "fp32")
                  for n in softmax_stats("safe" if _attr(sm, "safe", False) else "plain")}
     T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr,
@@ -109,7 +122,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                              "EPI": epi[0] if epi else None, "TB": trans_b, "SM": sm, "ST": stats,
                              "EX": _extra_tiles(plan, tm, tn, epi),
                              "ET": plan.tile_at("ept", tm, tn, Format.FP32) if epi and epi[0].temps > 1 else None,
-                             "WL": widen_last})
+                             "WL": widen_last, **_chain_tiles(plan, tm, tn, chain)})
     X = epi[1] if epi else []
     Bs = [B] + ([sib[0]] if sib else [])
     nk = -(-kb // tk)
@@ -117,11 +130,13 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
         for g in range(ngroups):
             mine = [bt for bi_, bt in enumerate(batches) if bi_ * ngroups // len(batches) == g]
             _shared_group(b, T, A, Bs, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
-                          scale, loc, X, active=len(used), N=N, sib=sib)
+                          scale, loc, X, active=len(used), N=N, M=M, sib=sib, chain=chain)
         return list(used), (gm, gn, gk), (tm, tn, tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
         base = (bi_ * ngroups // len(batches)) * group      # contiguous blocks of batches per core group
+        if chain is not None:           # one core per group (a softmax epilogue: no N or K split)
+            load_rows(b, base, _sub(T[base]["V"][bi_ % 2], tn, T[base]["DV"]), chain[0], bi_ * N, 0, loc=loc)
         for blk in range(gm * gn):
             bm, bn = divmod(blk, gn)
             members = [base + blk * gk + kk for kk in range(gk)]
@@ -153,6 +168,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                                 load_rows(b, core, Bt, Bx, *((b0 + c0, k0) if trans_b else (b0 + k0, c0)), loc=loc)
                             fin = s == nk - 1 and last_here
                             _multiply(b, core, t, At, Bts, rows, cols, depth, s > 0, fin, scale, loc, sib)
+                            if fin and chain is not None:
+                                _chained(b, core, t, rows, cols, bi_, loc)
                     t = T[root]
                     if gk > 1:
                         R, C = _sub(t["R"], rows, cols), _sub(t["C"], rows, cols)
@@ -174,12 +191,15 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         _load_extra(b, root, t, X, o0 + r0, c0, rows, cols, loc)
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
                         _finish(b, root, t, rows, cols, R, loc)
-                    store_rows(b, root, _sub(t["OF"] or t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
+                    if chain is not None:
+                        store_rows(b, root, _sub(t["PO"], rows, t["DV"]), chain[1], o0 + r0, 0, loc=loc)
+                    else:
+                        store_rows(b, root, _sub(t["OF"] or t["O"], rows, cols), O, o0 + r0, c0, loc=loc)
     return list(used), (gm, gn, gk), (tm, tn, tk)
 
 
 def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
-                  loc, X, *, active, N, sib=None):
+                  loc, X, *, active, N, M, sib=None, chain=None):
     """One core group of an M/N-split matmul with operand sharing over the ring.
 
     Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
@@ -193,7 +213,9 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
     row of output tiles: loaded (and converted to the PT format) for the row's first tile, sent again from the
     scratchpad for the others, so A leaves device memory once. Every core
     multiplies exactly the tiles, in the order, of the unshared kernel, so results are bit-identical. A sibling's
-    B (``Bs[1]``) is loaded and exchanged like B."""
+    B (``Bs[1]``) is loaded and exchanged like B. A chained matmul's V is loaded with the first step of each batch,
+    a part of its rows per core of the grid column, exchanged like B, into the buffer of the batch's parity: the
+    previous batch's last multiply, in that segment, reads the other one."""
     nk = -(-kb // tk)
     cores = list(range(base, base + gm * gn))
     resident = T[base]["RES"] is not None
@@ -203,21 +225,23 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
         return min(cols, N - (bn * nb + j))
 
     steps = []
-    for a0, b0, o0 in batches:
+    for bi_, (a0, b0, o0) in enumerate(batches):
         for i in range(0, mb, tm):
             rows = min(tm, mb - i)
             for j in range(0, nb, tn):
                 cols = min(tn, nb - j)
                 for s in range(nk):
                     depth = min(tk, kb - s * tk)
-                    steps.append((a0, b0, o0, i, j, s * tk, rows, cols, depth, s == 0, s == nk - 1))
+                    steps.append((a0, b0, o0, i, j, s * tk, rows, cols, depth, s == 0, s == nk - 1, bi_))
 
     def fetch(n):
         """Load this core's parts of step n's A and B tiles and send them to the cores that share them. With a
         resident A the first tile of a row loads (and converts) the core's A part into its block of ``ares``,
         and every tile of the row copies and sends the part from there."""
-        a0, b0, _, i, j, k0, rows, cols, depth, _, _ = steps[n]
+        a0, b0, _, i, j, k0, rows, cols, depth, _, _, bi_ = steps[n]
         sends = []
+        if chain is not None and (n == 0 or steps[n - 1][11] != bi_):
+            _share_v(bi_)
         for core in cores:
             bm, bn = divmod(core - base, gn)
             t = T[core]
@@ -253,7 +277,7 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
             b.ring_send(core, peers, dst, src, loc=loc)
 
     def multiply(n):
-        _, _, o0, i, j, _, rows, cols, depth, first, fin = steps[n]
+        _, _, o0, i, j, _, rows, cols, depth, first, fin, bi_ = steps[n]
         for core in cores:
             bm, bn = divmod(core - base, gn)
             t = T[core]
@@ -269,19 +293,40 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
             if fin:
                 _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, w, loc)
             _multiply(b, core, t, At, Bts, rows, w, depth, not first, fin, scale, loc, sib)
+            if fin and chain is not None:
+                _chained(b, core, t, rows, w, bi_, loc)
+
+    def _share_v(bi_):
+        """Load V's rows of the group's batch ``bi_``, a part per core of each grid column, and send each part to the column's
+        other cores (gn is 1: a softmax epilogue takes whole rows)."""
+        t = T[base]
+        Vt = _sub(t["V"][bi_ % 2], nb, t["DV"])
+        v0 = batches[bi_][2] // M * N           # the batch's first row of V
+        for core in cores:
+            bm = (core - base) // gn
+            lo, hi = row_parts(Vt.rows, gm)[bm]
+            if hi > lo:
+                load_rows(b, core, Vt.row_slice(lo, hi), chain[0], v0 + lo, 0, loc=loc)
+                if gm > 1:
+                    b.ring_send(core, [c for c in cores if c != core], Vt.row_slice(lo, hi).addr,
+                                Vt.row_slice(lo, hi), loc=loc)
 
     nparts = store_parts(tm, tn, nk, (T[base]["OF"] or T[base]["O"]).fmt.key, active, b.target)
 
     def store(f, parts=None):
         """Store rows ``parts`` (of the plan's near-equal parts; None: all at once) of the output tile finished at
         step ``f``."""
-        _, _, o0, i, j, _, rows, cols, _, _, _ = steps[f]
+        _, _, o0, i, j, _, rows, cols, _, _, _, _ = steps[f]
         for lo, hi in ([(0, rows)] if parts is None else (row_parts(rows, nparts)[q] for q in parts)):
             if hi <= lo:
                 continue
             for core in cores:
                 bm, bn = divmod(core - base, gn)
                 t = T[core]
+                if chain is not None:
+                    store_rows(b, core, _sub(t["PO"], rows, t["DV"]).row_slice(lo, hi), chain[1],
+                               o0 + bm * mb + i + lo, 0, loc=loc)
+                    continue
                 store_rows(b, core, _sub(t["OF"] or t["O"], rows, width(bn, j, cols)).row_slice(lo, hi), O,
                            o0 + bm * mb + i + lo, bn * nb + j, loc=loc)
 
@@ -423,6 +468,25 @@ def _finish(b, core, t, rows, cols, temp, loc):
         b.sfu(core, "cast", wide, out, loc=loc)
 
 
+def _chained(b, core, t, rows, cols, bi_, loc):
+    """The chained matmul on a finished tile (its softmax applied, in ``out``): [rows, cols] @ V of batch ``bi_``
+    ([cols, dv]), written back into ``pout``."""
+    dv = t["DV"]
+    b.matmul(core, _sub(t["OF"] or t["O"], rows, cols), _sub(t["V"][bi_ % 2], cols, dv), _sub(t["PC"], rows, dv),
+             out=_sub(t["PO"], rows, dv), loc=loc)
+
+
+def _chain_tiles(plan, tm, tn, chain) -> dict:
+    """A chained matmul's tiles: V of a batch ``va vb`` [tn, dv] (V), its accumulator ``pacc`` (PC) and result
+    tile ``pout`` (PO), and dv (DV)."""
+    if chain is None:
+        return {"V": None, "PC": None, "PO": None, "DV": 0}
+    V, R = chain
+    dv = V.cols
+    return {"V": [plan.tile_at(n, tn, dv, V.fmt) for n in CHAIN_V], "PC": plan.tile_at("pacc", tm, dv, "fp32"),
+            "PO": plan.tile_at("pout", tm, dv, R.fmt), "DV": dv}
+
+
 def _finish_sibling(b, core, t, rows, cols, c0, sib, loc):
     """A split-K sibling's reduced tile (``gred``) on the group's root: column scales, scale, rounded into ``gout``
     as its write-back would."""
@@ -471,9 +535,10 @@ def emit_matmul(em, op, loc):
     B, colscale, scale = _rhs(em, op, rhs)
     trans = bool(_attr(op, "transpose_rhs", False))
     N = B.shape[-2] if trans else B.shape[-1]
-    O, rnd, wide = _output(em, op)
+    chain = _chain(em, op)
+    O, rnd, wide = _output(em, op, chain)
     bias_t = em.tensor(bias) if bias is not None else None
-    epi, sib = _epilogue(em, op, O), None
+    epi, sib = _epilogue(em, op, O, chain), None
     found = sibling_of(op)
     if found is not None:
         g = found[1]
@@ -483,7 +548,7 @@ def emit_matmul(em, op, loc):
                             loc)
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
                         plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=rnd, epi=epi,
-                        trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib)
+                        trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib, chain=chain)
     return len(used)
 
 
@@ -491,22 +556,28 @@ def emit_batch_matmul(em, op, loc):
     o = op.operation
     A = em.tensor(o.operands[0])
     B, colscale, scale = _rhs(em, op, o.operands[1])
-    O, rnd, wide = _output(em, op)
+    chain = _chain(em, op)
+    O, rnd, wide = _output(em, op, chain)
     ashape, bshape = A.shape, B.shape
     trans = bool(_attr(op, "transpose_rhs", False))
     M, K, N = ashape[-2], ashape[-1], bshape[-2] if trans else bshape[-1]
     nb = math.prod(ashape[:-2])
     batches = [(i * M, i * (N if trans else K), i * M) for i in range(nb)]
     used, g, _ = matmul(em, A, B, O, M, N, K, colscale=colscale, scale=scale, plan=KernelPlan.of(op, em.target),
-                        batches=batches, loc=loc, round_fmt=rnd, epi=_epilogue(em, op, O), trans_b=trans,
-                        sm=softmax_of(op), widen_last=wide)
+                        batches=batches, loc=loc, round_fmt=rnd, epi=_epilogue(em, op, O, chain), trans_b=trans,
+                        sm=softmax_of(op), widen_last=wide, chain=chain)
     return len(used)
 
 
-def _output(em, op):
+def _output(em, op, chain=None):
     """(the tensor the kernel stores, the format it rounds to before widening it or None, whether it widens after
     the epilogue): the matmul's result, or with a widening cast after its epilogue map (rows.widened_by) the cast's
-    result as the matmul's rows, rounded to the map's format first."""
+    result as the matmul's rows, rounded to the map's format first. With a chained matmul (``chain``) the result
+    never leaves the cores: a tensor of its shape and format with no memory, which nothing stores to."""
+    if chain is not None:
+        shape, elt = _tensor_type(op.operation.results[0])
+        em.in_kernel.add(op.operation.results[0])
+        return DevTensor(tuple(shape), format_of(elt), 0, None, 0), _round_fmt(op), False
     wide = widened_by(op)
     if wide is None:
         return em.result(op), _round_fmt(op), False
@@ -515,7 +586,18 @@ def _output(em, op):
     return O, format_of(_tensor_type(res)[1]), True
 
 
-def _epilogue(em, op, O):
+def _chain(em, op):
+    """(V, the chained matmul's result) when a matmul chained to this one's softmax (:func:`chained_of`) is
+    computed by its kernel, else None."""
+    found = chained_of(op)
+    if found is None:
+        return None
+    pv = found
+    v = pv.operands[1]
+    return em.tensor(_viewed(v)).reshaped(_tensor_type(v)[0]), em.result(pv)
+
+
+def _epilogue(em, op, O, chain=None):
     """(the map this matmul applies before its stores (rows.epilogue), the device tensors of its further
     inputs, as [rows, N] views like O's, None for the one its sibling computes (:func:`sibling_of`), the
     sibling's result format or None), the map's result then being O; or None."""
@@ -526,7 +608,10 @@ def _epilogue(em, op, O):
     sib = sibling_of(op)
     res = epi_op.operation.results[0]
     shape = _tensor_type(res)[0]
-    em.dev[res] = O.reshaped(shape)
+    if chain is None:
+        em.dev[res] = O.reshaped(shape)
+    else:                               # an attention mask's add before the softmax: on the cores only
+        em.in_kernel.add(res)
 
     def rows_of(v):
         """A further input as O's rows: itself, or (broadcast along leading dims) a row view repeating its rows."""
@@ -579,6 +664,50 @@ def sibling_applier(op):
     p = _owner(_viewed(user.operation.operands[epi.src])) if epi is not None else None
     found = sibling_of(p) if p is not None and p.name == "spyre.matmul" else None
     return p if found is not None and found[1] == o else None
+
+
+def chained_of(op, chosen: bool = True):
+    """For a matmul whose kernel applies a softmax epilogue (rows.softmax_of), the matmul it computes too from each
+    finished tile: one of kernel ``chained`` (spyre-chain-matmuls chose it; with ``chosen`` False, of kernel
+    ``matmul``: a candidate) reading the softmax's result, through row-view reshapes each the only reader, as its
+    lhs, by a rhs V defined before this matmul (or row-view reshapes of one) in a format the PT array multiplies, stored as is (no transpose),
+    without a bias, operand conversions, a rounding to widen or an epilogue of its own, over the same batches
+    and rows: attention's ``softmax(q @ k^T + mask) @ v``. Else None."""
+    sm = softmax_of(op)
+    if sm is None or op.operation.name not in ("spyre.matmul", "spyre.batch_matmul"):
+        return None
+    v = sm.operation.results[0]
+    user = _one_use(v)
+    while user is not None and _row_view(user):
+        v = user.operation.results[0]
+        user = _one_use(v)
+    if user is None:
+        return None
+    pv = user.operation
+    if pv.name not in ("spyre.matmul", "spyre.batch_matmul") or pv.operands[0] != v or len(pv.operands) != 2 \
+            or _attr(pv, "spyre.kernel") != ("chained" if chosen else "matmul") or _attr(pv, "transpose_rhs") \
+            or any(_attr_text(pv, a) is not None for a in ("spyre.convert_operands", "spyre.convert_result")) \
+            or epilogue_of(pv) is not None or softmax_of(pv) is not None \
+            or not _precedes(_viewed(pv.operands[1]), op):
+        return None
+    (ps, pelt), (vs, velt) = _tensor_type(pv.operands[0]), _tensor_type(pv.operands[1])
+    qs = _tensor_type(op.operation.results[0])[0]
+    if format_of(velt) not in PT_FORMATS or format_of(pelt) not in PT_FORMATS or ps[-1] != qs[-1] \
+            or ps[-2] != qs[-2] or math.prod(ps[:-2]) != math.prod(qs[:-2]) or vs[:-2] != ps[:-2]:
+        return None
+    return pv
+
+
+def chain_applier(op):
+    """The matmul whose kernel computes ``op``, a matmul chosen as kernel ``chained`` (:func:`chained_of`), or
+    None when none does any more."""
+    p = _owner(_viewed(op.operation.operands[0]))
+    if p is None or p.name != "spyre.softmax" or _attr(p, "spyre.kernel") != "epilogue":
+        return None
+    from .rows import softmax_source
+
+    mm = softmax_source(p)
+    return mm if mm is not None and chained_of(mm) == op.operation else None
 
 
 _TWIN_ATTRS = ("transpose_rhs", "spyre.convert_operands", "spyre.share_of")
@@ -651,4 +780,4 @@ def _round_fmt(op):
 
 
 EMITTERS = {"spyre.matmul": emit_matmul, "spyre.batch_matmul": emit_batch_matmul}
-KERNELS = {"spyre.matmul": ("matmul", "sibling"), "spyre.batch_matmul": ("matmul",)}
+KERNELS = {"spyre.matmul": ("matmul", "sibling", "chained"), "spyre.batch_matmul": ("matmul", "chained")}
