@@ -12,8 +12,8 @@ the product (`pacc`, `pout`). P never leaves the cores.
 Runs after spyre-tile, because it keeps the numerics: P @ V is chained only when its own plan multiplies whole
 rows of P in one K step without a K split, so each product is the same one-step sum over a row of P (the
 emulator's BLAS may group the fp32 sums of a tile with another row count differently in the last bit), and only
-when q @ k^T's plan, tiles and buffer count unchanged, still fits the scratchpad with the chain's buffers. The chained op's grid
-and tile become an epilogue's (`[1]`, its rows): it has no plan of its own.
+when q @ k^T's plan, tiles and buffer count unchanged, still fits the scratchpad with the chain's buffers. The
+chained op's grid and tile become an epilogue's (`[1]`, its rows): it has no plan of its own.
 
 ```mlir
 %s = spyre.batch_matmul %q, %k {transpose_rhs, spyre.kernel = "matmul"}   // stores P @ V now

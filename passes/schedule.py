@@ -5,9 +5,10 @@
 * `spyre.barrier = true` on an op whose result is read where the data crosses cores: by a later device op that
   does not read it on the cores that wrote it, by a host region or by any other non-device op. A map its
   producer's kernel applies (kernel `epilogue`) is looked through: the producer wrote its result. `func.return`
-  is no such reader (nor is a sibling matmul, which another matmul's kernel computes on its cores and its
-  epilogue reads there; a matmul chained to a softmax epilogue is looked through like an epilogue): the host reads outputs after every core has ended, and the copies and state updates the
-  emitter adds at the end bring their own barriers. Ops without the attribute need no barrier after them.
+  is no such reader (nor is a sibling matmul, which another matmul's kernel computes on its cores and its epilogue
+  reads there; a matmul chained to a softmax epilogue is looked through like an epilogue): the host reads outputs
+  after every core has ended, and the copies and state updates the emitter adds at the end bring their own barriers.
+  Ops without the attribute need no barrier after them.
 
 Whether data stays on its core is decided from the work division. An op's result is held in contiguous row
 blocks, block c on core c, when the op is row-wise (`[gr]`), a matmul split along M only (`[gm, 1, 1]`, as the

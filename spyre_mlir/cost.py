@@ -215,7 +215,8 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
 
     ``chain`` (V's format, dv, the chained matmul's result format): a matmul the kernel computes from each finished
     tile of its softmax epilogue (attention's P @ V, decided after tiling): va vb ([tn, dv] V of a batch, by batch
-    parity; not a double buffer of the kernel's steps, so not named 0/1), pacc (fp32 [tm, dv]) and pout ([tm, dv] its result tile, stored instead of out).
+    parity; not a double buffer of the kernel's steps, so not named 0/1), pacc (fp32 [tm, dv]) and pout ([tm, dv]
+    its result tile, stored instead of out).
 
     ``resident`` (part rows, K steps): the M/N-split kernel keeps its core's part of the A tiles of the current
     row of output tiles, every K step, for the next tiles of that row (:func:`matmul_cycles`): ``ares`` [steps

@@ -68,7 +68,8 @@ def _io_unsigned(attrs) -> bool:
     return "spyre.dtype" in attrs and ir.StringAttr(attrs["spyre.dtype"]).value == "uint8"
 
 
-_VIEW_READERS = frozenset({"matmul", "sibling", "chained", "rows", "epilogue", "alias", "dma-rows", "select-cols", "pool2d"})
+_VIEW_READERS = frozenset({"matmul", "sibling", "chained", "rows", "epilogue", "alias", "dma-rows", "select-cols",
+                           "pool2d"})
 
 
 class Emitter:

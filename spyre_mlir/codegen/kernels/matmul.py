@@ -297,8 +297,8 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
                 _chained(b, core, t, rows, w, bi_, loc)
 
     def _share_v(bi_):
-        """Load V's rows of the group's batch ``bi_``, a part per core of each grid column, and send each part to the column's
-        other cores (gn is 1: a softmax epilogue takes whole rows)."""
+        """Load V's rows of the group's batch ``bi_``, a part per core of each grid column, and send each part to the
+        column's other cores (gn is 1: a softmax epilogue takes whole rows)."""
         t = T[base]
         Vt = _sub(t["V"][bi_ % 2], nb, t["DV"])
         v0 = batches[bi_][2] // M * N           # the batch's first row of V
@@ -625,14 +625,14 @@ def _epilogue(em, op, O, chain=None):
 
 
 def sibling_of(op, chosen: bool = True):
-    """For a matmul whose kernel applies an epilogue map, the further input of that map a sibling matmul computes,
-    as (its index in the map's ``Epilogue.extra``, the sibling op); else None. The sibling is a matmul of kernel
-    ``sibling`` (spyre-siblings chose it; with ``chosen`` False, of kernel ``matmul``: a candidate) of the same
-    lhs value (through row-view reshapes) by a rhs of the same type, layout and quantization, without a bias, with
-    this one's result type and operand conversions, whose result only that map reads: an MLP's ``act(gate(x)) * up(x)``. This matmul's kernel (no softmax epilogue)
-    multiplies each A tile by both rhs tiles, in the K order of the matmul alone (spyre-divide-work and spyre-tile
-    keep its K split and K tile), so the sibling's A is never loaded again, its result never round-trips device
-    memory, and both results are bit-identical to two kernels'."""
+    """For a matmul whose kernel applies an epilogue map, the further input of that map a sibling matmul computes, as
+    (its index in the map's ``Epilogue.extra``, the sibling op); else None. The sibling is a matmul of kernel
+    ``sibling`` (spyre-siblings chose it; with ``chosen`` False, of kernel ``matmul``: a candidate) of the same lhs
+    value (through row-view reshapes) by a rhs of the same type, layout and quantization, without a bias, with this
+    one's result type and operand conversions, whose result only that map reads: an MLP's ``act(gate(x)) * up(x)``.
+    This matmul's kernel (no softmax epilogue) multiplies each A tile by both rhs tiles, in the K order of the
+    matmul alone (spyre-divide-work and spyre-tile keep its K split and K tile), so the sibling's A is never loaded
+    again, its result never round-trips device memory, and both results are bit-identical to two kernels'."""
     o = op.operation
     if o.name != "spyre.matmul" or _attr(o, "spyre.kernel") != "matmul" or len(o.operands) != 2 \
             or softmax_of(op) is not None:
@@ -670,9 +670,9 @@ def chained_of(op, chosen: bool = True):
     """For a matmul whose kernel applies a softmax epilogue (rows.softmax_of), the matmul it computes too from each
     finished tile: one of kernel ``chained`` (spyre-chain-matmuls chose it; with ``chosen`` False, of kernel
     ``matmul``: a candidate) reading the softmax's result, through row-view reshapes each the only reader, as its
-    lhs, by a rhs V defined before this matmul (or row-view reshapes of one) in a format the PT array multiplies, stored as is (no transpose),
-    without a bias, operand conversions, a rounding to widen or an epilogue of its own, over the same batches
-    and rows: attention's ``softmax(q @ k^T + mask) @ v``. Else None."""
+    lhs, by a rhs V defined before this matmul (or row-view reshapes of one) in a format the PT array multiplies,
+    stored as is (no transpose), without a bias, operand conversions, a rounding to widen or an epilogue of its own,
+    over the same batches and rows: attention's ``softmax(q @ k^T + mask) @ v``. Else None."""
     sm = softmax_of(op)
     if sm is None or op.operation.name not in ("spyre.matmul", "spyre.batch_matmul"):
         return None
