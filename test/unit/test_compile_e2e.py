@@ -429,17 +429,20 @@ class SwiGLU(torch.nn.Module):
         return x + self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
 
 
-@pytest.mark.parametrize("precision,cores", [("dlf16", 1), ("dlf16", 8), ("dlf16", 32), ("fp8", 8),
-                                             ("fp32-reference", 4)])
-def test_gate_is_computed_by_the_up_projection(precision, cores, monkeypatch):
+@pytest.mark.parametrize("precision,cores,shape", [("dlf16", 1, (64, 256, 384)), ("dlf16", 8, (64, 256, 384)),
+                                                   ("dlf16", 32, (64, 256, 384)), ("fp8", 8, (64, 256, 384)),
+                                                   ("fp32-reference", 4, (64, 256, 384)),
+                                                   ("fp8", 32, (8, 2048, 64))])      # K split: gred
+def test_gate_is_computed_by_the_up_projection(precision, cores, shape, monkeypatch):
     """The gate projection is the up projection's sibling (spyre-siblings): up's kernel multiplies each A tile
     by both weights and hands gate's finished tile to its epilogue, so gate's result never round-trips device
     memory and its A is read once. Bit-identical to the program with two kernels (the same tiles and K order),
     in fewer modeled cycles and DRAM bytes."""
     from spyre_mlir import pipeline
 
+    rows, d, hidden = shape
     torch.manual_seed(0)
-    model, x = SwiGLU().eval(), torch.randn(64, 256)
+    model, x = SwiGLU(d, hidden).eval(), torch.randn(rows, d)
     exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
     full = pipeline.kernel_pipeline
     monkeypatch.setattr(pipeline, "kernel_pipeline", lambda *a, **k: full(*a, **k).replace("spyre-siblings,", ""))
