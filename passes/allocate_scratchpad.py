@@ -31,7 +31,7 @@ a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer
   (kernel `epilogue`), `psela pselb...` its column selections [OW, OW / pw], `pct` and `pres` fp32 and `pout`
   [toh / ph x tf, OW / pw].
 * row-wise ops, for a tile of tr rows: streamed inputs `in0 in1` (first operand), `inb0 inb1`, `inc0 inc1`,
-  `ind0 ind1` (further map inputs; concat's rhs is `inb`), gather's indices `idx0 idx1`; the result `out0 out1`.
+  `ind0 ind1` (further map inputs; concat's rhs is `inb`), gather's indices `idx` (one stick); the result `out0 out1`.
   Operands every row shares load once into one buffer named by role: `in` / `inb`... (a map input broadcast
   over rows), `weight` and `bias` (layernorm, rmsnorm), `scale` (cast). fp32 temporaries:
   map `ta tb`... [tr, C] (the body's live temporaries); reduce `rt` [tr, 1] and, over several dims, `acc`

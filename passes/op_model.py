@@ -567,11 +567,28 @@ def _pool(op: ir.Operation) -> OpModel:
     return OpModel(op, "rows", fmt=out_fmt, out_fmt=out_fmt, rows=k, chunked=())
 
 
+def _gather(op: ir.Operation) -> OpModel:
+    """Output rows [indices, D] in row tiles (`out0`): per run of indices inside one stick, that stick loads into
+    `idx` (one stick) and a GATHER copies the rows it picks straight into the tile (the table, read in place, is
+    the extra span every core addresses and its rows' bytes the tile's loads); nothing is prefetched."""
+    table, ids = op.operands
+    rows = math.prod(_shape(ids) or [1])
+    d = _shape(table)[-1]
+    tfmt = fmt_of(table.type, op)
+    per = 32                             # a stick of int32 indices (int64 ones fill it at half the count)
+    k = cost.RowKernel(rows=max(1, rows),
+                       inputs=(cost.RowOperand("table", d, d, tfmt, buffered=False),
+                               cost.RowOperand("idx", per, per, "int32", streamed=False)),
+                       outputs=(_operand("out", op.results[0], rows, op),), steps=2,
+                       extra_span=cost.tile_bytes(_shape(table)[0], d, tfmt), prefetch=False)
+    return OpModel(op, "rows", fmt=tfmt, out_fmt=tfmt, rows=k, chunked=())
+
+
 _MODELS = {
     "matmul": _matmul, "batch_matmul": _matmul, "conv2d": _conv, "map": _map, "reduce": _reduce,
     "softmax": _softmax, "layernorm": _layernorm, "rmsnorm": _rmsnorm, "cast": _cast, "transpose": _movement,
     "reshape": _movement, "slice": _movement, "concat": _movement,
-    "pool2d": _pool,
+    "pool2d": _pool, "gather": _gather,
 }
 
 

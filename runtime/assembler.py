@@ -190,6 +190,21 @@ class ProgramBuilder:
         return self.emit(core, op, loc or _caller_loc(), dev=dev, a0=sp, m=m, n=n, k=k,
                          a1=dev_strides[0], a2=dev_strides[1], a3=sp_strides[0], a4=sp_strides[1])
 
+    def gather(self, core: int, dst: Tile, table: Buffer, idx_addr: int, idx_fmt, table_row0: int = 0,
+               table_rows: int | None = None, loc=None) -> int:
+        """GATHER on ``core``'s DMA engine: scratchpad rows ``dst[r] = table[table_row0 + ids[r]]`` for the
+        ``dst.rows`` indices (``idx_fmt``: int32 or int64) at scratchpad address ``idx_addr``; ``table`` is a
+        constant or input buffer of rows of whole sticks, its rows from ``table_row0`` on (``table_rows`` of them,
+        default all) the ones an index may pick."""
+        fmt = Format.parse(idx_fmt)
+        if dst.fmt is not table.fmt or dst.pitch != table.pitch:
+            raise ValueError(f"gather: tile [{dst.rows}, {dst.cols}] {dst.fmt.key} does not hold rows of "
+                             f"'{table.name}' ({table.fmt.key}, {table.pitch} B rows)")
+        rows = table.rows - table_row0 if table_rows is None else table_rows
+        return self.emit(core, Op.GATHER, loc or _caller_loc(), dev=table.addr + table_row0 * table.pitch,
+                         a0=dst.addr, a1=idx_addr, f0=int(fmt), a2=table.pitch, m=dst.rows, n=rows,
+                         k=table.pitch)
+
     def _tile_dma(self, op, core, tile: Tile, buf: Buffer, row0: int, col0: int, index, loc):
         if tile.fmt is not buf.fmt:
             raise ValueError(f"tile format {tile.fmt.key} != buffer '{buf.name}' format {buf.fmt.key}")

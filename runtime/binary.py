@@ -38,11 +38,12 @@ __all__ = [
 ]
 
 MAGIC = b"SPYREBIN"
-VERSION = (1, 7)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
+VERSION = (1, 8)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
 #                  1.3: state buffers, entries (several programs sharing constants and state); 1.4: MATMUL
 #                  WINDOW (a column window on B), DMA blocks whose rows interleave; 1.5: systems of several
 #                  cards (header flag SYSTEM: the schedule as metadata, one CARD section per card); 1.6:
-#                  RING_SEND multicast (a mask of destination cores); 1.7: MATMUL TRANS_B (B stored [N, K])
+#                  RING_SEND multicast (a mask of destination cores); 1.7: MATMUL TRANS_B (B stored [N, K]);
+#                  1.8: GATHER (rows of a table picked by indices on the scratchpad)
 _HEADER = struct.Struct("<8sHHIII32sQII8x")      # 80 bytes
 _CRC_OFFSET = 64                                 # where the header checksum sits
 _ENTRY = struct.Struct("<IIQQII")                # 32 bytes

@@ -21,6 +21,7 @@ file, read by ``spyre_mlir/cost.py`` too):
   cores transferring at the same time) + dma_latency_cycles. It shares DRAM like a DMA and counts as both a read
   and a write of its segment (so DMAs next to it see the mixed bandwidth); its source bytes count as DRAM
   reads and its destination bytes as DRAM writes.
+* GATHER (on the DMA unit): as a DMA load of its m rows; it reads the bandwidth of its segment like one.
 * PT: M and N padded to the PT array (pt_rows x pt_cols) times K, over ``macs_per_cycle(format)`` (the
   slower input format), + pt_latency_cycles.
 * SFU: elements x ``sfu_cycles(class)`` / SFU lanes per core, + sfu_latency_cycles; row reductions are
@@ -45,7 +46,7 @@ from .schedule import Sync
 __all__ = ["Profile", "Event", "UNITS", "model_program"]
 
 UNITS = ("DMA", "PT", "SFU", "RING", "HOST")
-_UNIT = {Op.DMA_LOAD: 0, Op.DMA_STORE: 0, Op.RESTICK: 0, Op.MATMUL: 1, Op.SFU: 2, Op.REDUCE: 2,
+_UNIT = {Op.DMA_LOAD: 0, Op.DMA_STORE: 0, Op.RESTICK: 0, Op.GATHER: 0, Op.MATMUL: 1, Op.SFU: 2, Op.REDUCE: 2,
          Op.RING_SEND: 3, Op.RING_REDUCE: 3, Op.HOST: 4}
 
 REFINE_PASSES = 2      # timeline passes that re-estimate how many cores share DRAM bandwidth
@@ -180,11 +181,12 @@ def model_program(prog, target, steps) -> Profile:
     for s in steps:
         if isinstance(s, Sync):
             segs.append([set(), set()])
-        elif s.op in (Op.DMA_LOAD, Op.DMA_STORE, Op.RESTICK):
+        elif s.op in (Op.DMA_LOAD, Op.DMA_STORE, Op.RESTICK, Op.GATHER):
             dmas.append(s)
             seg_of.append(len(segs) - 1)
             segs[-1][0].add(s.core)
-            segs[-1][1].update((Op.DMA_LOAD, Op.DMA_STORE) if s.op is Op.RESTICK else (s.op,))
+            segs[-1][1].update((Op.DMA_LOAD, Op.DMA_STORE) if s.op is Op.RESTICK else
+                               (Op.DMA_LOAD,) if s.op is Op.GATHER else (s.op,))
     gbps = {id(s): (target.restickify_gbps if s.op is Op.RESTICK else
                     target.dram_mixed_gbps if len(segs[g][1]) == 2 else
                     target.dram_write_gbps if Op.DMA_STORE in segs[g][1] else target.dram_read_gbps)
@@ -205,7 +207,7 @@ def model_program(prog, target, steps) -> Profile:
     return Profile(
         target=target.name, num_cores=C, clock_ghz=target.clock_ghz, cycles=float(free.max()),
         busy=tuple(tuple(float(x) for x in row) for row in busy),
-        dram_read_bytes=total({Op.DMA_LOAD}, "nbytes") + sum(r[4] for r in rst),
+        dram_read_bytes=total({Op.DMA_LOAD, Op.GATHER}, "nbytes") + sum(r[4] for r in rst),
         dram_write_bytes=total({Op.DMA_STORE}, "nbytes") + sum(r[5] for r in rst),
         ring_bytes=total({Op.RING_SEND, Op.RING_REDUCE}, "nbytes"), host_bytes=total({Op.HOST}, "nbytes"),
         pt_macs=total({Op.MATMUL}, "useful_macs"), pt_padded_macs=total({Op.MATMUL}, "macs"),
@@ -217,7 +219,7 @@ def model_program(prog, target, steps) -> Profile:
 def _duration(ins, C: int, target, gbps: dict, share: dict, per_cycle: float) -> float:
     """Cycles one instruction keeps its unit busy (see the module docstring)."""
     op, lanes = ins.op, target.sfu_lanes_per_core
-    if op in (Op.DMA_LOAD, Op.DMA_STORE):
+    if op in (Op.DMA_LOAD, Op.DMA_STORE, Op.GATHER):
         return ins.nbytes * share[id(ins)] / (gbps[id(ins)] * per_cycle) + target.dma_latency_cycles
     if op is Op.RESTICK:
         return (max(ins.restick[4], ins.restick[5]) * share[id(ins)] / (gbps[id(ins)] * per_cycle)

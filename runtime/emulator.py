@@ -455,6 +455,28 @@ class Restick:
             self.dst.shadow_pad[...] = 0
 
 
+class Gather:
+    """GATHER: rows of a device table picked by indices on the scratchpad (an embedding lookup), copied whole
+    (bits, shadow included) to dense scratchpad rows. An index outside the table is a run-time error naming the
+    instruction: which rows are read depends on the data, so the loader cannot prove it."""
+
+    def __init__(self, device: Memory, sp: Memory, gather, base: int, label: str):
+        dev, stride, dst, idx, fmt, m, n, k = gather
+        self.n, self.label = n, label
+        self.ids = sp.bytes[base + idx:base + idx + m * fmt.nbytes(1)].view(fmt.storage_dtype)
+        arrays = [(device.bytes, sp.bytes)] + ([(device.shadow, sp.shadow)] if device.shadow is not None else [])
+        self.pairs = [(_strided(d, base + dst, (m, k), (k, 1)), _strided(s, dev, (n, k), (stride, 1)))
+                      for s, d in arrays]
+
+    def __call__(self) -> None:
+        ids = self.ids.astype(np.intp)
+        bad = (ids < 0) | (ids >= self.n)
+        if bad.any():
+            raise SpyreRuntimeError(f"{self.label}: index {int(ids[bad][0])} is outside the table's {self.n} rows")
+        for d, s in self.pairs:
+            np.take(s, ids, axis=0, out=d)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # SFU arithmetic (fp32)
 # ---------------------------------------------------------------------------------------------------------
@@ -822,6 +844,11 @@ class Machine:
             src, dst, shape, fmt, _, _ = s.restick
             self._cdev[s.dev_writes] = False
             return Restick(self.device, src, dst, shape, fmt)
+        if s.op is Op.GATHER:
+            st = s.core * self.stride // STICK_BYTES + s.sp_writes
+            self._csp[st] = False
+            self._fresh(st)
+            return Gather(self.device, self.sp, s.gather, s.core * self.stride, s.label)
         if s.op is Op.HOST:
             self._cdev[s.dev_writes] = False
             return self._prepare_host(s)

@@ -55,6 +55,7 @@ class Op(enum.IntEnum):
     RING_REDUCE = 9  # reduce-sum of a tile across a group of cores (split-K)
     HOST = 10        # run entry k of the metadata host_ops table on the host (numpy)
     RESTICK = 11     # device memory -> device memory: swap the last two dims of [m, n, k] (DMA engine)
+    GATHER = 12      # device rows picked by indices on the scratchpad -> scratchpad (an embedding lookup)
 
 
 class SfuFn(enum.IntEnum):
@@ -184,6 +185,13 @@ FIELDS: dict[Op, dict[str, str]] = {
                  "k": "source cols (destination rows)", "f0": "format of both tensors"},
 }
 FIELDS[Op.DMA_STORE] = FIELDS[Op.DMA_LOAD]
+FIELDS[Op.GATHER] = {
+    "dev": "device byte address of the table's first row (a constant or input buffer)",
+    "a0": "scratchpad byte address of the first destination row (rows k bytes apart)",
+    "a1": "scratchpad byte address of the m indices", "f0": "index format (int32 or int64)",
+    "a2": "table row stride (bytes)", "m": "rows to gather (>= 1)",
+    "n": "table rows: every index must be in [0, n) (checked when it runs)", "k": "bytes per row (whole sticks)",
+}
 
 
 @functools.lru_cache(maxsize=4096)

@@ -9,7 +9,7 @@ A served model runs a prefill program and a decode program over the same weights
 * each entry keeps its own inputs, outputs and scratch, renamed ``"<entry>:<name>"`` and placed after the
   shared buffers; scratch buffers that shared memory in the entry still do (their regions move as a block).
 
-Device addresses in the code (DMA ``dev``, RESTICK source and destination) are relocated; host ops refer to
+Device addresses in the code (DMA and GATHER ``dev``, RESTICK source and destination) are relocated; host ops refer to
 buffers by name and are renamed. Nothing else in an instruction names device memory.
 """
 
@@ -130,7 +130,7 @@ def link(programs: dict[str, Program], producer: str = "spyre_mlir.runtime.link"
         code = []
         for stream in p.code:
             s = np.array(stream, copy=True)
-            for i in np.flatnonzero(np.isin(s["op"], (Op.DMA_LOAD, Op.DMA_STORE, Op.RESTICK))):
+            for i in np.flatnonzero(np.isin(s["op"], (Op.DMA_LOAD, Op.DMA_STORE, Op.RESTICK, Op.GATHER))):
                 s["dev"][i] = reloc(int(s["dev"][i]))
                 if s["op"][i] == Op.RESTICK:
                     dst = reloc(int(s["a0"][i]) | int(s["a1"][i]) << 32)

@@ -420,6 +420,49 @@ class _Decoder:
             self.fail(f, f"writes into '{buf.name}', a read-only {buf.kind} buffer")
         return buf
 
+    def _gather(self, ins):
+        """GATHER: the table is a constant or input buffer (nothing in the program writes it, so its reads need no
+        ordering and are not listed); the indices it reads are on the scratchpad, checked against the table's
+        rows when it runs."""
+        m, n, k = self.u("m"), self.u("n"), self.u("k")
+        dev, sp, idx, stride = self.u("dev"), self.u("a0"), self.u("a1"), self.u("a2")
+        fmt = _FORMATS.get(self.u("f0"))       # int64 too: the DMA engine reads indices, nothing computes on them
+        if fmt not in (Format.INT32, Format.INT64):
+            self.fail("f0", f"index format code {self.u('f0')} is not int32 or int64")
+        for f, v in (("m", m), ("n", n)):
+            if v < 1:
+                self.fail(f, "count must be >= 1")
+        if k < STICK_BYTES or k % STICK_BYTES:
+            self.fail("k", f"row bytes {k} must be a positive multiple of {STICK_BYTES}")
+        for f, v in (("dev", dev), ("a0", sp), ("a2", stride)):
+            if v % STICK_BYTES:
+                self.fail(f, f"{v} is not a multiple of the {STICK_BYTES}-byte stick")
+        if stride < k:
+            self.fail("a2", f"table row stride {stride} < row bytes {k}: rows overlap")
+        width = fmt.nbytes(1)
+        if idx % width:
+            self.fail("a1", f"indices at {idx} are not {width}-byte aligned")
+        idx_end, sp_end = idx + m * width, sp + m * k
+        for f, end in (("a1", idx_end), ("a0", sp_end)):
+            if end > self.usable:
+                self.fail(f, f"scratchpad range ends at {end}, past the usable scratchpad ({self.usable} B)")
+        if dev >= self.prog.device_bytes:
+            self.fail("dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
+        dev_end = dev + (n - 1) * stride + k
+        buf = self._containing(dev, dev_end)
+        if buf is None:
+            self.fail("dev", f"table range [{dev}, {dev_end}) is not inside one allocated buffer")
+        if buf.kind not in ("constant", "input"):
+            self.fail("dev", f"gathers from '{buf.name}', a {buf.kind} buffer: the table must be a constant or an "
+                             f"input, which nothing writes")
+        if dev_end - dev > self.target.core_span_bytes:
+            self.fail("dev", f"table spans {dev_end - dev} B, more than a core addresses "
+                             f"({self.target.core_span_bytes} B)")
+        ins.sp_reads, ins.sp_writes = sticks(idx, idx_end), sticks(sp, sp_end)
+        ins.nbytes = m * k
+        ins.sp_end = max(sp_end, idx_end)
+        ins.gather = (dev, stride, sp, idx, fmt, m, n, k)
+
     def _restick(self, ins):
         m, n, k = self.u("m"), self.u("n"), self.u("k")
         fmt = self.fmt("f0")

@@ -513,3 +513,25 @@ func.func @epilogue_broadcast_input(%q: tensor<4x16x64x!spyre.dlf16>, %kt: tenso
   }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<4x16x16x!spyre.dlf16>) -> tensor<4x16x16x!spyre.dlf16>
   return %n, %n2 : tensor<4x16x16x!spyre.dlf16>, tensor<4x16x16x!spyre.dlf16>
 }
+
+// -----
+
+// An embedding lookup in a weight runs on the device (kernel "gather": GATHER instructions pick the rows by the
+// indices the device holds); its plan is row tiles of the output (`out0`) and one stick of indices (`idx`). A table
+// computed at run time, or one larger than a core's 256 MB span of device memory, stays with the host's gather.
+// CHECK-LABEL: func.func @embedding
+// CHECK: "spyre.gather"(%{{.*}}, %arg0) {spyre.kernel = "gather"}
+// CHECK: "spyre.gather"(%arg1, %arg0) {spyre.on_host = "no device kernel for spyre.gather
+// CHECK: "spyre.gather"(%{{.*}}, %arg0) {spyre.on_host = "no device kernel for spyre.gather
+// PLAN-LABEL: func.func @embedding
+// PLAN: "spyre.gather"
+// PLAN-SAME: spyre.kernel = "gather", spyre.scratchpad = {idx = {{[0-9]+}} : i64, out0 = {{[0-9]+}} : i64}
+func.func @embedding(%ids: tensor<2x40xi64>, %t: tensor<300x96xf32>)
+    -> (tensor<2x40x96xf32>, tensor<2x40x96xf32>, tensor<2x40x4096xf32>) {
+  %table = arith.constant dense<1.5> : tensor<300x96xf32>
+  %big = arith.constant dense<1.5> : tensor<49159x4096xf32>
+  %0 = "spyre.gather"(%table, %ids) : (tensor<300x96xf32>, tensor<2x40xi64>) -> tensor<2x40x96xf32>
+  %1 = "spyre.gather"(%t, %ids) : (tensor<300x96xf32>, tensor<2x40xi64>) -> tensor<2x40x96xf32>
+  %2 = "spyre.gather"(%big, %ids) : (tensor<49159x4096xf32>, tensor<2x40xi64>) -> tensor<2x40x4096xf32>
+  return %0, %1, %2 : tensor<2x40x96xf32>, tensor<2x40x96xf32>, tensor<2x40x4096xf32>
+}

@@ -181,7 +181,7 @@ def _section_overlap(prog):
 CORRUPTIONS = {
     # container
     "bad magic": (_bytes_set(0, b"NOTSPYRE"), r"header: bad magic"),
-    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.7"),
+    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.8"),
     "truncated": (_raw(lambda b: bytes(b[:-100])), r"header: file is .* \(truncated\)"),
     "extended": (_raw(lambda b: bytes(b) + b"\0" * 7), r"header: file is .* \(extended\)"),
     "header checksum": (_raw(lambda b: bytes(b[:30]) + bytes([b[30] ^ 1]) + bytes(b[31:])),
@@ -431,6 +431,46 @@ def test_restick_field_checks(mutate, pattern):
     assert load_bytes(_restick_program(), target=T2)
     with pytest.raises(BinaryFormatError, match=pattern):
         load_bytes(_restick_program(mutate), target=T2)
+
+
+def _gather_program(mutate=None):
+    """ids (input) -> scratchpad -> GATHER rows of a constant table -> y; a scratch buffer s to point at."""
+    b = ProgramBuilder(T2)
+    table = b.constant("table", np.arange(20 * 64, dtype=np.float32).reshape(20, 64), "dlf16")
+    ids, y = b.input("ids", (1, 8), "int64"), b.output("y", (8, 64), "dlf16")
+    s = b.scratch("s", (20, 64), "dlf16")
+    idx, rows = b.alloc(0, 1, 8, "int64"), b.alloc(0, 8, 64, "dlf16")
+    b.load_tile(0, idx, ids)
+    b.gather(0, rows, table, idx.addr, "int64")
+    b.store_tile(0, rows, y)
+    prog = b.program()
+    if mutate:
+        mutate(prog, table, s, idx)
+    return _reseal(prog)
+
+
+def _ga(field, value):
+    def mutate(prog, table, s, idx):
+        prog.code[0][_find(prog, 0, Op.GATHER)][field] = value(table, s, idx) if callable(value) else value
+    return mutate
+
+
+@pytest.mark.parametrize("mutate,pattern", [
+    (_ga("f0", 2), r"gather.*field 'f0': index format code 2 is not int32 or int64"),
+    (_ga("m", 0), r"gather.*field 'm': count must be >= 1"),
+    (_ga("k", 100), r"gather.*field 'k': row bytes 100 must be a positive multiple of 128"),
+    (_ga("a2", 64), r"gather.*field 'a2': 64 is not a multiple of the 128-byte stick"),
+    (_ga("a1", lambda t, s, i: i.addr + 4), r"gather.*field 'a1': indices at \d+ are not 8-byte aligned"),
+    (_ga("a0", 1 << 30), r"gather.*field 'a0': scratchpad range ends at \d+, past the usable scratchpad"),
+    (_ga("n", 21), r"gather.*field 'dev': table range \[\d+, \d+\) is not inside one allocated buffer"),
+    (_ga("dev", lambda t, s, i: s.addr), r"gather.*field 'dev': gathers from 's', a scratch buffer"),
+    (_ga("a3", 128), r"gather.*field 'a3': must be zero for gather"),
+])
+def test_gather_field_checks(mutate, pattern):
+    """GATHER's fields are checked at load; which table rows it reads is checked when it runs."""
+    assert load_bytes(_gather_program(), target=T2)
+    with pytest.raises(BinaryFormatError, match=pattern):
+        load_bytes(_gather_program(mutate), target=T2)
 
 
 def test_restick_source_must_be_written_and_destination_counts_as_written():

@@ -23,6 +23,7 @@ import pytest
 
 from spyre_mlir.runtime import InputError, ProgramBuilder, load, register_host_function
 from spyre_mlir.runtime.formats import decode, dlf16_encode, dlf16_round, encode
+from spyre_mlir.runtime.emulator import SpyreRuntimeError
 from spyre_mlir.runtime.kernels import build_layernorm, build_matmul, build_rmsnorm, build_softmax
 from spyre_mlir.target import load_target
 from spyre_mlir.tools.run import main as spyre_run
@@ -721,3 +722,34 @@ def test_restick_cycle_model(targets):
     assert len(ev) == 1 and ev[0].unit == "DMA"
     assert ev[0].end - ev[0].start == pytest.approx(nbytes / (t.restickify_gbps / t.clock_ghz)
                                                     + t.dma_latency_cycles)
+
+
+@pytest.mark.parametrize("fmt,idx_fmt", [("dlf16", "int64"), ("fp32", "int32"), ("fp8_e4m3", "int64")])
+def test_gather_picks_table_rows(targets, fmt, idx_fmt):
+    """GATHER copies the table rows the indices on the scratchpad pick (bits, and the exact values in
+    fp32-reference mode) to dense scratchpad rows, on several cores at once, as a DMA load of those rows in the
+    cycle model; an index outside the table is a run-time error naming the instruction."""
+    t = targets[2]
+    b = ProgramBuilder(t)
+    table, ids = b.constant("table", _rng(5).standard_normal((50, 70)).astype(np.float32), fmt), \
+        b.input("ids", (2, 6), idx_fmt)
+    y = b.output("y", (2, 6, 70), fmt)
+    for core in range(2):
+        I = b.alloc(core, 1, 6, idx_fmt)
+        T = b.alloc(core, 6, 70, fmt)
+        b.load_tile(core, I, ids, core)
+        b.gather(core, T, table, I.addr, idx_fmt)
+        b.store_tile(core, T, y, index=(core,))
+    ix = np.array([[0, 49, 3, 3, 17, 8], [5, 1, 0, 22, 49, 30]])
+    exe = b.load()
+    want = decode(fmt, encode(fmt, _rng(5).standard_normal((50, 70)).astype(np.float32)), 70)[ix]
+    assert np.array_equal(exe(ix)[0], want)
+    p = exe.static_profile
+    ev = [e for e in p.events if e.name == "gather"]
+    assert len(ev) == 2 and all(e.unit == "DMA" for e in ev)
+    assert p.dram_read_bytes >= 2 * 6 * table.pitch
+    (ref,) = b.load(numerics="fp32-reference")(ix)
+    assert np.array_equal(ref, want)
+    with pytest.raises(SpyreRuntimeError, match=r"core 1 instruction \d+ \(gather.*index 50 is outside the "
+                                                r"table's 50 rows"):
+        exe(np.array([[0, 1, 2, 3, 4, 5], [0, 0, 50, 0, 0, 0]]))

@@ -6,7 +6,9 @@
 * a transpose of the last two dims (the innermost dim moving) is a RESTICK instruction (:func:`restick`): a
   restickify through device memory on core 0's DMA engine, fenced by barriers;
 * data movement inside the innermost dim, below a stick, is exact 0/1 selection matmuls on the PT array
-  (:func:`col_terms`, for dlf16/fp8 data), every selection matrix loaded once per core.
+  (:func:`col_terms`, for dlf16/fp8 data), every selection matrix loaded once per core;
+* a gather of a weight's rows by indices computed at run time (an embedding lookup) is GATHER instructions
+  (:func:`emit_gather`): the indices' stick loaded, the rows they pick copied into the output tile.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def select(op, target, known) -> str | None:
     it cannot (then the host does). A reshape or slice of a row view is an alias only where a view may go (a
     reshape of one keeps its innermost dim or merges whole source rows, :func:`_keeps_rows`)."""
     name, view = op.operation.name, _is_view(op.operation.operands[0])
+    if name == "spyre.gather":
+        return "gather" if _gathers(op, known, target) else None
     if name == "spyre.reshape" and _is_alias(op) and (same_innermost(op) or not _leaves(op)) and (
             not view or (_keeps_rows(op) and views_ok(op.operation.results[0]))):
         return "alias"
@@ -50,6 +54,48 @@ def select(op, target, known) -> str | None:
     if _selections_fit(op, target):
         return "select-cols"
     return None
+
+
+_GATHER_TABLES = ("f32", "!spyre.dlf16", "f16", "bf16", "f8E4M3FN", "f8E5M2", "i8", "i32")
+
+
+def _gathers(op, known, target) -> bool:
+    """A gather the device runs (kernel ``gather``): rows of a 2-D table known at compile time (a weight: a
+    constant buffer nothing writes) in a format of whole bytes, within a core's span of device memory, picked by
+    int32/int64 indices the device holds as they are (not a row view)."""
+    table, ids = op.operation.operands
+    (tshape, telt), (ishape, ielt) = _tensor_type(table), _tensor_type(ids)
+    if not (table in known and tshape is not None and len(tshape) == 2 and str(telt) in _GATHER_TABLES
+            and str(ielt) in ("i32", "i64") and ishape is not None and not _is_view(ids)):
+        return False
+    return target is None or _tb(tshape[0], tshape[1], format_of(telt)) <= target.core_span_bytes
+
+
+def emit_gather(em, op, loc):
+    """Rows of a weight picked by indices (an embedding lookup): output row r of the [indices, D] view is table
+    row ids[r]. The plan's row tiles (``out0``) split the indices over cores; per tile, each run of indices
+    inside one stick of one row of the indices' tensor loads that stick into ``idx`` and one GATHER copies the
+    rows it picks into the tile, which is then stored. An index outside the table stops the run with an error
+    (the runtime checks each one)."""
+    o = op.operation
+    T, I = em.tensor(o.operands[0]), em.tensor(o.operands[1])
+    O = em.result(op)
+    b, R, D = em.b, O.rows, T.cols
+    kp, tiles = planned(em, op, R)
+    S, w = I.cols, I.fmt.nbytes(1)
+    per = STICK_BYTES // w                     # indices per stick
+    for core, r0, n in tiles:
+        idx = kp.tile_at("idx", 1, per, I.fmt)
+        out = _sub(kp.tile_at("out0", kp.tile[0], D, T.fmt), n, D)
+        r = r0
+        while r < r0 + n:
+            i, s = divmod(r, S)
+            cnt = min(r0 + n - r, S - s, per - s % per)
+            b.dma_load(core, I.addr + i * I.pitch + s // per * STICK_BYTES, idx.addr, (1, STICK_BYTES), loc=loc)
+            b.gather(core, out.row_slice(r - r0, r - r0 + cnt), T.buffer, idx.addr + s % per * w, I.fmt, loc=loc)
+            r += cnt
+        store_rows(b, core, out, O, r0, loc=loc)
+    return kp.cores
 
 
 def _is_view(v) -> bool:
@@ -450,8 +496,9 @@ def _emit_cols(em, op, loc):
 
 
 EMITTERS = {"spyre.transpose": emit_move, "spyre.slice": emit_move, "spyre.concat": emit_move,
-            "spyre.reshape": emit_move}
+            "spyre.reshape": emit_move, "spyre.gather": emit_gather}
 KERNELS = {name: ("dma-rows", "restick", "select-cols") for name in EMITTERS}
+KERNELS["spyre.gather"] = ("gather",)
 KERNELS["spyre.reshape"] = ("alias", "dma-rows", "select-cols")
 KERNELS["spyre.slice"] = ("alias", "dma-rows", "restick", "select-cols")
 KERNELS["spyre.transpose"] = ("alias", "dma-rows", "restick", "select-cols")
