@@ -415,6 +415,22 @@ def test_viewed_result_is_written_in_place(precision):
     assert err <= (DLF16_BOUND if precision == "dlf16" else 1e-5), err
 
 
+def _with_and_without(pass_name, model, x, monkeypatch, **kw):
+    """(the program spyre_mlir.compile builds, the one it builds without kernel-pipeline pass ``pass_name``)."""
+    from spyre_mlir import pipeline
+
+    exe = spyre_mlir.compile(model, (x,), cache_dir=False, **kw)
+    full = pipeline.kernel_pipeline
+    monkeypatch.setattr(pipeline, "kernel_pipeline", lambda *a, **k: full(*a, **k).replace(pass_name + ",", ""))
+    return exe, spyre_mlir.compile(model, (x,), cache_dir=False, **kw)
+
+
+def _cheaper(exe, plain) -> bool:
+    """``exe`` takes fewer modeled cycles and moves fewer DRAM bytes than ``plain``."""
+    p, p0 = exe.static_profile, plain.static_profile
+    return p.cycles < p0.cycles and p.dram_read_bytes + p.dram_write_bytes < p0.dram_read_bytes + p0.dram_write_bytes
+
+
 class SwiGLU(torch.nn.Module):
     """A Llama MLP: down(silu(gate(x)) * up(x)), plus a residual."""
 
@@ -437,21 +453,14 @@ def test_gate_is_computed_by_the_up_projection(precision, cores, shape, monkeypa
     by both weights and hands gate's finished tile to its epilogue, so gate's result never round-trips device
     memory and its A is read once. Bit-identical to the program with two kernels (the same tiles and K order),
     in fewer modeled cycles and DRAM bytes."""
-    from spyre_mlir import pipeline
-
     rows, d, hidden = shape
     torch.manual_seed(0)
     model, x = SwiGLU(d, hidden).eval(), torch.randn(rows, d)
-    exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
-    full = pipeline.kernel_pipeline
-    monkeypatch.setattr(pipeline, "kernel_pipeline", lambda *a, **k: full(*a, **k).replace("spyre-siblings,", ""))
-    plain = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    exe, plain = _with_and_without("spyre-siblings", model, x, monkeypatch, precision=precision, cores=cores)
     assert exe.compile_info.device_ops.count("spyre.matmul") == 2       # up (with gate) and down
     assert plain.compile_info.device_ops.count("spyre.matmul") == 3
     (y,), (y0,) = exe(x), plain(x)
-    assert np.array_equal(y, y0)
-    p, p0 = exe.static_profile, plain.static_profile
-    assert p.cycles < p0.cycles and p.dram_read_bytes + p.dram_write_bytes < p0.dram_read_bytes + p0.dram_write_bytes
+    assert np.array_equal(y, y0) and _cheaper(exe, plain)
     with torch.no_grad():
         ref = model(x).numpy()
     assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
@@ -479,21 +488,13 @@ def test_attention_probabilities_stay_on_the_cores(precision, cores, monkeypatch
     The same P values and one K step: the program with two kernels' result, but for fp32 sums the emulator's BLAS
     may group differently for the P tile's row count (at most one DLFloat16 rounding apart), in fewer modeled
     cycles and DRAM bytes."""
-    from spyre_mlir import pipeline
-
     torch.manual_seed(0)
     model, x = Heads().eval(), torch.randn(1, 64, 256)
-    exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
-    full = pipeline.kernel_pipeline
-    monkeypatch.setattr(pipeline, "kernel_pipeline",
-                        lambda *a, **k: full(*a, **k).replace("spyre-chain-matmuls,", ""))
-    plain = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    exe, plain = _with_and_without("spyre-chain-matmuls", model, x, monkeypatch, precision=precision, cores=cores)
     assert exe.compile_info.device_ops.count("spyre.batch_matmul") == 1
     assert plain.compile_info.device_ops.count("spyre.batch_matmul") == 2
     (y,), (y0,) = exe(x), plain(x)
-    assert np.abs(y - y0).max() <= 2.0**-10 * np.abs(y0).max()
-    p, p0 = exe.static_profile, plain.static_profile
-    assert p.cycles < p0.cycles and p.dram_read_bytes + p.dram_write_bytes < p0.dram_read_bytes + p0.dram_write_bytes
+    assert np.abs(y - y0).max() <= 2.0**-10 * np.abs(y0).max() and _cheaper(exe, plain)
     with torch.no_grad():
         ref = model(x).numpy()
     assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()

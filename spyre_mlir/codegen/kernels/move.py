@@ -22,7 +22,7 @@ from spyre_mlir.passes.analysis import KERNEL
 from spyre_mlir.runtime.assembler import Tile
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 
-from ..common import _attr, _sub, _tb, _tensor_type
+from ..common import EmitError, _attr, _sub, _tb, _tensor_type
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .rows import _role, pipelined, planned
 
@@ -79,6 +79,10 @@ def emit_gather(em, op, loc):
     (the runtime checks each one)."""
     o = op.operation
     T, I = em.tensor(o.operands[0]), em.tensor(o.operands[1])
+    if T.rowmap is not None or T.addr != T.buffer.addr or T.buffer.kind not in ("constant", "input") \
+            or T.buffer.rows != T.rows or I.rowmap is not None:
+        raise EmitError(f"spyre.gather reads a table that is not a whole constant or input buffer "
+                        f"('{T.buffer.name}', {T.buffer.kind}), or indices through a view", o.location)
     O = em.result(op)
     b, R, D = em.b, O.rows, T.cols
     kp, tiles = planned(em, op, R)
