@@ -18,6 +18,8 @@ def graph_pipeline(place_host: bool = True, report: bool = False) -> str:
     if place_host:
         # Nothing is dropped: every op without a device form is kept whole in a spyre.host region.
         steps.append("spyre-place-host{report=true}" if report else "spyre-place-host")
+        # A chain of host regions, each read only by the next, is one region: one host round trip, not one each.
+        steps.append("spyre-merge-host")
         # Elementwise chains become one map: intermediates stay in the SFU instead of round-tripping DRAM.
         steps.append("spyre-fuse-maps")
     return f"builtin.module({','.join(steps)})"

@@ -1,0 +1,94 @@
+"""spyre-merge-host: one host region for a chain of host work, so the device waits for the host once.
+
+spyre-place-host wraps each op the device cannot run in its own `spyre.host` region, and each region is one
+round trip to the host when the program runs (a HOST instruction: the host link's latency plus its bytes). An
+attention mask built from the model's int64 inputs is such a chain: `mask != 0` in one region, its broadcast to
+[B, 1, 1, S] by a data-dependent `tensor.extract` in the next. Here a host region whose result only a later host
+region reads (every use inside that region) moves into it: its ops go first in the reader's body and the reader
+uses the value they yield, so the chain is one region, one result, one round trip. Repeated until no region has
+such a reader. The merged region's `reason` lists the reasons of both, the reader's first. Only regions of
+upstream ops merge: one holding a spyre op (an f64 map the device cannot run) is host code the emitter runs by
+another path, and stays as it is.
+
+```mlir
+%m = "spyre.host"() ({ ... "spyre.yield"(%ne) }) {reason = "int64 index math"}
+%b = "spyre.host"() ({ ... tensor.extract %m[...] ... "spyre.yield"(%g) }) {reason = "data-dependent ..."}
+// ->
+%b = "spyre.host"() ({ ... %ne = ...; ... tensor.extract %ne[...] ... "spyre.yield"(%g) })
+         {reason = "data-dependent ...; int64 index math"}
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+
+from spyre_mlir.passes.analysis import function_ops
+from spyre_mlir.passes.base import SpyrePass
+
+
+@dataclasses.dataclass
+class MergeHostPass(SpyrePass):
+    NAME = "spyre-merge-host"
+    SUMMARY = "Move a host region whose result only a later host region reads into that region"
+
+    def run(self, module: ir.Operation) -> None:
+        for func in function_ops(module):
+            block = func.regions[0].blocks[0]
+            merged = True
+            while merged:
+                merged = False
+                for o in list(block.operations):
+                    reader = _only_host_reader(o.operation)
+                    if reader is not None:
+                        _merge(o.operation, reader)
+                        merged = True
+                        break
+
+
+def _host_region_of(op: ir.Operation) -> ir.Operation | None:
+    """The outermost `spyre.host` op ``op`` is nested in (or is), else None."""
+    outer = None
+    while op is not None and op.name != "func.func":
+        if op.name == "spyre.host":
+            outer = op
+        op = op.parent
+    return outer
+
+
+def _upstream(host: ir.Operation) -> bool:
+    """A host region of upstream ops only (linalg, tensor, arith, math...): no spyre op but its yield."""
+    def walk(block) -> bool:
+        return all(not (o.operation.name.startswith("spyre.") and o.operation.name != "spyre.yield")
+                   and all(walk(b) for r in o.operation.regions for b in r.blocks)
+                   for o in block.operations)
+    return all(walk(b) for b in host.regions[0].blocks)
+
+
+def _only_host_reader(op: ir.Operation) -> ir.Operation | None:
+    """For a `spyre.host` op of upstream ops, the other such host op every use of its result is inside, else
+    None."""
+    if op.name != "spyre.host" or not list(op.results[0].uses) or not _upstream(op):
+        return None
+    readers = {_host_region_of(u.owner.operation if hasattr(u.owner, "operation") else u.owner)
+               for u in op.results[0].uses}
+    if len(readers) != 1:
+        return None
+    reader = readers.pop()
+    return reader if reader is not None and reader != op and _upstream(reader) else None
+
+
+def _merge(src: ir.Operation, dst: ir.Operation) -> None:
+    """Move ``src``'s body to the front of ``dst``'s, ``dst`` using what it yielded; erase ``src``."""
+    body, first = src.regions[0].blocks[0], dst.regions[0].blocks[0].operations[0]
+    ops = list(body.operations)
+    value = ops[-1].operation.operands[0]
+    for o in ops[:-1]:
+        o.operation.move_before(first)
+    src.results[0].replace_all_uses_with(value)
+    reasons = [ir.StringAttr(x.attributes["reason"]).value for x in (dst, src)]
+    dst.attributes["reason"] = ir.StringAttr.get("; ".join(dict.fromkeys(r for rs in reasons
+                                                                          for r in rs.split("; "))))
+    src.erase()
