@@ -59,13 +59,13 @@ class SchedulePass(SpyrePass):
     def _crosses(op: ir.Operation, models: dict) -> bool:
         """Whether any reader of the op's result reads it on other cores than those that wrote it. An epilogue
         map is written by its producer's kernel, so its producer answers for it, through it to its readers."""
-        if _applied(op):
+        if _kernel_in(op, *_APPLIED):
             return False
         held = result_blocks(*models[op])
         for use in _readers(op):
             if _op(use.owner).name == "func.return":
                 continue
-            if _chained(_op(use.owner)):
+            if _kernel_in(_op(use.owner), "chained"):
                 return True             # its V is read by the kernel it is chained to, on that kernel's cores
             reader = models.get(_op(use.owner))
             if held is None or reader is None or operand_blocks(*reader, use.operand_number) != held:
@@ -77,19 +77,13 @@ def _op(o) -> ir.Operation:
     return o.operation if isinstance(o, ir.OpView) else o
 
 
-def _is_epilogue(op: ir.Operation) -> bool:
-    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "epilogue"
+def _kernel_in(op: ir.Operation, *kernels: str) -> bool:
+    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value in kernels
 
 
-def _applied(op: ir.Operation) -> bool:
-    """An epilogue, or a matmul another matmul's kernel computes (kernel `sibling` or `chained`): no kernel of its
-    own writes its result."""
-    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value in ("epilogue", "sibling",
-                                                                                      "chained")
-
-
-def _chained(op: ir.Operation) -> bool:
-    return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == "chained"
+# Kernels another op's kernel runs (an epilogue; a matmul computed beside or chained to another): none writes its
+# result itself.
+_APPLIED = ("epilogue", "sibling", "chained")
 
 
 def _readers(op: ir.Operation):
@@ -98,8 +92,8 @@ def _readers(op: ir.Operation):
     that crosses cores."""
     for use in op.results[0].uses:
         owner = _op(use.owner)
-        if (_is_epilogue(owner) and epilogue_source(owner) == use.operand_number) or \
-                (_chained(owner) and use.operand_number == 0):
+        if (_kernel_in(owner, "epilogue") and epilogue_source(owner) == use.operand_number) or \
+                (_kernel_in(owner, "chained") and use.operand_number == 0):
             yield from _readers(owner)
         else:
             yield use

@@ -136,7 +136,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     for bi_, (a0, b0, o0) in enumerate(batches):
         base = (bi_ * ngroups // len(batches)) * group      # contiguous blocks of batches per core group
         if chain is not None:           # one core per group (a softmax epilogue: no N or K split)
-            load_rows(b, base, _sub(T[base]["V"][bi_ % 2], tn, T[base]["DV"]), chain[0], bi_ * N, 0, loc=loc)
+            load_rows(b, base, _sub(T[base]["V"][bi_ % 2], tn, T[base]["DV"]), chain[0], o0 // M * N, 0, loc=loc)
         for blk in range(gm * gn):
             bm, bn = divmod(blk, gn)
             members = [base + blk * gk + kk for kk in range(gk)]
@@ -301,7 +301,7 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
         column's other cores (gn is 1: a softmax epilogue takes whole rows)."""
         t = T[base]
         Vt = _sub(t["V"][bi_ % 2], nb, t["DV"])
-        v0 = batches[bi_][2] // M * N           # the batch's first row of V
+        v0 = batches[bi_][2] // M * N           # the batch's first row of V (its output rows start at o0)
         for core in cores:
             bm = (core - base) // gn
             lo, hi = row_parts(Vt.rows, gm)[bm]
@@ -538,8 +538,8 @@ def emit_matmul(em, op, loc):
     chain = _chain(em, op)
     O, rnd, wide = _output(em, op, chain)
     bias_t = em.tensor(bias) if bias is not None else None
-    epi, sib = _epilogue(em, op, O, chain), None
-    found = sibling_of(op)
+    found, sib = sibling_of(op), None
+    epi = _epilogue(em, op, O, chain, found)
     if found is not None:
         g = found[1]
         sib = _rhs(em, g, g.operands[1])
@@ -597,15 +597,14 @@ def _chain(em, op):
     return em.tensor(_viewed(v)).reshaped(_tensor_type(v)[0]), em.result(pv)
 
 
-def _epilogue(em, op, O, chain=None):
+def _epilogue(em, op, O, chain=None, sib=None):
     """(the map this matmul applies before its stores (rows.epilogue), the device tensors of its further
-    inputs, as [rows, N] views like O's, None for the one its sibling computes (:func:`sibling_of`), the
-    sibling's result format or None), the map's result then being O; or None."""
+    inputs, as [rows, N] views like O's, None for the one its sibling ``sib`` computes (:func:`sibling_of`'s
+    answer), the sibling's result format or None), the map's result then being O; or None."""
     found = epilogue_of(op)
     if found is None:
         return None
     epi_op, epi = found
-    sib = sibling_of(op)
     res = epi_op.operation.results[0]
     shape = _tensor_type(res)[0]
     if chain is None:
