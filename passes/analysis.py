@@ -54,6 +54,16 @@ def is_device_op(op) -> bool:
     return True
 
 
+def upstream_host(host: ir.Operation) -> bool:
+    """A `spyre.host` region of upstream ops only (linalg, tensor, arith, math...): no spyre op but its yield. One
+    holding a spyre op (an f64 map the device cannot run) is host code the emitter runs by another path."""
+    def walk(block) -> bool:
+        return all(not (o.operation.name.startswith("spyre.") and o.operation.name != "spyre.yield")
+                   and all(walk(b) for r in o.operation.regions for b in r.blocks)
+                   for o in block.operations)
+    return all(walk(b) for b in host.regions[0].blocks)
+
+
 def device_ops(module: ir.Operation) -> list[ir.Operation]:
     """Device ops in program order: spyre ops other than host/yield, not nested in a spyre.host, not computed
     at compile time (``spyre.const_fold``, see :func:`compile_time`) and not sent to the host for want of a

@@ -25,7 +25,7 @@ import dataclasses
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import function_ops
+from spyre_mlir.passes.analysis import function_ops, upstream_host
 from spyre_mlir.passes.base import SpyrePass
 
 
@@ -58,26 +58,17 @@ def _host_region_of(op: ir.Operation) -> ir.Operation | None:
     return outer
 
 
-def _upstream(host: ir.Operation) -> bool:
-    """A host region of upstream ops only (linalg, tensor, arith, math...): no spyre op but its yield."""
-    def walk(block) -> bool:
-        return all(not (o.operation.name.startswith("spyre.") and o.operation.name != "spyre.yield")
-                   and all(walk(b) for r in o.operation.regions for b in r.blocks)
-                   for o in block.operations)
-    return all(walk(b) for b in host.regions[0].blocks)
-
-
 def _only_host_reader(op: ir.Operation) -> ir.Operation | None:
     """For a `spyre.host` op of upstream ops, the other such host op every use of its result is inside, else
     None."""
-    if op.name != "spyre.host" or not list(op.results[0].uses) or not _upstream(op):
+    if op.name != "spyre.host" or not list(op.results[0].uses) or not upstream_host(op):
         return None
     readers = {_host_region_of(u.owner.operation if hasattr(u.owner, "operation") else u.owner)
                for u in op.results[0].uses}
     if len(readers) != 1:
         return None
     reader = readers.pop()
-    return reader if reader is not None and reader != op and _upstream(reader) else None
+    return reader if reader is not None and reader != op and upstream_host(reader) else None
 
 
 def _merge(src: ir.Operation, dst: ir.Operation) -> None:

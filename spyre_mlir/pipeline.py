@@ -64,6 +64,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         # One function per card and step, @main their schedule: each card's share is a one-card program.
         steps.append("spyre-partition-cards" + opts(target=target))
     steps += [
+        # Host regions that can run at the same point are one call to the host: one round trip's latency, not many.
+        "spyre-round-trips",
         # A matmul only another's epilogue reads, of the same lhs (an MLP's gate), computed by that one's kernel.
         "spyre-siblings",
         # Spread each op over the cores (grid), with the cost model choosing splits.

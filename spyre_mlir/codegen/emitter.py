@@ -302,9 +302,20 @@ class Emitter:
                     self._host_read.add(v)
         for v in outs:
             self._last_use[v] = len(body)
+        # Literals and constants are values before any instruction runs (a later pass may place one after a
+        # host op of a round trip that reads it); host ops of one round trip (spyre-round-trips) run in one host
+        # call, at the first of them.
+        trips: dict[int, list] = {}
+        for i, op in enumerate(body):
+            if placement[i] == "known":
+                self._known(op)
+            elif op.operation.name == "spyre.host" and "round_trip" in op.operation.attributes:
+                trips.setdefault(_attr(op, "round_trip"), []).append(op)
         for i, op in enumerate(body):
             self._op_index = i
-            self._emit_op(op, placement[i])
+            trip = trips.get(_attr(op, "round_trip")) if op.operation.name == "spyre.host" else None
+            if placement[i] != "known" and (trip is None or trip[0].operation == op.operation):
+                self._emit_op(op, placement[i], trip[1:] if trip else ())
             self._free_dead(i, op)
         self._emit_outputs(outs, ret)
         try:
@@ -383,15 +394,12 @@ class Emitter:
         if "spyre.name" in o.attributes:
             self._const_names[r] = ir.StringAttr(o.attributes["spyre.name"]).value
 
-    def _emit_op(self, op, where):
+    def _emit_op(self, op, where, round_trip=()):
         name = op.operation.name
         loc = _loc(op)
-        if where == "known":
-            self._known(op)
-            return
         self._check_views(op, where)
         if where == "host":
-            emit_host(self, op, loc)
+            emit_host(self, op, loc, round_trip)
             return
         if _attr(op, KERNEL) == "alias":
             src = op.operation.operands[0]

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from torch_mlir import ir
+
 from spyre_mlir.passes.analysis import reads as values_read
 
 from . import hostprog
@@ -18,14 +20,27 @@ from .memory import load_rows, store_rows
 __all__ = ["emit_host", "materialize_for_host"]
 
 
-def emit_host(em, op, loc):
+def emit_host(em, op, loc, group=()):
     """Run op (a spyre.host region or a device op without a kernel) on the host: through the runtime's
-    own gather/copy when they compute it, else through spyre_mlir.eval."""
+    own gather/copy when they compute it, else through spyre_mlir.eval. ``group``: the later spyre.host ops of
+    op's round trip (spyre-round-trips), computed in the same host call."""
     name = op.operation.name
     reads = values_read(op)
+    aliases = {}
     if name == "spyre.host":
-        body = list(op.operation.regions[0].blocks[0].operations)
-        ops, outs = body[:-1], list(body[-1].operation.operands)
+        ops, outs = [], []
+        for member in (op, *group):
+            body = list(member.operation.regions[0].blocks[0].operations)
+            ops += body[:-1]
+            outs.append(body[-1].operation.operands[0])
+            # A later member reads an earlier one's result: inside the call, the value that member yields.
+            aliases[member.operation.results[0]] = outs[-1]
+        reads = list(dict.fromkeys(v for member in (op, *group) for v in values_read(member) if v not in aliases))
+        for v in reads:
+            if v not in em.dev and v not in em.known and not _literal(v):
+                raise EmitError(f"a host op of round trip {_attr(op, 'round_trip')} reads a value computed after "
+                                f"the round trip's first host op (spyre-round-trips places them together)",
+                                op.operation.location)
         reason = _attr(op, "reason", "")
     else:
         ops, outs = [op], list(op.operation.results)
@@ -34,13 +49,13 @@ def emit_host(em, op, loc):
     jit = prog = None
     if name == "spyre.host":
         try:
-            jit = em.hostmod.add(ops, reads, outs, op.operation.location)
+            jit = em.hostmod.add(ops, reads, outs, op.operation.location, aliases)
             reads = jit[1]
         except hostprog.Unsupported as e:
             jit, why_not_jit = None, str(e)
     if jit is None:
         try:
-            prog = hostprog.translate_ops(ops, reads, outs)
+            prog = hostprog.translate_ops(ops, reads, outs, aliases)
         except hostprog.Unsupported as e:
             why = f"{why_not_jit}; {e}" if name == "spyre.host" else str(e)
             raise EmitError(f"cannot run {name} on the host: {why}", op.operation.location) from None
@@ -55,7 +70,7 @@ def emit_host(em, op, loc):
             t = materialize_for_host(em, v, t, loc)
             buf = t.buffer
         ins.append(buf)
-    res = [em.result(op, i, host=True) for i in range(len(op.operation.results))]
+    res = [em.result(member, i, host=True) for member in (op, *group) for i in range(len(member.operation.results))]
     native = _native_host_op(op) if name != "spyre.host" else None
     if jit is not None:
         em.b.host(0, "jit", ins, [t.buffer for t in res], loc=loc, fn=jit[0], in_dtypes=jit[2],
@@ -64,10 +79,17 @@ def emit_host(em, op, loc):
         em.b.host(0, native[0], ins, [t.buffer for t in res], loc=loc, **native[1])
     else:
         em.b.host(0, "eval", ins, [t.buffer for t in res], loc=loc, program=prog)
-    em.host_ops.append(f"{name}" + (f" ({reason})" if reason else ""))
-    em.host_locations.append(str(op.operation.location))
+    for member in (op, *group):
+        why = _attr(member, "reason", "") if group else reason
+        em.host_ops.append(f"{name}" + (f" ({why})" if why else ""))
+        em.host_locations.append(str(member.operation.location))
     if em.cores > 1:
         em.barrier(loc)
+
+
+def _literal(v) -> bool:
+    """A literal numpy cannot hold (the host code clones it): no home, yet no value computed later either."""
+    return not isinstance(v.owner, ir.Block) and v.owner.operation.name in ("arith.constant", "tensor.empty")
 
 
 def _native_host_op(op):

@@ -114,9 +114,12 @@ class HostModule:
             self.module = ir.Module.create()
         self.count = 0
 
-    def add(self, ops: list, reads: list, outs: list, loc: ir.Location) -> tuple[str, list, list, list]:
-        """Add a function computing ``outs`` from ``reads`` with ``ops`` (in order). Returns (its name, the read
-        values that are its arguments, argument dtypes, result dtypes)."""
+    def add(self, ops: list, reads: list, outs: list, loc: ir.Location,
+            aliases: dict | None = None) -> tuple[str, list, list, list]:
+        """Add a function computing ``outs`` from ``reads`` with ``ops`` (in order). ``aliases``: values the ops
+        read that are other values they compute (a host op's result, read by a later host op of the same round
+        trip, is the value its body yields). Returns (its name, the read values that are its arguments, argument
+        dtypes, result dtypes)."""
         args = [v for v in reads if not _free(v)]
         in_dtypes = [numpy_dtype(v.type) for v in args]
         out_dtypes = [numpy_dtype(v.type) for v in outs]
@@ -136,6 +139,9 @@ class HostModule:
                         _clone(v.owner.operation, mapping)
                 for op in ops:
                     _clone(op.operation, mapping)
+                    for alias, v in (aliases or {}).items():
+                        if v in mapping and alias not in mapping:
+                            mapping[alias] = mapping[v]
                 func.ReturnOp([mapping[v] for v in outs])
         self.count += 1
         return name, args, in_dtypes, out_dtypes

@@ -208,11 +208,17 @@ class _Translator:
         return step
 
 
-def translate_ops(ops, inputs, outputs) -> dict:
-    """Translate ``ops`` (in order) into a program taking ``inputs`` (MLIR values) and returning ``outputs``."""
+def translate_ops(ops, inputs, outputs, aliases: dict | None = None) -> dict:
+    """Translate ``ops`` (in order) into a program taking ``inputs`` (MLIR values) and returning ``outputs``.
+    ``aliases``: values the ops read that are other values they compute (see ``HostModule.add``)."""
     t = _Translator()
     args = [t.vid(v, create=True) for v in inputs]
-    steps = [t.op(op) for op in ops]
+    steps = []
+    for op in ops:
+        steps.append(t.op(op))
+        for alias, v in (aliases or {}).items():
+            if v in t.ids and alias not in t.ids:
+                t.ids[alias] = t.ids[v]
     return {"args": args, "steps": steps, "results": [t.vid(v) for v in outputs]}
 
 

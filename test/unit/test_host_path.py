@@ -145,3 +145,46 @@ def test_failed_host_check_is_an_error_not_an_abort():
     np.testing.assert_array_equal(call.run([np.array([1, 2, 3, 4])])[0], [2, 4, 6, 8])
     with pytest.raises(HostCodeError, match="the first element must be positive"):
         call.run([np.array([-1, 2, 3, 4])])
+
+
+class _IndexMath(torch.nn.Module):
+    """Three pieces of int64 index math on the inputs (a padding mask, a causal mask, position scales), each read
+    by device work at another point of the program, as a decode step's masks and positions are."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x, pos, mask):
+        h = self.a(x) * (mask != 0).unsqueeze(-1)
+        causal = pos.unsqueeze(-1) >= pos.unsqueeze(-2)
+        h = self.b(torch.where(causal, 1.0, 0.0) @ h)
+        return h * (pos * 2 + 1).unsqueeze(-1).to(h.dtype)
+
+
+def _host_calls(exe) -> int:
+    return sum(1 for s in exe.steps if getattr(s, "op", None) is not None and s.op.name == "HOST")
+
+
+def test_index_math_on_the_inputs_is_one_round_trip(monkeypatch):
+    """Host regions that read only the inputs (spyre-round-trips) run in one host call, before the device work that
+    reads them: the same bits as a call per region, fewer host calls and modeled cycles."""
+    from spyre_mlir import pipeline
+
+    torch.manual_seed(0)
+    model = _IndexMath().eval()
+    x, pos = torch.randn(2, 8, 16), torch.arange(8).repeat(2, 1)
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, :3] = 0
+    exe = spyre_mlir.compile(model, (x, pos, mask), cache_dir=False, cores=4)
+    full = pipeline.kernel_pipeline
+    monkeypatch.setattr(pipeline, "kernel_pipeline", lambda *a, **k: full(*a, **k).replace("spyre-round-trips,", ""))
+    plain = spyre_mlir.compile(model, (x, pos, mask), cache_dir=False, cores=4)
+    assert len([h for h in exe.compile_info.host_ops if h.startswith("spyre.host")]) == 3, exe.compile_info.host_ops
+    assert _host_calls(exe) == _host_calls(plain) - 2, (_host_calls(exe), _host_calls(plain))
+    assert exe.static_profile.cycles < plain.static_profile.cycles
+    got = exe(x, pos, mask)[0]
+    np.testing.assert_array_equal(got, plain(x, pos, mask)[0])
+    with torch.no_grad():
+        ref = model(x, pos, mask).numpy()
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-2
