@@ -801,9 +801,9 @@ class HostOp(SpyreOp, name="host"):
 
     The region reads values from above (like `scf.execute_region`), so its inputs are exactly the values it
     captures. One result per host op: IRDL cannot type a variadic group of different tensors. `reason` says why
-    the work stayed on the host; the placement report prints it. Host ops with the same optional `round_trip`
-    (spyre-round-trips) run as one call to the host, at the first of them: what the later ones read is computed
-    before it, or by an earlier op of the group.
+    the work stayed on the host; the placement report prints it. Host work with the same `spyre.round_trip`
+    (spyre-round-trips) runs as one call to the host, at the first of it: what the rest reads is computed before
+    it, or by an earlier op of the group.
     """
 
     result: Result[Any]
@@ -819,8 +819,6 @@ class HostOp(SpyreOp, name="host"):
         if ops[-1].operation.operands[0].type != self.result.type:
             raise _Invalid("yielded type must match the result type")
         _str_attr(self, "reason")
-        if (_int_attr(self, "round_trip") or 0) < 0:
-            raise _Invalid("round_trip must be >= 0")
 
 
 class YieldOp(SpyreOp, name="yield", traits=[ir.IsTerminatorTrait]):

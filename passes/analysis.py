@@ -30,6 +30,7 @@ DOUBLE_BUFFER = "spyre.double_buffer"         # spyre-schedule
 CONST_FOLD = "spyre.const_fold"               # spyre-select-kernels: computed while compiling
 KERNEL = "spyre.kernel"                       # spyre-select-kernels: the device kernel that runs the op
 ON_HOST = "spyre.on_host"                     # spyre-select-kernels: why no device kernel runs the op
+ROUND_TRIP = "spyre.round_trip"               # spyre-round-trips: host work that runs in one call to the host
 BARRIER = "spyre.barrier"                     # spyre-schedule
 SHARE_OF = "spyre.share_of"                   # spyre-partition-cards: (B, N) of the matmul a card's share is of
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyre_mlir.passes.analysis import KERNEL, ON_HOST, is_const_fold, producer, reads
+from spyre_mlir.passes.analysis import KERNEL, ON_HOST, ROUND_TRIP, is_const_fold, producer, reads
 from spyre_mlir.runtime.assembler import ProgramBuilder
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
 from spyre_mlir.runtime.formats import Format
@@ -309,11 +309,11 @@ class Emitter:
         for i, op in enumerate(body):
             if placement[i] == "known":
                 self._known(op)
-            elif op.operation.name == "spyre.host" and "round_trip" in op.operation.attributes:
-                trips.setdefault(_attr(op, "round_trip"), []).append(op)
+            elif ROUND_TRIP in op.operation.attributes:
+                trips.setdefault(_attr(op, ROUND_TRIP), []).append(op)
         for i, op in enumerate(body):
             self._op_index = i
-            trip = trips.get(_attr(op, "round_trip")) if op.operation.name == "spyre.host" else None
+            trip = trips.get(_attr(op, ROUND_TRIP))
             if placement[i] != "known" and (trip is None or trip[0].operation == op.operation):
                 self._emit_op(op, placement[i], trip[1:] if trip else ())
             self._free_dead(i, op)

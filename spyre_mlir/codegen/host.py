@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from spyre_mlir.passes.analysis import ON_HOST, ROUND_TRIP
 from spyre_mlir.passes.analysis import reads as values_read
 
 from . import hostprog
@@ -22,28 +23,31 @@ __all__ = ["emit_host", "materialize_for_host"]
 
 def emit_host(em, op, loc, group=()):
     """Run op (a spyre.host region or a device op without a kernel) on the host: through the runtime's
-    own gather/copy when they compute it, else through spyre_mlir.eval. ``group``: the later spyre.host ops of
-    op's round trip (spyre-round-trips), computed in the same host call."""
+    own gather/copy when they compute it, else through spyre_mlir.eval. ``group``: the rest of op's round trip
+    (spyre-round-trips: more spyre.host regions, or more device ops without a kernel), computed in the same host
+    call."""
     name = op.operation.name
-    reads = values_read(op)
-    aliases = {}
-    if name == "spyre.host":
-        ops, outs = [], []
-        for member in (op, *group):
+    members = (op, *group)
+    ops, outs, aliases = [], [], {}
+    for member in members:
+        if name == "spyre.host":
             body = list(member.operation.regions[0].blocks[0].operations)
             ops += body[:-1]
             outs.append(body[-1].operation.operands[0])
             # A later member reads an earlier one's result: inside the call, the value that member yields.
             aliases[member.operation.results[0]] = outs[-1]
-        reads = list(dict.fromkeys(v for member in (op, *group) for v in values_read(member) if v not in aliases))
-        for v in reads:
-            if v not in em.dev and v not in em.known and not _literal(v):
-                raise EmitError(f"a host op of round trip {_attr(op, 'round_trip')} reads a value computed after "
-                                f"the round trip's first host op (spyre-round-trips places them together)",
-                                op.operation.location)
+        else:
+            ops.append(member)
+            outs += list(member.operation.results)
+    inner = set(aliases) | {r for m in members for r in m.operation.results}
+    reads = list(dict.fromkeys(v for m in members for v in values_read(m) if v not in inner))
+    for v in reads if group else ():
+        if v not in em.dev and v not in em.known and not _literal(v):
+            raise EmitError(f"host work of round trip {_attr(op, ROUND_TRIP)} reads a value computed after the "
+                            f"round trip's first op (spyre-round-trips places them together)", op.operation.location)
+    if name == "spyre.host":
         reason = _attr(op, "reason", "")
     else:
-        ops, outs = [op], list(op.operation.results)
         reason = _attr(op, "spyre.on_host") or ("computed from parameters given at run time"
                                                 if _attr(op, "spyre.const_fold") else "")
     jit = prog = None
@@ -70,8 +74,8 @@ def emit_host(em, op, loc, group=()):
             t = materialize_for_host(em, v, t, loc)
             buf = t.buffer
         ins.append(buf)
-    res = [em.result(member, i, host=True) for member in (op, *group) for i in range(len(member.operation.results))]
-    native = _native_host_op(op) if name != "spyre.host" else None
+    res = [em.result(member, i, host=True) for member in members for i in range(len(member.operation.results))]
+    native = _native_host_op(op) if name != "spyre.host" and not group else None
     if jit is not None:
         em.b.host(0, "jit", ins, [t.buffer for t in res], loc=loc, fn=jit[0], in_dtypes=jit[2],
                   out_dtypes=jit[3])
@@ -79,8 +83,8 @@ def emit_host(em, op, loc, group=()):
         em.b.host(0, native[0], ins, [t.buffer for t in res], loc=loc, **native[1])
     else:
         em.b.host(0, "eval", ins, [t.buffer for t in res], loc=loc, program=prog)
-    for member in (op, *group):
-        why = _attr(member, "reason", "") if group else reason
+    for member in members:
+        why = reason if not group else _attr(member, "reason" if name == "spyre.host" else ON_HOST, "")
         em.host_ops.append(f"{name}" + (f" ({why})" if why else ""))
         em.host_locations.append(str(member.operation.location))
     if em.cores > 1:
