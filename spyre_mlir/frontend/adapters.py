@@ -152,12 +152,16 @@ def index_copy_as_selection(x: torch.Tensor, dim: int, index: torch.Tensor, sour
     positions stay an input (no recompile per step)."""
     dim = dim % x.dim()
     length = x.shape[dim]
-    hit = index.reshape(-1, 1) == torch.arange(length, device=x.device, dtype=index.dtype).reshape(1, -1)
+    slots = torch.arange(length, device=x.device, dtype=index.dtype)
+    hit = index.reshape(-1, 1) == slots.reshape(1, -1)
     moved = source.movedim(dim, -1)                                     # [..., T]
     placed = torch.matmul(moved, hit.to(source.dtype)).movedim(-1, dim)   # [..., L] -> x's layout
     shape = [1] * x.dim()
     shape[dim] = length
-    return torch.where(hit.any(0).reshape(shape), placed, x)
+    # Which slots a new row lands on, from the positions alone (index math, with the rest of it on the host), as
+    # [L, 1] when dim is not the last: reshaped to x's rank it keeps its innermost dim, a view of the same bytes.
+    covered = (slots.reshape(-1, 1) == index.reshape(1, -1)).any(-1, keepdim=dim != x.dim() - 1)
+    return torch.where(covered.reshape(shape), placed, x)
 
 
 def histc_as_counts(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:

@@ -51,6 +51,9 @@ def test_cache_stays_on_the_device_and_programs_are_prepared_once(monkeypatch):
         assert not state & set(exe.input_names + exe.output_names)
     # The decode step's host traffic (ids, positions, the mask) is less than one layer's cache.
     assert decode.static_profile.host_bytes < min(b.nbytes for b in decode.state_buffers)
+    # Two round trips to the host per step, whatever the layer count: the index math of the positions, masks and
+    # cache slots (one call), RoPE's cos and sin (no SFU function: one call).
+    assert len(decode.program.host_ops) == 2, [h["op"] for h in decode.program.host_ops]
     # A second prompt of the same sizes reuses the loaded programs: no compile, no load.
     calls = []
     monkeypatch.setattr("spyre_mlir.compiler._build", lambda *a, **k: calls.append(a))
