@@ -34,6 +34,9 @@ Rules (docs/compiler.md, "After spyre-reduce-precision"):
 * `spyre.map` bodies keep computing in f32: block arguments and the yielded value of a reduced-precision tensor
   stay (or become) f32; a body written for another float width (f16, f64) gets an arith.extf/truncf.
 * Afterwards identity casts are removed and a plain cast of a plain cast back to the original type folds away.
+* Persistent state (`spyre.state`: a KV cache) that a device op computes and only device ops read is held in the
+  activation format: the argument and the result of that state get its type, with no cast in or out (its values
+  are in that format already). State the host reads or computes keeps its model type.
 """
 
 import dataclasses
@@ -41,6 +44,7 @@ import dataclasses
 from torch_mlir import ir
 from torch_mlir.dialects import arith
 
+from spyre_mlir import params
 from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.analysis import function_ops, is_device_op, is_param, is_plain_cast, producer
 from spyre_mlir.passes.base import OptionError, SpyrePass
@@ -75,6 +79,7 @@ class ReducePrecisionPass(SpyrePass):
             for func in function_ops(module):
                 for block in func.regions[0].blocks:
                     _Retyper(act, weight, func).run(block)
+                _narrow_device_state(func, act)
             # Later stages (the emitter records it in the binary) need to know the policy.
             module.attributes["spyre.precision"] = ir.StringAttr.get(self.precision)
 
@@ -172,6 +177,39 @@ class _Retyper:
                 model = self.model_type.get(v)
                 if model is not None and v.type != model:
                     reader.operands[i] = self._cast(v, ir.RankedTensorType(model).element_type, op)
+
+
+def _narrow_device_state(func: ir.Operation, act: ir.Type) -> None:
+    """Persistent state (a `spyre.state` argument and the result of the same name: a KV cache) whose new value a
+    device op computes, and which only device ops read, is held in the activation format. Its values are in that
+    format already (computed on the device, widened only to be stored and narrowed again when read), so nothing
+    changes but the bytes: a cast of the whole state on the way in and on the way out, and half of every copy. A
+    state the host reads or computes keeps its model type (a counter the host increments must stay exact)."""
+    block = func.regions[0].blocks[0]
+    ret = block.operations[len(block.operations) - 1].operation
+    if ret.name != "func.return" or "function_type" not in func.attributes:
+        return
+    arg_of = {ir.StringAttr(d["spyre.state"]).value: i for i, d in enumerate(params.arg_dicts(func))
+              if "spyre.state" in d}
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    ins, outs = list(ftype.inputs), list(ftype.results)
+    for o, d in enumerate(params.result_dicts(func)):
+        i = arg_of.get(ir.StringAttr(d["spyre.state"]).value) if "spyre.state" in d else None
+        if i is None or not is_float_tensor(block.arguments[i].type):
+            continue
+        arg, narrow = block.arguments[i], with_element(block.arguments[i].type, act)
+        back = producer(ret.operands[o])           # this pass's cast of the new value back to the model type
+        if arg.type == narrow or not is_plain_cast(back) or back.operands[0].type != narrow \
+                or producer(back.operands[0]) is None or not is_device_op(producer(back.operands[0])):
+            continue
+        readers = [getattr(u.owner, "operation", u.owner) for u in arg.uses]
+        if not all(is_plain_cast(r) and r.results[0].type == narrow for r in readers):
+            continue
+        arg.set_type(narrow)
+        ret.operands[o] = back.operands[0]
+        ins[i] = outs[o] = narrow
+    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(ins, outs))
+    _fold_casts(block)
 
 
 def _compute_map_in_f32(op: ir.Operation) -> None:

@@ -182,3 +182,38 @@ func.func @model_casts(%x: tensor<4x64xf32>) -> (tensor<4x64xf32>, tensor<4x64xf
   }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<4x64xf16>) -> tensor<4x64xf16>
   return %1, %2 : tensor<4x64xf32>, tensor<4x64xf16>
 }
+
+// -----
+
+// Persistent state a device op computes and only device ops read (a KV cache) is held in the activation format:
+// the argument and result of the state get its type, no cast in or out. A state the host computes (a counter)
+// keeps its model type.
+// DLF16-LABEL: func.func @state
+// DLF16-SAME: %arg0: tensor<4x64xf32>, %arg1: tensor<4x64x!spyre.dlf16> {spyre.state = "cache"}
+// DLF16-SAME: %arg2: tensor<1xf32> {spyre.state = "count"}
+// DLF16-SAME: -> (tensor<4x64xf32>, tensor<4x64x!spyre.dlf16> {spyre.state = "cache"}, tensor<1xf32> {spyre.state = "count"})
+// DLF16: %[[NEW:.*]] = "spyre.map"(%{{.*}}, %arg1)
+// DLF16-NOT: "spyre.cast"(%arg1)
+// DLF16: return %{{.*}}, %[[NEW]], %{{.*}} : tensor<4x64xf32>, tensor<4x64x!spyre.dlf16>, tensor<1xf32>
+// F32-LABEL: func.func @state
+// F32-SAME: %arg1: tensor<4x64xf32> {spyre.state = "cache"}
+func.func @state(%x: tensor<4x64xf32>, %cache: tensor<4x64xf32> {spyre.state = "cache"},
+                 %count: tensor<1xf32> {spyre.state = "count"})
+    -> (tensor<4x64xf32>, tensor<4x64xf32> {spyre.state = "cache"}, tensor<1xf32> {spyre.state = "count"}) {
+  %new = "spyre.map"(%x, %cache) ({
+  ^bb0(%a: f32, %c: f32):
+    %s = arith.addf %a, %c : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<4x64xf32>, tensor<4x64xf32>) -> tensor<4x64xf32>
+  %y = "spyre.map"(%new) ({
+  ^bb0(%a: f32):
+    %s = arith.mulf %a, %a : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  %next = "spyre.host"() ({
+    %one = arith.constant dense<1.0> : tensor<1xf32>
+    %c = arith.addf %count, %one : tensor<1xf32>
+    "spyre.yield"(%c) : (tensor<1xf32>) -> ()
+  }) {reason = "test"} : () -> tensor<1xf32>
+  return %y, %new, %next : tensor<4x64xf32>, tensor<4x64xf32>, tensor<1xf32>
+}
