@@ -201,12 +201,31 @@ class Emitter:
             oshape, oelt = _tensor_type(out)
             t = self._buffer_tensor(self.b.output(self._out_name[out], oshape, self._out_fmt.get(out, fmt),
                                                   dtype=io_dtype(oelt))).reshaped(shape)
+        elif not host and (state := self._in_place_state(op, v)) is not None:
+            t = self._buffer_tensor(state)
         elif host or v in self._host_read:
             t = self._buffer_tensor(self.b.scratch(self._name(f"t{self._op_index}"), shape or (1,), fmt))
         else:
             t = self._slot_tensor(shape, fmt)
         self.dev[v] = t
         return t
+
+    def _in_place_state(self, op, v):
+        """The state buffer whose new value ``v`` is computed into in place, or None: ``op`` is an elementwise map
+        (kernel rows) that is the only reader of the state's old value, of ``v``'s type (a KV cache's
+        ``where(slot_is_new, new_rows, cache)``). Its kernel loads each tile of the old value before it stores
+        that tile of the new one, on the same core, so no byte is read after it is overwritten, and the copy into
+        the state buffer at the end is nothing."""
+        name = next((n for w, n in self._state_out if w == v), None)
+        old = self._state_arg.get(name)
+        o = op.operation
+        if old is None or o.name != "spyre.map" or _attr(op, KERNEL) != "rows" or old.type != v.type \
+                or v in self._out_name or v in self._host_read:
+            return None
+        uses = list(old.uses)
+        if len(uses) != 1 or getattr(uses[0].owner, "operation", uses[0].owner) != o:
+            return None
+        return self._state_in[name]
 
     def _returned_as(self, v):
         """The returned value whose bytes ``v``'s are: ``v`` itself, or the result of reshapes chosen as ``alias``
@@ -255,7 +274,7 @@ class Emitter:
                 name = self.output_names[i] if self.output_names and i < len(self.output_names) else f"out{i}"
                 self._out_name[v] = self._name(name)
         self._const_names = {}
-        self._state_in = {}
+        self._state_in, self._state_arg = {}, {}
         # Inputs and parameters.
         n_in = 0
         arg_attrs = main.operation.attributes["arg_attrs"] if "arg_attrs" in main.operation.attributes else None
@@ -286,6 +305,7 @@ class Emitter:
             if arg_attrs is not None and "spyre.state" in ir.DictAttr(arg_attrs[i]):
                 sname = ir.StringAttr(ir.DictAttr(arg_attrs[i])["spyre.state"]).value
                 self._state_in[sname] = self.b.state(sname, shape, fmt)
+                self._state_arg[sname] = a
                 self.dev[a] = self._buffer_tensor(self._state_in[sname])
                 continue
             self.dev[a] = self._buffer_tensor(self.b.input(self._name(name), shape, fmt, dtype=io_dtype(elt)))

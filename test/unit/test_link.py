@@ -198,6 +198,10 @@ def test_persistent_state_compiles_to_a_state_buffer(precision):
                              persistent_state=True)
     state = [b for b in exe.program.buffers if b.kind == "state"]
     assert [b.name for b in state] == ["cache"] and exe.output_names == ["output_0"]
+    # Held in the activation format (its values are that format's), and the new cache is computed into the state
+    # buffer itself: no copy of it at the end of a call.
+    assert state[0].fmt.key == ("fp32" if precision == "fp32-reference" else "dlf16"), state[0].fmt
+    assert "state update" not in exe.compile_info.device_ops, exe.compile_info.device_ops
     for h in exe.program.host_ops:                       # the cache never goes through the host
         assert "cache" not in h["inputs"] + h["outputs"]
     ref = _Cache()
