@@ -138,6 +138,24 @@ func.func @main(%x: tensor<4x16xi64>) -> tensor<64xi64> {
   return %r : tensor<64xi64>
 }
 
+// -----
+
+// Host work of one spyre.round_trip runs as one host call at its first op: one jit function computing both
+// results, the second reading the first's inside the call.
+// CHECK-LABEL: // program: 2 core(s), {{[0-9]+}} B device memory, 1 host op(s)
+// CHECK: // host_op 0: jit ['in0', 'in1'] -> ['out0', 'out1'] fn=host0
+func.func @main(%x: tensor<4x16xi64>, %y: tensor<4x16xi64>) -> (tensor<4x16xi64>, tensor<4x16xi64>) {
+  %a = "spyre.host"() ({
+    %s = arith.addi %x, %x : tensor<4x16xi64>
+    "spyre.yield"(%s) : (tensor<4x16xi64>) -> ()
+  }) {reason = "int64 index math", spyre.round_trip = 0 : i64} : () -> tensor<4x16xi64>
+  %b = "spyre.host"() ({
+    %s = arith.muli %a, %y : tensor<4x16xi64>
+    "spyre.yield"(%s) : (tensor<4x16xi64>) -> ()
+  }) {reason = "int64 index math", spyre.round_trip = 0 : i64} : () -> tensor<4x16xi64>
+  return %a, %b : tensor<4x16xi64>, tensor<4x16xi64>
+}
+
 // ERRORS
 
 // A tile the scratchpad cannot hold is refused at the op.
@@ -145,4 +163,23 @@ func.func @main(%a: tensor<4096x4096x!spyre.dlf16>, %b: tensor<4096x4096x!spyre.
   // expected-error @+1 {{the buffers of tile [2048, 2048, 2048] need 41943040 bytes of scratchpad}}
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 2, 1, 1>, spyre.tile = array<i64: 2048, 2048, 2048>} : (tensor<4096x4096x!spyre.dlf16>, tensor<4096x4096x!spyre.dlf16>) -> tensor<4096x4096x!spyre.dlf16>
   return %r : tensor<4096x4096x!spyre.dlf16>
+}
+
+// -----
+
+// A round trip whose later op reads a value computed after its first op cannot run as one call: an error at the
+// first op, never a silent split.
+func.func @main(%x: tensor<4x64x!spyre.dlf16>, %i: tensor<4x16xi64>) -> (tensor<4x16xi64>, tensor<4x64xf32>) {
+  // expected-error @+1 {{host work of round trip 0 reads a value computed after the round trip's first op}}
+  %a = "spyre.host"() ({
+    %s = arith.addi %i, %i : tensor<4x16xi64>
+    "spyre.yield"(%s) : (tensor<4x16xi64>) -> ()
+  }) {reason = "int64 index math", spyre.round_trip = 0 : i64} : () -> tensor<4x16xi64>
+  %d = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>, spyre.grid = array<i64: 1>, spyre.tile = array<i64: 4>} : (tensor<4x64x!spyre.dlf16>) -> tensor<4x64xf32>
+  %b = "spyre.host"() ({
+    %e = arith.constant dense<1.0> : tensor<4x64xf32>
+    %s = arith.addf %d, %e : tensor<4x64xf32>
+    "spyre.yield"(%s) : (tensor<4x64xf32>) -> ()
+  }) {reason = "test", spyre.round_trip = 0 : i64} : () -> tensor<4x64xf32>
+  return %a, %b : tensor<4x16xi64>, tensor<4x64xf32>
 }
