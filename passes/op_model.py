@@ -658,6 +658,25 @@ def check_rank(model: OpModel, values: list[int], attr: str) -> None:
                         f"'{model.op.name}' evenly", model.op.location)
 
 
+def reference_k_tile(model: OpModel, grid, target: Target, force=(None, None, None)) -> int | None:
+    """For a matmul with conversions spyre-fuse folded into it or a sibling computed beside it, the K tile of
+    the op alone on ``grid`` (which fixes the order of the fp32 accumulation, so results stay bit-identical):
+    spyre-tile keeps it, and the cost of the op is that of a tile with it. None for any other op, or when the op
+    alone has no tile."""
+    if model.kind != "matmul" or not (model.fused or model.sibling):
+        return None
+    gb, gm, gn, gk = model.grid4(grid)
+    block = model.block(grid, target)
+    ragged = block[1] * gn != model.N or model.softmax is not None
+    ref = model.reference()
+    fit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
+                         active=gb * gm * gn * gk, grid=(gm, gn), force=(force[0], block[1] if ragged else force[1],
+                                                                          force[2]),
+                         b_fmt=ref.b_fmt, colscale=model.colscale, epi_in=model.epi_in, trans_b=model.trans_b,
+                         epi_temps=model.epi_temps)
+    return None if fit is None else fit[0][2]
+
+
 def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | None:
     """The modeled cycles of `model` on the grid spyre-divide-work would choose over `cores` cores, in the tile
     spyre-tile would choose (None when no division fits): what one card spends on the op."""
@@ -673,7 +692,8 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
                              batch=model.B // gb, split_k=gk, bias=model.bias, active=gb * gm * gn * gk,
                              grid=(gm, gn), b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                              epi_in=model.epi_in,
-                             force=(None, nb if nb * gn != model.N or model.softmax else None, None),
+                             force=(None, nb if nb * gn != model.N or model.softmax else None,
+                                    reference_k_tile(model, grid, target)),
                              trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps,
                              sibling=model.sibling)
         if fit is None:

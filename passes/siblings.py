@@ -8,7 +8,10 @@ a rhs of the same type, layout and quantization; no bias; the same result type a
 its only reader): the later matmul's kernel multiplies each A tile by both B tiles and writes the sibling's
 finished tile back where its epilogue reads it. The sibling has no plan of its own (spyre-divide-work gives it
 the row model of an epilogue) and no barrier after it; the applying matmul keeps the K split and K tile of the op
-alone (spyre-divide-work, spyre-tile), so both results are bit-identical to two kernels'.
+alone (spyre-divide-work, spyre-tile), so both results are bit-identical to two kernels'. A pair is made only
+when the cost model (`op_model.best_cycles` on ``cores`` cores, in the tile spyre-tile will choose) finds the
+kernel computing both cheaper than the two apart: the sibling's B tiles beside the op's own shrink its output
+tiles, and a decode row's split-K MLP (Granite's 4096 -> 12800) then takes a third longer than two kernels.
 
 Runs after spyre-partition-cards, on each card's functions, so that the card placement sees two matmuls (split
 alike, they pair again on every card) and before any op is planned.
@@ -26,8 +29,9 @@ import dataclasses
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import KERNEL, function_ops
+from spyre_mlir.passes.analysis import KERNEL, function_ops, get_target
 from spyre_mlir.passes.base import SpyrePass
+from spyre_mlir.passes.op_model import best_cycles, op_model
 
 
 @dataclasses.dataclass
@@ -35,14 +39,24 @@ class SiblingsPass(SpyrePass):
     NAME = "spyre-siblings"
     SUMMARY = "Give a matmul only another matmul's epilogue reads, of the same lhs, kernel `sibling`"
 
+    cores: int = 0
+    target: str = ""
+
     def run(self, module: ir.Operation) -> None:
         from spyre_mlir.codegen.kernels.matmul import sibling_of
 
+        target = get_target(self.target, module)
+        cores = self.cores or target.num_cores
         for func in function_ops(module):
             for o in func.regions[0].blocks[0].operations:
                 op = o.operation
                 if KERNEL not in op.attributes or ir.StringAttr(op.attributes[KERNEL]).value != "matmul":
                     continue
                 found = sibling_of(op, chosen=False)
-                if found is not None:
-                    found[1].attributes[KERNEL] = ir.StringAttr.get("sibling")
+                if found is None:
+                    continue
+                apart = [best_cycles(op_model(x), cores, target) for x in (op, found[1])]
+                found[1].attributes[KERNEL] = ir.StringAttr.get("sibling")
+                together = best_cycles(op_model(op), cores, target)
+                if together is None or None in apart or together.total >= sum(c.total for c in apart):
+                    found[1].attributes[KERNEL] = ir.StringAttr.get("matmul")

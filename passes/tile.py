@@ -34,7 +34,7 @@ from torch_mlir import ir
 from spyre_mlir import cost
 from spyre_mlir.passes.analysis import CORES, GRID, RESIDENT, TILE, device_ops, get_target, require
 from spyre_mlir.passes.base import PassError, SpyrePass
-from spyre_mlir.passes.op_model import OpModel, check_rank, op_model
+from spyre_mlir.passes.op_model import OpModel, check_rank, op_model, reference_k_tile
 from spyre_mlir.target import Target
 
 
@@ -92,14 +92,9 @@ class TilePass(SpyrePass):
             elif (model.fused or model.sibling) and not force[2]:
                 # spyre-fuse, or a sibling computed beside: keep the K tile of the op alone, which fixes the order
                 # of the fp32 accumulation (results bit-identical); M and N tiles are free.
-                ref = model.reference()
-                rfit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, batch=model.B // gb, split_k=gk,
-                                      bias=model.bias, active=gb * gm * gn * gk, grid=(gm, gn),
-                                      force=(force[0], block[1] if ragged else force[1], force[2]),
-                                      b_fmt=ref.b_fmt, colscale=model.colscale, epi_in=model.epi_in,
-                                      trans_b=model.trans_b, epi_temps=model.epi_temps)
-                if rfit is not None:
-                    force = (force[0], force[1], rfit[0][2])
+                tk = reference_k_tile(model, grid, target, force)
+                if tk is not None:
+                    force = (force[0], force[1], tk)
             if ragged:                          # one tile column per core
                 force = (force[0], block[1], force[2])
             fit = cost.best_tile(*block, target, model.fmt, model.out_fmt, batch=model.B // gb, split_k=gk,

@@ -323,9 +323,10 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     transfers = tiles * ((1 + nmul) * steps + 1 + bool(bias) + len(epi_in))
     share = _bytes_per_cycle(target, active or gb * gm * gn * gk)
     if gk > 1:
-        # The split-K group meets at a barrier per output tile: its loads run between barriers with no store
-        # in flight, at the read-only bandwidth.
-        loads *= target.dram_mixed_gbps / target.dram_read_gbps
+        # The split-K group meets at a barrier per output tile. The first tile's loads run with no store in
+        # flight, at the read-only bandwidth; every later tile's share their segment with the root's store of
+        # the tile before, at the mixed bandwidth (runtime/cycles.py prices a segment's DMAs so).
+        loads *= (target.dram_mixed_gbps / target.dram_read_gbps + tiles - 1) / tiles
     dma = (loads + stores) / share + transfers * target.dma_latency_cycles
     ring = sfu = 0.0
     if gk > 1:

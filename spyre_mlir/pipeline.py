@@ -67,7 +67,7 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         # Host regions that can run at the same point are one call to the host: one round trip's latency, not many.
         "spyre-round-trips",
         # A matmul only another's epilogue reads, of the same lhs (an MLP's gate), computed by that one's kernel.
-        "spyre-siblings",
+        "spyre-siblings" + opts(cores=cores, target=target),
         # Spread each op over the cores (grid), with the cost model choosing splits.
         "spyre-divide-work" + opts(cores=cores, target=target),
         # Per-core tiles that fit the scratchpad with double buffering.
