@@ -379,9 +379,8 @@ stock rotary, a `DynamicCache` prefill then one step) in eager PyTorch on a tiny
 Each layer program converts its fp32 inputs to DLFloat16 and its outputs back to fp32 at the program
 boundary, and repeats the rotary cos/sin and mask construction; in a whole-model program these would be paid
 once, not per layer, so 40 x layer slightly overstates (roughly 0.6 ms of a prefill layer, 0.1 ms of a
-decode layer). The prefill's host traffic (42 MB) is that construction (int64 index math runs on the host)
-and two reshapes that split or merge the innermost dim, which have no device kernel yet. The LM head runs on
-the last position only. The cycle model reports peak-rate busy time (docs/runtime.md).
+decode layer). The layer programs make no host round trip (host MB 0). The LM head runs on the last position
+only. The cycle model reports peak-rate busy time (docs/runtime.md).
 
 ## Compiler problems met on the way
 * Fixed since: the prefill layer's debug section (a source location per instruction; 144 MB for an earlier
