@@ -147,20 +147,25 @@ def _index_copy_fits(x, dim, index, source) -> bool:
 
 def index_copy_as_selection(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """``index_copy(x, dim, index, source)`` (a KV cache written at run-time positions) as data flow: a 0/1
-    selection matrix ``S[t, l] = (index[t] == l)`` built from the positions, the new rows gathered to their
+    selection matrix ``S[l, t] = (index[t] == l)`` built from the positions, the new rows gathered to their
     places with a matmul over ``t`` and selected where some ``t`` hits. No scatter: the device runs it, and the
     positions stay an input (no recompile per step)."""
     dim = dim % x.dim()
     length = x.shape[dim]
     slots = torch.arange(length, device=x.device, dtype=index.dtype)
-    hit = index.reshape(-1, 1) == slots.reshape(1, -1)
-    moved = source.movedim(dim, -1)                                     # [..., T]
-    placed = torch.matmul(moved, hit.to(source.dtype)).movedim(-1, dim)   # [..., L] -> x's layout
+    # hit[l, t]: new row t lands on slot l (index math on the positions alone, with the rest of it on the host).
+    hit = slots.reshape(-1, 1) == index.reshape(1, -1)
+    # The rows placed by a [L, T] @ [..., T, D] product over x's other dims: a KV cache's rows [B, H, T, D] are
+    # multiplied as they are, and the result is already in the cache's layout (no transpose either way).
+    if x.dim() == 1:
+        placed = torch.matmul(hit.to(source.dtype), source)
+    else:
+        placed = torch.matmul(hit.to(source.dtype), source.movedim(dim, -2)).movedim(-2, dim)
     shape = [1] * x.dim()
     shape[dim] = length
-    # Which slots a new row lands on, from the positions alone (index math, with the rest of it on the host), as
-    # [L, 1] when dim is not the last: reshaped to x's rank it keeps its innermost dim, a view of the same bytes.
-    covered = (slots.reshape(-1, 1) == index.reshape(1, -1)).any(-1, keepdim=dim != x.dim() - 1)
+    # Which slots a new row lands on, as [L, 1] when dim is not the last: reshaped to x's rank it keeps its
+    # innermost dim, a view of the same bytes.
+    covered = hit.any(-1, keepdim=dim != x.dim() - 1)
     return torch.where(covered.reshape(shape), placed, x)
 
 
