@@ -45,14 +45,17 @@ MATMULS = ("spyre.matmul", "spyre.batch_matmul")
 def is_device_op(op) -> bool:
     """A spyre op other than host/yield that is not nested in a spyre.host."""
     op = op.operation
-    if not op.name.startswith("spyre.") or op.name in NOT_DEVICE:
-        return False
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.name == "spyre.host":
-            return False
-        parent = parent.parent
-    return True
+    return op.name.startswith("spyre.") and op.name not in NOT_DEVICE and host_region_of(op) is None
+
+
+def host_region_of(op: ir.Operation) -> ir.Operation | None:
+    """The outermost `spyre.host` op ``op`` is nested in (or is), else None."""
+    outer = None
+    while op is not None and op.name != "func.func":
+        if op.name == "spyre.host":
+            outer = op
+        op = op.parent
+    return outer
 
 
 def upstream_host(host: ir.Operation) -> bool:
@@ -179,6 +182,12 @@ def single_use(v: ir.Value):
     """The one use of `v`, or None when it has none or several."""
     uses = list(v.uses)
     return uses[0] if len(uses) == 1 else None
+
+
+def user(use) -> ir.Operation:
+    """The operation holding a use of a value (the bindings give an OpView or an Operation)."""
+    o = use.owner
+    return o.operation if isinstance(o, ir.OpView) else o
 
 
 def clone_mapped(op: ir.Operation, mapping: dict) -> ir.Operation:

@@ -25,7 +25,7 @@ import dataclasses
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import function_ops, upstream_host
+from spyre_mlir.passes.analysis import function_ops, host_region_of, upstream_host, user
 from spyre_mlir.passes.base import SpyrePass
 
 
@@ -48,23 +48,12 @@ class MergeHostPass(SpyrePass):
                         break
 
 
-def _host_region_of(op: ir.Operation) -> ir.Operation | None:
-    """The outermost `spyre.host` op ``op`` is nested in (or is), else None."""
-    outer = None
-    while op is not None and op.name != "func.func":
-        if op.name == "spyre.host":
-            outer = op
-        op = op.parent
-    return outer
-
-
 def _only_host_reader(op: ir.Operation) -> ir.Operation | None:
     """For a `spyre.host` op of upstream ops, the other such host op every use of its result is inside, else
     None."""
     if op.name != "spyre.host" or not list(op.results[0].uses) or not upstream_host(op):
         return None
-    readers = {_host_region_of(u.owner.operation if hasattr(u.owner, "operation") else u.owner)
-               for u in op.results[0].uses}
+    readers = {host_region_of(user(u)) for u in op.results[0].uses}
     if len(readers) != 1:
         return None
     reader = readers.pop()

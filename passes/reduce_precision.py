@@ -46,7 +46,7 @@ from torch_mlir.dialects import arith
 
 from spyre_mlir import params
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import function_ops, is_device_op, is_param, is_plain_cast, producer
+from spyre_mlir.passes.analysis import function_ops, is_device_op, is_param, is_plain_cast, producer, user
 from spyre_mlir.passes.base import OptionError, SpyrePass
 
 PRECISIONS = ("dlf16", "fp8", "int8-weights", "fp32-reference")
@@ -202,8 +202,7 @@ def _narrow_device_state(func: ir.Operation, act: ir.Type) -> None:
         if arg.type == narrow or not is_plain_cast(back) or back.operands[0].type != narrow \
                 or producer(back.operands[0]) is None or not is_device_op(producer(back.operands[0])):
             continue
-        readers = [getattr(u.owner, "operation", u.owner) for u in arg.uses]
-        if not all(is_plain_cast(r) and r.results[0].type == narrow for r in readers):
+        if not all(is_plain_cast(user(u)) and user(u).results[0].type == narrow for u in arg.uses):
             continue
         arg.set_type(narrow)
         ret.operands[o] = back.operands[0]

@@ -35,7 +35,7 @@ import dataclasses
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import ON_HOST, ROUND_TRIP, function_ops, reads, upstream_host
+from spyre_mlir.passes.analysis import ON_HOST, ROUND_TRIP, function_ops, producer, reads, upstream_host
 from spyre_mlir.passes.base import SpyrePass
 
 
@@ -86,9 +86,9 @@ def _joins(op: ir.Operation, group: list[ir.Operation], pos: dict) -> list[ir.Op
     the group's), the literals it reads that are defined after that op (to move up with it); else None."""
     first, literals = pos[group[0]], []
     for v in reads(op):
-        if isinstance(v.owner, ir.Block):
+        src = producer(v)
+        if src is None:                   # an argument
             continue
-        src = v.owner.operation
         if src in group or pos.get(src, len(pos)) < first:
             continue
         if src in pos and not list(src.operands) and not list(src.regions):

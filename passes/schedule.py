@@ -27,7 +27,7 @@ import math
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import BARRIER, DOUBLE_BUFFER, GRID, KERNEL, SCRATCHPAD, device_ops, require
+from spyre_mlir.passes.analysis import BARRIER, DOUBLE_BUFFER, GRID, KERNEL, SCRATCHPAD, device_ops, require, user
 from spyre_mlir.passes.base import PassError, SpyrePass
 from spyre_mlir.passes.op_model import OpModel, epilogue_source, op_model
 
@@ -63,18 +63,14 @@ class SchedulePass(SpyrePass):
             return False
         held = result_blocks(*models[op])
         for use in _readers(op):
-            if _op(use.owner).name == "func.return":
+            if user(use).name == "func.return":
                 continue
-            if _kernel_in(_op(use.owner), "chained"):
+            if _kernel_in(user(use), "chained"):
                 return True             # its V is read by the kernel it is chained to, on that kernel's cores
-            reader = models.get(_op(use.owner))
+            reader = models.get(user(use))
             if held is None or reader is None or operand_blocks(*reader, use.operand_number) != held:
                 return True
         return False
-
-
-def _op(o) -> ir.Operation:
-    return o.operation if isinstance(o, ir.OpView) else o
 
 
 def _kernel_in(op: ir.Operation, *kernels: str) -> bool:
@@ -91,7 +87,7 @@ def _readers(op: ir.Operation):
     readers instead). A further input of an epilogue is read by the producer's kernel, tile by tile: a reader
     that crosses cores."""
     for use in op.results[0].uses:
-        owner = _op(use.owner)
+        owner = user(use)
         if (_kernel_in(owner, "epilogue") and epilogue_source(owner) == use.operand_number) or \
                 (_kernel_in(owner, "chained") and use.operand_number == 0):
             yield from _readers(owner)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spyre_mlir.passes.analysis import KERNEL, ON_HOST, ROUND_TRIP, is_const_fold, producer, reads
+from spyre_mlir.passes.analysis import KERNEL, ON_HOST, ROUND_TRIP, is_const_fold, producer, reads, single_use, user
 from spyre_mlir.runtime.assembler import ProgramBuilder
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
 from spyre_mlir.runtime.formats import Format
@@ -222,10 +222,8 @@ class Emitter:
         if old is None or o.name != "spyre.map" or _attr(op, KERNEL) != "rows" or old.type != v.type \
                 or v in self._out_name or v in self._host_read:
             return None
-        uses = list(old.uses)
-        if len(uses) != 1 or getattr(uses[0].owner, "operation", uses[0].owner) != o:
-            return None
-        return self._state_in[name]
+        use = single_use(old)
+        return self._state_in[name] if use is not None and user(use) == o else None
 
     def _returned_as(self, v):
         """The returned value whose bytes ``v``'s are: ``v`` itself, or the result of reshapes chosen as ``alias``

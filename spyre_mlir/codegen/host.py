@@ -9,9 +9,7 @@
 
 from __future__ import annotations
 
-from torch_mlir import ir
-
-from spyre_mlir.passes.analysis import ON_HOST, ROUND_TRIP
+from spyre_mlir.passes.analysis import ON_HOST, ROUND_TRIP, producer
 from spyre_mlir.passes.analysis import reads as values_read
 
 from . import hostprog
@@ -93,7 +91,8 @@ def emit_host(em, op, loc, group=()):
 
 def _literal(v) -> bool:
     """A literal numpy cannot hold (the host code clones it): no home, yet no value computed later either."""
-    return not isinstance(v.owner, ir.Block) and v.owner.operation.name in ("arith.constant", "tensor.empty")
+    src = producer(v)
+    return src is not None and src.name in ("arith.constant", "tensor.empty")
 
 
 def _native_host_op(op):

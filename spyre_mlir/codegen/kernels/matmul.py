@@ -589,10 +589,9 @@ def _output(em, op, chain=None):
 def _chain(em, op):
     """(V, the chained matmul's result) when a matmul chained to this one's softmax (:func:`chained_of`) is
     computed by its kernel, else None."""
-    found = chained_of(op)
-    if found is None:
+    pv = chained_of(op)
+    if pv is None:
         return None
-    pv = found
     v = pv.operands[1]
     return em.tensor(_viewed(v)).reshaped(_tensor_type(v)[0]), em.result(pv)
 
