@@ -41,7 +41,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from spyre_mlir.runtime.formats import Format
 from spyre_mlir.runtime.isa import PT_FORMATS, tile_bytes
@@ -109,9 +109,9 @@ def _pad(a: int, b: int) -> int:
 # Buffers and packing
 
 
-@dataclasses.dataclass(frozen=True)
-class Buffer:
-    """A per-core scratchpad buffer of a kernel, live from step ``first`` to step ``last`` (inclusive)."""
+class Buffer(NamedTuple):
+    """A per-core scratchpad buffer of a kernel, live from step ``first`` to step ``last`` (inclusive). A tuple:
+    the tile search builds a kernel's buffers for every candidate tile."""
 
     name: str
     nbytes: int
@@ -124,19 +124,22 @@ def pack(buffers: Sequence[Buffer], align: int) -> tuple[dict[str, int], int]:
 
     Two buffers may share bytes only when their lifetimes do not overlap; offsets are ``align``-aligned.
     """
-    placed: list[tuple[Buffer, int]] = []
+    sizes = [_pad(b.nbytes, align) for b in buffers]
+    if buffers and max(b.first for b in buffers) <= min(b.last for b in buffers):
+        # All live at once (every matmul buffer): first fit places each after the one before.
+        offsets = dict(zip((b.name for b in buffers), itertools.accumulate(sizes, initial=0)))
+        return offsets, sum(sizes)
+    placed: list[tuple[Buffer, int, int]] = []
     offsets: dict[str, int] = {}
     peak = 0
-    for b in buffers:
-        size = _pad(b.nbytes, align)
-        busy = sorted((off, off + _pad(o.nbytes, align)) for o, off in placed
-                      if o.first <= b.last and b.first <= o.last)
+    for b, size in zip(buffers, sizes):
+        busy = sorted((off, off + osize) for o, off, osize in placed if o.first <= b.last and b.first <= o.last)
         off = 0
         for lo, hi in busy:
             if off + size <= lo:
                 break
             off = max(off, hi)
-        placed.append((b, off))
+        placed.append((b, off, size))
         offsets[b.name] = off
         peak = max(peak, off + size)
     return offsets, peak
