@@ -716,29 +716,40 @@ class Machine:
         lo = off + t[0]
         return sticks(lo, lo + t[1] * tile_pitch(t[2], t[3]))
 
+    def _batch_sticks(self, batch, tile) -> tuple[list[int], np.ndarray]:
+        """The scratchpad-memory address of tile ``tile(ins)`` of every instruction of a batch, and its sticks as
+        [instructions, sticks] (the loader proved tiles stick-aligned, so every one is the same run of sticks
+        from its own first)."""
+        addrs = [i.core * self.stride + tile(i)[0] for i in batch]
+        _, rows, cols, fmt = tile(batch[0])
+        n = rows * tile_pitch(cols, fmt) // STICK_BYTES
+        return addrs, np.add.outer(np.asarray(addrs, dtype=np.int64) // STICK_BYTES, np.arange(n, dtype=np.int64))
+
     def _tiles(self, batch, tile, write: bool = False):
         """The tile ``tile(ins)`` of every instruction of a batch (each on its core) as one view. Create an
         instruction's read tiles before its written ones: this follows what the sticks hold."""
         t = tile(batch[0])
         if t is None:
             return None
-        view = tiles(self.sp, [i.core * self.stride + tile(i)[0] for i in batch], *t[1:])
-        st = np.concatenate([self._tile_sticks(i.core * self.stride, tile(i)) for i in batch])
+        addrs, st2 = self._batch_sticks(batch, tile)
+        view = tiles(self.sp, addrs, *t[1:])
+        st = st2.ravel()
         if write:
             self._csp[st] = False
             self._fresh(st)
         elif self.numerics == "faithful" and self._csp[st].all():
             return Frozen(view)
-        elif _lut(t[3]) is not None and self._same(batch, tile):
-            return Shared(TileView(self.sp, batch[0].core * self.stride + t[0], *t[1:]), len(batch))
+        elif _lut(t[3]) is not None and self._same(batch, tile, st2):
+            return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         return view
 
-    def _same(self, batch, tile) -> bool:
+    def _same(self, batch, tile, st2=None) -> bool:
         """Whether tile ``tile(ins)`` holds the same bytes on every core of a batch, at this point of the plan
-        (faithful numerics only: the fp32-reference shadow is left as it is)."""
+        (faithful numerics only: the fp32-reference shadow is left as it is). ``st2``: its
+        :meth:`_batch_sticks`, when known."""
         if self.numerics != "faithful" or len(batch) < 2 or tile(batch[0]) is None:
             return False
-        orig = self._orig[np.stack([self._tile_sticks(i.core * self.stride, tile(i)) for i in batch])]
+        orig = self._orig[self._batch_sticks(batch, tile)[1] if st2 is None else st2]
         return bool((orig == orig[0]).all())
 
     def _fresh(self, st) -> None:

@@ -19,7 +19,6 @@ Calling the :class:`Executable` then writes the inputs, walks the plan and decod
 from __future__ import annotations
 
 import bisect
-import copy
 import dataclasses
 import functools
 import os
@@ -118,7 +117,8 @@ class _Decoder:
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': unknown opcode {vals[0]}")
         free = op in _CORE_FREE
         if free and vals in self._decoded:      # the same record passed every check already
-            ins = copy.copy(self._decoded[vals])
+            ins = object.__new__(Ins)       # a shallow copy, without copy.copy's generic protocol
+            ins.__dict__.update(self._decoded[vals].__dict__)
             ins.core, ins.idx, ins.rec, ins.loc = c, i, rec, loc
             return ins
         name = _NAMES[op]

@@ -93,8 +93,8 @@ class Sync:
 def _uninit(mask: np.ndarray, idx: np.ndarray) -> int | None:
     if idx.size == 0:
         return None
-    bad = ~mask[idx]
-    return int(idx[np.argmax(bad)]) if bad.any() else None
+    got = mask[idx]
+    return None if got.all() else int(idx[np.argmin(got)])
 
 
 def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks: int) -> list:
