@@ -38,12 +38,13 @@ __all__ = [
 ]
 
 MAGIC = b"SPYREBIN"
-VERSION = (1, 8)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
+VERSION = (1, 9)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
 #                  1.3: state buffers, entries (several programs sharing constants and state); 1.4: MATMUL
 #                  WINDOW (a column window on B), DMA blocks whose rows interleave; 1.5: systems of several
 #                  cards (header flag SYSTEM: the schedule as metadata, one CARD section per card); 1.6:
 #                  RING_SEND multicast (a mask of destination cores); 1.7: MATMUL TRANS_B (B stored [N, K]);
-#                  1.8: GATHER (rows of a table picked by indices on the scratchpad)
+#                  1.8: GATHER (rows of a table picked by indices on the scratchpad); 1.9: the debug section
+#                  as a table of distinct (op, location) pairs and per record an index into it
 _HEADER = struct.Struct("<8sHHIII32sQII8x")      # 80 bytes
 _CRC_OFFSET = 64                                 # where the header checksum sits
 _ENTRY = struct.Struct("<IIQQII")                # 32 bytes
@@ -351,10 +352,12 @@ def program_to_bytes(prog: Program) -> bytes:
     for index, code in codes:
         sections.append((Section.CODE, index, np.ascontiguousarray(code, dtype=INSTR_DTYPE).tobytes()))
     if debug is not None:
-        if prog.entries:
-            payload = [[[list(d) for d in core] for core in e] for e in debug]
-        else:
-            payload = [[list(d) for d in core] for core in debug]
+        # A table of the distinct (op, location) pairs and each record's index into it (1.9): a program repeats a
+        # few dozen pairs over up to millions of records.
+        table: dict[tuple[str, str], int] = {}
+        index = lambda core: [table.setdefault(tuple(d), len(table)) for d in core]   # noqa: E731
+        records = [[index(core) for core in e] for e in debug] if prog.entries else [index(core) for core in debug]
+        payload = {"locations": [list(d) for d in table], "records": records}
         sections.append((Section.DEBUG, 0, json.dumps(payload, separators=(",", ":")).encode()))
     return write_container(prog.num_cores, prog.fingerprint, sections)
 
@@ -541,17 +544,38 @@ def _parse_code(by_kind, ncores: int, base: int, where: str = "") -> list[np.nda
     return code
 
 
-def _check_debug(dbg, code, where: str) -> list:
+def _check_debug(dbg, code, where: str, pairs: list | None = None) -> list:
+    """Per core, the (op, location) pair of each record. ``dbg`` holds them (the form before 1.9), or, with
+    ``pairs`` (1.9's table of distinct pairs), their indices into it."""
     if not isinstance(dbg, list) or len(dbg) != len(code):
         raise BinaryFormatError(f"debug{where}: expected a list of {len(code)} per-core lists")
     out = []
     for c, core in enumerate(dbg):
+        if pairs is not None:
+            if (not isinstance(core, list) or len(core) != len(code[c])
+                    or not all(type(i) is int for i in core) or (core and not 0 <= min(core) <= max(core) < len(pairs))):
+                raise BinaryFormatError(f"debug{where} core {c}: expected {len(code[c])} indices into "
+                                        f"debug.locations ({len(pairs)} pairs)")
+            out.append([pairs[i] for i in core])
+            continue
         if (not isinstance(core, list) or len(core) != len(code[c])
                 or not all(isinstance(d, list) and len(d) == 2 and all(isinstance(s, str) for s in d)
                            for d in core)):
             raise BinaryFormatError(f"debug{where} core {c}: expected {len(code[c])} [op, location] string pairs")
         out.append([(d[0], d[1]) for d in core])
     return out
+
+
+def _debug_table(dbg) -> tuple[Any, list | None]:
+    """The debug section's records, and 1.9's table of distinct (op, location) pairs they index (None: the
+    records are the pairs themselves, as before 1.9)."""
+    if not isinstance(dbg, dict):
+        return dbg, None
+    locs = dbg.get("locations")
+    if set(dbg) != {"locations", "records"} or not isinstance(locs, list) or not all(
+            isinstance(d, list) and len(d) == 2 and all(isinstance(s, str) for s in d) for d in locs):
+        raise BinaryFormatError("debug: expected {\"locations\": [[op, location], ...], \"records\": [...]}")
+    return dbg["records"], [(d[0], d[1]) for d in locs]
 
 
 def _debug_limit(by_kind) -> int:
@@ -561,7 +585,8 @@ def _debug_limit(by_kind) -> int:
 
 
 def _parse_debug(by_kind, code) -> list:
-    return _check_debug(_json(by_kind[(Section.DEBUG, 0)], "debug", _debug_limit(by_kind)), code, "")
+    records, pairs = _debug_table(_json(by_kind[(Section.DEBUG, 0)], "debug", _debug_limit(by_kind)))
+    return _check_debug(records, code, "", pairs)
 
 
 def _parse_entries(entries_meta, by_kind, ncores: int, by_name: dict, io: dict, host_ops) -> list[Entry]:
@@ -572,8 +597,8 @@ def _parse_entries(entries_meta, by_kind, ncores: int, by_name: dict, io: dict, 
     if io["inputs"] or io["outputs"] or host_ops:
         raise BinaryFormatError("metadata.entries: a file with entries has no top-level inputs, outputs or "
                                 "host_ops")
-    dbg = _json(by_kind[(Section.DEBUG, 0)], "debug", _debug_limit(by_kind)) if (Section.DEBUG, 0) in by_kind \
-        else None
+    dbg, pairs = _debug_table(_json(by_kind[(Section.DEBUG, 0)], "debug", _debug_limit(by_kind))) \
+        if (Section.DEBUG, 0) in by_kind else (None, None)
     if dbg is not None and (not isinstance(dbg, list) or len(dbg) != len(entries_meta)):
         raise BinaryFormatError(f"debug: expected one list per entry ({len(entries_meta)})")
     entries, names = [], set()
@@ -601,7 +626,7 @@ def _parse_entries(entries_meta, by_kind, ncores: int, by_name: dict, io: dict, 
             raise BinaryFormatError(f"{w}.host_code: expected a string")
         code = _parse_code(by_kind, ncores, j * 256, f" entry {j}")
         entries.append(Entry(name, lists["inputs"], lists["outputs"], _get(e, "host_ops", list, w), code,
-                             _check_debug(dbg[j], code, f" entry {j}") if dbg is not None else None, hc))
+                             _check_debug(dbg[j], code, f" entry {j}", pairs) if dbg is not None else None, hc))
     io_other = [b.name for b in by_name.values() if b.kind in ("input", "output") and ENTRY_SEP not in b.name]
     if io_other:
         raise BinaryFormatError(f"metadata.buffers: '{io_other[0]}' is an input/output of no entry")

@@ -262,9 +262,7 @@ def _step(offsets) -> int | None:
     d = offsets[1] - offsets[0]
     if d <= 0 or offsets[-1] - offsets[0] != d * (len(offsets) - 1):
         return None
-    ok = all(b - a == d for a, b in zip(offsets, offsets[1:])) if len(offsets) < 64 else bool(
-        (np.diff(np.asarray(offsets, dtype=np.int64)) == d).all())
-    return d if ok else None
+    return d if list(offsets) == list(range(offsets[0], offsets[-1] + 1, d)) else None
 
 
 def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView | TileList:

@@ -14,6 +14,7 @@ The steps (:class:`Ins` and :class:`Sync`) are what the loader builds, the emula
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -75,9 +76,10 @@ def sticks(lo: int, hi: int) -> np.ndarray:
     return np.arange(lo // STICK_BYTES, -(-hi // STICK_BYTES), dtype=np.int64)
 
 
-def bits(mask: int) -> list[int]:
-    """The cores of a core mask, in index order."""
-    return [i for i in range(32) if mask >> i & 1]
+@functools.lru_cache(maxsize=4096)
+def bits(mask: int) -> tuple[int, ...]:
+    """The cores of a core mask, in index order (a program uses a few masks many times: remembered)."""
+    return tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
 
 
 @dataclasses.dataclass

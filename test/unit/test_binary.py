@@ -47,12 +47,12 @@ def _sections(data):
     return ncores, fp, [[k, i, bytes(p)] for k, i, p in secs]
 
 
-def _with_meta(data, fn) -> bytes:
+def _with_meta(data, fn, kind=Section.METADATA) -> bytes:
     ncores, fp, secs = _sections(data)
     for s in secs:
-        if s[0] == Section.METADATA:
+        if s[0] == kind:
             meta = json.loads(s[2])
-            fn(meta)
+            meta = fn(meta) or meta
             s[2] = json.dumps(meta).encode()
     return write_container(ncores, fp, secs)
 
@@ -85,6 +85,18 @@ def test_round_trip(prog):
     assert {k: bytes(v) for k, v in back.constants.items()} == {k: bytes(v) for k, v in prog.constants.items()}
     assert [list(map(tuple, c)) for c in back.debug] == [list(map(tuple, c)) for c in prog.debug]
     assert program_to_bytes(back) == data            # canonical: re-encoding gives the same bytes
+
+
+def test_debug_section_is_a_table_and_the_form_before_1_9_is_still_read(prog):
+    """Each distinct (op, location) pair is written once; a file with one pair per record (<= 1.8) loads the
+    same."""
+    data = program_to_bytes(prog)
+    pairs = {d for core in prog.debug for d in map(tuple, core)}
+    (dbg,) = [json.loads(p) for k, _, p in _sections(data)[2] if k == Section.DEBUG]
+    assert len(dbg["locations"]) == len(pairs) < sum(map(len, prog.debug))
+    old = _with_meta(data, lambda d: [[d["locations"][i] for i in core] for core in d["records"]], Section.DEBUG)
+    assert program_from_bytes(old).debug == program_from_bytes(data).debug == [list(map(tuple, c))
+                                                                                for c in prog.debug]
 
 
 def test_constants_are_page_aligned_in_the_file(prog):
@@ -161,6 +173,10 @@ def _missing_core_section(prog):
     return write_container(ncores, fp, [s for s in secs if not (s[0] == Section.CODE and s[1] == 1)])
 
 
+def _debug(fn):
+    return lambda prog: _with_meta(program_to_bytes(prog), fn, Section.DEBUG)
+
+
 def _bad_debug(prog):
     prog.debug[0] = prog.debug[0][:-1]
     return program_to_bytes(prog)
@@ -181,7 +197,7 @@ def _section_overlap(prog):
 CORRUPTIONS = {
     # container
     "bad magic": (_bytes_set(0, b"NOTSPYRE"), r"header: bad magic"),
-    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.8"),
+    "future version": (_bytes_set(8, struct.pack("<H", 2)), r"header: unsupported format version 2\.\d+"),
     "truncated": (_raw(lambda b: bytes(b[:-100])), r"header: file is .* \(truncated\)"),
     "extended": (_raw(lambda b: bytes(b) + b"\0" * 7), r"header: file is .* \(extended\)"),
     "header checksum": (_raw(lambda b: bytes(b[:30]) + bytes([b[30] ^ 1]) + bytes(b[31:])),
@@ -211,7 +227,12 @@ CORRUPTIONS = {
     "host op": (_meta(lambda m: m.update(host_ops=[{"op": "call", "inputs": [], "outputs": [],
                                                      "attrs": {"fn": "no_such_fn"}}])),
                 r"metadata\.host_ops\[0\]: host function 'no_such_fn' is not registered"),
-    "debug length": (_bad_debug, r"debug core 0: expected \d+ \[op, location\]"),
+    "debug length": (_bad_debug, r"debug core 0: expected \d+ indices into debug\.locations"),
+    "debug index": (_debug(lambda d: d["records"][1].__setitem__(0, len(d["locations"]))),
+                    r"debug core 1: expected \d+ indices into debug\.locations \(\d+ pairs\)"),
+    "debug table": (_debug(lambda d: d["locations"].append(["op"])), r"debug: expected \{\"locations\""),
+    "debug old form": (_debug(lambda d: [[[*d["locations"][i]] for i in core[:-1]] for core in d["records"]]),
+                       r"debug core 0: expected \d+ \[op, location\] string pairs"),
     # instructions
     "unknown opcode": (_set(0, Op.MATMUL, "op", 99), r"code core 0 instruction \d+: field 'op': unknown opcode 99"),
     "unused field set": (_set(0, Op.BARRIER, "a0", 128), r"code core 0 instruction \d+ \(barrier at .*\): "
