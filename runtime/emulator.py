@@ -588,6 +588,9 @@ _EXACT = frozenset({SfuFn.CAST, SfuFn.NEG, SfuFn.ABS, SfuFn.SQRT, SfuFn.RSQRT, S
                     SfuFn.LT, SfuFn.LE, SfuFn.GT, SfuFn.GE, SfuFn.SELECT})
 
 
+_FEW = 256     # Machine.plan counts the writers of sets of up to this many sticks one by one
+
+
 def _f32(x) -> np.ndarray:
     """A matmul operand as BLAS gets it from a 2-D read: contiguous float32 (a copy only when it is not)."""
     return np.ascontiguousarray(x, dtype=np.float32)
@@ -660,29 +663,34 @@ class Machine:
         self._next_id, self._loads = self._csp.size + 1, 0
         # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
         # nothing else writes leaves the same bytes there for every later run: it runs once).
-        # Runs of consecutive sticks (tiles, ring copies) count at their two ends, summed once; other sets stick
-        # by stick (a program's tiles hold far more sticks than it has instructions).
+        # Sets of up to _FEW sticks count stick by stick, gathered per core and offset once; larger runs of
+        # consecutive sticks (tiles, ring copies) at their two ends, summed once (a program's tiles hold far
+        # more sticks than it has instructions); other large sets stick by stick.
         per_core = self.stride // STICK_BYTES
-        starts, ends, scattered = [], [], [EMPTY]
+        starts, ends, few = [], [], [[] for _ in range(len(self.sp.bytes) // self.stride)]
+        scattered = [EMPTY]
 
-        def count(off: int, st: np.ndarray) -> None:
-            if st.size and st[-1] - st[0] + 1 == st.size and (st.size == 1 or (np.diff(st) == 1).all()):
-                starts.append(off + int(st[0]))
-                ends.append(off + int(st[-1]) + 1)
-            elif st.size:
-                scattered.append(off + st)
+        def count(core: int, st: np.ndarray) -> None:
+            if st.size <= _FEW:
+                few[core].append(st)
+            elif st[-1] - st[0] + 1 == st.size and (np.diff(st) == 1).all():
+                starts.append(core * per_core + int(st[0]))
+                ends.append(core * per_core + int(st[-1]) + 1)
+            else:
+                scattered.append(core * per_core + st)
         for s in steps:
             if isinstance(s, Sync):
                 for group in s.reduces:
                     mask, root, dst, _ = group[0].reduce
                     for r in bits(mask) if root == ROOT_ALL else [root]:
-                        count(r * per_core, self._tile_sticks(0, dst))
+                        count(r, self._tile_sticks(0, dst))
             else:
-                count(s.core * per_core, s.sp_writes)
+                count(s.core, s.sp_writes)
                 if s.op is Op.RING_SEND:         # the same run of sticks on every destination
                     lo, hi = int(s.peer_sticks[0]), int(s.peer_sticks[-1]) + 1
                     starts += [p * per_core + lo for p in s.send[0]]
                     ends += [p * per_core + hi for p in s.send[0]]
+        scattered += [np.concatenate(sts) + c * per_core for c, sts in enumerate(few) if sts]
         n = self._csp.size
         edges = (np.bincount(np.array(starts, dtype=np.int64), minlength=n + 1)
                  - np.bincount(np.array(ends, dtype=np.int64), minlength=n + 1))
