@@ -12,6 +12,7 @@ Kept light on purpose (stdlib only, no torch): every tool and the runtime import
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import tomllib
@@ -320,6 +321,18 @@ def _parse(data: dict, where: str) -> dict:
     return kwargs
 
 
+@functools.lru_cache(maxsize=64)
+def _from_text(text: str, where: str) -> Target:
+    """The target a file's text describes (remembered by the text: every compile and every load reads the
+    file again, and most read the same one)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise TargetError(f"{where}: malformed TOML: {e}") from None
+    kwargs = _parse(data, where)
+    return Target(num_cores=kwargs["max_cores"], num_cards=kwargs["default_cards"], path=where, **kwargs)
+
+
 def load_target(path: str | Path | None = None, cores: int | None = None, cards: int | None = None) -> Target:
     """Load and validate a target file (default: the packaged Spyre card), optionally narrowed to ``cores``
     per card and ``cards`` (default: the file's ``system.cards``).
@@ -334,11 +347,6 @@ def load_target(path: str | Path | None = None, cores: int | None = None, cards:
         raise TargetError(f"{where}: target file not found") from None
     except OSError as e:
         raise TargetError(f"{where}: cannot read target file: {e}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise TargetError(f"{where}: malformed TOML: {e}") from None
-    kwargs = _parse(data, where)
-    target = Target(num_cores=kwargs["max_cores"], num_cards=kwargs["default_cards"], path=where, **kwargs)
+    target = _from_text(text, where)
     target = target if cores is None else target.with_cores(cores)
     return target if cards is None else target.with_cards(cards)
