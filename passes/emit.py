@@ -25,6 +25,7 @@ import dataclasses
 
 from spyre_mlir.passes.analysis import CORES, GRID, TARGET
 from spyre_mlir.passes.base import PassError, SpyrePass
+from spyre_mlir.runtime.collector import collector_paused
 
 NAME = "spyre.name"
 SYSTEM = "spyre.system"     # @main of a module partitioned over cards (spyre-partition-cards)
@@ -98,11 +99,12 @@ def emit_module(module, target=None, params=None, output: str = "", listing: str
                         f"spyre-partition-cards after spyre-place-cards", module.location)
     values = {**params_mod.values(module), **(params or {})}
     ins, outs = _names(main)
-    em = codegen.emit(module, target or module_target(module), params=values or None,
-                      input_names=[n or f"in{i}" for i, n in enumerate(ins)],
-                      output_names=[n or f"out{i}" for i, n in enumerate(outs)])
-    if output:
-        em.b.write(output)
+    with collector_paused():         # a record per instruction, made and kept: nothing for the collector
+        em = codegen.emit(module, target or module_target(module), params=values or None,
+                          input_names=[n or f"in{i}" for i, n in enumerate(ins)],
+                          output_names=[n or f"out{i}" for i, n in enumerate(outs)])
+        if output:
+            em.b.write(output)
     if listing:
         _write_listing(codegen.listing(em.b.program()), listing)
     return em
