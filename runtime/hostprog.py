@@ -376,7 +376,7 @@ def _step(step, env, index):
         r = np.asarray(args[0])
         if np.dtype(dt).kind in "iu" and r.dtype.kind == "f":
             r = np.trunc(r)
-        return r.astype(dt)
+        return r.astype(dt, copy=False)      # the same dtype: a view (a weight read transposed stays so)
     if name == "linalg.fill":
         return np.full(shape, args[0], dt)
     if name == "linalg.generic":
@@ -411,7 +411,7 @@ def _step(step, env, index):
         return dst
     if name.startswith("spyre."):
         r = _spyre(step, args, env)
-        return np.asarray(r).astype(dt).reshape(shape)
+        return np.asarray(r).astype(dt, copy=False).reshape(shape)     # a view when it can be (a transposed weight)
     fn = ELEMENTWISE.get(name)
     if fn is None:
         raise Unsupported(f"'{name}' has no host implementation")
