@@ -31,6 +31,9 @@ from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SW
 
 __all__ = ["ProgramBuilder", "Tile", "listing"]
 
+_FIELDS = frozenset(INSTR_DTYPE.names)
+_MNEMONIC = {op: op.name.lower() for op in Op}
+
 
 @dataclasses.dataclass(frozen=True)
 class Tile:
@@ -160,11 +163,11 @@ class ProgramBuilder:
 
     def emit(self, core: int, op: Op, loc: str | None = None, /, **fields) -> int:
         """Append one raw record to ``core``'s stream; returns its index. Fields are INSTR_DTYPE names."""
-        unknown = set(fields) - set(INSTR_DTYPE.names)
+        unknown = fields.keys() - _FIELDS
         if unknown:
             raise ValueError(f"unknown instruction field(s) {sorted(unknown)}")
-        self._records[core].append({"op": int(op), **{k: v for k, v in fields.items()}})
-        self._debug[core].append((Op(op).name.lower(), loc if loc is not None else _caller_loc()))
+        self._records[core].append({"op": int(op), **fields})
+        self._debug[core].append((_MNEMONIC[op], loc if loc is not None else _caller_loc()))
         return len(self._records[core]) - 1
 
     # ---- DMA --------------------------------------------------------------------------------------------
@@ -381,14 +384,16 @@ class ProgramBuilder:
                 recs.append({"op": int(Op.END)})
                 dbg.append(("end", ""))
             arr = np.zeros(len(recs), dtype=INSTR_DTYPE)
-            fields: dict[str, tuple[list, list]] = {}       # a column at a time: one numpy call per field
+            # Records with the same fields (an opcode's, mostly) together, then a column at a time: one numpy
+            # call per field of each such group.
+            groups: dict[tuple, tuple[list, list]] = {}
             for i, r in enumerate(recs):
-                for key, val in r.items():
-                    at, vals = fields.setdefault(key, ([], []))
-                    at.append(i)
-                    vals.append(val)
-            for key, (at, vals) in fields.items():
-                arr[key][at] = np.array(vals, dtype=INSTR_DTYPE.fields[key][0])
+                at, rows = groups.setdefault(tuple(r), ([], []))
+                at.append(i)
+                rows.append(tuple(r.values()))
+            for keys, (at, rows) in groups.items():
+                for key, vals in zip(keys, zip(*rows)):
+                    arr[key][at] = np.array(vals, dtype=INSTR_DTYPE.fields[key][0])
             code.append(arr)
             debug.append(dbg)
         return Program(
@@ -445,6 +450,8 @@ def _to_device_image(buf: Buffer, bits: np.ndarray) -> bytes:
     raw = raw.reshape(rows, buf.row_bytes if raw.size == 0 else -1)   # an empty constant has no bytes to infer
     if raw.shape[1] != buf.row_bytes:
         raise ValueError(f"constant '{buf.name}': {raw.shape[1]} bytes per row, expected {buf.row_bytes}")
+    if buf.pitch == buf.row_bytes:
+        return raw.tobytes()          # rows of whole sticks: the array is the image
     img = np.zeros((rows, buf.pitch), dtype=np.uint8)
     img[:, :buf.row_bytes] = raw
     return img.tobytes()

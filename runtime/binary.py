@@ -200,16 +200,24 @@ def _align(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, int, bytes]], flags: int = 0) -> bytes:
-    """Lay out (kind, index, payload) sections after the header and table, with alignment and checksums."""
+def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, int, Any]],
+                    flags: int = 0) -> bytearray:
+    """Lay out (kind, index, payload) sections after the header and table, with alignment and checksums. A
+    payload is bytes-like, or ``(length, [(offset, bytes-like), ...])``: pieces at offsets with zeros between
+    (the constants section), copied once, straight into the image (a real model's weights are hundreds of MB)."""
     table_end = HEADER_BYTES + _ENTRY.size * len(sections)
     pos = table_end
     entries, chunks = [], []
     for kind, index, payload in sections:
         pos = _align(pos, CONST_ALIGN if kind == Section.CONSTANTS else SECTION_ALIGN)
-        entries.append((kind, index, pos, len(payload), zlib.crc32(payload), 0))
-        chunks.append((pos, payload))
-        pos += len(payload)
+        length, pieces = payload if isinstance(payload, tuple) else (len(payload), [(0, payload)])
+        crc, at = 0, 0
+        for off, data in pieces:
+            crc = zlib.crc32(data, zlib.crc32(bytes(off - at), crc))
+            at = off + len(data)
+        entries.append((kind, index, pos, length, zlib.crc32(bytes(length - at), crc), 0))
+        chunks += [(pos + off, data) for off, data in pieces]
+        pos += length
     out = bytearray(pos)
     fp = bytes.fromhex(fingerprint)
     if len(fp) != 32:
@@ -219,9 +227,9 @@ def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, 
     crc = zlib.crc32(head0 + table)
     out[:HEADER_BYTES] = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, flags, fp, pos, crc, 0)
     out[HEADER_BYTES:table_end] = table
-    for off, payload in chunks:
-        out[off:off + len(payload)] = payload
-    return bytes(out)
+    for off, data in chunks:
+        out[off:off + len(data)] = data
+    return out
 
 
 def is_system(data: bytes | memoryview) -> bool:
@@ -318,20 +326,18 @@ def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, 
 # ---------------------------------------------------------------------------------------------------------
 
 
-def program_to_bytes(prog: Program) -> bytes:
-    """Serialize a program. Constants are placed 4096-aligned inside the constants section."""
+def program_to_bytes(prog: Program) -> bytearray:
+    """Serialize a program (the image, bytes-like). Constants are placed 4096-aligned inside the constants
+    section."""
     const_table, blobs, pos = [], [], 0
     for name in sorted(prog.constants):
         buf = prog.buffer(name)
-        data = bytes(prog.constants[name])
+        data = memoryview(prog.constants[name]).cast("B")
         pos = _align(pos, CONST_ALIGN)
         const_table.append({"buffer": name, "offset": pos, "length": len(data), "addr": buf.addr,
                             "format": buf.fmt.key})
         blobs.append((pos, data))
         pos += len(data)
-    const_blob = bytearray(pos)
-    for off, data in blobs:
-        const_blob[off:off + len(data)] = data
     meta = {
         "producer": prog.producer, "numerics": prog.numerics, "num_cores": prog.num_cores,
         "device_bytes": prog.device_bytes,
@@ -348,7 +354,7 @@ def program_to_bytes(prog: Program) -> bytes:
         codes = [(j * 256 + c, code) for j, e in enumerate(prog.entries) for c, code in enumerate(e.code)]
         debug = None if any(e.debug is None for e in prog.entries) else [e.debug for e in prog.entries]
     sections = [(Section.METADATA, 0, json.dumps(meta, separators=(",", ":")).encode()),
-                (Section.CONSTANTS, 0, bytes(const_blob))]
+                (Section.CONSTANTS, 0, (pos, blobs))]
     for index, code in codes:
         sections.append((Section.CODE, index, np.ascontiguousarray(code, dtype=INSTR_DTYPE).tobytes()))
     if debug is not None:

@@ -72,6 +72,32 @@ _VIEW_READERS = frozenset({"matmul", "sibling", "chained", "rows", "epilogue", "
                            "pool2d"})
 
 
+class _Known(dict):
+    """value -> numpy array, where a DLFloat16 constant's values are decoded from its bits only when something
+    reads them (:meth:`defer`): most are weights, written to the binary as those bits (a real model's layer holds
+    hundreds of MB of them)."""
+
+    def __init__(self):
+        super().__init__()
+        self._deferred: dict = {}
+
+    def defer(self, key, values) -> None:
+        """``key``'s value is ``values()``, computed at the first read."""
+        self._deferred[key] = values
+
+    def __missing__(self, key):
+        if key not in self._deferred:
+            raise KeyError(key)
+        value = self[key] = self._deferred.pop(key)()
+        return value
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or key in self._deferred
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
 class Emitter:
     """Emit ``module``'s ``@main`` for ``target``. ``params``: parameter name -> numpy array (None: the
     parameters become binary inputs named after them). ``input_names``/``output_names`` name the buffers."""
@@ -88,7 +114,7 @@ class Emitter:
         if "spyre.precision" in module.operation.attributes and \
                 str(module.operation.attributes["spyre.precision"]) == '"fp32-reference"':
             self.b.numerics = "fp32-reference"   # compiled without rounding: run it without rounding
-        self.known: dict = {}        # value -> numpy array
+        self.known = _Known()        # value -> numpy array
         self.qscale: dict = {}       # value -> (scales array, axis or None) of a quantized weight
         self.qfmt: dict = {}         # value -> storage Format of a quantized weight's codes (int8 / fp8)
         self.dlf16_bits: dict = {}   # value -> its DLFloat16 bits, for a dlf16 constant (no decode and re-encode)
@@ -148,25 +174,28 @@ class Emitter:
 
     def constant(self, v, fmt=None) -> DevTensor:
         """The device constant of known value v (encoded once in its device format)."""
-        arr = self.known[v]
         shape, elt = _tensor_type(v)
         fmt = fmt or format_of(elt)
         if v in self.qscale:
             raise EmitError("a quantized weight (codes and scales) is read by something else than a matmul's rhs: "
                             "spyre-fold-constants folds such a weight to its real values")
+        # A dlf16 constant is written as its bits, never decoded.
+        arr = self.dlf16_bits[v] if fmt is Format.DLF16 and v in self.dlf16_bits else self.known[v]
         key = (id(arr), fmt)
         if key not in self.consts:
-            vals = np.asarray(arr).reshape(shape or (1,))
-            if fmt is Format.INT8:
-                vals = vals.astype(np.int8)
-            elif fmt is Format.BOOL:
-                vals = vals.astype(bool)
-            elif fmt in (Format.INT32, Format.INT64):
-                vals = vals.astype(fmt.value_dtype)
-            else:
-                vals = vals.astype(np.float32)
             name = self._name(self._const_names.get(v, "const"))
-            buf = self.dlf16_constant(v, name, fmt) or self.b.constant(name, vals, fmt)
+            buf = self.dlf16_constant(v, name, fmt)
+            if buf is None:
+                vals = np.asarray(arr).reshape(shape or (1,))
+                if fmt is Format.INT8:
+                    vals = vals.astype(np.int8)
+                elif fmt is Format.BOOL:
+                    vals = vals.astype(bool)
+                elif fmt in (Format.INT32, Format.INT64):
+                    vals = vals.astype(fmt.value_dtype)
+                else:
+                    vals = vals.astype(np.float32)
+                buf = self.b.constant(name, vals, fmt)
             self.consts[key] = (self._buffer_tensor(buf), arr)
         return self.consts[key][0]
 
@@ -402,13 +431,15 @@ class Emitter:
             self.qfmt[r] = format_of(_tensor_type(codes)[1])
             self._const_names[r] = self._const_names.get(codes, "w")
             return
-        try:
-            self.known[r] = hostprog.literal_value(op)
-        except hostprog.Unsupported:
-            return    # a literal numpy cannot hold is cloned into the host code that reads it
         value = o.attributes["value"] if "value" in o.attributes else None
         if value is not None and params.is_resource(value) and str(_tensor_type(r)[1]) == params.DLF16:
             self.dlf16_bits[r] = params.constant_storage(value, o.context)
+            self.known.defer(r, lambda: hostprog.literal_value(op))
+        else:
+            try:
+                self.known[r] = hostprog.literal_value(op)
+            except hostprog.Unsupported:
+                return    # a literal numpy cannot hold is cloned into the host code that reads it
         if "spyre.name" in o.attributes:
             self._const_names[r] = ir.StringAttr(o.attributes["spyre.name"]).value
 

@@ -744,15 +744,14 @@ def _rhs(em, op, rhs):
     colscale = scale = None
     if rhs not in em.known:
         return em.tensor(rhs), colscale, scale
-    val = np.asarray(em.known[rhs])
     qs = em.qscale.get(rhs)
     shape, elt = _tensor_type(rhs)
     fmt = em.qfmt.get(rhs) or format_of(elt)
     name = em._name(em._const_names.get(rhs, "w"))
     if fmt is Format.INT8:
-        buf = em.b.constant(name, val.astype(np.int8), fmt, encoded=True)
+        buf = em.b.constant(name, np.asarray(em.known[rhs]).astype(np.int8), fmt, encoded=True)
     else:
-        buf = em.dlf16_constant(rhs, name, fmt) or em.b.constant(name, val.astype(np.float32), fmt)
+        buf = em.dlf16_constant(rhs, name, fmt) or em.b.constant(name, np.asarray(em.known[rhs], np.float32), fmt)
     B = em._buffer_tensor(buf)
     if qs is not None:
         s, axis = qs
