@@ -39,7 +39,7 @@ from torch_mlir import ir
 
 from spyre_mlir import params
 from spyre_mlir.passes.analysis import (CONST_FOLD, KERNEL, MATMULS, PARAM_ATTR, function_ops, is_const_fold,
-                                        producer, reads)
+                                        producer, reads, user)
 from spyre_mlir.passes.base import PassError, SpyrePass
 
 QUANTIZED = ("i8", "f8E4M3FN", "f8E5M2")
@@ -79,6 +79,7 @@ class _Folder:
         self.names: dict = {}       # value -> the parameter it comes from
         self.codes: dict = {}       # codes value -> (scales, axis): a quantizing cast's result
         self.lazy: dict = {}        # dequantized value -> _Quantized
+        self.unmade: list = []      # folded ops whose values only other folded ops read: no constant of their own
         for arg, d in zip(self.block.arguments, params.arg_dicts(func)):
             if PARAM_ATTR in d:
                 self.names[arg] = ir.StringAttr(d[PARAM_ATTR]).value
@@ -90,6 +91,12 @@ class _Folder:
             op = o.operation
             if is_const_fold(op) and all(self._has_value(v) for v in reads(op)):
                 self._fold(op)
+        for op in self.unmade:
+            name = self._name(op)
+            for r in op.results:
+                if _used(r):      # a reader that could not fold after all
+                    self._replace(r, self._constant(op, self.known[r], r.type, name), name, self.known[r])
+            op.erase()
         for v in reversed(list(self.lazy)):
             self._settle(v)
         for o in reversed(list(self.block.operations)):
@@ -151,6 +158,13 @@ class _Folder:
         except hostprog.Unsupported:
             return        # stays: the host runs it
         name = self._name(op)
+        if all(is_const_fold(user(u)) for r in op.results for u in r.uses):
+            # Only folded ops read it (a weight's cast, read restickified): its values pass on, and only the end
+            # of the chain is made a constant, rounded to its storage once (a real model's weights: ~1 s a GB).
+            for r, val in zip(op.results, results):
+                self.known[r], self.names[r] = np.asarray(val), name
+            self.unmade.append(op)
+            return
         for r, val in zip(op.results, results):
             self._replace(r, self._constant(op, val, r.type, name), name, val)
         op.erase()

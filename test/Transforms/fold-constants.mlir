@@ -80,3 +80,29 @@ func.func @dequantized_and_runtime(%w: tensor<2x3xf32> {spyre.param = "w", spyre
     }
   }
 #-}
+
+// -----
+
+// A weight's cast read only by its restickify (also folded) makes no constant of its own: the transposed
+// values are rounded once, into the one constant the matmul reads, the first blob named after the weight (a
+// constant made for the cast would have taken the name "w", this one "w_1"). [[1, -2, 0.5], [4, 0.25, -1]]
+// transposed, in DLFloat16: 1.0 0x3E00, 4.0 0x4200, -2.0 0xC000, 0.25 0x3A00, 0.5 0x3C00, -1.0 0xBE00.
+// CHECK-LABEL: func.func @cast_read_by_a_transpose
+// CHECK-NOT: spyre.cast
+// CHECK: %[[T:.*]] = arith.constant {spyre.name = "w"} dense_resource<w> : tensor<3x2x!spyre.dlf16>
+// CHECK-NOT: arith.constant
+// CHECK: "spyre.matmul"(%{{.*}}, %[[T]])
+// CHECK: w: "0x01000000003E004200C0003A003C00BE"
+func.func @cast_read_by_a_transpose(%x: tensor<4x3x!spyre.dlf16>, %w: tensor<2x3xf32> {spyre.param = "w", spyre.value = dense_resource<w3> : tensor<2x3xf32>}) -> tensor<4x2x!spyre.dlf16> {
+  %d = "spyre.cast"(%w) {operandSegmentSizes = array<i32: 1, 0>, spyre.const_fold = true} : (tensor<2x3xf32>) -> tensor<2x3x!spyre.dlf16>
+  %t = "spyre.transpose"(%d) {permutation = array<i64: 1, 0>, restickify = true, spyre.const_fold = true} : (tensor<2x3x!spyre.dlf16>) -> tensor<3x2x!spyre.dlf16>
+  %r = "spyre.matmul"(%x, %t) {operandSegmentSizes = array<i32: 1, 1, 0>, spyre.kernel = "matmul"} : (tensor<4x3x!spyre.dlf16>, tensor<3x2x!spyre.dlf16>) -> tensor<4x2x!spyre.dlf16>
+  return %r : tensor<4x2x!spyre.dlf16>
+}
+{-#
+  dialect_resources: {
+    builtin: {
+      w3: "0x040000000000803F000000C00000003F000080400000803E000080BF"
+    }
+  }
+#-}
