@@ -94,7 +94,14 @@ def b_tile_bytes(tk: int, tn: int, b_fmt: str, trans_b: bool = False) -> int:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n``, ascending (asked for every dim of every grid and tile search: remembered)."""
+    return list(_divisors(n))
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(small + [n // d for d in reversed(small) if d * d != n])
 
 
 def _ceil(a: int, b: int) -> int:
@@ -540,16 +547,26 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
     cands = [[f] if f else c for f, c in zip(force, cands)]
     gm, gn = grid if grid and split_k == 1 else (1, 1)
     best = None
-    for tile in itertools.product(*cands):
+    # Only the one-load tile is single-buffered, and a double-buffered plan's footprint grows with tk from a tk
+    # whose rows are whole sticks in every format (tk % 256: even int4's; below, stick padding of the resident
+    # A's [K steps x rows, tk] can shrink as tk grows): once a (tm, tn, mode) misses the scratchpad at such a
+    # tk, it misses at every larger tk but the one-load tile's.
+    full = set()
+    for tile in itertools.product(*cands):       # tk innermost, ascending
         tm, tn, tk = tile
         modes = [None]
         if gm * gn > 1 and nb > tn:
             modes.append((_ceil(tm, gn), _ceil(kb, tk)))
+        one_load = batch == 1 and tm >= mb and tn >= nb and tk >= kb
         for resident in modes:
+            if (tm, tn, resident is None) in full and not one_load:
+                continue
             nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt,
                                  round_fmt, colscale, tuple(epi_in), resident, trans_b, softmax, epi_temps,
                                  sibling)
             if nbuf is None:
+                if tk % 256 == 0:
+                    full.add((tm, tn, resident is None))
                 continue
             # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
             # `active` cores.

@@ -9,6 +9,7 @@ what lets a reshape that keeps the innermost dim be a free alias, and lets inter
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -92,9 +93,16 @@ class DevTensor:
             raise ValueError("a row view keeps its innermost dim, or merges whole source rows of whole sticks")
         return dataclasses.replace(self, shape=tuple(shape), block=0 if cols == w else w)
 
+    @functools.cached_property
+    def _rowmap_array(self) -> np.ndarray:
+        """``rowmap`` as an array, made once per tensor (a prefill's head views map 32k rows, read per tile)."""
+        a = np.asarray(self.rowmap, dtype=np.int64)
+        a.flags.writeable = False
+        return a
+
     def _blocks(self) -> np.ndarray:
         """A view's source rows as [rows, blocks per row]."""
-        return np.asarray(self.rowmap, dtype=np.int64).reshape(-1, self.cols // self.width)
+        return self._rowmap_array.reshape(-1, self.cols // self.width)
 
     def rows_from(self, row: int, shape) -> "DevTensor":
         """The tensor of ``shape`` (this one's innermost dim) whose bytes are this one's from ``row`` on."""
