@@ -498,16 +498,13 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
                 softmax: str | None = None, epi_temps: int = 0,
                 sibling: str | None = None, chain: tuple | None = None) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
-    when there is more than one load step and both buffers fit, else single; None when even that does not fit."""
+    when there is more than one load step, single-buffered for one; None when they do not fit."""
     tm, tn, tk = tile
-    loads = batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk)
-    for nbuf in (2, 1):
-        bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
-                              round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident,
-                              trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling, chain=chain)
-        if nbuf == nbuf_for(loads, True) and footprint(bufs, target) <= target.scratchpad_usable_bytes:
-            return nbuf, bufs
-    return None
+    nbuf = nbuf_for(batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk), True)
+    bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
+                          round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident,
+                          trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling, chain=chain)
+    return (nbuf, bufs) if footprint(bufs, target) <= target.scratchpad_usable_bytes else None
 
 
 @functools.lru_cache(maxsize=1 << 14)
