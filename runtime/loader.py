@@ -31,7 +31,6 @@ from spyre_mlir.errors import SpyreError
 
 from .binary import BinaryFormatError, Buffer, Program, is_system, program_from_bytes
 from .collector import collector_paused
-from .collector import collector_paused
 from .cycles import Profile, model_program
 from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread
 from .formats import STICK_BYTES, Format
@@ -720,11 +719,6 @@ def load_bytes(data: bytes | memoryview, target=None, numerics: str | None = Non
     """Validate and prepare a .spyre image held in memory: an :class:`Executable`, a :class:`Bundle` for a file
     with entries, or a :class:`~spyre_mlir.runtime.system.SystemExecutable` for a system of cards. See
     :func:`load`."""
-    with collector_paused():
-        return _load_bytes(data, target, numerics)
-
-
-def _load_bytes(data, target, numerics):
     with collector_paused():
         return _load_bytes(data, target, numerics)
 
