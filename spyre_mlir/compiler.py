@@ -125,7 +125,7 @@ def cache_key(imported, precision, cores, target, persistent_state=False) -> str
     for name in sorted(imported.params):
         a = np.ascontiguousarray(imported.params[name])
         h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-        h.update(a.tobytes())
+        h.update(a.reshape(-1).view(np.uint8))       # the bytes in place (a copy of a model's weights costs)
     opts = {"precision": precision, "cores": cores, "inputs": [s.name for s in imported.inputs],
             "outputs": [s.name for s in imported.outputs], "persistent_state": bool(persistent_state)}
     h.update(json.dumps(opts, sort_keys=True).encode())
@@ -152,7 +152,7 @@ def program_key(ep, precision, cores, target, persistent_state=False) -> str:
         t = tensors[name]
         h.update(f"{name}:{getattr(t, 'dtype', type(t).__name__)}:{tuple(getattr(t, 'shape', ()))}".encode())
         if isinstance(t, torch.Tensor):
-            h.update(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            h.update(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
     opts = {"precision": precision, "cores": cores, "persistent_state": bool(persistent_state)}
     h.update(json.dumps(opts, sort_keys=True).encode())
     h.update(target.fingerprint().encode())
