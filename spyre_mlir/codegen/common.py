@@ -3,6 +3,8 @@ the IR (value types, attributes, locations, what an op reads), tile sizes and su
 
 from __future__ import annotations
 
+import functools
+
 from spyre_mlir.errors import SpyreError
 
 
@@ -81,8 +83,9 @@ def _sub(tile, rows, cols):
     return Tile(tile.addr, rows, cols, tile.fmt)
 
 
-def row_parts(n: int, g: int) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=1024)
+def row_parts(n: int, g: int) -> tuple[tuple[int, int], ...]:
     """Rows [lo, hi) of ``g`` near-equal parts of ``n`` rows (trailing parts may be empty): what each of ``g``
-    cores loads of a tile they share over the ring."""
+    cores loads of a tile they share over the ring (asked per core per step of a shared matmul: remembered)."""
     chunk = -(-n // g)
-    return [(min(n, p * chunk), min(n, (p + 1) * chunk)) for p in range(g)]
+    return tuple((min(n, p * chunk), min(n, (p + 1) * chunk)) for p in range(g))
