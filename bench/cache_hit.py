@@ -98,8 +98,8 @@ def main() -> int:
             print(f"{name + ' ' + what:20} {'  '.join(f'{x:6.3f}' for x in t)}   "
                   f"{'  '.join(f'{r:5.1%}' for r in ratios)}", flush=True)
     print(f"worst hit/cold: build {worst['build']:.1%}, total {worst['total']:.1%}")
-    print(f"longest full garbage collection in this process: {_GC['worst'] * 1e3:.0f} ms (before each timed "
-          f"call, not in it)")
+    print(f"longest full garbage collection in this process: {_GC['worst'] * 1e3:.0f} ms (the timed calls start "
+          f"after one)")
     return 0
 
 

@@ -558,8 +558,8 @@ def _check_debug(dbg, code, where: str, pairs: list | None = None) -> list:
     out = []
     for c, core in enumerate(dbg):
         if pairs is not None:
-            if (not isinstance(core, list) or len(core) != len(code[c])
-                    or not all(type(i) is int for i in core) or (core and not 0 <= min(core) <= max(core) < len(pairs))):
+            if (not isinstance(core, list) or len(core) != len(code[c]) or not all(type(i) is int for i in core)
+                    or (core and not 0 <= min(core) <= max(core) < len(pairs))):
                 raise BinaryFormatError(f"debug{where} core {c}: expected {len(code[c])} indices into "
                                         f"debug.locations ({len(pairs)} pairs)")
             out.append([pairs[i] for i in core])
