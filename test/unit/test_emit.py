@@ -792,3 +792,48 @@ def test_fused_casts_are_bit_identical(tmp_path, monkeypatch):
     assert np.array_equal(yf.view(np.uint32), yu.view(np.uint32))
     assert pf.dram_read_bytes + pf.dram_write_bytes < pu.dram_read_bytes + pu.dram_write_bytes
     assert pf.cycles < pu.cycles
+
+
+@pytest.mark.parametrize("tile, early", [((16, 64, 256), True),     # one output tile and K step per core
+                                         ((16, 64, 128), True),     # two K steps: the last step's fetch
+                                         ((8, 64, 128), True),      # two tiles of two K steps per core
+                                         ((8, 64, 256), False)])    # two tiles of one double-buffered K step
+def test_write_back_operands_load_with_the_last_k_step(tile, early):
+    """A shared-operand matmul loads its tile's bias and the epilogue's further inputs (a residual here) with the
+    operands of the tile's last K step, a segment before its multiply, instead of stalling the epilogue; not where
+    the single buffer of those operands is still read by the previous tile's epilogue in that segment (one
+    double-buffered K step per tile). Same results either way."""
+    M, K, N = 32, 256, 128
+    t = f"tensor<{M}x{N}xf32>"
+    text = f"""
+func.func @main(%a: tensor<{M}x{K}xf32>, %b: tensor<{K}x{N}xf32>, %bias: tensor<{N}xf32>, %res: {t}) -> {t} {{
+  %r = "spyre.matmul"(%a, %b, %bias) {{operandSegmentSizes = array<i32: 1, 1, 1>, spyre.grid = array<i64: 2, 2, 1>,
+      spyre.tile = array<i64: {', '.join(map(str, tile))}>}} : (tensor<{M}x{K}xf32>, tensor<{K}x{N}xf32>, tensor<{N}xf32>) -> {t}
+  %y = "spyre.map"(%r, %res) ({{
+  ^bb0(%p: f32, %q: f32):
+    %s = arith.addf %p, %q : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.grid = array<i64: 1>, spyre.tile = array<i64: 32>}}
+      : ({t}, {t}) -> {t}
+  %n = "spyre.map"(%y) ({{
+  ^bb0(%p: f32):
+    %m = arith.negf %p : f32
+    "spyre.yield"(%m) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.grid = array<i64: 1>, spyre.tile = array<i64: 32>}}
+      : ({t}) -> {t}
+  return %n : {t}
+}}"""
+    a, b, bias, res = rand(M, K), rand(K, N), rand(N), rand(M, N)
+    (y,), em, exe = run(text, [a, b, bias, res], cores=4)
+    assert exe.static_profile.dram_write_bytes == 2 * M * N * 4    # the add is the matmul's epilogue
+    np.testing.assert_allclose(-y, a @ b + bias + res, rtol=1e-5, atol=1e-4)
+    res_buf = next(buf for buf in exe.program.buffers if buf.name == exe.program.inputs[3])
+    for code in exe.program.code:
+        ops = [Op(o) for o in code["op"]]
+        loads = [i for i, (op, d) in enumerate(zip(ops, code["dev"]))
+                 if op is Op.DMA_LOAD and res_buf.addr <= d < res_buf.addr + res_buf.nbytes]
+        # The epilogue's add reads the residual tile where it was loaded: a barrier between says a segment ahead.
+        reader = [next(j for j in range(i, len(ops)) if ops[j] is Op.SFU and code["a0"][i] in
+                       (code["a1"][j], code["a2"][j])) for i in loads]
+        ahead = [Op.BARRIER in ops[i:j] for i, j in zip(loads, reader)]
+        assert loads and all(ahead) == early

@@ -209,10 +209,11 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
     segment s loads and exchanges the tiles of step s while the PT array multiplies step s - 1 (double
     buffering: the two steps use different buffers; single-buffered, the loads follow the multiply). A
     finished output tile is stored over the next tile's segments, a part of its rows each, overlapping its
-    multiplies. With a resident A (the plan's ``ares``), a core keeps its part of every A tile of the current
-    row of output tiles: loaded (and converted to the PT format) for the row's first tile, sent again from the
-    scratchpad for the others, so A leaves device memory once. Every core
-    multiplies exactly the tiles, in the order, of the unshared kernel, so results are bit-identical. A sibling's
+    multiplies. A tile's write-back operands (bias, scales, the epilogue's further inputs) are loaded with its
+    last K step's operands where their single buffers allow (``early``), so the epilogue does not wait for them.
+    With a resident A (the plan's ``ares``), a core keeps its part of every A tile of the current row of output
+    tiles: loaded (and converted to the PT format) for the row's first tile, sent again from the scratchpad for
+    the others, so A leaves device memory once. Every core multiplies exactly the tiles, in the order, of the unshared kernel, so results are bit-identical. A sibling's
     B (``Bs[1]``) is loaded and exchanged like B. A chained matmul's V is loaded with the first step of each batch,
     a part of its rows per core of the grid column, exchanged like B, into the buffer of the batch's parity: the
     previous batch's last multiply, in that segment, reads the other one."""
@@ -275,6 +276,30 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
                     sends.append((core, [base + q * gn + bn for q in range(gm) if q != bm], b_part.addr, b_part))
         for core, peers, dst, src in sends:
             b.ring_send(core, peers, dst, src, loc=loc)
+        if early(n):
+            for core in cores:
+                write_back_operands(n, core)
+
+    def early(n) -> bool:
+        """Whether the write-back operands (bias, scales, the epilogue's further inputs) of the tile finished at
+        step ``n`` are loaded with that step's operands (:func:`fetch`) instead of just before its multiply,
+        where the load would stall the epilogue. Their buffers are single: safe unless double buffering puts
+        the previous tile's epilogue after this fetch, in the same segment (one K step per tile)."""
+        return steps[n][10] and (nbuf == 1 or nk > 1 or n == 0)
+
+    def write_back_operands(n, core):
+        """Load core's blocks of the write-back operands of the tile finished at step ``n``."""
+        _, _, o0, i, j, _, rows, cols, _, _, _, _ = steps[n]
+        bm, bn = divmod(core - base, gn)
+        t = T[core]
+        c0, w = bn * nb + j, width(bn, j, cols)
+        if t["BI"] is not None:
+            load_rows(b, core, _sub(t["BI"], 1, w), bias, 0, c0, loc=loc)
+        if t["CS"] is not None:
+            load_rows(b, core, _sub(t["CS"], 1, w), colscale, 0, c0, loc=loc)
+        if t["GCS"] is not None:
+            load_rows(b, core, _sub(t["GCS"], 1, w), sib[1], 0, c0, loc=loc)
+        _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, w, loc)
 
     def multiply(n):
         _, _, o0, i, j, _, rows, cols, depth, first, fin, bi_ = steps[n]
@@ -284,14 +309,8 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
             c0, w = bn * nb + j, width(bn, j, cols)
             At = _sub(t["A"][n % nbuf], rows, depth)
             Bts = [_b_sub(t, t[key][n % nbuf], depth, w) for key in ("B", "G")[:len(Bs)]]
-            if fin and t["BI"] is not None:
-                load_rows(b, core, _sub(t["BI"], 1, w), bias, 0, c0, loc=loc)
-            if fin and t["CS"] is not None:
-                load_rows(b, core, _sub(t["CS"], 1, w), colscale, 0, c0, loc=loc)
-            if fin and t["GCS"] is not None:
-                load_rows(b, core, _sub(t["GCS"], 1, w), sib[1], 0, c0, loc=loc)
-            if fin:
-                _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, w, loc)
+            if fin and not early(n):
+                write_back_operands(n, core)
             _multiply(b, core, t, At, Bts, rows, w, depth, not first, fin, scale, loc, sib)
             if fin and chain is not None:
                 _chained(b, core, t, rows, w, bi_, loc)
