@@ -733,9 +733,18 @@ def rowwise_cycles(k: RowKernel, grid: Sequence[int], tile: Sequence[int] | None
     per_elem = sum(n * target.sfu_cycles(cls) for cls, n in k.sfu)
     sfu = tiles * (tr * work * per_elem / target.sfu_lanes_per_core + target.sfu_latency_cycles * len(k.sfu))
     fixed = [o for o in k.inputs if not o.streamed]
+    latency = (tiles * len(streamed) + len(fixed)) * target.dma_latency_cycles
+    if tiles == 1 and gr > 1 and k.prefetch:
+        # One tile a core (codegen rows.run_tiles): every core loads, a barrier, then computes and stores, so each
+        # phase moves at the read or the write bandwidth (runtime/cycles.py prices a barrier segment by what it
+        # moves), and nothing overlaps.
+        cores = max(1, active or gr) / target.clock_ghz
+        loads = sum(o.tile_bytes(tr) for o in k.inputs)
+        stores = sum(o.tile_bytes(tr) for o in k.outputs if o.streamed)
+        dma = loads * cores / target.dram_read_gbps + stores * cores / target.dram_write_gbps + latency
+        return Cycles(sfu=sfu, dma=dma, total=sfu + dma + 2 * sync_cycles(gr, target))
     moved = tiles * sum(o.tile_bytes(tr) for o in streamed) + sum(o.tile_bytes(tr) for o in fixed)
-    dma = (moved / _bytes_per_cycle(target, active or gr)
-           + (tiles * len(streamed) + len(fixed)) * target.dma_latency_cycles)
+    dma = moved / _bytes_per_cycle(target, active or gr) + latency
     return Cycles(sfu=sfu, dma=dma, total=_overlap(sfu, dma, tiles, double_buffer and k.prefetch)
                   + sync_cycles(gr, target))
 

@@ -37,7 +37,7 @@ func.func @matmul_64(%a: tensor<64x64x!spyre.dlf16>, %b: tensor<64x64x!spyre.dlf
 // CHECK-SAME: spyre.barrier = true
 // CHECK: "spyre.softmax"
 // CHECK-NOT: spyre.barrier
-// CHECK-SAME: spyre.double_buffer = true, spyre.grid = array<i64: 32>
+// CHECK-SAME: spyre.double_buffer = false, spyre.grid = array<i64: 32>
 // CHECK: "spyre.map"
 // CHECK: }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.double_buffer = false, spyre.grid = array<i64: 32>
 func.func @softmax_map(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x!spyre.dlf16>) -> (tensor<1024x1024x!spyre.dlf16>, tensor<1024x1024x!spyre.dlf16>) {

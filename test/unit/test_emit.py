@@ -837,3 +837,25 @@ func.func @main(%a: tensor<{M}x{K}xf32>, %b: tensor<{K}x{N}xf32>, %bias: tensor<
                        (code["a1"][j], code["a2"][j])) for i in loads]
         ahead = [Op.BARRIER in ops[i:j] for i, j in zip(loads, reader)]
         assert loads and all(ahead) == early
+
+
+def test_rows_kernel_with_one_tile_a_core_loads_then_stores():
+    """A row-wise kernel that gives each core one tile runs in two phases: every core's loads, a barrier, then
+    every core's work and stores, so no barrier segment mixes device-memory reads and writes (each moves at the
+    read or write bandwidth). Same values as the same op streamed in smaller tiles."""
+    def ir_text(tile):
+        t = "tensor<128x256xf32>"
+        return f"""
+func.func @main(%x: {t}) -> {t} {{
+  %y = "spyre.softmax"(%x) {{dim = -1 : i64, spyre.grid = array<i64: 4>, spyre.tile = array<i64: {tile}>}} : ({t}) -> {t}
+  return %y : {t}
+}}"""
+    x = rand(128, 256)
+    (phased,), _, exe = run(ir_text(32), [x], cores=4)
+    (streamed,), _, _ = run(ir_text(8), [x], cores=4)
+    np.testing.assert_array_equal(phased, streamed)
+    for code in exe.program.code:
+        ops = [Op(o) for o in code["op"]]
+        barrier = ops.index(Op.BARRIER)
+        assert Op.DMA_LOAD in ops[:barrier] and Op.DMA_STORE not in ops[:barrier]
+        assert Op.DMA_LOAD not in ops[barrier:] and Op.DMA_STORE in ops[barrier:]

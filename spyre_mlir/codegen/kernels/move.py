@@ -24,7 +24,7 @@ from spyre_mlir.runtime.formats import STICK_BYTES, Format
 
 from ..common import EmitError, _attr, _sub, _tb, _tensor_type
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
-from .rows import _role, pipelined, planned
+from .rows import _role, planned, run_tiles
 
 __all__ = ["restick", "col_terms", "out_width", "term_cols", "sel_name", "row_sources", "select", "EMITTERS"]
 
@@ -281,6 +281,7 @@ def _emit_rows(em, op, loc):
     kp, plan = planned(em, op, R)
     gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
     b = em.b
+    kernels = []
     for core in range(gr):
         Ts = [kp.tile_at(f"out{j}", tr, C, O.fmt) for j in range(nbuf)]
 
@@ -298,7 +299,8 @@ def _emit_rows(em, op, loc):
         def work(k, r0, n, core=core, Ts=Ts):
             store_rows(b, core, _sub(Ts[k % nbuf], n, C), O, r0, loc=loc)
 
-        pipelined(plan, core, nbuf, load, work)
+        kernels.append((core, load, work))
+    run_tiles(b, plan, nbuf, kernels, loc)
     return gr
 
 

@@ -59,6 +59,31 @@ def pipelined(plan, core, nbuf, load, work):
         work(k, r0, n)
 
 
+def run_tiles(b, plan, nbuf, kernels, loc) -> None:
+    """Emit the tiles of every ``(core, load, work)`` of ``kernels``, each core :func:`pipelined`. When every
+    core has one tile (nothing to overlap on a core), in two phases instead: every core's loads, a barrier,
+    then every core's work and stores, so that no segment mixes reads and writes of device memory (each
+    phase moves at the read or write bandwidth rather than the lower mixed one, cost.rowwise_cycles)."""
+    if one_tile_each(plan):
+        for core, load, _ in kernels:
+            load(0, *_tile_of(plan, core))
+        b.barrier([core for core, _, _ in kernels], loc=loc)
+        for core, _, work in kernels:
+            work(0, *_tile_of(plan, core))
+        return
+    for core, load, work in kernels:
+        pipelined(plan, core, nbuf, load, work)
+
+
+def one_tile_each(plan) -> bool:
+    """Whether a row plan [(core, first row, rows)] gives several cores one tile each."""
+    return len(plan) > 1 and len({c for c, _, _ in plan}) == len(plan)
+
+
+def _tile_of(plan, core) -> tuple[int, int]:
+    return next((r0, n) for c, r0, n in plan if c == core)
+
+
 def broadcast_rows(in_shape, out_shape, r0, n) -> np.ndarray:
     """Source row (in the 2-D view of an input broadcast to ``out_shape``) of result rows r0..r0+n."""
     out_lead = list(out_shape[:-1])
@@ -429,6 +454,7 @@ def emit_map(em, op, loc):
     kp, plan = planned(em, op, R)
     gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
     b = em.b
+    kernels = []
     for core in range(gr):
         tiles = {}
         for i, (t, ishape, k) in enumerate(ins):
@@ -478,7 +504,8 @@ def emit_map(em, op, loc):
                 b.sfu(core, "add", o_t, o_t, res, loc=loc)
             store_rows(b, core, o_t, O, r0, loc=loc)
 
-        pipelined(plan, core, nbuf, load, work)
+        kernels.append((core, load, work))
+    run_tiles(b, plan, nbuf, kernels, loc)
     return gr
 
 
@@ -559,6 +586,7 @@ def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False):
     C = X.cols
     kp, plan = planned(em, op, X.rows)
     gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
+    kernels = []
     for core in range(gr):
         extra_full = {}
         for k, t in consts:
@@ -581,7 +609,8 @@ def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False):
             body(core, n, _sub(XTs[k % nbuf], n, C), _sub(XF, n, C), ot, extra, loc)
             store_rows(b, core, ot, O, r0, loc=loc)
 
-        pipelined(plan, core, nbuf, load, work)
+        kernels.append((core, load, work))
+    run_tiles(b, plan, nbuf, kernels, loc)
     return gr
 
 
@@ -610,6 +639,7 @@ def emit_reduce(em, op, loc):
         buf = em.b.scratch(em._name(f"t{em._op_index}.rows"), (R, 1), format_of(elt))
         target = em._buffer_tensor(buf)
     b = em.b
+    kernels = []
     for core in range(gr):
         XTs = [kp.tile_at(f"in{j}", tr, C, X.fmt) for j in range(nbuf)]
         RT = kp.tile_at("rt", tr, 1, "fp32")
@@ -637,7 +667,12 @@ def emit_reduce(em, op, loc):
             b.sfu(core, "cast", ot, _sub(RT, n, 1), loc=loc)
             store_rows(b, core, ot, target, r0, loc=loc)
 
-        pipelined(plan, core, nbuf, load, work)
+        kernels.append((core, load, work))
+    if mid == 1:
+        run_tiles(b, plan, nbuf, kernels, loc)
+    else:                   # its work loads rows itself: no phases to separate
+        for core, load, work in kernels:
+            pipelined(plan, core, nbuf, load, work)
     if not direct:
         em.barrier(loc)
         O = em.result(op, host=True)
@@ -654,6 +689,7 @@ def emit_cast(em, op, loc):
     kp, plan = planned(em, op, R)
     gr, tr, nbuf = kp.grid[0], kp.tile[0], kp.nbuf
     b = em.b
+    kernels = []
     for core in range(gr):
         XTs = [kp.tile_at(f"in{j}", tr, C, X.fmt) for j in range(nbuf)]
         OTs = [kp.tile_at(f"out{j}", tr, C, O.fmt) for j in range(nbuf)]
@@ -665,7 +701,8 @@ def emit_cast(em, op, loc):
             b.sfu(core, "cast", _sub(OTs[k % nbuf], n, C), _sub(XTs[k % nbuf], n, C), loc=loc)
             store_rows(b, core, _sub(OTs[k % nbuf], n, C), O, r0, loc=loc)
 
-        pipelined(plan, core, nbuf, load, work)
+        kernels.append((core, load, work))
+    run_tiles(b, plan, nbuf, kernels, loc)
     return gr
 
 
