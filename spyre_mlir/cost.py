@@ -950,6 +950,14 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
                 + (cores - 1) * (sel / cores / target.ring_bytes_per_cycle + target.hop_latency_cycles))
         pre = (consts / g + sel / cores) / bw + parts * target.dma_latency_cycles + ring \
             + target.barrier_latency_cycles
+        if conv_phased(k, grid, tile):
+            # The patch loads with the constants (reads only), the segment after the barrier stores (writes only).
+            share = max(1, active or cores) / target.clock_ghz
+            loads = (consts / g + sel / cores + bufs["a0"]) * share / target.dram_read_gbps
+            store = (moved - bufs["a0"]) * share / target.dram_write_gbps + target.dma_latency_cycles
+            pre = loads + (parts + 1) * target.dma_latency_cycles + ring + target.barrier_latency_cycles
+            return Cycles(pt=pt, sfu=sfu, dma=loads + store + (parts + 1) * target.dma_latency_cycles, ring=ring,
+                          total=pre + pt + sfu + store + sync_cycles(cores, target))
         dma = moved / bw + transfers * target.dma_latency_cycles
         return Cycles(pt=pt, sfu=sfu, dma=dma + pre - ring, ring=ring,
                       total=pre + _overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(cores, target))
@@ -966,6 +974,15 @@ def conv_shares(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> bool
     multicast it, all cores likewise the pool's selections, once before the loop."""
     gn, gf, goh = grid
     return gn * gf * goh > 1 and tile[1] == _ceil(k.f, gf)
+
+
+def conv_phased(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> bool:
+    """Whether the conv kernel loads each core's patch before the barrier that delivers the shared constants
+    (``codegen/kernels/conv.py``): it shares them (:func:`conv_shares`) and every core has one tile, so the
+    segment after that barrier only computes and stores."""
+    gn, gf, goh = grid
+    _, tf, toh = tile
+    return conv_shares(k, grid, tile) and _ceil(k.n, gn) * _ceil(_ceil(k.f, gf), tf) * _ceil(_ceil(k.oh, goh), toh) == 1
 
 
 def conv_span(k: ConvKernel, grid: Sequence[int]) -> int:

@@ -616,6 +616,24 @@ def test_conv_shares_its_filters_over_the_ring():
     assert np.array_equal(outs[(1, 1, 3)], outs[(1, 1, 1)]) and np.array_equal(outs[(2, 1, 3)], outs[(1, 1, 1)])
 
 
+
+def test_conv_with_one_tile_a_core_loads_its_patch_with_the_filters():
+    """Sharing its filters, with one tile a core, the conv kernel loads every core's patch before the barrier that
+    delivers the filters, so the segment after it only computes and stores: no segment mixes device-memory reads
+    and writes. Same result as the one-core kernel."""
+    x, w, bias = dlf16_round(rand(2, 8, 9, 10)), rand(16, 8, 3, 3), rand(16)
+    outs = {}
+    for g in [(1, 1, 1), (2, 1, 3)]:
+        plan = f", spyre.grid = array<i64: {', '.join(map(str, g))}>, spyre.tile = array<i64: 1, 16, 3>"
+        text = CONV.format(C=8, F=16, CG=8, G=1, S=1, D=1, P="1, 1, 1, 1", OH=9, OW=10, PLAN=plan)
+        (outs[g],), _, exe = run(text, [x], cores=6, params={"w": w, "b": bias}, numerics="faithful")
+    assert np.array_equal(outs[(2, 1, 3)], outs[(1, 1, 1)])
+    for code in exe.program.code:
+        ops = [Op(o) for o in code["op"]]
+        barrier = ops.index(Op.BARRIER)
+        assert ops[:barrier].count(Op.DMA_LOAD) >= 2 and Op.DMA_STORE not in ops[:barrier]
+        assert Op.DMA_LOAD not in ops[barrier:] and Op.DMA_STORE in ops[barrier:]
+
 def test_conv_applies_its_relu_before_the_store():
     """A ReLU map whose input is a conv2d's only use (and which device ops read) is the conv kernel's epilogue
     (kernel "epilogue"): no map kernel runs for it and the result is bit-identical to the map run on its own

@@ -256,30 +256,8 @@ def emit_conv2d(em, op, loc):
         pitch, PH = POUT.pitch, OH // ph        # rows (q, f) -> pooled rows (n, f0 + f, oh0 / ph + q)
         b.dma_store(core, P.addr + ((n * k.f + f0) * PH + oh0 // ph) * pitch, POUT.addr, (prow, tf, pitch),
                     (pitch, PH * pitch), (tf * pitch, pitch), loc=loc)
-    # With one filter tile per core (cost.conv_shares), the constants the cores need alike are read from device
-    # memory once: each core of a group loads a part of their rows and multicasts it to the others, delivered at
-    # one barrier before the loop: the filters and bias across the cores of a filter block, the pool's
-    # selections across all cores.
-    shared = cost.conv_shares(k, kp.grid, kp.tile)
-    if shared:
-        parts = []
-        for bj in range(gf):
-            group = [c for c in range(kp.cores) if (c % (gf * goh)) // goh == bj]
-            parts.append((group, B[0], W, bj * fb // tf * nprod * tf))
-            if BI is not None:
-                parts.append((group, BI, BC, bj * fb))
-        parts += [(list(range(kp.cores)), t, src, 0) for t, src in zip(PSEL, psel)] if pool is not None else []
-        for group, t, src, row0 in parts:
-            for q, (lo, hi) in enumerate(row_parts(t.rows, len(group))):
-                if hi > lo:
-                    load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
-                    b.ring_send(group[q], [c for c in group if c != group[q]], t.row_slice(lo, hi).addr,
-                                t.row_slice(lo, hi), loc=loc)
-        b.barrier(range(kp.cores), loc=loc)
+    cores = []
     for core in range(kp.cores):
-        if pool is not None and not shared:
-            for t, src in zip(PSEL, psel):
-                load_rows(b, core, t, src, 0, loc=loc)
         bi, rest = divmod(core, gf * goh)
         bj, bl = divmod(rest, goh)
         tiles = [(f0, n, oh0) for f0 in range(bj * fb, (bj + 1) * fb, tf)
@@ -329,13 +307,47 @@ def emit_conv2d(em, op, loc):
                 apply_epilogue(b, core, epi, OUT, [ACC], loc)
             store(core, n, f0, oh0)
 
+        cores.append((core, len(tiles), load, work))
+    # With one filter tile per core (cost.conv_shares), the constants the cores need alike are read from device
+    # memory once: each core of a group loads a part of their rows and multicasts it to the others, delivered at
+    # one barrier before the loop: the filters and bias across the cores of a filter block, the pool's
+    # selections across all cores.
+    shared = cost.conv_shares(k, kp.grid, kp.tile)
+    # One tile a core (cost.conv_phased): its patch is loaded before that barrier too, so the segment after it only
+    # computes and stores, and no segment mixes device-memory reads and writes.
+    early = cost.conv_phased(k, kp.grid, kp.tile)
+    if shared:
+        parts = []
+        for bj in range(gf):
+            group = [c for c in range(kp.cores) if (c % (gf * goh)) // goh == bj]
+            parts.append((group, B[0], W, bj * fb // tf * nprod * tf))
+            if BI is not None:
+                parts.append((group, BI, BC, bj * fb))
+        parts += [(list(range(kp.cores)), t, src, 0) for t, src in zip(PSEL, psel)] if pool is not None else []
+        for group, t, src, row0 in parts:
+            for q, (lo, hi) in enumerate(row_parts(t.rows, len(group))):
+                if hi > lo:
+                    load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
+                    b.ring_send(group[q], [c for c in group if c != group[q]], t.row_slice(lo, hi).addr,
+                                t.row_slice(lo, hi), loc=loc)
+        if early:
+            for core, _, load, _ in cores:
+                load(0)
+        b.barrier(range(kp.cores), loc=loc)
+    for core, ntiles, load, work in cores:
+        if pool is not None and not shared:
+            for t, src in zip(PSEL, psel):
+                load_rows(b, core, t, src, 0, loc=loc)
+        if early:
+            work(0)
+            continue
         # Double-buffered, the next tile's loads are issued before this tile's products (DMA runs in order).
         if kp.nbuf == 2:
             load(0)
-        for i in range(len(tiles)):
+        for i in range(ntiles):
             if kp.nbuf == 1:
                 load(i)
-            elif i + 1 < len(tiles):
+            elif i + 1 < ntiles:
                 load(i + 1)
             work(i)
     return kp.cores
