@@ -154,6 +154,20 @@ def _matmul_operands_elt(op, a: ir.RankedTensorType, b: ir.RankedTensorType) -> 
         raise _Invalid(f"lhs and rhs: element types differ ({ea} vs {eb})")
 
 
+def _conv_operands_elt(op, x: ir.RankedTensorType, w: ir.RankedTensorType) -> None:
+    """Input and filter multiply in one element type: their own, or the input converted on the scratchpad to
+    what `spyre.convert_operands = {input = T}` (set by spyre-fuse) says."""
+    conv = _attr(op, "spyre.convert_operands")
+    ex = x.element_type
+    if conv is not None:
+        if not isinstance(conv, ir.DictAttr):
+            raise _Invalid(f"attribute 'spyre.convert_operands' must be a dictionary, got {conv}")
+        d = {na.name: na.attr for na in ir.DictAttr(conv)}
+        ex = ir.TypeAttr(d["input"]).value if "input" in d else ex
+    if ex != w.element_type:
+        raise _Invalid(f"input and filter: element types differ ({ex} vs {w.element_type})")
+
+
 def _expect_shape(t: ir.RankedTensorType, shape: Sequence[int], what: str) -> None:
     if _shape(t) != list(shape):
         raise _Invalid(f"{what} shape {_fmt(_shape(t))} does not match expected {_fmt(shape)}")
@@ -345,7 +359,9 @@ class Conv2dOp(SpyreOp, name="conv2d"):
                                              operandSegmentSizes = array<i32: 1, 1, 1>}
             : (tensor<1x3x8x8xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<1x16x8x8xf32>
 
-    `padding` is [top, left, bottom, right]; strides and dilations default to 1, groups to 1.
+    `padding` is [top, left, bottom, right]; strides and dilations default to 1, groups to 1. With
+    `spyre.convert_operands = {input = !spyre.dlf16}` (spyre-fuse) an f32 input is converted to the filter's
+    type on the scratchpad.
     """
 
     input: Operand[Any]
@@ -357,7 +373,7 @@ class Conv2dOp(SpyreOp, name="conv2d"):
         x, w, r = _tensor(self.input, "input"), _tensor(self.filter, "filter"), _result(self)
         _rank(x, "input", 4)
         _rank(w, "filter", 4)
-        _same_elt(x, w, "input and filter")
+        _conv_operands_elt(self, x, w)
         strides = _ints_attr(self, "strides", [1, 1], length=2)
         dil = _ints_attr(self, "dilations", [1, 1], length=2)
         pad = _ints_attr(self, "padding", [0, 0, 0, 0], length=4)

@@ -1,4 +1,4 @@
-"""spyre-fuse: fold the format conversions around a matmul into the matmul's kernel.
+"""spyre-fuse: fold the format conversions around a matmul (or before a conv2d) into the op's kernel.
 
 After spyre-reduce-precision a matmul on model inputs reads them through `spyre.cast` f32 -> dlf16 and returns
 through `spyre.cast` dlf16 -> f32. Run as separate kernels those casts are memory-bound round trips through
@@ -12,6 +12,9 @@ Rules (docs/compiler.md, "After spyre-fuse"):
   and records the format it converts that operand to on the scratchpad in
   `spyre.convert_operands = {lhs = <type>, rhs = <type>}`. A cast of a compile-time value (a parameter,
   possibly through casts, reshapes and transposes) is left alone: the emitter converts it at compile time.
+* Likewise a plain `spyre.cast` of a runtime f32 tensor to dlf16 whose only use is a device `spyre.conv2d`'s input:
+  the conv reads the f32 input, converts each patch on the scratchpad, and records
+  `spyre.convert_operands = {input = <type>}` (its filters stay in their own format).
 * A plain `spyre.cast` whose input is the result of such a matmul (its only use; or a reshape of it, each
   reshape the only use of the value before it) and which only widens it (dlf16 -> f32: exact) is folded into the
   matmul's write-back: the matmul (and the reshapes) produce the cast's element type and
@@ -62,6 +65,22 @@ class FusePass(SpyrePass):
                         op = op.operation
                         if op.name in MATMULS and is_device_op(op):
                             self._fuse(op, func)
+                        elif op.name == "spyre.conv2d" and is_device_op(op):
+                            self._fuse_input(op, func)
+
+    def _fuse_input(self, op: ir.Operation, func: ir.Operation) -> None:
+        """A conv2d reads its model input directly when a plain cast to dlf16 is that value's only reader: its
+        kernel converts each input patch on the scratchpad (its filters keep their own format)."""
+        v = op.operands[0]
+        cast = producer(v)
+        if not (is_plain_cast(cast) and is_device_op(cast)) or single_use(v) is None:
+            return
+        x = cast.operands[0]
+        if not isinstance(_elt(x), ir.F32Type) or not spyre.is_dlf16(_elt(v)) or not _runtime_value(x, func):
+            return
+        op.operands[0] = x
+        op.attributes[CONVERT_OPERANDS] = ir.DictAttr.get({"input": ir.TypeAttr.get(_elt(v))})
+        cast.erase()
 
     def _fuse(self, op: ir.Operation, func: ir.Operation) -> None:
         conv = {}

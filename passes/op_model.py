@@ -301,7 +301,8 @@ def conv_kernel(op: ir.Operation, pool: ir.Operation | None = None) -> cost.Conv
     # The W padding costs no bytes: the kernel reads the stored columns through a window that zero-pads.
     k = cost.ConvKernel(n=n, f=f, oh=oh, ow=ow, c=c, h=h + pad[0] + pad[2], w=wd, kh=kh, kw=kw,
                         groups=_attr_int(op, "groups", 1), stride_h=strides[0], dil_h=dil[0],
-                        fmt=fmt_of(x.type, op), out_fmt=fmt_of(op.results[0].type, op), bias=len(op.operands) > 2)
+                        fmt=fmt_of(x.type, op), out_fmt=fmt_of(op.results[0].type, op), bias=len(op.operands) > 2,
+                        w_fmt=fmt_of(w.type, op) if fmt_of(w.type, op) != fmt_of(x.type, op) else None)
     if pool is None:
         from spyre_mlir.codegen.kernels.conv import pool_of
 

@@ -821,7 +821,8 @@ class ConvKernel:
     channels] by ``rows_per_product`` consecutive input rows of the patch read through a column window (the
     kernel column's shift, the stride, the zero padding), accumulating [tf, ow] in fp32. Groups other than 1
     multiply block-diagonal filters (zero where a channel is not the filter's group). Data in a format the PT
-    array does not multiply (fp32 in fp32-reference) is converted to DLFloat16 on the SFU after each load.
+    array does not multiply (fp32 in fp32-reference, or an fp32 input whose cast spyre-fuse folded, its filters
+    in ``w_fmt``) is converted to DLFloat16 on the SFU after each load.
 
     ``pool`` (window rows, window cols): a non-overlapping max/avg pool (``pool_avg``) the kernel applies to each
     output tile before its store (``codegen/kernels/conv.py``), so the tile's pooled rows, in ``pool_fmt``, are
@@ -845,6 +846,11 @@ class ConvKernel:
     pool: tuple[int, int] | None = None
     pool_avg: bool = False
     pool_fmt: str = "dlf16"
+    w_fmt: str | None = None         # the filters' format when not the input's (an f32 input converted on chip)
+
+    @property
+    def filter_fmt(self) -> str:
+        return self.w_fmt or self.fmt
 
     @property
     def pool_ow(self) -> int:
@@ -887,11 +893,12 @@ def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buff
     _, tf, toh = tile
     cin = k.in_channels(tf)
     a = tile_bytes(cin * k.in_rows(toh), k.w, k.fmt)
-    b = tile_bytes(k.products * tf, k.rows_per_product * cin, k.fmt)
+    b = tile_bytes(k.products * tf, k.rows_per_product * cin, k.filter_fmt)
     bufs = [Buffer(f"a{i}", a) for i in range(nbuf)] + [Buffer(f"b{i}", b) for i in range(nbuf)]
     if _pt_fmt(k.fmt) != k.fmt:
-        bufs += [Buffer("pa", tile_bytes(cin * k.in_rows(toh), k.w, "dlf16")),
-                 Buffer("pb", tile_bytes(k.products * tf, k.rows_per_product * cin, "dlf16"))]
+        bufs.append(Buffer("pa", tile_bytes(cin * k.in_rows(toh), k.w, "dlf16")))
+    if _pt_fmt(k.filter_fmt) != k.filter_fmt:
+        bufs.append(Buffer("pb", tile_bytes(k.products * tf, k.rows_per_product * cin, "dlf16")))
     bufs += [Buffer("acc", tile_bytes(toh * tf, k.ow, FP32)), Buffer("out", tile_bytes(toh * tf, k.ow, k.out_fmt))]
     if k.bias:
         bufs.append(Buffer("bias", tile_bytes(tf, 1, FP32)))
@@ -924,9 +931,10 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
     sfu = 0.0
     if k.bias:
         sfu = tiles * ((toh + 1) * target.sfu_latency_cycles + 2 * toh * tf * k.ow * simple / lanes)
-    if _pt_fmt(k.fmt) != k.fmt:            # the patch every tile, the filters every filter tile
-        sfu += (tiles * (k.in_rows(toh) * k.in_channels(tf) * k.w) + nft * k.products * tf * depth) * simple / lanes
-        sfu += (tiles + nft) * target.sfu_latency_cycles
+    if _pt_fmt(k.fmt) != k.fmt:            # the patch every tile
+        sfu += tiles * (k.in_rows(toh) * k.in_channels(tf) * k.w * simple / lanes + target.sfu_latency_cycles)
+    if _pt_fmt(k.filter_fmt) != k.filter_fmt:       # the filters every filter tile
+        sfu += nft * (k.products * tf * depth * simple / lanes + target.sfu_latency_cycles)
     bufs = {b.name: b.nbytes for b in conv_buffers(k, (1, tf, toh), 1)}
     consts = bufs["b0"] + bufs.get("bias", 0)                  # per filter tile
     sel = k.pool[1] * bufs[pool_sel_name(0)] if k.pool else 0           # once per core

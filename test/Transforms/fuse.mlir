@@ -44,6 +44,25 @@ func.func @bmm(%a: tensor<4x64x128xf32>, %b: tensor<4x128x64xf32>) -> tensor<4x6
 
 // -----
 
+// A model input cast to dlf16 for a conv2d folds into it: the kernel loads f32 patches and converts them on the
+// scratchpad (`pa`); the filters stay dlf16 (no `pb`).
+// CHECK-LABEL: func.func @conv_input
+// CHECK-NEXT: %[[W:.*]] = "spyre.cast"(%arg1)
+// CHECK-NEXT: %[[C:.*]] = "spyre.conv2d"(%arg0, %[[W]])
+// CHECK-SAME: spyre.convert_operands = {input = !spyre.dlf16}
+// CHECK-SAME: (tensor<1x3x16x16xf32>, tensor<8x3x3x3x!spyre.dlf16, #spyre.stick<3 : i64>>)
+// KERNEL-LABEL: func.func @conv_input
+// KERNEL: "spyre.conv2d"
+// KERNEL-SAME: pa = {{[0-9]+}} : i64}
+func.func @conv_input(%x: tensor<1x3x16x16xf32>, %w: tensor<8x3x3x3xf32> {spyre.param = "w"}) -> tensor<1x8x16x16x!spyre.dlf16, #spyre.stick<3 : i64>> {
+  %0 = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<1x3x16x16xf32>) -> tensor<1x3x16x16x!spyre.dlf16, #spyre.stick<3 : i64>>
+  %1 = "spyre.cast"(%w) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<8x3x3x3xf32>) -> tensor<8x3x3x3x!spyre.dlf16, #spyre.stick<3 : i64>>
+  %2 = "spyre.conv2d"(%0, %1) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>} : (tensor<1x3x16x16x!spyre.dlf16, #spyre.stick<3 : i64>>, tensor<8x3x3x3x!spyre.dlf16, #spyre.stick<3 : i64>>) -> tensor<1x8x16x16x!spyre.dlf16, #spyre.stick<3 : i64>>
+  return %2 : tensor<1x8x16x16x!spyre.dlf16, #spyre.stick<3 : i64>>
+}
+
+// -----
+
 // Nothing folds when a cast has another user (the input's dlf16 copy is read twice, the result is read by a
 // map too), or when the result cast is not a widening.
 // CHECK-LABEL: func.func @shared

@@ -784,9 +784,11 @@ def test_matmul_applies_its_tanh_before_the_store(grid):
     assert np.array_equal(yf, yu)
 
 
-def test_fused_casts_are_bit_identical(tmp_path, monkeypatch):
-    """spyre-fuse folds the input cast and the result cast into the matmul kernel: same bits as the unfused
-    program (faithful dlf16 numerics), less device-memory traffic and fewer modeled cycles."""
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_fused_casts_are_bit_identical(tmp_path, monkeypatch, kind):
+    """spyre-fuse folds the input cast and the result cast into the matmul kernel, and the input cast into a conv
+    kernel: same bits as the unfused program (faithful dlf16 numerics), less device-memory traffic and fewer
+    modeled cycles."""
     import torch
 
     import spyre_mlir
@@ -794,8 +796,11 @@ def test_fused_casts_are_bit_identical(tmp_path, monkeypatch):
     from spyre_mlir.frontend import import_model
 
     torch.manual_seed(0)
-    model = torch.nn.Linear(256, 128, bias=False).eval()
-    x = torch.randn(64, 256)
+    if kind == "linear":
+        model, x = torch.nn.Linear(256, 128, bias=False).eval(), torch.randn(64, 256)
+    else:
+        model, x = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU()).eval(), \
+            torch.randn(1, 3, 32, 32)
     imported = import_model(model, (x,))
     fused_pipeline = pipeline.kernel_pipeline
     runs = {}

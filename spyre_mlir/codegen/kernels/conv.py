@@ -195,7 +195,8 @@ def emit_conv2d(em, op, loc):
     def const(name, arr, f=fmt):
         return em._buffer_tensor(b.constant(em._name(f"conv{em._op_index}.{name}"), arr, f))
 
-    W = const("w", _filters(wv, k, tf))
+    wfmt = Format.parse(k.filter_fmt)       # the input's, unless spyre-fuse folded an f32 input's cast
+    W = const("w", _filters(wv, k, tf), wfmt)
     BC = const("bias", np.asarray(em.known[o.operands[2]], np.float32).reshape(k.f, 1), "fp32") if k.bias else None
     sh, sw = _attr(op, "strides") or [1, 1]
     dh, dw = _attr(op, "dilations") or [1, 1]
@@ -204,13 +205,14 @@ def emit_conv2d(em, op, loc):
     nig, nprod = k.kh // ki, k.products
     H, C, OH = g["h"], k.c, k.oh
     A = [kp.tile_at(f"a{i}", cin * rows_in, k.w, fmt) for i in range(kp.nbuf)]
-    B = [kp.tile_at(f"b{i}", nprod * tf, ki * cin, fmt) for i in range(kp.nbuf)]
+    B = [kp.tile_at(f"b{i}", nprod * tf, ki * cin, wfmt) for i in range(kp.nbuf)]
     ACC, OUT = kp.tile_at("acc", toh * tf, k.ow, "fp32"), kp.tile_at("out", toh * tf, k.ow, O.fmt)
     BI = kp.tile_at("bias", tf, 1, "fp32") if k.bias else None
-    # fp32 data (fp32-reference) is converted to DLFloat16 for the PT array after each load.
-    convert = fmt not in PT_FORMATS
+    # fp32 data (fp32-reference, or an f32 input whose cast spyre-fuse folded) is converted to DLFloat16 for the
+    # PT array after each load.
+    convert, convert_w = fmt not in PT_FORMATS, wfmt not in PT_FORMATS
     PA = kp.tile_at("pa", cin * rows_in, k.w, "dlf16") if convert else None
-    PB = kp.tile_at("pb", nprod * tf, ki * cin, "dlf16") if convert else None
+    PB = kp.tile_at("pb", nprod * tf, ki * cin, "dlf16") if convert_w else None
     # A map applied to each output tile before its store (rows.epilogue): the tile's values, fp32 micro-ops in
     # the accumulator tile (free by then), one rounding back into the tile; the map's result is this output.
     epi_op, epi = epilogue_of(op) or (None, None)
@@ -286,11 +288,13 @@ def emit_conv2d(em, op, loc):
             if first[i] and BI is not None and not shared:
                 load_rows(b, core, BI, BC, f0, loc=loc)
             a, wt = A[i % kp.nbuf], B[wslot[i] % kp.nbuf]
-            if convert:
+            if convert_w:
                 if first[i]:
                     b.sfu(core, "cast", PB, wt, loc=loc)
+                wt = PB
+            if convert:
                 b.sfu(core, "cast", PA, a, loc=loc)
-                a, wt = PA, PB
+                a = PA
             for r in range(toh):
                 acc, out = ACC.row_slice(r * tf, (r + 1) * tf), OUT.row_slice(r * tf, (r + 1) * tf)
                 for q in range(nprod):

@@ -25,6 +25,14 @@ func.func @case2(%a: tensor<32x64xf32>, %b: tensor<64x16xf16>) {
 
 // -----
 
+func.func @conv_types(%x: tensor<1x8x16x16xf32>, %w: tensor<16x8x3x3x!spyre.dlf16>) {
+  // expected-error @+1 {{input and filter: element types differ (f32 vs !spyre.dlf16)}}
+  %r = "spyre.conv2d"(%x, %w) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<1x8x16x16xf32>, tensor<16x8x3x3x!spyre.dlf16>) -> tensor<1x16x14x14x!spyre.dlf16>
+  return
+}
+
+// -----
+
 func.func @case3(%a: tensor<32x64xf32>, %b: tensor<64x16xf32>) {
   // expected-error @+1 {{result shape 32x17 does not match expected 32x16}}
   %r = "spyre.matmul"(%a, %b) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<32x64xf32>, tensor<64x16xf32>) -> tensor<32x17xf32>

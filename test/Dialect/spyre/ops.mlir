@@ -24,11 +24,15 @@ func.func @linear_algebra(%a: tensor<32x64xf32>, %b: tensor<64x16xf32>, %bt: ten
 }
 
 // CHECK-LABEL: func.func @convolution
-func.func @convolution(%x: tensor<1x8x16x16xf32>, %w: tensor<16x8x3x3xf32>, %dw: tensor<8x1x3x3xf32>, %bias: tensor<16xf32>) {
+func.func @convolution(%x: tensor<1x8x16x16xf32>, %w: tensor<16x8x3x3xf32>, %dw: tensor<8x1x3x3xf32>, %bias: tensor<16xf32>, %qw: tensor<16x8x3x3x!spyre.dlf16>) {
   // CHECK: "spyre.conv2d"
   // CHECK-SAME: groups = 1 : i64
   // CHECK-SAME: -> tensor<1x16x8x8xf32>
   %0 = "spyre.conv2d"(%x, %w, %bias) {operandSegmentSizes = array<i32: 1, 1, 1>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x8x16x16xf32>, tensor<16x8x3x3xf32>, tensor<16xf32>) -> tensor<1x16x8x8xf32>
+  // An f32 input converted to the filters' dlf16 on the scratchpad (spyre-fuse).
+  // CHECK: "spyre.conv2d"
+  // CHECK-SAME: spyre.convert_operands = {input = !spyre.dlf16}
+  %c = "spyre.conv2d"(%x, %qw) {operandSegmentSizes = array<i32: 1, 1, 0>, spyre.convert_operands = {input = !spyre.dlf16}} : (tensor<1x8x16x16xf32>, tensor<16x8x3x3x!spyre.dlf16>) -> tensor<1x16x14x14x!spyre.dlf16>
   // CHECK: "spyre.conv2d"
   // CHECK-SAME: groups = 8 : i64
   %1 = "spyre.conv2d"(%x, %dw) {operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, groups = 8 : i64} : (tensor<1x8x16x16xf32>, tensor<8x1x3x3xf32>) -> tensor<1x8x16x16xf32>
