@@ -334,10 +334,12 @@ class ProgramBuilder:
 
     # ---- synchronization and the ring -------------------------------------------------------------------
 
-    def barrier(self, cores=None, loc=None) -> None:
-        """Every core in ``cores`` (default: all) meets here: one BARRIER appended to each of their streams."""
+    def barrier(self, cores=None, loc=None, among=None) -> None:
+        """Every core in ``cores`` (default: all) meets here: one BARRIER appended to each of their streams.
+        ``among``: the cores the barrier joins when more than these (the rest get theirs from another call, as
+        kernels emitted group by group do)."""
         cores = range(self.target.num_cores) if cores is None else list(cores)
-        mask = sum(1 << c for c in cores)
+        mask = sum(1 << c for c in (cores if among is None else among))
         loc = loc or _caller_loc()
         for c in cores:
             self.emit(c, Op.BARRIER, loc, mask=mask)

@@ -882,3 +882,37 @@ func.func @main(%x: {t}) -> {t} {{
         barrier = ops.index(Op.BARRIER)
         assert Op.DMA_LOAD in ops[:barrier] and Op.DMA_STORE not in ops[:barrier]
         assert Op.DMA_LOAD not in ops[barrier:] and Op.DMA_STORE in ops[barrier:]
+
+
+def test_attention_mask_is_read_once_for_all_heads():
+    """A batched matmul whose epilogue adds a mask every batch (head) shares, on a grid of one head per core group
+    and one output tile per core: the cores at one grid position of all groups load a part of the mask block each
+    and multicast it, so device memory sees the mask once instead of once per head (its row block: 8 KB, not 32);
+    bit-identical to the same tiles on two groups of two heads each (mask read per head)."""
+    t = "tensor<4x32x64x!spyre.dlf16>"
+    ROWS = ", spyre.grid = array<i64: 1>, spyre.tile = array<i64: 128>"
+    text = f"""
+func.func @main(%q: tensor<4x32x16x!spyre.dlf16>, %kt: tensor<4x64x16x!spyre.dlf16>, %k: tensor<1x32x64xf32>) -> {t} {{
+  %r = "spyre.batch_matmul"(%q, %kt) {{acc_type = f32, transpose_rhs = true{{GRID}}}} : (tensor<4x32x16x!spyre.dlf16>, tensor<4x64x16x!spyre.dlf16>) -> {t}
+  %m = "spyre.map"(%r, %k) ({{
+  ^bb0(%a: f32, %c: f32):
+    %s = arith.addf %a, %c : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 1, 0, 0>{ROWS}}} : ({t}, tensor<1x32x64xf32>) -> {t}
+  %n = "spyre.map"(%m) ({{
+  ^bb0(%a: f32):
+    %x = arith.negf %a : f32
+    "spyre.yield"(%x) : (f32) -> ()
+  }}) {{operandSegmentSizes = array<i32: 1, 0, 0, 0>{ROWS}}} : ({t}) -> {t}
+  return %n : {t}
+}}"""
+    q, kt = dlf16_round(rand(4, 32, 16)), dlf16_round(rand(4, 64, 16))
+    k = np.where(RNG.random((1, 32, 64)) < 0.3, -np.inf, 0.0).astype(np.float32)
+    out, reads = {}, {}
+    for groups in (4, 2):
+        grid = f", spyre.grid = array<i64: {groups}, 2, 1, 1>, spyre.tile = array<i64: 1, 16, 64, 16>"
+        (out[groups],), em, exe = run(text.replace("{GRID}", grid), [q, kt, k], cores=8, numerics="faithful")
+        assert em.kernels == ["spyre.batch_matmul", "spyre.map"]       # the mask add is the epilogue
+        reads[groups] = exe.static_profile.dram_read_bytes
+    assert np.array_equal(out[4], out[2])
+    assert reads[2] - reads[4] == 3 * 32 * 64 * 4

@@ -127,10 +127,13 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     Bs = [B] + ([sib[0]] if sib else [])
     nk = -(-kb // tk)
     if gk == 1 and gm * gn > 1:
-        for g in range(ngroups):
-            mine = [bt for bi_, bt in enumerate(batches) if bi_ * ngroups // len(batches) == g]
+        per_group = [[bt for bi_, bt in enumerate(batches) if bi_ * ngroups // len(batches) == g]
+                     for g in range(ngroups)]
+        across = _extras_across_groups(b, T, X, per_group, group, gm, gn, mb, nb, tm, tn, kb, tk, N, loc)
+        for g, mine in enumerate(per_group):
             _shared_group(b, T, A, Bs, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
-                          scale, loc, X, active=len(used), N=N, M=M, sib=sib, chain=chain)
+                          scale, loc, X, active=len(used), N=N, M=M, sib=sib, chain=chain,
+                          sync=list(used) if across else None)
         return list(used), (gm, gn, gk), (tm, tn, tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
@@ -198,8 +201,43 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     return list(used), (gm, gn, gk), (tm, tn, tk)
 
 
+def _device_rows(x, row0: int, n: int) -> tuple:
+    """Where rows [row0, row0 + n) of device tensor ``x`` live: (address, source rows)."""
+    if x.rowmap is not None:
+        return x.addr, x.pitch, tuple(x._blocks()[row0:row0 + n].ravel().tolist())
+    return x.addr + row0 * x.pitch, x.pitch, ()
+
+
+def _extras_across_groups(b, T, X, per_group, group, gm, gn, mb, nb, tm, tn, kb, tk, N, loc) -> bool:
+    """Share the epilogue's further inputs among the core groups of a batched matmul when every group reads the
+    same device rows of them (an attention mask every head adds) and every core has one output tile: the cores at
+    one grid position of all groups each load a part of the tile's block of each input and multicast it to the
+    others, delivered at the groups' first barrier (which then spans every group). Returns whether it did."""
+    ngroups = len(per_group)
+    if ngroups < 2 or not any(x is not None for x in X) or mb != tm or nb != tn or kb != tk \
+            or any(len(mine) != 1 for mine in per_group):
+        return False
+    for x in X:
+        if x is not None and len({_device_rows(x, mine[0][2], gm * mb) for mine in per_group}) != 1:
+            return False
+    for blk in range(gm * gn):
+        bm, bn = divmod(blk, gn)
+        members = [g * group + blk for g in range(ngroups)]
+        cols = min(tn, N - bn * nb)
+        for i, x in enumerate(X):
+            if x is None:
+                continue
+            tile = _sub(T[members[0]]["EX"][i], tm, cols)
+            for q, (lo, hi) in enumerate(row_parts(tm, ngroups)):
+                if hi > lo:
+                    part = tile.row_slice(lo, hi)
+                    load_rows(b, members[q], part, x, per_group[q][0][2] + bm * mb + lo, bn * nb, loc=loc)
+                    b.ring_send(members[q], [c for c in members if c != members[q]], part.addr, part, loc=loc)
+    return True
+
+
 def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
-                  loc, X, *, active, N, M, sib=None, chain=None):
+                  loc, X, *, active, N, M, sib=None, chain=None, sync=None):
     """One core group of an M/N-split matmul with operand sharing over the ring.
 
     Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
@@ -299,7 +337,8 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
             load_rows(b, core, _sub(t["CS"], 1, w), colscale, 0, c0, loc=loc)
         if t["GCS"] is not None:
             load_rows(b, core, _sub(t["GCS"], 1, w), sib[1], 0, c0, loc=loc)
-        _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, w, loc)
+        if sync is None:                # else shared among the groups (_extras_across_groups)
+            _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, w, loc)
 
     def multiply(n):
         _, _, o0, i, j, _, rows, cols, depth, first, fin, bi_ = steps[n]
@@ -367,7 +406,7 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
         if seg < S:
             if nbuf == 1:
                 fetch(seg)
-            b.barrier(cores, loc=loc)
+            b.barrier(cores, loc=loc, among=sync)
     store(S - 1)
 
 
