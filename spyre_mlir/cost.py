@@ -393,6 +393,13 @@ def store_parts(tm: int, tn: int, steps: int, out_fmt: str, active: int, target:
     return max(1, min(steps, tm, int(tile_bytes(tm, tn, out_fmt) // least)))
 
 
+def b_first(gm: int, gn: int, a_part: int, b_part: int) -> bool:
+    """Whether a shared-operand matmul step loads its B parts before its A part: when B's exchange (to the gm - 1
+    other cores of a grid column) moves more bytes than A's (to the gn - 1 of a grid row), so the longer
+    exchange overlaps the other operand's load."""
+    return (gm - 1) * b_part > (gn - 1) * a_part
+
+
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
                           b_fmt: str | None = None, round_fmt: str | None = None,
@@ -432,7 +439,10 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
         dma_b = b_part / bw + nmul * target.dma_latency_cycles
         if not load_a:
             return max(dma_b, ring_a) + ring_b
-        return a_load / bw + target.dma_latency_cycles + convert_a + max(dma_b, ring_a) + ring_b
+        dma_a = a_load / bw + target.dma_latency_cycles + convert_a
+        if b_first(gm, gn, a_part, b_part):
+            return dma_b + max(dma_a, ring_b) + ring_a
+        return dma_a + max(dma_b, ring_a) + ring_b
 
     pt_step = nmul * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt))
                       + target.pt_latency_cycles)

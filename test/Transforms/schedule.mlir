@@ -21,7 +21,7 @@ func.func @matmul_1024(%a: tensor<1024x1024x!spyre.dlf16>, %b: tensor<1024x1024x
 // CHECK-LABEL: func.func @matmul_64
 // CHECK: "spyre.matmul"
 // CHECK-NOT: spyre.barrier
-// CHECK-SAME: spyre.double_buffer = false, spyre.grid = array<i64: 4, 1, 1>
+// CHECK-SAME: spyre.double_buffer = false, spyre.grid = array<i64: 8, 1, 1>
 func.func @matmul_64(%a: tensor<64x64x!spyre.dlf16>, %b: tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<64x64x!spyre.dlf16>, tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16>
   return %r : tensor<64x64x!spyre.dlf16>

@@ -107,8 +107,11 @@ def test_ragged_n_split():
     assert cost.best_matmul_grid(128, 688, 256, 32, T)[1] > 1
 
 
-def test_tiny_matmul_stays_on_one_core():
-    assert cost.best_matmul_grid(32, 64, 64, 32, T) == (1, 1, 1)
+def test_tiny_matmul_uses_few_cores():
+    # Each core loads its part of B first and multicasts it while it loads its A rows (cost.b_first), so even a
+    # 32x64x64 matmul gains from a few cores; ring hops and barriers keep it from all 32.
+    gm, gn, gk = cost.best_matmul_grid(32, 64, 64, 32, T)
+    assert gm * gn * gk <= 4
     # 64^3: with shared operands a few cores win a little (the bytes do not grow), not all 32.
     gm, gn, gk = cost.best_matmul_grid(64, 64, 64, 32, T)
     assert 1 < gm * gn * gk <= 8

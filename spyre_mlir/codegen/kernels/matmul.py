@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from spyre_mlir.cost import CHAIN_V, n_block, softmax_stats, store_parts
+from spyre_mlir.cost import CHAIN_V, b_first, n_block, softmax_stats, store_parts
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
@@ -276,12 +276,15 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
     def fetch(n):
         """Load this core's parts of step n's A and B tiles and send them to the cores that share them. With a
         resident A the first tile of a row loads (and converts) the core's A part into its block of ``ares``,
-        and every tile of the row copies and sends the part from there."""
+        and every tile of the row copies and sends the part from there. The operand whose exchange takes
+        longer (cost.b_first: more bytes over the ring) is loaded first, so its sends overlap the other's load
+        (each core's DMA and ring units work in program order)."""
         a0, b0, _, i, j, k0, rows, cols, depth, _, _, bi_ = steps[n]
-        sends = []
+        a_sends, b_sends = [], []
         if chain is not None and (n == 0 or steps[n - 1][11] != bi_):
             _share_v(bi_)
-        for core in cores:
+
+        def a_side(core):
             bm, bn = divmod(core - base, gn)
             t = T[core]
             At = _sub(t["A"][n % nbuf], rows, depth)
@@ -301,7 +304,11 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
             elif part is not None:
                 load_rows(b, core, part, A, a0 + bm * mb + i + lo, k0, loc=loc)
             if part is not None and gn > 1:
-                sends.append((core, [base + bm * gn + q for q in range(gn) if q != bn], part.addr, src))
+                a_sends.append((core, [base + bm * gn + q for q in range(gn) if q != bn], part.addr, src))
+
+        def b_side(core):
+            bm, bn = divmod(core - base, gn)
+            t = T[core]
             # B parts are rows of the B tile: of K, or of N when it is held transposed.
             for key, B in zip(("B", "G"), Bs):
                 Bt = _b_sub(t, t[key][n % nbuf], depth, width(bn, j, cols))
@@ -311,8 +318,17 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
                     load_rows(b, core, Bt.row_slice(blo, bhi), B, r0 + blo, c0, loc=loc)
                 if bhi > blo and gm > 1:
                     b_part = Bt.row_slice(blo, bhi)
-                    sends.append((core, [base + q * gn + bn for q in range(gm) if q != bm], b_part.addr, b_part))
-        for core, peers, dst, src in sends:
+                    b_sends.append((core, [base + q * gn + bn for q in range(gm) if q != bm], b_part.addr, b_part))
+
+        t0 = T[base]
+        a_bytes = -(-rows // gn) * _sub(t0["A"][0], rows, depth).pitch
+        b_tile = _b_sub(t0, t0["B"][0], depth, width(0, j, cols))
+        b_bytes = len(Bs) * -(-b_tile.rows // gm) * b_tile.pitch
+        first_b = (not resident or j == 0) and b_first(gm, gn, a_bytes, b_bytes)
+        for core in cores:
+            for side in ((b_side, a_side) if first_b else (a_side, b_side)):
+                side(core)
+        for core, peers, dst, src in (b_sends + a_sends if first_b else a_sends + b_sends):
             b.ring_send(core, peers, dst, src, loc=loc)
         if early(n):
             for core in cores:
