@@ -966,8 +966,6 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
         parts = (1 + k.bias) + (k.pool[1] if k.pool else 0)
         ring = ((g - 1) * (consts / g / target.ring_bytes_per_cycle + target.hop_latency_cycles)
                 + (cores - 1) * (sel / cores / target.ring_bytes_per_cycle + target.hop_latency_cycles))
-        pre = (consts / g + sel / cores) / bw + parts * target.dma_latency_cycles + ring \
-            + target.barrier_latency_cycles
         if conv_phased(k, grid, tile):
             # The patch loads with the constants (reads only), the segment after the barrier stores (writes only).
             share = max(1, active or cores) / target.clock_ghz
@@ -976,6 +974,8 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
             pre = loads + (parts + 1) * target.dma_latency_cycles + ring + target.barrier_latency_cycles
             return Cycles(pt=pt, sfu=sfu, dma=loads + store + (parts + 1) * target.dma_latency_cycles, ring=ring,
                           total=pre + pt + sfu + store + sync_cycles(cores, target))
+        pre = (consts / g + sel / cores) / bw + parts * target.dma_latency_cycles + ring \
+            + target.barrier_latency_cycles
         dma = moved / bw + transfers * target.dma_latency_cycles
         return Cycles(pt=pt, sfu=sfu, dma=dma + pre - ring, ring=ring,
                       total=pre + _overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(cores, target))
