@@ -202,7 +202,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
 
 
 def _device_rows(x, row0: int, n: int) -> tuple:
-    """Where rows [row0, row0 + n) of device tensor ``x`` live: (address, source rows)."""
+    """Where rows [row0, row0 + n) of device tensor ``x`` live: (address, row pitch, source rows of a row view)."""
     if x.rowmap is not None:
         return x.addr, x.pitch, tuple(x._blocks()[row0:row0 + n].ravel().tolist())
     return x.addr + row0 * x.pitch, x.pitch, ()
