@@ -202,10 +202,10 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
 
 
 def _device_rows(x, row0: int, n: int) -> tuple:
-    """Where rows [row0, row0 + n) of device tensor ``x`` live: (address, row pitch, source rows of a row view)."""
+    """Where rows [row0, row0 + n) of device tensor ``x`` live: (address, source rows of a row view)."""
     if x.rowmap is not None:
-        return x.addr, x.pitch, tuple(x._blocks()[row0:row0 + n].ravel().tolist())
-    return x.addr + row0 * x.pitch, x.pitch, ()
+        return x.addr, tuple(x._blocks()[row0:row0 + n].ravel().tolist())
+    return x.addr + row0 * x.pitch, ()
 
 
 def _extras_across_groups(b, T, X, per_group, group, gm, gn, mb, nb, tm, tn, kb, tk, N, loc) -> bool:
@@ -251,8 +251,8 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
     last K step's operands where their single buffers allow (``early``), so the epilogue does not wait for them.
     With a resident A (the plan's ``ares``), a core keeps its part of every A tile of the current row of output
     tiles: loaded (and converted to the PT format) for the row's first tile, sent again from the scratchpad for
-    the others, so A leaves device memory once. Every core multiplies exactly the tiles, in the order, of the unshared kernel, so results are bit-identical. A sibling's
-    B (``Bs[1]``) is loaded and exchanged like B. A chained matmul's V is loaded with the first step of each batch,
+    the others, so A leaves device memory once. Every core multiplies exactly the tiles, in the order, of the
+    unshared kernel, so results are bit-identical. A sibling's B (``Bs[1]``) is loaded and exchanged like B. A chained matmul's V is loaded with the first step of each batch,
     a part of its rows per core of the grid column, exchanged like B, into the buffer of the batch's parity: the
     previous batch's last multiply, in that segment, reads the other one."""
     nk = -(-kb // tk)

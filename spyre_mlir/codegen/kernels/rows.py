@@ -59,29 +59,22 @@ def pipelined(plan, core, nbuf, load, work):
         work(k, r0, n)
 
 
-def run_tiles(b, plan, nbuf, kernels, loc) -> None:
+def run_tiles(b, plan, nbuf, kernels, loc, phases: bool = True) -> None:
     """Emit the tiles of every ``(core, load, work)`` of ``kernels``, each core :func:`pipelined`. When every
-    core has one tile (nothing to overlap on a core), in two phases instead: every core's loads, a barrier,
-    then every core's work and stores, so that no segment mixes reads and writes of device memory (each
-    phase moves at the read or write bandwidth rather than the lower mixed one, cost.rowwise_cycles)."""
-    if one_tile_each(plan):
+    core has one tile (nothing to overlap on a core) and ``phases`` (its work loads nothing itself), in two
+    phases instead: every core's loads, a barrier, then every core's work and stores, so that no segment mixes
+    reads and writes of device memory (each phase moves at the read or write bandwidth rather than the lower
+    mixed one, cost.rowwise_cycles)."""
+    one = {c: (r0, n) for c, r0, n in plan}
+    if phases and 1 < len(plan) == len(one):
         for core, load, _ in kernels:
-            load(0, *_tile_of(plan, core))
+            load(0, *one[core])
         b.barrier([core for core, _, _ in kernels], loc=loc)
         for core, _, work in kernels:
-            work(0, *_tile_of(plan, core))
+            work(0, *one[core])
         return
     for core, load, work in kernels:
         pipelined(plan, core, nbuf, load, work)
-
-
-def one_tile_each(plan) -> bool:
-    """Whether a row plan [(core, first row, rows)] gives several cores one tile each."""
-    return len(plan) > 1 and len({c for c, _, _ in plan}) == len(plan)
-
-
-def _tile_of(plan, core) -> tuple[int, int]:
-    return next((r0, n) for c, r0, n in plan if c == core)
 
 
 def broadcast_rows(in_shape, out_shape, r0, n) -> np.ndarray:
@@ -668,11 +661,7 @@ def emit_reduce(em, op, loc):
             store_rows(b, core, ot, target, r0, loc=loc)
 
         kernels.append((core, load, work))
-    if mid == 1:
-        run_tiles(b, plan, nbuf, kernels, loc)
-    else:                   # its work loads rows itself: no phases to separate
-        for core, load, work in kernels:
-            pipelined(plan, core, nbuf, load, work)
+    run_tiles(b, plan, nbuf, kernels, loc, phases=mid == 1)     # else its work loads rows itself
     if not direct:
         em.barrier(loc)
         O = em.result(op, host=True)
