@@ -76,6 +76,7 @@ class OpModel:
     resident: bool = False            # matmul: A parts stay on the scratchpad across a row of tiles (spyre-tile)
     trans_b: bool = False             # matmul: B stored transposed, [N, K] (transpose_rhs kept by spyre-layout)
     softmax: str | None = None        # matmul: a softmax epilogue ("plain" / "safe"): whole rows per tile
+    prologue: tuple | None = None     # matmul: (input format, [(param, format)], row stats) of its norm prologue
 
     @property
     def fused(self) -> bool:
@@ -195,7 +196,7 @@ def _matmul(op: ir.Operation) -> OpModel:
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
                    else None, epi_in=epi_in, epi_temps=epi_temps, sibling=sibling,
                    resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value,
-                   trans_b=trans, softmax=_softmax_epilogue(op), chain=_chain(op))
+                   trans_b=trans, softmax=_softmax_epilogue(op), chain=_chain(op), prologue=_prologue(op))
 
 
 def _epilogue(op: ir.Operation):
@@ -221,6 +222,30 @@ def _chain(op: ir.Operation) -> tuple | None:
 
     pv = chained_of(op)
     return None if pv is None else chain_needs(pv)
+
+
+def _prologue(op: ir.Operation) -> tuple | None:
+    """What the norm prologue a matmul's kernel applies (matmul.prologue_of) needs of its plan, or None."""
+    from spyre_mlir.codegen.kernels.matmul import prologue_of
+
+    norm = prologue_of(op)
+    return None if norm is None else prologue_needs(norm)
+
+
+def prologue_needs(norm: ir.Operation) -> tuple:
+    """What a norm applied as a matmul's prologue needs of the matmul's plan: (its input's format, its weight and
+    bias as (name, format), its row statistics), cost.prologue_buffers with the rows the grid and tile give."""
+    from spyre_mlir.codegen.common import _attr
+
+    params = list(zip(("weight", "bias"), list(norm.operands)[1:]))
+    if norm.name == "spyre.layernorm":
+        seg = _attr(norm, "operandSegmentSizes") or [1, 0, 0]
+        rest = list(norm.operands)[1:]
+        params = ([("weight", rest.pop(0))] if seg[1] else []) + ([("bias", rest.pop(0))] if seg[2:] and seg[2] else [])
+        stats = ("mean", "var")
+    else:
+        stats = ("ms",)
+    return (fmt_of(norm.operands[0].type, norm), tuple((n, fmt_of(v.type, norm)) for n, v in params), stats)
 
 
 def chain_needs(pv: ir.Operation) -> tuple:
@@ -463,7 +488,19 @@ def _softmax(op: ir.Operation) -> OpModel:
     return _rows_model(op, rows, [("in", x, True)], temps, [("simple", simple), ("transcendental", 1)], steps=9)
 
 
+def _applied_norm(op: ir.Operation) -> OpModel | None:
+    """A norm applied by the matmul kernel reading its result (kernel `prologue`, matmul.prologue_of): nothing of
+    its own moves through a scratchpad, and its input is read as a whole by that kernel."""
+    if _kernel(op) != "prologue":
+        return None
+    xs = _shape(op.operands[0])
+    return _unbuffered(_rows_model(op, _lead(xs, len(xs) - 1), [("in", op.operands[0], True)], chunked=()))
+
+
 def _layernorm(op: ir.Operation) -> OpModel:
+    applied = _applied_norm(op)
+    if applied is not None:
+        return applied
     x = op.operands[0]
     xs = _shape(x)
     a = _attr_int(op, "axis", -1) % len(xs)
@@ -477,6 +514,9 @@ def _layernorm(op: ir.Operation) -> OpModel:
 
 
 def _rmsnorm(op: ir.Operation) -> OpModel:
+    applied = _applied_norm(op)
+    if applied is not None:
+        return applied
     x = op.operands[0]
     xs = _shape(x)
     rows, cols = _lead(xs, len(xs) - 1), xs[-1]
@@ -604,7 +644,8 @@ def buffers(model: OpModel, grid: list[int], tile: list[int], nbuf: int) -> list
                                    b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                    epi_in=model.epi_in, resident=_resident(model, grid, tile),
                                    trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps,
-                                   sibling=model.sibling, chain=model.chain)
+                                   sibling=model.sibling, chain=model.chain,
+                                   prologue=_prologue_plan(model, grid, tile))
     if model.kind == "conv":
         return cost.conv_buffers(model.conv, tile, nbuf)
     return cost.rowwise_buffers(model.rows, tile[0], nbuf)
@@ -621,6 +662,13 @@ def _resident(model: OpModel, grid: list[int], tile: list[int]) -> tuple[int, in
     return -(-tm // gn), -(-(model.K // gk) // tk)
 
 
+def _prologue_plan(model: OpModel, grid: list[int], tile: list[int]) -> tuple | None:
+    """A matmul's norm prologue as cost.prologue_buffers takes it (its rows from the grid and tile), or None."""
+    if model.prologue is None:
+        return None
+    return (cost.prologue_rows(model.grid4(grid)[1:], tile[-3:]), *model.prologue)
+
+
 def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
          ) -> tuple[int, list[cost.Buffer]] | None:
     """(buffer count, buffers) of an op's kernel on `grid` in `tile`: the one description of its scratchpad use
@@ -633,7 +681,8 @@ def plan(model: OpModel, grid: list[int], tile: list[int], target: Target
                                 b_fmt=model.b_fmt, round_fmt=model.round_fmt, colscale=model.colscale,
                                 epi_in=model.epi_in, resident=_resident(model, grid, tile),
                                 trans_b=model.trans_b, softmax=model.softmax, epi_temps=model.epi_temps,
-                                sibling=model.sibling, chain=model.chain)
+                                sibling=model.sibling, chain=model.chain,
+                                prologue=_prologue_plan(model, grid, tile))
     if model.kind == "conv":
         return cost.conv_plan(model.conv, grid, tile, target)
     return cost.rows_plan(model.rows, grid[0], tile[0], target)
@@ -678,13 +727,30 @@ def reference_k_tile(model: OpModel, grid, target: Target, force=(None, None, No
     return None if fit is None else fit[0][2]
 
 
+def matmul_cycles(model: OpModel, grid, tile, target: Target, double_buffer: bool, resident: bool = False
+                  ) -> cost.Cycles:
+    """The modeled cycles of matmul ``model`` on ``grid`` in ``tile``, its norm prologue's SFU work included."""
+    grid4 = model.grid4(grid)
+    pro = 0.0
+    if model.prologue is not None:
+        pro = cost.prologue_sfu(cost.prologue_rows(grid4[1:], tile[-3:]), model.K, len(model.prologue[2]), target)
+    return cost.matmul_cycles(model.M, model.N, model.K, grid4, tile[-3:], target, model.fmt, model.out_fmt,
+                              batch=model.B, bias=model.bias, double_buffer=double_buffer, b_fmt=model.b_fmt,
+                              round_fmt=model.round_fmt, epi_in=model.epi_in, resident=resident,
+                              trans_b=model.trans_b, softmax=model.softmax, sibling=model.sibling, prologue=pro)
+
+
+# Kernels that run no instruction of their own: a view of an operand's bytes, or applied by another op's kernel.
+_APPLIED = ("alias", "epilogue", "sibling", "chained", "prologue")
+
+
 def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | None:
     """The modeled cycles of `model` on the grid spyre-divide-work would choose over `cores` cores, in the tile
     spyre-tile would choose (None when no division fits): what one card spends on the op."""
     grid = model.best_grid(cores, target)
     if grid is None:
         return None
-    if KERNEL in model.op.attributes and _kernel(model.op) in ("alias", "epilogue", "sibling", "chained"):
+    if KERNEL in model.op.attributes and _kernel(model.op) in _APPLIED:
         return cost.Cycles()                # a view of its operand's bytes / applied by its producer's kernel
     if model.kind == "matmul":
         gb, gm, gn, gk = model.grid4(grid)
@@ -699,11 +765,7 @@ def best_cycles(model: OpModel, cores: int, target: Target) -> cost.Cycles | Non
                              sibling=model.sibling)
         if fit is None:
             return None
-        return cost.matmul_cycles(model.M, model.N, model.K, (gb, gm, gn, gk), fit[0], target, model.fmt,
-                                  model.out_fmt, batch=model.B, bias=model.bias, double_buffer=fit[1] == 2,
-                                  b_fmt=model.b_fmt, round_fmt=model.round_fmt, epi_in=model.epi_in,
-                                  resident=fit[2] is not None, trans_b=model.trans_b, softmax=model.softmax,
-                                  sibling=model.sibling)
+        return matmul_cycles(model, grid, fit[0], target, fit[1] == 2, resident=fit[2] is not None)
     if model.kind == "conv":
         fit = cost.best_conv_tile(model.conv, grid, target)
         return None if fit is None else cost.conv_cycles(model.conv, grid, fit[0], target, fit[1] == 2)

@@ -208,7 +208,8 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
                    round_fmt: str | None = None, colscale: str | None = None,
                    epi_in: Sequence[str] = (), resident: tuple[int, int] | None = None,
                    trans_b: bool = False, softmax: str | None = None, epi_temps: int = 0,
-                   sibling: str | None = None, chain: tuple | None = None) -> list[Buffer]:
+                   sibling: str | None = None, chain: tuple | None = None,
+                   prologue: tuple | None = None) -> list[Buffer]:
     """A matmul core's buffers: a0 a1 (A [tm,tk]), b0 b1 (B [tk,tn], [tn,tk] when ``trans_b``), pa / pb (DLFloat16 copies of A / B when
     their format is not one the PT array multiplies), acc (fp32 [tm,tn]), red (fp32 ring reduce destination,
     split-K only), out ([tm,tn] result format; ``round_fmt`` when the result is rounded to it first), outf
@@ -227,6 +228,8 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
     tile of its softmax epilogue (attention's P @ V, decided after tiling): va vb ([tn, dv] V of a batch, by batch
     parity; not a double buffer of the kernel's steps, so not named 0/1), pacc (fp32 [tm, dv]) and pout ([tm, dv]
     its result tile, stored instead of out).
+
+    ``prologue``: a norm the kernel applies to its A tiles (whole rows, tk = K), :func:`prologue_buffers`.
 
     ``resident`` (part rows, K steps): the M/N-split kernel keeps its core's part of the A tiles of the current
     row of output tiles, every K step, for the next tiles of that row (:func:`matmul_cycles`): ``ares`` [steps
@@ -276,10 +279,39 @@ def matmul_buffers(tile: Sequence[int], fmt: str = "dlf16", out_fmt: str | None 
         v_fmt, dv, p_fmt = chain
         bufs += [Buffer(n, tile_bytes(tn, dv, v_fmt)) for n in CHAIN_V]
         bufs += [Buffer("pacc", tile_bytes(tm, dv, FP32)), Buffer("pout", tile_bytes(tm, dv, p_fmt))]
+    if prologue:
+        bufs += prologue_buffers(prologue, tk)
     return bufs
 
 
 CHAIN_V = ("va", "vb")      # a chained matmul's V buffers, by batch parity
+
+
+def prologue_rows(grid: Sequence[int], tile: Sequence[int]) -> int:
+    """The most rows of A a matmul core computes at once with a norm prologue on (gm, gn, gk) in (tm, tn, tk):
+    its part of the A tile, which an M/N split shares over the ring (1/gn of the rows each), else the tile."""
+    gm, gn, gk = grid
+    tm = tile[0]
+    return tm if gk > 1 or gm * gn == 1 else _ceil(tm, gn)
+
+
+def prologue_buffers(prologue, K: int) -> list[Buffer]:
+    """The buffers of a norm prologue (codegen Prologue): ``prologue`` = (rows, input format, [(weight / bias,
+    format)], row statistics): ``nx`` [rows, K] the norm's input, ``nxf`` and ``nsq`` fp32 [rows, K], an fp32
+    [rows, 1] ``n<stat>`` per statistic, a [1, K] ``n<weight>`` per parameter."""
+    rows, x_fmt, params, stats = prologue
+    return ([Buffer("nx", tile_bytes(rows, K, x_fmt)), Buffer("nxf", tile_bytes(rows, K, FP32)),
+             Buffer("nsq", tile_bytes(rows, K, FP32))] + [Buffer("n" + s, tile_bytes(rows, 1, FP32)) for s in stats]
+            + [Buffer("n" + n, tile_bytes(1, K, f)) for n, f in params])
+
+
+def prologue_sfu(rows: int, K: int, stats: int, target: Target) -> float:
+    """SFU cycles of a norm prologue on ``rows`` rows of ``K``: an rmsnorm (one row statistic) takes six passes
+    over the rows (cast, square, mean, scale, weight, cast), a layernorm (two) nine, and two on the [rows, 1]
+    statistic (+eps, rsqrt)."""
+    full = 6 if stats == 1 else 9
+    return full * (rows * K * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles) \
+        + 2 * target.sfu_latency_cycles
 
 
 def softmax_stats(softmax: str) -> tuple[str, ...]:
@@ -296,7 +328,8 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
                   fmt: str = "dlf16", out_fmt: str | None = None, *, batch: int = 1, bias: bool = False,
                   double_buffer: bool = True, active: int | None = None, b_fmt: str | None = None,
                   round_fmt: str | None = None, epi_in: Sequence[str] = (), resident: bool = False,
-                  trans_b: bool = False, softmax: str | None = None, sibling: str | None = None) -> Cycles:
+                  trans_b: bool = False, softmax: str | None = None, sibling: str | None = None,
+                  prologue: float = 0.0) -> Cycles:
     """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
     ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
     grid's). ``fmt`` / ``b_fmt`` are A's / B's formats in device memory (a format the PT array does not multiply
@@ -305,7 +338,9 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     epilogue's further inputs, a [tm, tn] block of each loaded per output tile; ``resident``: the M/N-split
     kernel keeps its part of A across a row of output tiles (:func:`matmul_buffers`); ``sibling``: the kernel also
     multiplies each A tile by a second B of the same shape (a sibling matmul sharing A: an MLP's gate beside its
-    up projection), twice the B tiles and PT work, its tile written back in that format for the epilogue."""
+    up projection), twice the B tiles and PT work, its tile written back in that format for the epilogue;
+    ``prologue``: the SFU cycles of a norm prologue on each A tile (part, when an M/N split shares it) it loads
+    (:func:`prologue_sfu`)."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
     nmul = 2 if sibling else 1
     out_fmt = out_fmt or fmt
@@ -321,12 +356,12 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     if gk == 1 and gm * gn > 1:
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
                                      double_buffer, active or gb * gm * gn, b_fmt, round_fmt, epi_in,
-                                     _ceil(nb, tn) if resident else 0, trans_b, tile_sfu, nmul)
+                                     _ceil(nb, tn) if resident else 0, trans_b, tile_sfu, nmul, prologue)
     pt = tiles * steps * nmul * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
                                  / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
     pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt, nmul) + tiles * _convert_out(
         tm, tn, target, round_fmt)
-    pt += tiles * tile_sfu
+    pt += tiles * (tile_sfu + steps * prologue)
     loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + nmul * b_tile_bytes(tk, tn, b_fmt, trans_b))
                      + (tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0) + _epi_bytes(tm, tn, epi_in))
     stores = tiles * tile_bytes(tm, tn, out_fmt)
@@ -393,18 +428,19 @@ def store_parts(tm: int, tn: int, steps: int, out_fmt: str, active: int, target:
     return max(1, min(steps, tm, int(tile_bytes(tm, tn, out_fmt) // least)))
 
 
-def b_first(gm: int, gn: int, a_part: int, b_part: int) -> bool:
+def b_first(gm: int, gn: int, a_part: int, b_part: int, a_lead: float = 0.0) -> bool:
     """Whether a shared-operand matmul step loads its B parts before its A part: when B's exchange (to the gm - 1
     other cores of a grid column) moves more bytes than A's (to the gn - 1 of a grid row), so the longer
-    exchange overlaps the other operand's load."""
-    return (gm - 1) * b_part > (gn - 1) * a_part
+    exchange overlaps the other operand's load. ``a_lead``: the bytes the ring would carry while the SFU works on
+    the A part before it can be sent (a norm prologue), which A's exchange takes longer by."""
+    return (gm - 1) * b_part > (gn - 1) * a_part + a_lead
 
 
 def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequence[int], target: Target,
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
                           b_fmt: str | None = None, round_fmt: str | None = None,
                           epi_in: Sequence[str] = (), passes: int = 0, trans_b: bool = False,
-                          tile_sfu: float = 0.0, nmul: int = 1) -> Cycles:
+                          tile_sfu: float = 0.0, nmul: int = 1, prologue: float = 0.0) -> Cycles:
     """The M/N-split kernel with operand sharing (``codegen/kernels/matmul.py``): each of the ``tiles * steps``
     steps is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and
     ring-sends its parts to the cores of its grid row / column, while the PT array multiplies the previous
@@ -414,7 +450,8 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     tile of a row loads its A part from device memory and converts it to the PT format (the ring carries the
     converted part, each core converts only its own); the others send it again from the scratchpad, so A's
     bytes leave device memory once. Every step also copies the core's own part into its A tile (SFU).
-    ``nmul`` = 2: each step also loads and exchanges a sibling's B parts and multiplies twice."""
+    ``nmul`` = 2: each step also loads and exchanges a sibling's B parts and multiplies twice. ``prologue``: SFU
+    cycles of a norm prologue on each A part between its load and its exchange (:func:`prologue_sfu`)."""
     tm, tn, tk = tile
     n = tiles * steps
     b_fmt = b_fmt or fmt
@@ -433,14 +470,14 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     loads = a_load * first + b_part + ((tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0.0)
                                        + _epi_bytes(tm, tn, epi_in)) / steps
     part_sfu = prow * tk * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles
-    convert_a = part_sfu if passes and pa != fmt else 0.0
+    convert_a = (part_sfu if passes and pa != fmt else 0.0) + prologue
 
     def fetch(bw, load_a=True):
         dma_b = b_part / bw + nmul * target.dma_latency_cycles
         if not load_a:
             return max(dma_b, ring_a) + ring_b
         dma_a = a_load / bw + target.dma_latency_cycles + convert_a
-        if b_first(gm, gn, a_part, b_part):
+        if b_first(gm, gn, a_part, b_part, prologue * rate):
             return dma_b + max(dma_a, ring_b) + ring_a
         return dma_a + max(dma_b, ring_a) + ring_b
 
@@ -506,14 +543,16 @@ def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, 
                 colscale: str | None = None, epi_in: Sequence[str] = (),
                 resident: tuple[int, int] | None = None, trans_b: bool = False,
                 softmax: str | None = None, epi_temps: int = 0,
-                sibling: str | None = None, chain: tuple | None = None) -> tuple[int, list[Buffer]] | None:
+                sibling: str | None = None, chain: tuple | None = None,
+                prologue: tuple | None = None) -> tuple[int, list[Buffer]] | None:
     """(buffer count, buffers) of a core's [mb, nb, kb] block (``batch`` of them) in ``tile``: double-buffered
     when there is more than one load step, single-buffered for one; None when they do not fit."""
     tm, tn, tk = tile
     nbuf = nbuf_for(batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk), True)
     bufs = matmul_buffers(tile, fmt, out_fmt, nbuf=nbuf, split_k=split_k, bias=bias, b_fmt=b_fmt,
                           round_fmt=round_fmt, colscale=colscale, epi_in=epi_in, resident=resident,
-                          trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling, chain=chain)
+                          trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling, chain=chain,
+                          prologue=prologue)
     return (nbuf, bufs) if footprint(bufs, target) <= target.scratchpad_usable_bytes else None
 
 

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from spyre_mlir.cost import CHAIN_V, b_first, n_block, softmax_stats, store_parts
+from spyre_mlir.cost import CHAIN_V, b_first, n_block, prologue_rows, prologue_sfu, softmax_stats, store_parts
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
@@ -32,9 +32,10 @@ from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
 from .rows import (_one_use, _owner, _precedes, _row_view, _viewed, apply_epilogue, apply_softmax,
-                   broadcast_rows, epilogue, epilogue_buffer, epilogue_of, softmax_of, widened_by)
+                   broadcast_rows, epilogue, epilogue_buffer, epilogue_of, norm_body, softmax_of, widened_by)
 
-__all__ = ["matmul", "select", "sibling_of", "sibling_applier", "chained_of", "chain_applier", "EMITTERS"]
+__all__ = ["matmul", "select", "sibling_of", "sibling_applier", "chained_of", "chain_applier", "prologue_of",
+           "prologue_applier", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
@@ -43,7 +44,7 @@ def _stick_elems(*fmts) -> int:
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
            scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False,
-           sm=None, widen_last=False, sib=None, chain=None):
+           sm=None, widen_last=False, sib=None, chain=None, pro=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``. ``trans_b``: B is
     stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk]. ``sm``: a
     softmax (rows.softmax_of) applied to each finished tile after the epilogue, in the accumulator, with the
@@ -72,7 +73,11 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     ``chain``: (V [batches x N, dv], the chained matmul's result [rows, dv]) of a matmul chained to the softmax
     (:func:`chained_of`): each finished tile, softmax applied, multiplies its batch's V (plan buffers ``va vb``,
     loaded once per batch, shared over the ring by the cores of a grid column) into ``pacc``, written back into
-    ``pout``, which is stored instead of the tile; O is then never written."""
+    ``pout``, which is stored instead of the tile; O is then never written.
+
+    ``pro``: a :class:`Prologue`, the norm whose result A is (:func:`prologue_of`): every A tile (whole rows: no
+    K split, one K step) loads the norm's input rows instead and the norm's micro-ops write it, so A never
+    round-trips device memory."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = (_stick_elems(fo), _stick_elems(fa, fb)) if trans_b else (_stick_elems(fb, fo), _stick_elems(fa))
@@ -105,6 +110,9 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         f"{list(grid)}")
     if chain is not None and sm is None:
         raise TileError("a chained matmul reads a softmax epilogue's tiles, and this matmul applies none")
+    if pro is not None and (gk > 1 or tile[2] != K or resident or fa not in PT_FORMATS):
+        raise TileError(f"a norm prologue needs whole rows of A in one K step, in a format the PT array "
+                        f"multiplies, and no resident A: grid {list(grid)}, tile {list(tile)}, K = {K}, A {fa.key}")
     if sm is not None and (gn > 1 or gk > 1 or tn < nb):
         raise TileError(f"a softmax epilogue needs whole rows on one core: grid {list(grid)} and tile "
                         f"{list(tile)} split the {N} columns")
@@ -133,7 +141,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
         for g, mine in enumerate(per_group):
             _shared_group(b, T, A, Bs, O, mine, g * group, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale,
                           scale, loc, X, active=len(used), N=N, M=M, sib=sib, chain=chain,
-                          sync=list(used) if across else None)
+                          sync=list(used) if across else None, pro=pro)
         return list(used), (gm, gn, gk), (tm, tn, tk)
     step = 0
     for bi_, (a0, b0, o0) in enumerate(batches):
@@ -166,7 +174,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             At = _sub(t["A"][step % nbuf], rows, depth)
                             Bts = [_b_sub(t, t[key][step % nbuf], depth, cols) for key in ("B", "G")[:len(Bs)]]
                             step += 1
-                            load_rows(b, core, At, A, a0 + r0, k0, loc=loc)
+                            _load_a(b, core, At, A, a0 + r0, k0, pro, loc)
                             for Bt, Bx in zip(Bts, Bs):
                                 load_rows(b, core, Bt, Bx, *((b0 + c0, k0) if trans_b else (b0 + k0, c0)), loc=loc)
                             fin = s == nk - 1 and last_here
@@ -237,7 +245,7 @@ def _extras_across_groups(b, T, X, per_group, group, gm, gn, mb, nb, tm, tn, kb,
 
 
 def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk, nbuf, bias, colscale, scale,
-                  loc, X, *, active, N, M, sib=None, chain=None, sync=None):
+                  loc, X, *, active, N, M, sib=None, chain=None, sync=None, pro=None):
     """One core group of an M/N-split matmul with operand sharing over the ring.
 
     Every core of the ``gm x gn`` group walks the same sequence of steps (output tile, K step) in lock-step.
@@ -252,9 +260,10 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
     With a resident A (the plan's ``ares``), a core keeps its part of every A tile of the current row of output
     tiles: loaded (and converted to the PT format) for the row's first tile, sent again from the scratchpad for
     the others, so A leaves device memory once. Every core multiplies exactly the tiles, in the order, of the
-    unshared kernel, so results are bit-identical. A sibling's B (``Bs[1]``) is loaded and exchanged like B. A chained matmul's V is loaded with the first step of each batch,
-    a part of its rows per core of the grid column, exchanged like B, into the buffer of the batch's parity: the
-    previous batch's last multiply, in that segment, reads the other one."""
+    unshared kernel, so results are bit-identical. A sibling's B (``Bs[1]``) is loaded and exchanged like B. A
+    chained matmul's V is loaded with the first step of each batch, a part of its rows per core of the grid
+    column, exchanged like B, into the buffer of the batch's parity: the previous batch's last multiply, in that
+    segment, reads the other one."""
     nk = -(-kb // tk)
     cores = list(range(base, base + gm * gn))
     resident = T[base]["RES"] is not None
@@ -302,7 +311,7 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
                     load_rows(b, core, src, A, a0 + bm * mb + i + lo, k0, loc=loc)
                 b.sfu(core, "cast", part, src, loc=loc)
             elif part is not None:
-                load_rows(b, core, part, A, a0 + bm * mb + i + lo, k0, loc=loc)
+                _load_a(b, core, part, A, a0 + bm * mb + i + lo, k0, pro, loc)
             if part is not None and gn > 1:
                 a_sends.append((core, [base + bm * gn + q for q in range(gn) if q != bn], part.addr, src))
 
@@ -324,7 +333,8 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
         a_bytes = -(-rows // gn) * _sub(t0["A"][0], rows, depth).pitch
         b_tile = _b_sub(t0, t0["B"][0], depth, width(0, j, cols))
         b_bytes = len(Bs) * -(-b_tile.rows // gm) * b_tile.pitch
-        first_b = (not resident or j == 0) and b_first(gm, gn, a_bytes, b_bytes)
+        a_lead = 0.0 if pro is None else pro.sfu(-(-rows // gn), b.target) * b.target.ring_bytes_per_cycle
+        first_b = (not resident or j == 0) and b_first(gm, gn, a_bytes, b_bytes, a_lead)
         for core in cores:
             for side in ((b_side, a_side) if first_b else (a_side, b_side)):
                 side(core)
@@ -591,6 +601,53 @@ def _cast(b, core, dst, src, loc):
     return dst
 
 
+def _load_a(b, core, tile, A, row0, k0, pro, loc):
+    """Rows [row0, row0 + tile.rows) of A from column ``k0`` into ``tile``: loaded, or computed by the prologue."""
+    if pro is None:
+        load_rows(b, core, tile, A, row0, k0, loc=loc)
+    else:
+        pro.apply(b, core, tile, row0, loc)
+
+
+class Prologue:
+    """A layernorm or rmsnorm a matmul kernel applies to its A tiles (:func:`prologue_of`): the norm's input rows
+    load into ``nx`` and its micro-ops (rows.norm_body) write the A tile through the fp32 ``nxf``, ``nsq`` and row
+    statistics ``n<stat>``; its weight and bias rows (``nweight``, ``nbias``) load once per core, before its first
+    tile. The plan's buffers hold ``rows`` rows, the most a core computes at once."""
+
+    def __init__(self, em, norm, plan, rows: int):
+        self.body, consts, stats = norm_body(em, norm)
+        self.nstats = len(stats)
+        x = em.tensor(norm.operands[0])
+        self.K = x.cols
+        self.X = x.reshaped((x.rows, self.K))
+        f32 = Format.FP32
+        self.tiles = {"xf": plan.tile_at("nxf", rows, self.K, f32), "sq": plan.tile_at("nsq", rows, self.K, f32),
+                      **{n: plan.tile_at("n" + n, rows, 1, f32) for n in stats}}
+        self.nx = plan.tile_at("nx", rows, self.K, x.fmt)
+        self.consts = [(n, t.reshaped((1, self.K)), plan.tile_at("n" + n, 1, self.K, t.fmt)) for n, t in consts]
+        self.ready: set[int] = set()
+
+    def sfu(self, rows: int, target) -> float:
+        """Modeled SFU cycles of the prologue on ``rows`` rows (cost.prologue_sfu)."""
+        return prologue_sfu(rows, self.K, self.nstats, target)
+
+    def apply(self, b, core, tile, row0: int, loc) -> None:
+        """The norm of rows [row0, row0 + tile.rows) of its input, written into A tile ``tile`` on ``core``."""
+        n, K = tile.rows, self.K
+        if tile.cols != K:
+            raise TileError(f"a norm prologue computes whole rows of {K} columns, not an A tile of {tile.cols}")
+        if core not in self.ready:
+            for _, t, dst in self.consts:
+                load_rows(b, core, dst, t, 0, loc=loc)
+            self.ready.add(core)
+        XT = _sub(self.nx, n, K)
+        load_rows(b, core, XT, self.X, row0, loc=loc)
+        extra = {name: _sub(t, n, t.cols) for name, t in self.tiles.items() if name != "xf"}
+        extra.update((name, dst) for name, _, dst in self.consts)
+        self.body(core, n, XT, _sub(self.tiles["xf"], n, K), tile, extra, loc)
+
+
 def select(op, target, known) -> str | None:
     """``"matmul"`` when the device runs ``op`` (a matmul or batch_matmul): a float lhs and a result the device
     holds; else None."""
@@ -604,7 +661,14 @@ def emit_matmul(em, op, loc):
     o = op.operation
     lhs, rhs = o.operands[0], o.operands[1]
     bias = o.operands[2] if len(o.operands) > 2 else None
-    A = em.tensor(lhs)
+    norm = prologue_of(op)
+    if norm is None:
+        A, pro = em.tensor(lhs), None
+    else:                   # computed tile by tile from the norm's input: A itself never exists
+        shape, elt = _tensor_type(lhs)
+        A = DevTensor(tuple(shape), format_of(elt), 0, None, 0)
+        kp = KernelPlan.of(op, em.target)
+        pro = Prologue(em, norm, kp, prologue_rows(kp.grid[-3:], kp.tile[-3:]))
     M, K = A.shape
     B, colscale, scale = _rhs(em, op, rhs)
     trans = bool(_attr(op, "transpose_rhs", False))
@@ -622,7 +686,7 @@ def emit_matmul(em, op, loc):
                             loc)
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
                         plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=rnd, epi=epi,
-                        trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib, chain=chain)
+                        trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib, chain=chain, pro=pro)
     return len(used)
 
 
@@ -780,6 +844,62 @@ def chain_applier(op):
 
     mm = softmax_source(p)
     return mm if mm is not None and chained_of(mm) == op.operation else None
+
+
+_NORMS = ("spyre.rmsnorm", "spyre.layernorm")
+
+
+def prologue_of(op, chosen: bool = True):
+    """For a matmul (not batched) of kernel ``matmul``, the norm whose result is its lhs (through reshapes keeping
+    the innermost dim), applied by its kernel to each A tile it would load (:class:`Prologue`): an rmsnorm, or a
+    layernorm over the last dim, of kernel ``prologue`` (spyre-norm-prologues chose it; with ``chosen`` False, of
+    kernel ``rows``: a candidate), whose result, in a format the PT array multiplies and converted by no one,
+    only this matmul and the sibling its kernel computes (:func:`sibling_of`) read, as their lhs: a decoder's
+    ``q/k/v(rmsnorm(x))`` and ``gate/up(rmsnorm(x))``. Else None."""
+    o = op.operation
+    if o.name != "spyre.matmul" or _attr(o, "spyre.kernel") != "matmul" \
+            or "lhs" in (_attr_text(o, "spyre.convert_operands") or ""):
+        return None
+    v = o.operands[0]
+    p = _owner(v)
+    while p is not None and _row_view(p):
+        p = _owner(p.operands[0])
+    if p is None or p.name not in _NORMS or _attr(p, "spyre.kernel") != ("prologue" if chosen else "rows"):
+        return None
+    shape, elt = _tensor_type(p.results[0])
+    if format_of(elt) not in PT_FORMATS or not shape or \
+            (p.name == "spyre.layernorm" and (_attr(p, "axis", -1) or 0) % len(shape) != len(shape) - 1):
+        return None
+    found = sibling_of(op)
+    readers = {o} | ({found[1]} if found is not None else set())
+
+    def only_lhs(val) -> bool:
+        for use in val.uses:
+            u = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if _row_view(u):
+                if not only_lhs(u.results[0]):
+                    return False
+            elif u not in readers or use.operand_number != 0:
+                return False
+        return True
+    return p if only_lhs(p.results[0]) else None
+
+
+def prologue_applier(op):
+    """The matmul whose kernel applies norm ``op`` of kernel ``prologue`` (:func:`prologue_of`), or None when none
+    does any more."""
+    o = op.operation
+    todo = [o.results[0]]
+    while todo:
+        for use in todo.pop().uses:
+            u = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if _row_view(u):
+                todo.append(u.results[0])
+            elif u.name == "spyre.matmul" and use.operand_number == 0:
+                norm = prologue_of(u)
+                if norm is not None and norm == o:
+                    return u
+    return None
 
 
 _TWIN_ATTRS = ("transpose_rhs", "spyre.convert_operands", "spyre.share_of")

@@ -521,42 +521,51 @@ def emit_softmax(em, op, loc):
 
 def emit_layernorm(em, op, loc):
     X, O, R, C = _rowwise_io(em, op)
-    seg = _attr(op, "operandSegmentSizes") or [1, 0, 0]
-    rest = list(op.operation.operands[1:])
-    gamma = em.tensor(rest.pop(0)) if seg[1] else None
-    beta = em.tensor(rest.pop(0)) if len(seg) > 2 and seg[2] else None
-    eps = float(_attr(op, "epsilon"))
-
-    def body(core, n, XT, XF, OT, extra, loc):
-        b = em.b
-        MU, VAR, SQ = extra["mean"], extra["var"], extra["sq"]
-        b.sfu(core, "cast", XF, XT, loc=loc)
-        b.reduce(core, "mean", MU, XF, loc=loc)
-        b.sfu(core, "sub", XF, XF, MU, loc=loc)
-        b.sfu(core, "mul", SQ, XF, XF, loc=loc)
-        b.reduce(core, "mean", VAR, SQ, loc=loc)
-        _normalize(b, core, XF, OT, VAR, eps, extra, loc)
-
-    consts = [("weight", gamma), ("bias", beta)]
-    return _rows_emit(em, op, loc, X, O, body, [(k, t) for k, t in consts if t is not None],
-                      ("mean", "var"), sq=True)
+    body, consts, stats = norm_body(em, op)
+    return _rows_emit(em, op, loc, X, O, body, consts, stats, sq=True)
 
 
 def emit_rmsnorm(em, op, loc):
     X, O, R, C = _rowwise_io(em, op)
-    gamma = em.tensor(op.operation.operands[1]) if len(op.operation.operands) > 1 else None
+    body, consts, stats = norm_body(em, op)
+    return _rows_emit(em, op, loc, X, O, body, consts, stats, sq=True)
+
+
+def norm_body(em, op):
+    """(``body(core, n, XT, XF, OT, extra, loc)``, its weight and bias as [(name, device tensor)], the names of its
+    [n, 1] fp32 row statistics) of a layernorm or rmsnorm over the last dim: the micro-ops on ``n`` rows of input
+    ``XT`` through the fp32 work tile ``XF`` into ``OT``, ``extra`` holding the statistics, ``sq`` (an fp32 tile
+    like ``XF``) and the weight and bias rows. Its rows kernel and a matmul kernel applying it to its A tiles
+    (matmul.prologue_of) run the same micro-ops, so their results are bit-identical."""
     eps = float(_attr(op, "epsilon"))
+    b = em.b
+    rest = list(op.operation.operands[1:])
+    if op.operation.name == "spyre.layernorm":
+        seg = _attr(op, "operandSegmentSizes") or [1, 0, 0]
+        gamma = em.tensor(rest.pop(0)) if seg[1] else None
+        beta = em.tensor(rest.pop(0)) if len(seg) > 2 and seg[2] else None
+
+        def body(core, n, XT, XF, OT, extra, loc):
+            MU, VAR, SQ = extra["mean"], extra["var"], extra["sq"]
+            b.sfu(core, "cast", XF, XT, loc=loc)
+            b.reduce(core, "mean", MU, XF, loc=loc)
+            b.sfu(core, "sub", XF, XF, MU, loc=loc)
+            b.sfu(core, "mul", SQ, XF, XF, loc=loc)
+            b.reduce(core, "mean", VAR, SQ, loc=loc)
+            _normalize(b, core, XF, OT, VAR, eps, extra, loc)
+
+        consts = [("weight", gamma), ("bias", beta)]
+        return body, [(k, t) for k, t in consts if t is not None], ("mean", "var")
+    gamma = em.tensor(rest[0]) if rest else None
 
     def body(core, n, XT, XF, OT, extra, loc):
-        b = em.b
         MS, SQ = extra["ms"], extra["sq"]
         b.sfu(core, "cast", XF, XT, loc=loc)
         b.sfu(core, "mul", SQ, XF, XF, loc=loc)
         b.reduce(core, "mean", MS, SQ, loc=loc)
         _normalize(b, core, XF, OT, MS, eps, extra, loc)
 
-    return _rows_emit(em, op, loc, X, O, body, [("weight", gamma)] if gamma is not None else [], ("ms",),
-                      sq=True)
+    return body, [("weight", gamma)] if gamma is not None else [], ("ms",)
 
 
 def _normalize(b, core, XF, OT, R, eps, extra, loc):
@@ -698,6 +707,7 @@ def emit_cast(em, op, loc):
 EMITTERS = {"spyre.map": emit_map, "spyre.reduce": emit_reduce, "spyre.softmax": emit_softmax,
             "spyre.layernorm": emit_layernorm, "spyre.rmsnorm": emit_rmsnorm, "spyre.cast": emit_cast}
 KERNELS = {name: ("rows",) for name in EMITTERS}
+KERNELS["spyre.rmsnorm"] = KERNELS["spyre.layernorm"] = ("rows", "prologue")
 KERNELS["spyre.map"] = ("rows", "epilogue", "alias")
 KERNELS["spyre.softmax"] = ("rows", "epilogue")
 KERNELS["spyre.cast"] = ("rows", "epilogue")
