@@ -6,7 +6,8 @@
   does not read it on the cores that wrote it, by a host region or by any other non-device op. A map its
   producer's kernel applies (kernel `epilogue`) is looked through: the producer wrote its result. `func.return`
   is no such reader (nor is a sibling matmul, which another matmul's kernel computes on its cores and its epilogue
-  reads there; a matmul chained to a softmax epilogue is looked through like an epilogue): the host reads outputs
+  reads there; a matmul chained to a softmax epilogue is looked through like an epilogue; nor a matmul applying a
+  norm as its prologue, nor any reader of an alias of a value only a kernel holds): the host reads outputs
   after every core has ended, and the copies and state updates the emitter adds at the end bring their own barriers.
   Ops without the attribute need no barrier after them.
 
@@ -27,7 +28,8 @@ import math
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import BARRIER, DOUBLE_BUFFER, GRID, KERNEL, SCRATCHPAD, device_ops, require, user
+from spyre_mlir.passes.analysis import (BARRIER, DOUBLE_BUFFER, GRID, KERNEL, SCRATCHPAD, device_ops, producer,
+                                        require, user)
 from spyre_mlir.passes.base import PassError, SpyrePass
 from spyre_mlir.passes.op_model import OpModel, epilogue_source, op_model
 
@@ -59,14 +61,15 @@ class SchedulePass(SpyrePass):
     def _crosses(op: ir.Operation, models: dict) -> bool:
         """Whether any reader of the op's result reads it on other cores than those that wrote it. An epilogue
         map is written by its producer's kernel, so its producer answers for it, through it to its readers."""
-        if _kernel_in(op, *_APPLIED):
+        if _kernel_in(op, *_APPLIED) or _in_kernel(op):
             return False
         held = result_blocks(*models[op])
         for use in _readers(op):
             if user(use).name == "func.return":
                 continue
-            if _kernel_in(user(use), "chained"):
-                return True             # its V is read by the kernel it is chained to, on that kernel's cores
+            if _kernel_in(user(use), "chained", "prologue"):
+                # A chained matmul's V, a norm prologue's operands: read by the kernel applying it, on its cores.
+                return True
             reader = models.get(user(use))
             if held is None or reader is None or operand_blocks(*reader, use.operand_number) != held:
                 return True
@@ -77,9 +80,19 @@ def _kernel_in(op: ir.Operation, *kernels: str) -> bool:
     return KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value in kernels
 
 
-# Kernels another op's kernel runs (an epilogue; a matmul computed beside or chained to another): none writes its
-# result itself.
-_APPLIED = ("epilogue", "sibling", "chained")
+# Kernels another op's kernel runs (an epilogue; a matmul computed beside or chained to another; a norm a matmul
+# applies to its A tiles): none writes its result itself.
+_APPLIED = ("epilogue", "sibling", "chained", "prologue")
+
+
+def _in_kernel(op: ir.Operation) -> bool:
+    """An alias of a value only another op's kernel holds (a sibling matmul's tile, a norm prologue's A tile):
+    nothing is stored, so nothing crosses cores."""
+    while _kernel_in(op, "alias"):
+        op = producer(op.operands[0])
+        if op is None:
+            return False
+    return _kernel_in(op, "sibling", "prologue")
 
 
 def _readers(op: ir.Operation):

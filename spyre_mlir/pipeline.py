@@ -74,6 +74,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         "spyre-tile" + opts(target=target),
         # Attention's P @ V in the kernel computing P, where the tiles allow: P never leaves the cores.
         "spyre-chain-matmuls" + opts(target=target),
+        # A norm only a matmul reads, computed on each A tile that kernel loads: its result never leaves the cores.
+        "spyre-norm-prologues" + opts(target=target),
         # Byte offsets of each op's scratchpad buffers, reused where lifetimes allow.
         "spyre-allocate-scratchpad" + opts(target=target),
         # Double buffering and the barriers where data crosses cores.

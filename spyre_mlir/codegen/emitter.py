@@ -46,7 +46,7 @@ from .common import EmitError, TileError, _attr, _loc, _same_dims, _tensor_type
 from .host import emit_host, materialize_for_host
 from .hostcode import HostModule
 from .kernels import EMITTERS, KERNELS
-from .kernels.matmul import chain_applier, sibling_applier
+from .kernels.matmul import chain_applier, prologue_applier, prologue_of, sibling_applier
 from .kernels.move import row_sources, slice_rows
 from .kernels.rows import repeated_rows
 from .memory import DevTensor, format_of, io_dtype
@@ -68,8 +68,8 @@ def _io_unsigned(attrs) -> bool:
     return "spyre.dtype" in attrs and ir.StringAttr(attrs["spyre.dtype"]).value == "uint8"
 
 
-_VIEW_READERS = frozenset({"matmul", "sibling", "chained", "rows", "epilogue", "alias", "dma-rows", "select-cols",
-                           "pool2d"})
+_VIEW_READERS = frozenset({"matmul", "sibling", "chained", "prologue", "rows", "epilogue", "alias", "dma-rows",
+                           "select-cols", "pool2d"})
 
 
 class _Known(dict):
@@ -96,6 +96,17 @@ class _Known(dict):
 
     def get(self, key, default=None):
         return self[key] if key in self else default
+
+
+def _kernel_reads(op) -> list:
+    """Every value ``op``'s kernel reads: its operands and captures, and a matmul's norm prologue's operands
+    (matmul.prologue_of), which its kernel reads in the norm's place."""
+    vals = reads(op)
+    if op.operation.name == "spyre.matmul" and _attr(op, KERNEL) == "matmul":
+        norm = prologue_of(op)
+        if norm is not None:
+            vals += [v for v in norm.operands if v not in vals]
+    return vals
 
 
 class Emitter:
@@ -343,7 +354,7 @@ class Emitter:
         placement = {}
         for i, op in enumerate(body):
             placement[i] = self._placement(op)
-            for v in reads(op):
+            for v in _kernel_reads(op):
                 self._last_use[v] = i
                 if placement[i] == "host":
                     self._host_read.add(v)
@@ -372,7 +383,7 @@ class Emitter:
         return self.b
 
     def _free_dead(self, i, op):
-        for v in reads(op):
+        for v in _kernel_reads(op):
             if self._last_use.get(v) == i and v in self.dev:
                 t = self.dev[v]
                 # Views (aliases) of the same bytes keep them: the same storage, or the same place.
@@ -482,6 +493,13 @@ class Emitter:
             # Computed by the kernel of the matmul whose epilogue reads it, emitted with that op.
             if sibling_applier(op) is None:
                 raise EmitError(f"{name} is a sibling matmul, but no matmul's kernel computes it",
+                                op.operation.location)
+            self.in_kernel.add(op.operation.results[0])
+            return
+        if _attr(op, KERNEL) == "prologue":
+            # Computed by the kernel of the matmul reading it, on each A tile from this op's input, emitted with it.
+            if prologue_applier(op) is None:
+                raise EmitError(f"{name} is a matmul's prologue, but no matmul's kernel applies it",
                                 op.operation.location)
             self.in_kernel.add(op.operation.results[0])
             return
