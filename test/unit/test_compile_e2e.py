@@ -468,6 +468,49 @@ def test_gate_is_computed_by_the_up_projection(precision, cores, shape, monkeypa
     assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
 
 
+class PreNorm(torch.nn.Module):
+    """A norm feeding a Linear, as before every projection of a pre-norm transformer: RMSNorm, or LayerNorm (and
+    a Linear with a bias)."""
+
+    def __init__(self, kind, d, n):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(d, eps=1e-6) if kind == "rms" else torch.nn.LayerNorm(d)
+        self.lin = torch.nn.Linear(d, n, bias=kind != "rms")
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            if kind != "rms":
+                self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.lin(self.norm(x))
+
+
+@pytest.mark.parametrize("kind,precision,cores,shape,same_tile", [
+    ("rms", "dlf16", 32, (128, 256, 512), True), ("layer", "dlf16", 32, (64, 512, 256), True),
+    ("rms", "dlf16", 8, (128, 256, 512), False), ("layer", "fp8", 32, (32, 1024, 256), False),
+    ("rms", "dlf16", 1, (128, 256, 512), True)])
+def test_norm_is_the_matmuls_prologue(kind, precision, cores, shape, same_tile, monkeypatch):
+    """spyre-norm-prologues: the matmul's kernel loads the norm's input rows in place of each A tile and applies
+    the norm's micro-ops to them, so the norm's result never round-trips device memory, in fewer modeled cycles and
+    DRAM bytes. With the matmul's K tile already K, bit-identical to the two kernels; where the pass made it K (one
+    K step), within a DLFloat16 rounding of them. On one core the cost model keeps the norm's own kernel."""
+    rows, d, n = shape
+    torch.manual_seed(0)
+    model, x = PreNorm(kind, d, n).eval(), torch.randn(1, rows, d)
+    exe, plain = _with_and_without("spyre-norm-prologues", model, x, monkeypatch, precision=precision, cores=cores)
+    norm = "spyre.rmsnorm" if kind == "rms" else "spyre.layernorm"
+    assert norm in plain.compile_info.device_ops
+    (y,), (y0,) = exe(x), plain(x)
+    if cores == 1:
+        assert norm in exe.compile_info.device_ops and np.array_equal(y, y0)
+    else:
+        assert norm not in exe.compile_info.device_ops and _cheaper(exe, plain)
+        assert np.array_equal(y, y0) if same_tile else np.abs(y - y0).max() <= 2.0**-9 * np.abs(y0).max()
+    with torch.no_grad():
+        ref = model(x).numpy()
+    assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
+
+
 class Heads(torch.nn.Module):
     """Causal multi-head attention, its own projections: softmax(q @ k^T / sqrt(d) + mask) @ v per head."""
 
