@@ -7,6 +7,8 @@ op model from `op_model`), never from another pass.
 
 from __future__ import annotations
 
+import math
+
 from torch_mlir import ir
 
 from spyre_mlir.passes.base import PassError
@@ -171,6 +173,22 @@ def function_ops(module: ir.Operation) -> list[ir.Operation]:
 
     module.walk(visit, ir.WalkOrder.PRE_ORDER)
     return funcs
+
+
+def kernel_ops(module: ir.Operation, kind: str):
+    """Each op of the module's functions whose kernel is `kind` when reached (a pass may re-kernel later ones)."""
+    for func in function_ops(module):
+        for op in func.regions[0].blocks[0].operations:
+            op = op.operation
+            if KERNEL in op.attributes and ir.StringAttr(op.attributes[KERNEL]).value == kind:
+                yield op
+
+
+def fuse_into_kernel(op: ir.Operation, kind: str) -> None:
+    """Mark `op` as computed inside another op's kernel (`kind`): an epilogue's plan, one grid step of its rows."""
+    op.attributes[KERNEL] = ir.StringAttr.get(kind)
+    op.attributes[GRID] = ir.DenseI64ArrayAttr.get([1])
+    op.attributes[TILE] = ir.DenseI64ArrayAttr.get([math.prod(ir.RankedTensorType(op.results[0].type).shape[:-1])])
 
 
 def producer(v: ir.Value) -> ir.Operation | None:

@@ -25,11 +25,10 @@ chained op's grid and tile become an epilogue's (`[1]`, its rows): it has no pla
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import GRID, KERNEL, TILE, function_ops, get_target, int_array
+from spyre_mlir.passes.analysis import GRID, TILE, fuse_into_kernel, get_target, int_array, kernel_ops
 from spyre_mlir.passes.base import SpyrePass
 from spyre_mlir.passes.op_model import chain_needs, op_model, plan
 
@@ -45,23 +44,16 @@ class ChainMatmulsPass(SpyrePass):
         from spyre_mlir.codegen.kernels.matmul import chained_of
 
         target = get_target(self.target, module)
-        for func in function_ops(module):
-            for o in func.regions[0].blocks[0].operations:
-                op = o.operation
-                if KERNEL not in op.attributes or ir.StringAttr(op.attributes[KERNEL]).value != "matmul":
-                    continue
-                pv = chained_of(op, chosen=False)
-                if pv is None or not _one_step(pv):
-                    continue
-                model, grid, tile = op_model(op), int_array(op, GRID), int_array(op, TILE)
-                alone = plan(model, grid, tile, target)
-                chained = plan(dataclasses.replace(model, chain=chain_needs(pv)), grid, tile, target)
-                if alone is None or chained is None or chained[0] != alone[0]:
-                    continue
-                pv.attributes[KERNEL] = ir.StringAttr.get("chained")
-                rows = math.prod(ir.RankedTensorType(pv.operands[0].type).shape[:-1])
-                pv.attributes[GRID] = ir.DenseI64ArrayAttr.get([1])
-                pv.attributes[TILE] = ir.DenseI64ArrayAttr.get([rows])
+        for op in kernel_ops(module, "matmul"):
+            pv = chained_of(op, chosen=False)
+            if pv is None or not _one_step(pv):
+                continue
+            model, grid, tile = op_model(op), int_array(op, GRID), int_array(op, TILE)
+            alone = plan(model, grid, tile, target)
+            chained = plan(dataclasses.replace(model, chain=chain_needs(pv)), grid, tile, target)
+            if alone is None or chained is None or chained[0] != alone[0]:
+                continue
+            fuse_into_kernel(pv, "chained")
 
 
 def _one_step(pv: ir.Operation) -> bool:

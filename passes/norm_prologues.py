@@ -28,11 +28,10 @@ tile become an epilogue's (`[1]`, its rows): it has no plan of its own.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import GRID, KERNEL, TILE, function_ops, get_target, int_array
+from spyre_mlir.passes.analysis import GRID, TILE, fuse_into_kernel, get_target, int_array, kernel_ops
 from spyre_mlir.passes.base import SpyrePass
 from spyre_mlir import cost
 from spyre_mlir.passes.op_model import matmul_cycles, op_model, plan, prologue_needs
@@ -49,30 +48,23 @@ class NormProloguesPass(SpyrePass):
         from spyre_mlir.codegen.kernels.matmul import prologue_of
 
         target = get_target(self.target, module)
-        for func in function_ops(module):
-            for o in func.regions[0].blocks[0].operations:
-                op = o.operation
-                if KERNEL not in op.attributes or ir.StringAttr(op.attributes[KERNEL]).value != "matmul":
-                    continue
-                norm = prologue_of(op, chosen=False)
-                if norm is None:
-                    continue
-                model, grid, tile = op_model(op), int_array(op, GRID), int_array(op, TILE)
-                if grid is None or tile is None or grid[-1] != 1 or model.resident:
-                    continue
-                alone = plan(model, grid, tile, target)
-                fused = dataclasses.replace(model, prologue=prologue_needs(norm))
-                best = _best_tile(fused, grid, tile, target)
-                if alone is None or best is None:
-                    continue
-                before = matmul_cycles(model, grid, tile, target, alone[0] == 2).total + _cycles(norm, target)
-                if best[0] >= before:
-                    continue
-                op.attributes[TILE] = ir.DenseI64ArrayAttr.get(best[1])
-                norm.attributes[KERNEL] = ir.StringAttr.get("prologue")
-                norm.attributes[GRID] = ir.DenseI64ArrayAttr.get([1])
-                norm.attributes[TILE] = ir.DenseI64ArrayAttr.get(
-                    [math.prod(ir.RankedTensorType(norm.results[0].type).shape[:-1])])
+        for op in kernel_ops(module, "matmul"):
+            norm = prologue_of(op, chosen=False)
+            if norm is None:
+                continue
+            model, grid, tile = op_model(op), int_array(op, GRID), int_array(op, TILE)
+            if grid is None or tile is None or grid[-1] != 1 or model.resident:
+                continue
+            alone = plan(model, grid, tile, target)
+            fused = dataclasses.replace(model, prologue=prologue_needs(norm))
+            best = _best_tile(fused, grid, tile, target)
+            if alone is None or best is None:
+                continue
+            before = matmul_cycles(model, grid, tile, target, alone[0] == 2).total + _cycles(norm, target)
+            if best[0] >= before:
+                continue
+            op.attributes[TILE] = ir.DenseI64ArrayAttr.get(best[1])
+            fuse_into_kernel(norm, "prologue")
 
 
 def _cycles(norm: ir.Operation, target) -> float:

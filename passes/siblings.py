@@ -29,7 +29,7 @@ import dataclasses
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import KERNEL, function_ops, get_target
+from spyre_mlir.passes.analysis import KERNEL, get_target, kernel_ops
 from spyre_mlir.passes.base import SpyrePass
 from spyre_mlir.passes.op_model import best_cycles, op_model
 
@@ -47,16 +47,12 @@ class SiblingsPass(SpyrePass):
 
         target = get_target(self.target, module)
         cores = self.cores or target.num_cores
-        for func in function_ops(module):
-            for o in func.regions[0].blocks[0].operations:
-                op = o.operation
-                if KERNEL not in op.attributes or ir.StringAttr(op.attributes[KERNEL]).value != "matmul":
-                    continue
-                found = sibling_of(op, chosen=False)
-                if found is None:
-                    continue
-                apart = [best_cycles(op_model(x), cores, target) for x in (op, found[1])]
-                found[1].attributes[KERNEL] = ir.StringAttr.get("sibling")
-                together = best_cycles(op_model(op), cores, target)
-                if together is None or None in apart or together.total >= sum(c.total for c in apart):
-                    found[1].attributes[KERNEL] = ir.StringAttr.get("matmul")
+        for op in kernel_ops(module, "matmul"):
+            found = sibling_of(op, chosen=False)
+            if found is None:
+                continue
+            apart = [best_cycles(op_model(x), cores, target) for x in (op, found[1])]
+            found[1].attributes[KERNEL] = ir.StringAttr.get("sibling")
+            together = best_cycles(op_model(op), cores, target)
+            if together is None or None in apart or together.total >= sum(c.total for c in apart):
+                found[1].attributes[KERNEL] = ir.StringAttr.get("matmul")
