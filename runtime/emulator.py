@@ -120,17 +120,22 @@ class TileView:
     Used for scratchpad tiles and for whole device buffers (same layout). Writes zero the row padding so
     the bytes of a region never depend on what was there before. With ``count`` > 1 it is that many such
     regions ``step`` bytes apart (the same tile on several cores' scratchpads), seen as [count, rows, cols].
+    ``count`` and ``step`` may be pairs: a [count0, count1] grid of regions ``step`` bytes apart along each (each
+    core's part of a tile, cores of a grid row at another offset), still seen as [count0 x count1, rows, cols].
     """
 
-    def __init__(self, mem: Memory, addr: int, rows: int, cols: int, fmt: Format, count: int = 0, step: int = 0):
+    def __init__(self, mem: Memory, addr: int, rows: int, cols: int, fmt: Format, count=0, step=0):
+        counts = tuple(count) if isinstance(count, tuple) else (count,) if count else ()
+        steps = tuple(step) if isinstance(step, tuple) else (step,) if count else ()
         self.fmt, self.rows, self.cols = fmt, rows, cols
-        self.shape = (count, rows, cols) if count else (rows, cols)
+        self.shape = ((math.prod(counts),) if counts else ()) + (rows, cols)
+        self._grid = len(counts) > 1        # its arrays are [count0, count1, ...]: reshaped on every access
+        self._grid_shape = counts + (rows, cols)
         pitch = tile_pitch(cols, fmt)
         rb = fmt.nbytes(cols)
-        lead = ((count,), (step,)) if count else ((), ())
 
         def regions(a: np.ndarray) -> np.ndarray:
-            return _strided(a, addr, lead[0] + (rows, pitch), lead[1] + (pitch, 1))
+            return _strided(a, addr, counts + (rows, pitch), steps + (pitch, 1))
         region = regions(mem.bytes)
         self.raw = region[..., :rb]
         self.pad = region[..., rb:]
@@ -143,30 +148,35 @@ class TileView:
         self._lut = _lut(fmt)
         self._encode = _ENCODERS.get(fmt) or (lambda x: to_storage(fmt, x))
 
+    def _flat(self, a: np.ndarray) -> np.ndarray:
+        return a.reshape(self.shape) if self._grid else a
+
     def read_bytes(self) -> np.ndarray:
         """Decode the stored bytes: float32 for float formats, integers for integer formats."""
         if self._lut is not None:
             # take with intp indices: numpy's fast gather (indexing by the uint16 codes, or strided ones, is
             # about twice as slow).
-            return np.take(self._lut, self.store.astype(np.intp))
+            return self._flat(np.take(self._lut, self.store.astype(np.intp)))
         if self.fmt is Format.BOOL:
-            return self.raw != 0
-        return decode(self.fmt, self.store, self.cols)
+            return self._flat(self.raw != 0)
+        return self._flat(decode(self.fmt, self.store, self.cols))
 
     def read(self) -> np.ndarray:
         """The values a unit sees: the shadow in fp32-reference mode, else the decoded bytes."""
-        return self.shadow if self.shadow is not None else self.read_bytes()
+        return self._flat(self.shadow) if self.shadow is not None else self.read_bytes()
 
     def peek(self) -> np.ndarray:
         """:meth:`read`, as a view of the memory where it is one (fp32 tiles): for arithmetic whose result
         does not depend on the operand's layout (IEEE +, -, *, /, sqrt, min/max, compares), never kept."""
-        return self.store if self.shadow is None and self.fmt is Format.FP32 else self.read()
+        return self._flat(self.store) if self.shadow is None and self.fmt is Format.FP32 else self.read()
 
     def write(self, values) -> None:
         """Round ``values`` (broadcastable to the view's shape) into the format; keep the exact value in the
         shadow when there is one."""
         if np.shape(values) != self.shape:
             values = np.broadcast_to(values, self.shape)
+        if self._grid:
+            values = values.reshape(self._grid_shape)
         self.store[...] = self._encode(values)      # BOOL and INT4: store is the raw bytes
         if self.pad.size:
             self.pad[...] = 0
@@ -265,12 +275,31 @@ def _step(offsets) -> int | None:
     return d if list(offsets) == list(range(offsets[0], offsets[-1] + 1, d)) else None
 
 
+def _grid_steps(offsets) -> tuple[int, int, int, int] | None:
+    """(count0, count1, step0, step1) when ``offsets`` are a grid, ``offsets[i * count1 + j] = offsets[0] +
+    i * step0 + j * step1`` with both steps positive and both counts > 1 (an M/N-split matmul's cores each at
+    its part of a tile: a core's row of the grid at one offset, the next row further on), else None."""
+    n, o = len(offsets), list(offsets)
+    j = 2
+    while j < n and o[j] - o[j - 1] == o[1] - o[0]:
+        j += 1
+    if j >= n or n % j or o[1] <= o[0] or o[j] <= o[0]:
+        return None
+    s0, s1 = o[j] - o[0], o[1] - o[0]
+    if any(o[k] != o[0] + k // j * s0 + k % j * s1 for k in range(n)):
+        return None
+    return n // j, j, s0, s1
+
+
 def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView | TileList:
     """The same [rows, cols] tile at each of ``offsets`` in ``mem``, as one [count, rows, cols] view."""
     step = _step(offsets)
-    if step is None:
-        return TileList(mem, offsets, rows, cols, fmt)
-    return TileView(mem, offsets[0], rows, cols, fmt, count=len(offsets), step=step)
+    if step is not None:
+        return TileView(mem, offsets[0], rows, cols, fmt, count=len(offsets), step=step)
+    grid = _grid_steps(offsets)
+    if grid is not None:
+        return TileView(mem, offsets[0], rows, cols, fmt, count=grid[:2], step=grid[2:])
+    return TileList(mem, offsets, rows, cols, fmt)
 
 
 def block_sticks(offsets, strides, shape, unit: int = STICK_BYTES) -> np.ndarray:

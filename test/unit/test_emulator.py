@@ -753,3 +753,40 @@ def test_gather_picks_table_rows(targets, fmt, idx_fmt):
     with pytest.raises(SpyreRuntimeError, match=r"core 1 instruction \d+ \(gather.*index 50 is outside the "
                                                 r"table's 50 rows"):
         exe(np.array([[0, 1, 2, 3, 4, 5], [0, 0, 50, 0, 0, 0]]))
+
+
+@pytest.mark.parametrize("fmt", ["dlf16", "fp32", "fp8_e4m3", "int8"])
+@pytest.mark.parametrize("shadow", [False, True])
+def test_grid_of_tiles_is_one_view_like_a_list(fmt, shadow):
+    """Tiles at a grid of offsets (each core's part of a shared tile: cores c = 4 i + j at c * stride + j * part)
+    are one strided view, reading, peeking and writing exactly what a view per tile does."""
+    from spyre_mlir.runtime.emulator import Memory, TileList, TileView, tiles
+    from spyre_mlir.runtime.formats import Format
+
+    f = Format.parse(fmt)
+    stride, part, rows, cols = 8192, 1024, 3, 40
+    offsets = [c * stride + (c % 4) * part for c in range(8)]
+    mems = [Memory(8 * stride, shadow) for _ in range(2)]
+    rng = np.random.default_rng(7)
+    noise = rng.integers(0, 256, 8 * stride, dtype=np.uint8)
+    for m in mems:
+        m.bytes[...] = noise
+        if shadow:
+            m.shadow[...] = np.arange(8 * stride) * 0.5
+    grid, one_each = tiles(mems[0], offsets, rows, cols, f), TileList(mems[1], offsets, rows, cols, f)
+    assert isinstance(grid, TileView) and grid.shape == one_each.shape == (8, rows, cols)
+    vals = (rng.standard_normal((8, rows, cols)) * 4).round().astype(np.float32)
+    for v, l in ((grid, one_each), (grid, one_each)):
+        np.testing.assert_array_equal(v.read_bytes(), l.read_bytes())
+        np.testing.assert_array_equal(v.read(), l.read())
+        np.testing.assert_array_equal(v.peek(), l.peek())
+        v.write(vals)
+        l.write(vals)
+        np.testing.assert_array_equal(mems[0].bytes, mems[1].bytes)
+        v.write_one(vals[3])
+        l.write_one(vals[3])
+        np.testing.assert_array_equal(mems[0].bytes, mems[1].bytes)
+        if shadow:
+            np.testing.assert_array_equal(mems[0].shadow, mems[1].shadow)
+    # Not a grid: a view per tile.
+    assert isinstance(tiles(mems[0], [0, stride, 3 * stride + part, 4 * stride], rows, cols, f), TileList)
