@@ -790,3 +790,38 @@ def test_grid_of_tiles_is_one_view_like_a_list(fmt, shadow):
             np.testing.assert_array_equal(mems[0].shadow, mems[1].shadow)
     # Not a grid: a view per tile.
     assert isinstance(tiles(mems[0], [0, stride, 3 * stride + part, 4 * stride], rows, cols, f), TileList)
+
+
+@pytest.mark.parametrize("rewrite", [False, True])
+def test_a_tile_read_again_is_decoded_once_per_run_until_written(targets, rewrite):
+    """Two matmuls read the same input tile: the second reuses the first's decode of the run (the plan proves the
+    bytes equal); an SFU write between them makes it decode the new bytes. Every call computes from its own
+    inputs."""
+    from spyre_mlir.runtime.emulator import FirstRead, Reread
+
+    rng = _rng(11)
+    M, N, K = 16, 32, 64
+    w1, w2 = (dlf16_round(rng.standard_normal((K, N)).astype(np.float32)) for _ in range(2))
+    b = ProgramBuilder(targets[1])
+    x_buf = b.input("x", (M, K), "dlf16")
+    ys = [b.output(f"y{i}", (M, N), "fp32") for i in range(2)]
+    X, C = b.alloc(0, M, K, "dlf16"), b.alloc(0, M, N, "fp32")
+    Ws = [b.alloc(0, K, N, "dlf16") for _ in range(2)]
+    for i, w in enumerate((w1, w2)):
+        b.load_tile(0, Ws[i], b.constant(f"w{i}", w, "dlf16"))
+    b.load_tile(0, X, x_buf)
+    b.matmul(0, X, Ws[0], C)
+    b.store_tile(0, C, ys[0])
+    if rewrite:
+        b.sfu(0, "mul", X, X, 2.0)
+    b.matmul(0, X, Ws[1], C)
+    b.store_tile(0, C, ys[1])
+    exe = b.load()
+    reads = [c for f in exe._plan for c in getattr(f, "__closure__", None) or ()
+             if isinstance(c.cell_contents, (FirstRead, Reread))]
+    assert any(isinstance(c.cell_contents, Reread) for c in reads) != rewrite
+    for seed in (1, 2):
+        x = dlf16_round(_rng(seed).standard_normal((M, K)).astype(np.float32))
+        y0, y1 = exe(x)
+        assert np.allclose(y0, x.astype(np.float64) @ w1, rtol=1e-5, atol=1e-4)
+        assert np.allclose(y1, (2 * x if rewrite else x).astype(np.float64) @ w2, rtol=1e-5, atol=1e-4)
