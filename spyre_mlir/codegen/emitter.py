@@ -98,6 +98,10 @@ class _Known(dict):
         return self[key] if key in self else default
 
 
+# Kernels of ops another matmul's kernel computes and keeps on its cores: (who applies it, what it is).
+_INSIDE = {"sibling": (sibling_applier, "a sibling matmul"), "prologue": (prologue_applier, "a matmul's prologue")}
+
+
 def _kernel_reads(op) -> list:
     """Every value ``op``'s kernel reads: its operands and captures, and a matmul's norm prologue's operands
     (matmul.prologue_of), which its kernel reads in the norm's place."""
@@ -489,18 +493,12 @@ class Emitter:
             if _attr(op, "spyre.barrier"):
                 self.barrier(loc)
             return
-        if _attr(op, KERNEL) == "sibling":
-            # Computed by the kernel of the matmul whose epilogue reads it, emitted with that op.
-            if sibling_applier(op) is None:
-                raise EmitError(f"{name} is a sibling matmul, but no matmul's kernel computes it",
-                                op.operation.location)
-            self.in_kernel.add(op.operation.results[0])
-            return
-        if _attr(op, KERNEL) == "prologue":
-            # Computed by the kernel of the matmul reading it, on each A tile from this op's input, emitted with it.
-            if prologue_applier(op) is None:
-                raise EmitError(f"{name} is a matmul's prologue, but no matmul's kernel applies it",
-                                op.operation.location)
+        inside = _INSIDE.get(_attr(op, KERNEL))
+        if inside is not None:
+            # Computed by the kernel of the matmul that reads it (its epilogue, or each A tile), emitted with it.
+            applier, what = inside
+            if applier(op) is None:
+                raise EmitError(f"{name} is {what}, but no matmul's kernel computes it", op.operation.location)
             self.in_kernel.add(op.operation.results[0])
             return
         if _attr(op, KERNEL) == "chained":
