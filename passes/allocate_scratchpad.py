@@ -35,12 +35,13 @@ a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer
 * row-wise ops, for a tile of tr rows: streamed inputs `in0 in1` (first operand), `inb0 inb1`, `inc0 inc1`,
   `ind0 ind1` (further map inputs; concat's rhs is `inb`), gather's indices `idx` (one stick); the result `out0 out1`.
   Operands every row shares load once into one buffer named by role: `in` / `inb`... (a map input broadcast
-  over rows), `weight` and `bias` (layernorm, rmsnorm), `scale` (cast). fp32 temporaries:
+  over rows), `weight` and `bias` (layernorm, rmsnorm), `scale` (cast), `sel` (select-cols: its 0/1 matrices stacked,
+  one load). fp32 temporaries:
   map `ta tb`... [tr, C] (the body's live temporaries); reduce `rt` [tr, 1] and, over several dims, `acc`
   [tr, C]; softmax `xf` [tr, C], `max`, `sum` [tr, 1] (max and sum share bytes); layernorm `xf`, `sq` [tr, C],
   `mean`, `var` [tr, 1] (mean and sq share); rmsnorm `xf`, `sq` [tr, C], `ms` [tr, 1].
-* pool2d, for a tile of tr output rows (n, c, oh): `sela selb`... [W, OW] column selections (loaded once), `in0` [tr, W]
-  gathered input rows, `ct` and `res` fp32 [tr, OW], `out0` [tr, OW]; loads happen in the work, so never
+* pool2d, for a tile of tr output rows (n, c, oh): `sel` [KW x W, OW] the column selections stacked (one load),
+  `in0` [tr, W] gathered input rows, `ct` and `res` fp32 [tr, OW], `out0` [tr, OW]; loads happen in the work, so never
   double-buffered.
 * ops spyre-divide-work marked `spyre.const_fold` (computed while compiling) get none.
 

@@ -545,7 +545,7 @@ def _movement(op: ir.Operation) -> OpModel:
     * `restick`, a transpose of the last two dims: a RESTICK in device memory on one core (no scratchpad);
     * `dma-rows`, whole rows (a transpose keeping the innermost dim, a slice or concat of whole sticks): gathered
       by DMA straight into the output tiles `out0 out1`;
-    * `select-cols`, selection matmuls inside the innermost dim: every 0/1 matrix `sela`, `selb`... loaded once;
+    * `select-cols`, selection matmuls inside the innermost dim: the 0/1 matrices stacked in `sel`, loaded once;
       per row tile and group, each term's source rows gathered into `in0`, `inb0`..., multiplied into the fp32
       `acc` and rounded into `out0`. Loads happen inside the work (a gather per group)."""
     rs = _shape(op.results[0])
@@ -570,7 +570,7 @@ def _movement(op: ir.Operation) -> OpModel:
 
 
 def _select_cols(op: ir.Operation) -> OpModel:
-    from spyre_mlir.codegen.kernels.move import col_terms, out_width, sel_name, term_cols
+    from spyre_mlir.codegen.kernels.move import col_terms, out_width, term_cols
 
     groups = col_terms(op)
     if groups is None:
@@ -578,7 +578,7 @@ def _select_cols(op: ir.Operation) -> OpModel:
     fmt = fmt_of(op.results[0].type, op)
     cout = out_width(op)
     mats = [p for _, terms in groups for _, _, p in terms]
-    sels = tuple(cost.RowOperand(sel_name(j), p.size, cout, fmt, streamed=False) for j, p in enumerate(mats))
+    sels = (cost.RowOperand("sel", sum(p.size for p in mats), cout, fmt, streamed=False),)    # one load
     ins = tuple(cost.RowOperand(_role(t), c, c, fmt) for t, c in enumerate(term_cols(op, groups)))
     k = cost.RowKernel(rows=len(groups[0][0]), inputs=ins + sels, outputs=(cost.RowOperand("out", cout, cout, fmt),),
                        temps=(_fp32_temp("acc", cout, cout, 1, 2),), sfu=(("simple", len(mats)),), steps=3,
@@ -588,10 +588,8 @@ def _select_cols(op: ir.Operation) -> OpModel:
 
 def _pool(op: ir.Operation) -> OpModel:
     """Output rows (n, c, oh): per window row i the input rows are gathered into `in0` [tr, W]; each window
-    column j selects its columns with a 0/1 matrix `sela`, `selb`... [W, OW] (loaded once) into `ct` [tr, OW] fp32,
-    combined into `res` [tr, OW] fp32; the result `out0` [tr, OW]. Loads happen inside the work."""
-    from spyre_mlir.codegen.kernels.move import sel_name
-
+    column j selects its columns with a 0/1 matrix [W, OW] (all KW stacked in `sel`, loaded once) into `ct`
+    [tr, OW] fp32, combined into `res` [tr, OW] fp32; the result `out0` [tr, OW]. Loads happen inside the work."""
     x = op.operands[0]
     n, c, _, w = _shape(x)
     _, _, oh, ow = _shape(op.results[0])
@@ -600,7 +598,7 @@ def _pool(op: ir.Operation) -> OpModel:
         return _unbuffered(_rows_model(op, n * c * oh, [("in", x, True)], chunked=()))
     kh, kw = int_array(op, "kernel")
     fmt, out_fmt = fmt_of(x.type, op), fmt_of(op.results[0].type, op)
-    sels = tuple(cost.RowOperand(sel_name(j), w * ow, ow, fmt, streamed=False) for j in range(kw))
+    sels = (cost.RowOperand("sel", kw * w * ow, ow, fmt, streamed=False),)
     k = cost.RowKernel(rows=n * c * oh, inputs=(cost.RowOperand("in", w, w, fmt),) + sels,
                        outputs=(cost.RowOperand("out", ow, ow, out_fmt),),
                        temps=(_fp32_temp("ct", ow, ow, 1, 2), _fp32_temp("res", ow, ow, 1, 2)),

@@ -73,6 +73,19 @@ func.func @matmul_map(%x: tensor<1024x1024x!spyre.dlf16>, %w: tensor<1024x64x!sp
 }
 
 // -----
+
+// Pool2d: its KW column selections [W, OW] stacked in one `sel` [KW x W, OW] = [16, 4] (2 KiB: one DMA
+// loads them), after the gathered input rows `in0`; the fp32 `ct` and `res` and the result `out0`.
+// CHECK-LABEL: func.func @pool
+// CHECK: "spyre.pool2d"
+// CHECK-SAME: spyre.scratchpad = {ct = 3072 : i64, in0 = 0 : i64, out0 = 2560 : i64, res = 3584 : i64, sel = 512 : i64}
+// CHECK-SAME: spyre.scratchpad_bytes = 4096 : i64
+func.func @pool(%x: tensor<1x4x8x8x!spyre.dlf16>) -> tensor<1x4x4x4x!spyre.dlf16> {
+  %m = "spyre.pool2d"(%x) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>, spyre.grid = array<i64: 4>, spyre.tile = array<i64: 4>} : (tensor<1x4x8x8x!spyre.dlf16>) -> tensor<1x4x4x4x!spyre.dlf16>
+  return %m : tensor<1x4x4x4x!spyre.dlf16>
+}
+
+// -----
 // ERRORS
 
 func.func @no_tile(%x: tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {

@@ -563,6 +563,15 @@ func.func @main(%x: tensor<1x4x8x8x!spyre.dlf16>) -> (tensor<1x4x4x4x!spyre.dlf1
     np.testing.assert_allclose(a, avg, rtol=2.0**-10, atol=1e-6)    # fp32 window sum, one dlf16 rounding
     np.testing.assert_allclose(r, x.mean(axis=(2, 3), keepdims=True), rtol=1e-6, atol=1e-6)
     assert em.host_ops == []
+    # Each pool's column selections are one stacked constant that a core loads with one DMA.
+    from spyre_mlir.runtime.isa import Op
+
+    prog = em.b.program()
+    sels = [(b.addr, b.addr + b.nbytes) for b in prog.buffers if b.name.startswith("select")]
+    assert len(sels) == 2
+    per_core = [[int(((c["dev"] >= lo) & (c["dev"] < hi) & (c["op"] == Op.DMA_LOAD)).sum()) for lo, hi in sels]
+                for c in prog.code]
+    assert max(map(max, per_core)) == 1 and all(sum(n) >= 1 for n in zip(*per_core))
 
 
 CONV = """

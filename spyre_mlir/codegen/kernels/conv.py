@@ -21,7 +21,7 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _attr, _sub, _tensor_type, row_parts
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
-from .move import sel_name
+from .move import stacked
 from .rows import apply_epilogue, epilogue_of, planned
 
 __all__ = ["select", "why_not", "pool_source", "pool_of", "EMITTERS"]
@@ -369,19 +369,20 @@ def emit_pool2d(em, op, loc):
     sh, sw = _attr(op, "strides") or [kh, kw]
     is_max = _attr(op, "kind") == "max"
     b = em.b
-    sel = []
+    mats = []
     for j in range(kw):
         P = np.zeros((w, ow), np.float32)
         P[np.arange(ow) * sw + j, np.arange(ow)] = 1
-        sel.append(em._buffer_tensor(b.constant(em._name(f"select{em._op_index}.{j}"), P, X.fmt)))
+        mats.append(P)
+    sel, sel_row = stacked(em, f"select{em._op_index}", mats, X.fmt)
     R = n_ * c_ * oh
     kp, plan = planned(em, op, R)
     gr, tr = kp.grid[0], kp.tile[0]
     out_rows = np.arange(R)
     for core in range(gr):
-        S = [kp.tile_at(sel_name(j), w, ow, X.fmt) for j in range(kw)]
-        for St, src in zip(S, sel):
-            load_rows(b, core, St, src, 0, loc=loc)
+        whole = kp.tile_at("sel", sel_row[-1], ow, X.fmt)
+        load_rows(b, core, whole, sel, 0, loc=loc)
+        S = [whole.row_slice(sel_row[j], sel_row[j + 1]) for j in range(kw)]
         XT, CT = kp.tile_at("in0", tr, w, X.fmt), kp.tile_at("ct", tr, ow, "fp32")
         RES, OT = kp.tile_at("res", tr, ow, "fp32"), kp.tile_at("out0", tr, ow, O.fmt)
         for c2, r0, n in plan:

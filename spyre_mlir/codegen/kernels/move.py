@@ -26,7 +26,7 @@ from ..common import EmitError, _attr, _sub, _tb, _tensor_type
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .rows import _role, planned, run_tiles
 
-__all__ = ["restick", "col_terms", "out_width", "term_cols", "sel_name", "row_sources", "select", "EMITTERS"]
+__all__ = ["restick", "col_terms", "out_width", "term_cols", "stacked", "row_sources", "select", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -442,15 +442,14 @@ def _selections_fit(op, target) -> bool:
     return need <= target.scratchpad_usable_bytes // 4
 
 
-def sel_name(j: int) -> str:
-    """The buffer of the j-th selection matrix: sela, selb, ..., selaa (a name ending in 0/1 would read as a
-    double buffer)."""
-    name = ""
-    while True:
-        name = chr(ord("a") + j % 26) + name
-        j = j // 26 - 1
-        if j < 0:
-            return "sel" + name
+def stacked(em, name: str, mats, fmt):
+    """The 0/1 selection matrices ``mats`` (each [rows, cols], the same cols) as one constant, stacked by rows as
+    the plan's ``sel`` buffer holds them (one DMA loads them all), and each one's first row."""
+    first = [0]
+    for m in mats:
+        first.append(first[-1] + m.shape[0])
+    const = em._buffer_tensor(em.b.constant(em._name(name), np.concatenate(mats, axis=0), fmt))
+    return const, first
 
 
 def term_cols(op, groups) -> list[int]:
@@ -461,8 +460,8 @@ def term_cols(op, groups) -> list[int]:
 
 
 def _emit_cols(em, op, loc):
-    """Movement inside the innermost dim as its plan says: every selection matrix loaded once per core
-    (``sela``...), then per row tile and group the terms' source rows gathered (``in0``, ``inb0``...),
+    """Movement inside the innermost dim as its plan says: the selection matrices loaded once per core, by one
+    DMA (stacked in ``sel``), then per row tile and group the terms' source rows gathered (``in0``, ``inb0``...),
     multiplied into the fp32 ``acc`` (accumulating over a group's terms) and rounded into ``out0``, scattered
     to the group's destination rows."""
     groups = col_terms(op)
@@ -476,15 +475,13 @@ def _emit_cols(em, op, loc):
     fmt = O.fmt
     b = em.b
     mats = [(gi, ti, P) for gi, (_, terms) in enumerate(groups) for ti, (_, _, P) in enumerate(terms)]
-    consts = {(gi, ti): em._buffer_tensor(b.constant(em._name(f"select{em._op_index}.{gi}.{ti}"), P, fmt))
-              for gi, ti, P in mats}
+    const, sel_row = stacked(em, f"select{em._op_index}", [P for _, _, P in mats], fmt)
     kp, plan = planned(em, op, len(groups[0][0]))
     tr = kp.tile[-1]
     for core in range(kp.cores):
-        sel = {}
-        for j, (gi, ti, P) in enumerate(mats):
-            sel[gi, ti] = kp.tile_at(sel_name(j), P.shape[0], cout, fmt)
-            load_rows(b, core, sel[gi, ti], consts[gi, ti], 0, loc=loc)
+        whole = kp.tile_at("sel", sel_row[-1], cout, fmt)
+        load_rows(b, core, whole, const, 0, loc=loc)
+        sel = {(gi, ti): whole.row_slice(sel_row[j], sel_row[j + 1]) for j, (gi, ti, _) in enumerate(mats)}
         ins = [kp.tile_at(_role(t) + "0", tr, c, fmt) for t, c in enumerate(term_cols(op, groups))]
         acc, out = kp.tile_at("acc", tr, cout, "fp32"), kp.tile_at("out0", tr, cout, fmt)
         for c2, r0, n in plan:
