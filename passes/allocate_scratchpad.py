@@ -30,8 +30,8 @@ a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer
 * conv2d: `a0 a1` input patch [input rows x channels, W] x2, `b0 b1` filters [products x tf, KH x channels]
   x2 (one block per PT product: KW of them, KW x KH when dilated along H), `pa` / `pb` DLFloat16 copies of both
   (fp32 data only), `acc` fp32 and `out` [toh x tf, OW], `bias` fp32 [tf, 1]; with a pool it applies
-  (kernel `epilogue`), `psela pselb...` its column selections [OW, OW / pw], `pct` and `pres` fp32 and `pout`
-  [toh / ph x tf, OW / pw].
+  (kernel `epilogue`), `psel` its column selections [pw x OW, OW / pw] (one per window column, stacked: one
+  load), `pct` and `pres` fp32 and `pout` [toh / ph x tf, OW / pw].
 * row-wise ops, for a tile of tr rows: streamed inputs `in0 in1` (first operand), `inb0 inb1`, `inc0 inc1`,
   `ind0 ind1` (further map inputs; concat's rhs is `inb`), gather's indices `idx` (one stick); the result `out0 out1`.
   Operands every row shares load once into one buffer named by role: `in` / `inb`... (a map input broadcast

@@ -53,7 +53,7 @@ __all__ = [
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
-    "store_parts", "ConvKernel", "conv_buffers", "conv_shares", "pool_sel_name", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
+    "store_parts", "ConvKernel", "conv_buffers", "conv_shares", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
     "best_conv_tile",
 ]
 
@@ -928,12 +928,6 @@ class ConvKernel:
         return self.kw * (self.kh // self.rows_per_product)
 
 
-def pool_sel_name(j: int) -> str:
-    """The conv kernel's buffer for the pool's column selection of window column ``j`` (letters: names ending
-    in 0 and 1 are double buffers)."""
-    return "psel" + chr(ord("a") + j)
-
-
 def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buffer]:
     """a0 a1: input patch [input rows x channels, w]; b0 b1: filters [products x tf, rows_per_product x
     channels] (one block per product); pa pb: their DLFloat16 copies when the data is in a format the PT array
@@ -952,11 +946,11 @@ def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buff
     if k.bias:
         bufs.append(Buffer("bias", tile_bytes(tf, 1, FP32)))
     if k.pool:
-        # psela pselb...: the 0/1 column selections [ow, pooled ow] (one per window column, loaded once); pct
-        # (a selection's product) and pres (the window so far) fp32 and pout (the stored tile) [pooled rows x tf,
-        # pooled ow].
+        # psel: the 0/1 column selections [ow, pooled ow], one per window column, stacked (loaded once, by one
+        # DMA); pct (a selection's product) and pres (the window so far) fp32 and pout (the stored tile)
+        # [pooled rows x tf, pooled ow].
         rows = k.stored_rows(toh) * tf
-        bufs += [Buffer(pool_sel_name(j), tile_bytes(k.ow, k.pool_ow, k.out_fmt)) for j in range(k.pool[1])]
+        bufs.append(Buffer("psel", tile_bytes(k.pool[1] * k.ow, k.pool_ow, k.out_fmt)))
         bufs += [Buffer("pct", tile_bytes(rows, k.pool_ow, FP32)), Buffer("pres", tile_bytes(rows, k.pool_ow, FP32)),
                  Buffer("pout", tile_bytes(rows, k.pool_ow, k.pool_fmt))]
     return bufs
@@ -986,7 +980,7 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
         sfu += nft * (k.products * tf * depth * simple / lanes + target.sfu_latency_cycles)
     bufs = {b.name: b.nbytes for b in conv_buffers(k, (1, tf, toh), 1)}
     consts = bufs["b0"] + bufs.get("bias", 0)                  # per filter tile
-    sel = k.pool[1] * bufs[pool_sel_name(0)] if k.pool else 0           # once per core
+    sel = bufs["psel"] if k.pool else 0           # once per core
     moved = tiles * (bufs["a0"] + bufs["out"])
     transfers = 2 * tiles
     if k.pool:
@@ -1002,7 +996,7 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
     if conv_shares(k, grid, tile):
         # Each core loads its part of the constants and multicasts it (a copy per destination), one barrier.
         g = gn * goh
-        parts = (1 + k.bias) + (k.pool[1] if k.pool else 0)
+        parts = (1 + k.bias) + bool(k.pool)
         ring = ((g - 1) * (consts / g / target.ring_bytes_per_cycle + target.hop_latency_cycles)
                 + (cores - 1) * (sel / cores / target.ring_bytes_per_cycle + target.hop_latency_cycles))
         if conv_phased(k, grid, tile):
@@ -1019,7 +1013,7 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
         return Cycles(pt=pt, sfu=sfu, dma=dma + pre - ring, ring=ring,
                       total=pre + _overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(cores, target))
     moved += nft * consts + sel
-    transfers += nft * (1 + k.bias) + (k.pool[1] if k.pool else 0)
+    transfers += nft * (1 + k.bias) + bool(k.pool)
     dma = moved / bw + transfers * target.dma_latency_cycles
     return Cycles(pt=pt, sfu=sfu, dma=dma,
                   total=_overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(cores, target))

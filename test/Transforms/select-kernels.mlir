@@ -170,7 +170,7 @@ func.func @softmax_epilogue(%q: tensor<4x128x64x!spyre.dlf16>, %k: tensor<4x128x
 
 // A non-overlapping pool of a conv's output, read through the conv's ReLU epilogue, is applied by the conv
 // kernel too ("epilogue"): the kernel stores the pooled tile, its output rows are whole windows (tile rows
-// even) and its plan holds the selections (`psela`, `pselb`) and the pooled tiles. A pool with overlapping
+// even) and its plan holds the selections (`psel`, both window columns' stacked) and the pooled tiles. A pool with overlapping
 // windows, or of a conv result the function also returns, runs its own kernel ("pool2d").
 // CHECK-LABEL: func.func @conv_pool
 // CHECK: "spyre.conv2d"{{.*}}spyre.kernel = "conv2d"
@@ -181,7 +181,7 @@ func.func @softmax_epilogue(%q: tensor<4x128x64x!spyre.dlf16>, %k: tensor<4x128x
 // CHECK: "spyre.pool2d"{{.*}}spyre.kernel = "pool2d"
 // PLAN-LABEL: func.func @conv_pool
 // PLAN: "spyre.conv2d"
-// PLAN-SAME: spyre.scratchpad = {{{[^}]*}}pct = {{[^}]*}}pout = {{[^}]*}}pres = {{[^}]*}}psela = {{[^}]*}}pselb = {{[^}]*}}}
+// PLAN-SAME: spyre.scratchpad = {{{[^}]*}}pct = {{[^}]*}}pout = {{[^}]*}}pres = {{[^}]*}}psel = {{[^}]*}}}
 // PLAN-SAME: spyre.tile = array<i64: 1, 16, {{[0-9]*[02468]}}>
 // PLAN: "spyre.pool2d"{{.*}}spyre.kernel = "epilogue", spyre.scratchpad = {}, spyre.scratchpad_bytes = 0
 func.func @conv_pool(%img: tensor<1x8x32x32x!spyre.dlf16>, %f: tensor<16x8x3x3x!spyre.dlf16> {spyre.param = "conv.weight"})

@@ -715,6 +715,12 @@ def test_conv_applies_its_pool_before_the_store(kind, window, relu, cores):
     assert np.allclose(yf, ref, rtol=2.0**-8, atol=1e-6)
     # The conv's full-size output never goes to device memory: the stores write the pooled rows (a stick each).
     assert exf.static_profile.dram_write_bytes == 2 * 16 * (9 // ph) * 128
+    # The pool's column selections are one stacked constant: a core loads (its part of) it with one DMA.
+    from spyre_mlir.runtime.isa import Op
+
+    prog = emf.b.program()
+    (lo, hi), = [(b.addr, b.addr + b.nbytes) for b in prog.buffers if b.name.endswith(".psel")]
+    assert max(int(((c["dev"] >= lo) & (c["dev"] < hi) & (c["op"] == Op.DMA_LOAD)).sum()) for c in prog.code) == 1
 
 
 @pytest.mark.parametrize("safe, mask, cores", [(False, False, 4), (True, True, 4), (True, False, 1), (False, True, 3)])

@@ -226,14 +226,15 @@ def emit_conv2d(em, op, loc):
         P = em.result(pool)
         em.dev[pool.results[0]] = P
         prow, POW = toh // ph, k.pool_ow
-        psel = []
+        # One [ow, pooled ow] 0/1 column selection per window column, stacked: one constant, one buffer.
+        m = np.zeros((pw, k.ow, POW), np.float32)
         for j in range(pw):
-            m = np.zeros((k.ow, POW), np.float32)
-            m[np.arange(POW) * pw + j, np.arange(POW)] = 1
-            psel.append(const(cost.pool_sel_name(j), m, O.fmt))
+            m[j, np.arange(POW) * pw + j, np.arange(POW)] = 1
+        psel = const("psel", m.reshape(pw * k.ow, POW), O.fmt)
         PCT, PRES = kp.tile_at("pct", prow * tf, POW, "fp32"), kp.tile_at("pres", prow * tf, POW, "fp32")
         POUT = kp.tile_at("pout", prow * tf, POW, P.fmt)
-        PSEL = [kp.tile_at(cost.pool_sel_name(j), k.ow, POW, O.fmt) for j in range(pw)]
+        PSELS = kp.tile_at("psel", pw * k.ow, POW, O.fmt)
+        PSEL = [PSELS.row_slice(j * k.ow, (j + 1) * k.ow) for j in range(pw)]
 
     def store(core, n, f0, oh0):
         if pool is None:                # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
@@ -327,7 +328,7 @@ def emit_conv2d(em, op, loc):
             parts.append((group, B[0], W, bj * fb // tf * nprod * tf))
             if BI is not None:
                 parts.append((group, BI, BC, bj * fb))
-        parts += [(list(range(kp.cores)), t, src, 0) for t, src in zip(PSEL, psel)] if pool is not None else []
+        parts += [(list(range(kp.cores)), PSELS, psel, 0)] if pool is not None else []
         for group, t, src, row0 in parts:
             for q, (lo, hi) in enumerate(row_parts(t.rows, len(group))):
                 if hi > lo:
@@ -340,8 +341,7 @@ def emit_conv2d(em, op, loc):
         b.barrier(range(kp.cores), loc=loc)
     for core, ntiles, load, work in cores:
         if pool is not None and not shared:
-            for t, src in zip(PSEL, psel):
-                load_rows(b, core, t, src, 0, loc=loc)
+            load_rows(b, core, PSELS, psel, 0, loc=loc)
         if early:
             work(0)
             continue
