@@ -331,10 +331,10 @@ class Decoded:
     """A tile that later reads of the same run see with the same bytes (the plan proved it: equal stick ids, as
     for :class:`Shared`), as the kernels of a convolution read one input patch through a window per tap: its
     first read at each run decodes it (:class:`FirstRead`) and keeps the values, read only, for the later ones
-    (:class:`Reread`)."""
+    (:class:`Reread`); the last of them lets them go, so a run holds no more decoded tiles than it rereads."""
 
     def __init__(self, view):
-        self.view, self.value = view, None
+        self.view, self.value, self.last = view, None, None
 
 
 class FirstRead:
@@ -342,8 +342,10 @@ class FirstRead:
         self.tile, self.shape = tile, tile.view.shape
 
     def read(self) -> np.ndarray:
-        self.tile.value = v = self.tile.view.read()       # a fresh array: nothing else holds it
-        v.flags.writeable = False
+        v = self.tile.view.read()           # a fresh array: nothing else holds it
+        if self.tile.last is not None:
+            v.flags.writeable = False
+            self.tile.value = v
         return v
 
     peek = read
@@ -352,9 +354,13 @@ class FirstRead:
 class Reread:
     def __init__(self, tile: Decoded):
         self.tile, self.shape = tile, tile.view.shape
+        tile.last = self
 
     def read(self) -> np.ndarray:
-        return self.tile.value
+        v = self.tile.value
+        if self.tile.last is self:
+            self.tile.value = None
+        return v
 
     peek = read
 

@@ -825,3 +825,5 @@ def test_a_tile_read_again_is_decoded_once_per_run_until_written(targets, rewrit
         y0, y1 = exe(x)
         assert np.allclose(y0, x.astype(np.float64) @ w1, rtol=1e-5, atol=1e-4)
         assert np.allclose(y1, (2 * x if rewrite else x).astype(np.float64) @ w2, rtol=1e-5, atol=1e-4)
+        # Nothing stays held after a call: a first read keeps its values only for its rereads, the last lets go.
+        assert all(c.cell_contents.tile.value is None for c in reads)
