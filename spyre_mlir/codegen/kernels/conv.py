@@ -21,7 +21,7 @@ from spyre_mlir.runtime.isa import PT_FORMATS
 from ..common import _attr, _sub, _tensor_type, row_parts
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
-from .move import stacked
+from .move import column_selections
 from .rows import apply_epilogue, epilogue_of, planned
 
 __all__ = ["select", "why_not", "pool_source", "pool_of", "EMITTERS"]
@@ -226,11 +226,7 @@ def emit_conv2d(em, op, loc):
         P = em.result(pool)
         em.dev[pool.results[0]] = P
         prow, POW = toh // ph, k.pool_ow
-        # One [ow, pooled ow] 0/1 column selection per window column, stacked: one constant, one buffer.
-        m = np.zeros((pw, k.ow, POW), np.float32)
-        for j in range(pw):
-            m[j, np.arange(POW) * pw + j, np.arange(POW)] = 1
-        psel = const("psel", m.reshape(pw * k.ow, POW), O.fmt)
+        psel = const("psel", column_selections(k.ow, POW, pw, pw), O.fmt)
         PCT, PRES = kp.tile_at("pct", prow * tf, POW, "fp32"), kp.tile_at("pres", prow * tf, POW, "fp32")
         POUT = kp.tile_at("pout", prow * tf, POW, P.fmt)
         PSELS = kp.tile_at("psel", pw * k.ow, POW, O.fmt)
@@ -369,20 +365,15 @@ def emit_pool2d(em, op, loc):
     sh, sw = _attr(op, "strides") or [kh, kw]
     is_max = _attr(op, "kind") == "max"
     b = em.b
-    mats = []
-    for j in range(kw):
-        P = np.zeros((w, ow), np.float32)
-        P[np.arange(ow) * sw + j, np.arange(ow)] = 1
-        mats.append(P)
-    sel, sel_row = stacked(em, f"select{em._op_index}", mats, X.fmt)
+    sel = em._buffer_tensor(b.constant(em._name(f"select{em._op_index}"), column_selections(w, ow, sw, kw), X.fmt))
     R = n_ * c_ * oh
     kp, plan = planned(em, op, R)
     gr, tr = kp.grid[0], kp.tile[0]
     out_rows = np.arange(R)
     for core in range(gr):
-        whole = kp.tile_at("sel", sel_row[-1], ow, X.fmt)
+        whole = kp.tile_at("sel", kw * w, ow, X.fmt)
         load_rows(b, core, whole, sel, 0, loc=loc)
-        S = [whole.row_slice(sel_row[j], sel_row[j + 1]) for j in range(kw)]
+        S = [whole.row_slice(j * w, (j + 1) * w) for j in range(kw)]
         XT, CT = kp.tile_at("in0", tr, w, X.fmt), kp.tile_at("ct", tr, ow, "fp32")
         RES, OT = kp.tile_at("res", tr, ow, "fp32"), kp.tile_at("out0", tr, ow, O.fmt)
         for c2, r0, n in plan:

@@ -26,7 +26,7 @@ from ..common import EmitError, _attr, _sub, _tb, _tensor_type
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .rows import _role, planned, run_tiles
 
-__all__ = ["restick", "col_terms", "out_width", "term_cols", "stacked", "row_sources", "select", "EMITTERS"]
+__all__ = ["restick", "col_terms", "out_width", "term_cols", "column_selections", "row_sources", "select", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -442,7 +442,16 @@ def _selections_fit(op, target) -> bool:
     return need <= target.scratchpad_usable_bytes // 4
 
 
-def stacked(em, name: str, mats, fmt):
+def column_selections(w: int, ow: int, stride: int, k: int) -> np.ndarray:
+    """A pool's 0/1 column selections, stacked: [k x w, ow], block j picking columns j, j + stride, ... (window
+    column j), as the plan's one selection buffer holds them."""
+    m = np.zeros((k, w, ow), np.float32)
+    for j in range(k):
+        m[j, np.arange(ow) * stride + j, np.arange(ow)] = 1
+    return m.reshape(k * w, ow)
+
+
+def _stacked(em, name: str, mats, fmt):
     """The 0/1 selection matrices ``mats`` (each [rows, cols], the same cols) as one constant, stacked by rows as
     the plan's ``sel`` buffer holds them (one DMA loads them all), and each one's first row."""
     first = [0]
@@ -475,7 +484,7 @@ def _emit_cols(em, op, loc):
     fmt = O.fmt
     b = em.b
     mats = [(gi, ti, P) for gi, (_, terms) in enumerate(groups) for ti, (_, _, P) in enumerate(terms)]
-    const, sel_row = stacked(em, f"select{em._op_index}", [P for _, _, P in mats], fmt)
+    const, sel_row = _stacked(em, f"select{em._op_index}", [P for _, _, P in mats], fmt)
     kp, plan = planned(em, op, len(groups[0][0]))
     tr = kp.tile[-1]
     for core in range(kp.cores):
