@@ -335,11 +335,14 @@ class ProgramBuilder:
     # ---- synchronization and the ring -------------------------------------------------------------------
 
     def barrier(self, cores=None, loc=None, among=None) -> None:
-        """Every core in ``cores`` (default: all) meets here: one BARRIER appended to each of their streams.
+        """Every core in ``cores`` (default: all) meets here: one BARRIER appended to each of their streams, unless
+        each one's last instruction is this very barrier (an op that moves nothing, a view, asks for one too).
         ``among``: the cores the barrier joins when more than these (the rest get theirs from another call, as
         kernels emitted group by group do)."""
         cores = range(self.target.num_cores) if cores is None else list(cores)
         mask = sum(1 << c for c in (cores if among is None else among))
+        if all(self._records[c] and self._records[c][-1] == {"op": int(Op.BARRIER), "mask": mask} for c in cores):
+            return      # the same cores just met, and nothing happened on them since
         loc = loc or _caller_loc()
         for c in cores:
             self.emit(c, Op.BARRIER, loc, mask=mask)

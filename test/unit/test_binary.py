@@ -362,6 +362,25 @@ def test_ring_multicast_checks(mask, core, barrier, pattern):
         b.load()
 
 
+def test_a_barrier_right_after_the_same_barrier_is_one_barrier():
+    """Cores that just met meet again only if something happened since (an op that moves nothing, a view,
+    asks for a barrier after its producer's): a barrier on other cores, or after an instruction, is kept."""
+    b = ProgramBuilder(load_target(cores=3))
+    x, y = b.input("x", (8, 64)), b.output("y", (8, 64))
+    T = b.alloc(0, 8, 64)
+    b.load_tile(0, T, x)
+    b.barrier([0, 1])
+    b.barrier([0, 1])               # nothing in between: dropped
+    b.barrier()                     # other cores: kept
+    b.barrier([1, 0])
+    b.store_tile(0, T, y)
+    b.barrier([0, 1])               # after the store on core 0: kept
+    masks = [[r["mask"] for r in recs if r["op"] == Op.BARRIER] for recs in b._records]
+    assert masks == [[0b11, 0b111, 0b11, 0b11], [0b11, 0b111, 0b11, 0b11], [0b111]]
+    x = np.ones((8, 64), np.float32)
+    assert np.array_equal(b.load()(x)[0], x)
+
+
 def test_deadlock_names_the_waiting_core():
     b = ProgramBuilder(T2)
     x, y = b.input("x", (8, 64)), b.output("y", (8, 64))
