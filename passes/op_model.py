@@ -71,12 +71,18 @@ class OpModel:
     whole: tuple[int, int] | None = None   # matmul: (B, N) of the op this is one card's share of (spyre.share_of)
     epi_in: tuple[str, ...] = ()      # matmul: formats of its epilogue's further inputs (a block loaded per tile)
     epi_temps: int = 0                # matmul: fp32 temporaries its epilogue needs besides the accumulator
+    epi_ops: tuple[str, ...] = ()     # matmul: the SFU classes of its epilogue's micro-ops, its rounding included
     sibling: str | None = None        # matmul: result format of the sibling matmul its kernel computes too
     chain: tuple | None = None        # matmul: (V format, dv, result format) of the matmul chained to its softmax
     resident: bool = False            # matmul: A parts stay on the scratchpad across a row of tiles (spyre-tile)
     trans_b: bool = False             # matmul: B stored transposed, [N, K] (transpose_rhs kept by spyre-layout)
     softmax: str | None = None        # matmul: a softmax epilogue ("plain" / "safe"): whole rows per tile
     prologue: tuple | None = None     # matmul: (input format, [(param, format)], row stats) of its norm prologue
+
+    @property
+    def finish(self) -> dict:
+        """The work finishing each output tile besides a softmax, as cost.finish_cycles takes it."""
+        return {"epi_ops": self.epi_ops, "chain_dv": self.chain[1] if self.chain else 0}
 
     @property
     def fused(self) -> bool:
@@ -122,7 +128,7 @@ class OpModel:
             g = cost.best_batch_matmul_grid(m.B, m.M, m.N, m.K, cores, target, m.fmt, m.out_fmt,
                                             m.bias, b_fmt=m.b_fmt, round_fmt=m.round_fmt,
                                             colscale=m.colscale, split_k=split_k, split_m=split_m,
-                                            epi_in=m.epi_in, trans_b=m.trans_b, softmax=m.softmax,
+                                            epi_in=m.epi_in, trans_b=m.trans_b, softmax=m.softmax, **m.finish,
                                             epi_temps=m.epi_temps, sibling=m.sibling)
             return g if g is None or self.batched else g[1:]
         if self.kind == "conv":
@@ -179,7 +185,7 @@ def _matmul(op: ir.Operation) -> OpModel:
         conv = {na.name: fmt_of(ir.TypeAttr(na.attr).value, op)
                 for na in ir.DictAttr(op.attributes["spyre.convert_operands"])}
     quant = _quantized(b, op)
-    epi_in, epi_temps, sibling = _epilogue_needs(op)
+    epi_in, epi_temps, sibling, epi_ops = _epilogue_needs(op)
     # A widening cast after its epilogue map (rows.widened_by): the map's values rounded to its format (`out`),
     # then widened (`outf`) and stored in the cast's.
     wide = _widened(op)
@@ -194,7 +200,7 @@ def _matmul(op: ir.Operation) -> OpModel:
                    round_fmt=fmt_of(rnd, op) if rnd is not None else None,
                    converts=(conv.get("lhs"), conv.get("rhs")),
                    whole=tuple(ir.DenseI64ArrayAttr(op.attributes[SHARE_OF])) if SHARE_OF in op.attributes
-                   else None, epi_in=epi_in, epi_temps=epi_temps, sibling=sibling,
+                   else None, epi_in=epi_in, epi_temps=epi_temps, sibling=sibling, epi_ops=epi_ops,
                    resident=RESIDENT in op.attributes and ir.BoolAttr(op.attributes[RESIDENT]).value,
                    trans_b=trans, softmax=_softmax_epilogue(op), chain=_chain(op), prologue=_prologue(op))
 
@@ -272,21 +278,21 @@ def _softmax_epilogue(op: ir.Operation) -> str | None:
     return "safe" if "safe" in sm.attributes and ir.BoolAttr(sm.attributes["safe"]).value else "plain"
 
 
-def _epilogue_needs(op: ir.Operation) -> tuple[tuple[str, ...], int, str | None]:
+def _epilogue_needs(op: ir.Operation) -> tuple[tuple[str, ...], int, str | None, tuple[str, ...]]:
     """(formats of the further inputs of the epilogue a matmul applies whose blocks load with its tiles, the fp32
     temporaries it needs besides the accumulator, the result format of the sibling matmul computing one of its
-    inputs (matmul.sibling_of) or None)."""
+    inputs (matmul.sibling_of) or None, the SFU classes of its micro-ops)."""
     from spyre_mlir.codegen.kernels.matmul import sibling_of
-    from spyre_mlir.codegen.kernels.rows import epilogue_of
+    from spyre_mlir.codegen.kernels.rows import epilogue_classes, epilogue_of
 
     found = epilogue_of(op)
     if found is None:
-        return (), 0, None
+        return (), 0, None, ()
     epi_op, epi = found
     sib = sibling_of(op)
     loaded = [j for i, j in enumerate(epi.extra) if sib is None or i != sib[0]]
     return (tuple(fmt_of(epi_op.operation.operands[j].type, epi_op.operation) for j in loaded), epi.temps - 1,
-            None if sib is None else fmt_of(sib[1].results[0].type, op))
+            None if sib is None else fmt_of(sib[1].results[0].type, op), epilogue_classes(epi))
 
 
 def _quantized(v: ir.Value, op: ir.Operation) -> tuple[str, str | None] | None:
@@ -706,23 +712,44 @@ def check_rank(model: OpModel, values: list[int], attr: str) -> None:
                         f"'{model.op.name}' evenly", model.op.location)
 
 
+# A fused op keeps the K tile of the op alone unless that costs it more than this fraction over its own best tile:
+# results stay bit-identical to the unfused program wherever that is nearly free.
+KEEP_K_SLACK = 0.05
+
+
 def reference_k_tile(model: OpModel, grid, target: Target, force=(None, None, None)) -> int | None:
     """For a matmul with conversions spyre-fuse folded into it or a sibling computed beside it, the K tile of
     the op alone on ``grid`` (which fixes the order of the fp32 accumulation, so results stay bit-identical):
-    spyre-tile keeps it, and the cost of the op is that of a tile with it. None for any other op, or when the op
-    alone has no tile."""
+    spyre-tile keeps it, and the cost of the op is that of a tile with it. None for any other op, when the op
+    alone has no tile, or when keeping its K tile would cost an op with conversions folded into it (and no
+    sibling) more than KEEP_K_SLACK over the best tile of its own (its fp32 operands may not fit the scratchpad
+    in the op alone's tile): the op then chooses its K tile freely, and its results are within a rounding of
+    the unfused program's."""
     if model.kind != "matmul" or not (model.fused or model.sibling):
         return None
     gb, gm, gn, gk = model.grid4(grid)
     block = model.block(grid, target)
     ragged = block[1] * gn != model.N or model.softmax is not None
+    mn = (force[0], block[1] if ragged else force[1])
     ref = model.reference()
-    fit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, batch=model.B // gb, split_k=gk, bias=model.bias,
-                         active=gb * gm * gn * gk, grid=(gm, gn), force=(force[0], block[1] if ragged else force[1],
-                                                                          force[2]),
-                         b_fmt=ref.b_fmt, colscale=model.colscale, epi_in=model.epi_in, trans_b=model.trans_b,
-                         epi_temps=model.epi_temps)
-    return None if fit is None else fit[0][2]
+    kw = dict(batch=model.B // gb, split_k=gk, bias=model.bias, active=gb * gm * gn * gk, grid=(gm, gn),
+              colscale=model.colscale, epi_in=model.epi_in, trans_b=model.trans_b, epi_temps=model.epi_temps)
+    fit = cost.best_tile(*block, target, ref.fmt, ref.out_fmt, force=(*mn, force[2]), b_fmt=ref.b_fmt, **kw)
+    if fit is None:
+        return None
+    tk = fit[0][2]
+    if model.sibling:
+        return tk           # bit-identical to the two kernels apart, which spyre-siblings weighs it against
+    kw.update(b_fmt=model.b_fmt, round_fmt=model.round_fmt, softmax=model.softmax, sibling=model.sibling)
+    kept, free = (cost.best_tile(*block, target, model.fmt, model.out_fmt, force=(*mn, k), **kw)
+                  for k in (tk, force[2]))
+    if kept is None or free is None:
+        return tk if kept is not None else None
+
+    def cycles(f):
+        return matmul_cycles(model, grid, f[0], target, f[1] == 2, resident=f[2] is not None).total
+
+    return tk if cycles(kept) <= (1 + KEEP_K_SLACK) * cycles(free) else None
 
 
 def matmul_cycles(model: OpModel, grid, tile, target: Target, double_buffer: bool, resident: bool = False
@@ -735,7 +762,8 @@ def matmul_cycles(model: OpModel, grid, tile, target: Target, double_buffer: boo
     return cost.matmul_cycles(model.M, model.N, model.K, grid4, tile[-3:], target, model.fmt, model.out_fmt,
                               batch=model.B, bias=model.bias, double_buffer=double_buffer, b_fmt=model.b_fmt,
                               round_fmt=model.round_fmt, epi_in=model.epi_in, resident=resident,
-                              trans_b=model.trans_b, softmax=model.softmax, sibling=model.sibling, prologue=pro)
+                              trans_b=model.trans_b, softmax=model.softmax, sibling=model.sibling, prologue=pro,
+                              **model.finish)
 
 
 # Kernels that run no instruction of their own: a view of an operand's bytes, or applied by another op's kernel.

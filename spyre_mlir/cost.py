@@ -53,7 +53,7 @@ __all__ = [
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
-    "store_parts", "ConvKernel", "conv_buffers", "conv_shares", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
+    "store_parts", "last_pieces", "softmax_sfu", "finish_cycles", "ConvKernel", "conv_buffers", "conv_shares", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
     "best_conv_tile",
 ]
 
@@ -329,7 +329,7 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
                   double_buffer: bool = True, active: int | None = None, b_fmt: str | None = None,
                   round_fmt: str | None = None, epi_in: Sequence[str] = (), resident: bool = False,
                   trans_b: bool = False, softmax: str | None = None, sibling: str | None = None,
-                  prologue: float = 0.0) -> Cycles:
+                  prologue: float = 0.0, epi_ops: Sequence[str] = (), chain_dv: int = 0) -> Cycles:
     """Cycles of ``[batch x] M x K @ K x N`` with ``grid`` = (gm, gn, gk) or (gb, gm, gn, gk) and per-core
     ``tile`` = (tm, tn, tk) (None: one tile per core block). ``active``: cores sharing DRAM (default: the
     grid's). ``fmt`` / ``b_fmt`` are A's / B's formats in device memory (a format the PT array does not multiply
@@ -340,7 +340,7 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     multiplies each A tile by a second B of the same shape (a sibling matmul sharing A: an MLP's gate beside its
     up projection), twice the B tiles and PT work, its tile written back in that format for the epilogue;
     ``prologue``: the SFU cycles of a norm prologue on each A tile (part, when an M/N split shares it) it loads
-    (:func:`prologue_sfu`)."""
+    (:func:`prologue_sfu`); ``epi_ops``, ``chain_dv``: the work finishing each output tile (:func:`finish_cycles`)."""
     gb, gm, gn, gk = (1, *grid) if len(grid) == 3 else grid
     nmul = 2 if sibling else 1
     out_fmt = out_fmt or fmt
@@ -351,17 +351,18 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     tm, tn, tk = tile or (mb, nb, kb)
     tiles = bb * _ceil(mb, tm) * _ceil(nb, tn)
     steps = _ceil(kb, tk)
-    # A softmax epilogue: SFU work per output tile, with the last step's write-back.
-    tile_sfu = _softmax_sfu(tm, tn, target, softmax) if softmax else 0.0
+    # The epilogue map, softmax and chained matmul: work per output tile, after the last step's write-back.
+    finish = finish_cycles(tm, tn, target, softmax, epi_ops, chain_dv)
     if gk == 1 and gm * gn > 1:
         return _shared_matmul_cycles(gm, gn, tiles, steps, (tm, tn, tk), target, fmt, out_fmt, bias,
                                      double_buffer, active or gb * gm * gn, b_fmt, round_fmt, epi_in,
-                                     _ceil(nb, tn) if resident else 0, trans_b, tile_sfu, nmul, prologue)
+                                     _ceil(nb, tn) if resident else 0, trans_b, finish, nmul,
+                                     prologue)
     pt = tiles * steps * nmul * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk
                                  / pt_rate(target, _pt_fmt(fmt)) + target.pt_latency_cycles)
     pt += tiles * steps * _convert_step(tm, tn, tk, target, fmt, b_fmt, nmul) + tiles * _convert_out(
         tm, tn, target, round_fmt)
-    pt += tiles * (tile_sfu + steps * prologue)
+    pt += tiles * (finish[0] + steps * prologue)
     loads = tiles * (steps * (tile_bytes(tm, tk, fmt) + nmul * b_tile_bytes(tk, tn, b_fmt, trans_b))
                      + (tile_bytes(1, tn, _bias_fmt(bias)) if bias else 0) + _epi_bytes(tm, tn, epi_in))
     stores = tiles * tile_bytes(tm, tn, out_fmt)
@@ -383,7 +384,7 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
 
 
-def _softmax_sfu(tm: int, tn: int, target: Target, softmax: str) -> float:
+def softmax_sfu(tm: int, tn: int, target: Target, softmax: str) -> float:
     """SFU cycles of a softmax epilogue on a [tm, tn] tile (rows.apply_softmax): 6 elementwise passes (an exp
     among them), 2 row reductions, the per-row reciprocal (and the safe softmax's 3 per-row selects)."""
     lanes = target.sfu_lanes_per_core
@@ -391,6 +392,25 @@ def _softmax_sfu(tm: int, tn: int, target: Target, softmax: str) -> float:
     rows = tm * (target.sfu_cycles("reciprocal") + (3 if softmax == "safe" else 0)) / lanes
     ops = 8 + (3 if softmax == "safe" else 0)
     return full + 2 * tm * tn / lanes + rows + ops * target.sfu_latency_cycles
+
+
+def finish_cycles(tm: int, tn: int, target: Target, softmax: str | None = None, epi_ops: Sequence[str] = (),
+                  chain_dv: int = 0) -> tuple[float, float]:
+    """Cycles that finish a [tm, tn] output tile after its last multiply, and the fixed part of them (each
+    instruction's latency): the epilogue map's SFU micro-ops (their classes ``epi_ops``, its rounding among
+    them), a softmax epilogue, and the matmul chained to the softmax ([tm, tn] @ [tn, chain_dv] on the PT
+    array)."""
+    lanes = target.sfu_lanes_per_core
+    fixed = len(epi_ops) * target.sfu_latency_cycles
+    work = sum(target.sfu_cycles(c) for c in epi_ops) * tm * tn / lanes + fixed
+    if softmax:
+        work += softmax_sfu(tm, tn, target, softmax)
+        fixed += (8 + (3 if softmax == "safe" else 0)) * target.sfu_latency_cycles
+    if chain_dv:
+        work += _pad(tm, target.pt_rows) * _pad(chain_dv, target.pt_cols) * tn / pt_rate(target, "dlf16") \
+            + target.pt_latency_cycles
+        fixed += target.pt_latency_cycles
+    return work, fixed
 
 
 def _epi_bytes(tm: int, tn: int, epi_in: Sequence[str]) -> int:
@@ -428,6 +448,35 @@ def store_parts(tm: int, tn: int, steps: int, out_fmt: str, active: int, target:
     return max(1, min(steps, tm, int(tile_bytes(tm, tn, out_fmt) // least)))
 
 
+def last_pieces(tm: int, tn: int, tk: int, fmt: str, out_fmt: str, active: int, target: Target, nmul: int = 1,
+                finish: tuple[float, float] = (0.0, 0.0)) -> tuple[tuple[int, int], ...]:
+    """Rows [lo, hi) of the pieces an M/N-split core multiplies, finishes and stores its last [tm, tn] output tile
+    in (its last K step ``tk`` deep, ``nmul`` products; ``finish``: :func:`finish_cycles` of the tile), so each
+    piece's store overlaps the next piece's work instead of the whole store waiting for the whole tile. Pieces
+    are whole PT-array row blocks (a smaller one would pad the array); their number minimizes the pipeline's
+    span (:func:`pipelined`), each piece paying every instruction's fixed latency."""
+    blocks = _ceil(tm, target.pt_rows)
+    fixed = nmul * target.pt_latency_cycles + finish[1]
+    work = nmul * _pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt)) \
+        + finish[0] - finish[1]
+    out = tile_bytes(tm, tn, out_fmt) * active / (target.dram_write_gbps / target.clock_ghz)
+    q = min(range(1, blocks + 1), key=lambda q: pipelined(work / q + fixed, out / q + target.dma_latency_cycles, q))
+    return tuple((lo * target.pt_rows, min(tm, hi * target.pt_rows)) for lo, hi in row_blocks(blocks, q))
+
+
+def row_blocks(n: int, q: int) -> tuple[tuple[int, int], ...]:
+    """[lo, hi) of ``q`` near-equal, non-empty parts of ``n`` (the last ones one longer)."""
+    q = max(1, min(n, q))
+    cuts = [i * n // q for i in range(q + 1)]
+    return tuple(zip(cuts, cuts[1:]))
+
+
+def pipelined(compute: float, store: float, pieces: int) -> float:
+    """Span of ``pieces`` pieces that each compute, then store (two in-order units): the first compute and the
+    last store are exposed, and the longer stage sets the pace in between."""
+    return compute + store + (pieces - 1) * max(compute, store)
+
+
 def b_first(gm: int, gn: int, a_part: int, b_part: int, a_lead: float = 0.0) -> bool:
     """Whether a shared-operand matmul step loads its B parts before its A part: when B's exchange (to the gm - 1
     other cores of a grid column) moves more bytes than A's (to the gn - 1 of a grid row), so the longer
@@ -440,7 +489,8 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
                           fmt: str, out_fmt: str, bias: bool, double_buffer: bool, active: int,
                           b_fmt: str | None = None, round_fmt: str | None = None,
                           epi_in: Sequence[str] = (), passes: int = 0, trans_b: bool = False,
-                          tile_sfu: float = 0.0, nmul: int = 1, prologue: float = 0.0) -> Cycles:
+                          finish: tuple[float, float] = (0.0, 0.0), nmul: int = 1,
+                          prologue: float = 0.0) -> Cycles:
     """The M/N-split kernel with operand sharing (``codegen/kernels/matmul.py``): each of the ``tiles * steps``
     steps is a barrier segment in which every core loads 1/gn of the A tile and 1/gm of the B tile and
     ring-sends its parts to the cores of its grid row / column, while the PT array multiplies the previous
@@ -483,8 +533,8 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
 
     pt_step = nmul * (_pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt))
                       + target.pt_latency_cycles)
-    pt_step += _convert_step(tm, tn, tk, target, pa, b_fmt, nmul) + (_convert_out(tm, tn, target, round_fmt)
-                                                                  + tile_sfu) * tiles / n
+    tile_work = _convert_out(tm, tn, target, round_fmt) + finish[0]       # once per output tile
+    pt_step += _convert_step(tm, tn, tk, target, pa, b_fmt, nmul) + tile_work * tiles / n
     pt_step += part_sfu if passes else 0.0        # the own part's copy into the A tile
     out = tile_bytes(tm, tn, out_fmt)
     parts = store_parts(tm, tn, steps, out_fmt, active, target)
@@ -500,11 +550,15 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
         return cost_
 
     mid = segments(n - 1 - stores_mid, 0.0) + segments(stores_mid, store)
-    # The last segment stores alone (write bandwidth), after the last multiply.
-    last = pt_step + out * active / (target.dram_write_gbps / target.clock_ghz) + target.dma_latency_cycles
+    # The last segment stores alone (write bandwidth), each piece of the last tile (last_pieces) behind its work.
+    q = len(last_pieces(tm, tn, tk, pa, out_fmt, active, target, nmul, finish))
+    fixed = nmul * target.pt_latency_cycles + finish[1]
+    work = pt_step - tile_work * tiles / n + tile_work - fixed
+    last = pipelined(work / q + fixed,
+                     out / q * active / (target.dram_write_gbps / target.clock_ghz) + target.dma_latency_cycles, q)
     total = fetch(read_bw) + mid + last + n * target.barrier_latency_cycles + sync_cycles(active, target)
     dma = (n * loads / read_bw + tiles * tile_bytes(tm, tn, out_fmt) / mixed_bw
-           + ((nmul + first) * n + stores_mid + 1 + tiles * len(epi_in)) * target.dma_latency_cycles)
+           + ((nmul + first) * n + stores_mid + q + tiles * len(epi_in)) * target.dma_latency_cycles)
     return Cycles(pt=n * pt_step, dma=dma, ring=n * (ring_a + ring_b), total=total)
 
 
@@ -648,7 +702,8 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
                            round_fmt: str | None = None, colscale: str | None = None, split_k: int | None = None,
                            split_m: int | None = None, epi_in: Sequence[str] = (),
                            trans_b: bool = False, softmax: str | None = None,
-                           epi_temps: int = 0, sibling: str | None = None) -> tuple[int, int, int, int] | None:
+                           epi_temps: int = 0, sibling: str | None = None, epi_ops: Sequence[str] = (),
+                           chain_dv: int = 0) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, stick-aligned splits (M evenly in multiples of the PT
     rows, N in whole sticks of B and the result, evenly or ragged (:func:`n_block`, one tile column per core),
     K evenly in whole sticks of A), each core's span within the target's
@@ -678,7 +733,7 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
                           b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in, resident=fit[2] is not None,
-                          trans_b=trans_b, softmax=softmax, sibling=sibling)
+                          trans_b=trans_b, softmax=softmax, sibling=sibling, epi_ops=epi_ops, chain_dv=chain_dv)
         key = (c.total, gk, active)       # ties: no K split, then fewer cores
         if best is None or key < best[0]:
             best = (key, g)

@@ -3,20 +3,27 @@
 // RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -o /dev/null -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad,spyre-schedule,spyre-emit{listing=- cores=2})' | filecheck %s
 // RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -o /dev/null -p 'builtin.module(spyre-select-kernels,spyre-allocate-scratchpad,spyre-schedule,spyre-emit{cores=2})'
 
-// A [64,128] x [128,128] matmul split over M on two cores: each core loads its A rows and the whole B,
-// multiplies on the PT array into an fp32 accumulator, writes back dlf16 and stores its half; a barrier
-// closes the op because spyre.barrier says its result crosses cores.
+// A [64,128] x [128,128] matmul split over M on two cores: each core loads half of B and shares it over the
+// ring, multiplies its A rows on the PT array into an fp32 accumulator, writes back dlf16 and stores its half:
+// in pieces of whole PT row blocks (8, 8, then 16 rows), each stored while the next one is multiplied. A
+// barrier closes the op because spyre.barrier says its result crosses cores.
 // CHECK-LABEL: // program: 2 core(s)
 // CHECK: // buffer in0: input dlf16[64, 128]
 // CHECK: // buffer in1: input dlf16[128, 128]
 // CHECK: // buffer out0: output dlf16[64, 128]
 // CHECK: core 0:
 // CHECK: dma_load
-// CHECK: matmul flags=2 m=32 n=128 k=128
-// CHECK: dma_store
+// CHECK: ring_send
 // CHECK: barrier mask=3
+// CHECK-NEXT: matmul flags=2 m=8 n=128 k=128
+// CHECK-NEXT: dma_store dev=49152 a0=57344 m=1 n=8
+// CHECK-NEXT: matmul flags=2 m=8 n=128 k=128 a0=2048
+// CHECK-NEXT: dma_store dev=51200 a0=59392 m=1 n=8
+// CHECK-NEXT: matmul flags=2 m=16 n=128 k=128 a0=4096
+// CHECK-NEXT: dma_store dev=53248 a0=61440 m=1 n=16
+// CHECK-NEXT: barrier mask=3
 // CHECK: core 1:
-// CHECK: matmul flags=2 m=32 n=128 k=128
+// CHECK: matmul flags=2 m=8 n=128 k=128
 // CHECK: barrier mask=3
 func.func @main(%a: tensor<64x128x!spyre.dlf16>, %b: tensor<128x128x!spyre.dlf16>) -> tensor<64x128x!spyre.dlf16> {
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.barrier = true, spyre.double_buffer = false, spyre.grid = array<i64: 2, 1, 1>, spyre.tile = array<i64: 32, 128, 128>} : (tensor<64x128x!spyre.dlf16>, tensor<128x128x!spyre.dlf16>) -> tensor<64x128x!spyre.dlf16>

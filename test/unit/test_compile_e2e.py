@@ -545,6 +545,26 @@ def test_attention_probabilities_stay_on_the_cores(precision, cores, monkeypatch
     assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("model, shape, cores", [(SwiGLU, (128, 256), 8), (Heads, (1, 64, 256), 8),
+                                                 (SwiGLU, (64, 256), 32)])
+def test_last_output_tile_is_multiplied_and_stored_in_pieces(model, shape, cores, monkeypatch):
+    """An M/N-split matmul kernel multiplies, finishes (its sibling's product, epilogue map, softmax and chained
+    P @ V) and stores its last output tile in pieces of whole PT row blocks (cost.last_pieces), each piece's
+    store overlapping the next piece's work: the same bits as the tile done whole, in fewer modeled cycles."""
+    from spyre_mlir.codegen.kernels import matmul
+
+    torch.manual_seed(0)
+    m, x = model().eval(), torch.randn(*shape)
+    exe = spyre_mlir.compile(m, (x,), cores=cores, cache_dir=False)
+    pieces = []
+    monkeypatch.setattr(matmul, "last_pieces", lambda tm, *a, **k: pieces.append(tm) or ((0, tm),))
+    whole = spyre_mlir.compile(m, (x,), cores=cores, cache_dir=False)
+    assert max(pieces) > 8              # some kernel's last tile has several PT row blocks
+    (y,), (y0,) = exe(x), whole(x)
+    assert np.array_equal(y, y0)
+    assert exe.static_profile.cycles < whole.static_profile.cycles
+
+
 class Embed(torch.nn.Module):
     """An embedding lookup followed by a Linear: the lookup runs on the device (GATHER)."""
 

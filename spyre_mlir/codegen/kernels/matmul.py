@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from spyre_mlir.cost import CHAIN_V, b_first, n_block, prologue_rows, prologue_sfu, softmax_stats, store_parts
+from spyre_mlir.cost import (CHAIN_V, b_first, finish_cycles, last_pieces, n_block, prologue_rows, prologue_sfu,
+                             softmax_stats, store_parts)
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
@@ -32,7 +33,8 @@ from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
 from .rows import (_one_use, _owner, _precedes, _row_view, _viewed, apply_epilogue, apply_softmax,
-                   broadcast_rows, epilogue, epilogue_buffer, epilogue_of, norm_body, softmax_of, widened_by)
+                   broadcast_rows, epilogue, epilogue_buffer, epilogue_classes, epilogue_of, norm_body, softmax_of,
+                   widened_by)
 
 __all__ = ["matmul", "select", "sibling_of", "sibling_applier", "chained_of", "chain_applier", "prologue_of",
            "prologue_applier", "EMITTERS"]
@@ -255,7 +257,9 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
     segment s loads and exchanges the tiles of step s while the PT array multiplies step s - 1 (double
     buffering: the two steps use different buffers; single-buffered, the loads follow the multiply). A
     finished output tile is stored over the next tile's segments, a part of its rows each, overlapping its
-    multiplies. A tile's write-back operands (bias, scales, the epilogue's further inputs) are loaded with its
+    multiplies; the last tile, with no later loads to hide behind, is multiplied, finished and stored in pieces
+    of whole PT row blocks (cost.last_pieces), each piece's store overlapping the next piece's work. A tile's
+    write-back operands (bias, scales, the epilogue's further inputs) are loaded with its
     last K step's operands where their single buffers allow (``early``), so the epilogue does not wait for them.
     With a resident A (the plan's ``ares``), a core keeps its part of every A tile of the current row of output
     tiles: loaded (and converted to the PT format) for the row's first tile, sent again from the scratchpad for
@@ -366,19 +370,23 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
         if sync is None:                # else shared among the groups (_extras_across_groups)
             _load_extra(b, core, t, X, o0 + bm * mb + i, c0, rows, w, loc)
 
-    def multiply(n):
+    def multiply(n, piece=None):
+        """Step ``n`` on every core; ``piece``: only rows [lo, hi) of its output tile (:func:`_row_window`)."""
         _, _, o0, i, j, _, rows, cols, depth, first, fin, bi_ = steps[n]
+        lo, hi = piece or (0, rows)
         for core in cores:
             bm, bn = divmod(core - base, gn)
             t = T[core]
             c0, w = bn * nb + j, width(bn, j, cols)
-            At = _sub(t["A"][n % nbuf], rows, depth)
+            At = _sub(t["A"][n % nbuf], rows, depth).row_slice(lo, hi)
             Bts = [_b_sub(t, t[key][n % nbuf], depth, w) for key in ("B", "G")[:len(Bs)]]
-            if fin and not early(n):
+            if fin and not early(n) and lo == 0:
                 write_back_operands(n, core)
-            _multiply(b, core, t, At, Bts, rows, w, depth, not first, fin, scale, loc, sib)
+            if piece is not None:
+                t = _row_window(t, rows, w, depth, lo, hi)
+            _multiply(b, core, t, At, Bts, hi - lo, w, depth, not first, fin, scale, loc, sib)
             if fin and chain is not None:
-                _chained(b, core, t, rows, w, bi_, loc)
+                _chained(b, core, t, hi - lo, w, bi_, loc)
 
     def _share_v(bi_):
         """Load V's rows of the group's batch ``bi_``, a part per core of each grid column, and send each part to the
@@ -397,11 +405,10 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
 
     nparts = store_parts(tm, tn, nk, (T[base]["OF"] or T[base]["O"]).fmt.key, active, b.target)
 
-    def store(f, parts=None):
-        """Store rows ``parts`` (of the plan's near-equal parts; None: all at once) of the output tile finished at
-        step ``f``."""
+    def store(f, parts):
+        """Store rows [lo, hi) of each of ``parts`` of the output tile finished at step ``f``."""
         _, _, o0, i, j, _, rows, cols, _, _, _, _ = steps[f]
-        for lo, hi in ([(0, rows)] if parts is None else (row_parts(rows, nparts)[q] for q in parts)):
+        for lo, hi in parts:
             if hi <= lo:
                 continue
             for core in cores:
@@ -416,7 +423,7 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
 
     # A finished output tile is stored a part per segment over the next tile's first segments (cost.store_parts:
     # at most nk, so the last part precedes the multiply that overwrites the tile), its bytes sharing the DRAM
-    # with the loads instead of stalling one segment; the last tile is stored whole after the last multiply.
+    # with the loads instead of stalling one segment; the last tile is stored in pieces (below).
     S = len(steps)
     fin = -1
     for seg in range(S + 1):
@@ -426,14 +433,20 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
             if steps[seg - 2][10]:
                 fin = seg - 2
             if fin >= 0 and seg - 2 - fin < nparts:
-                store(fin, [seg - 2 - fin])
-        if seg >= 1:
+                store(fin, [row_parts(steps[fin][6], nparts)[seg - 2 - fin]])
+        if 1 <= seg < S:
             multiply(seg - 1)
         if seg < S:
             if nbuf == 1:
                 fetch(seg)
             b.barrier(cores, loc=loc, among=sync)
-    store(S - 1)
+    # The last tile has no later loads to hide its store behind: it is multiplied and stored in pieces
+    # (cost.last_pieces), each piece's store overlapping the next one's multiply.
+    t, (rows, cols, depth) = T[base], steps[-1][6:9]
+    for piece in last_pieces(rows, cols, depth, A.fmt.key, (t["OF"] or t["O"]).fmt.key, active, b.target, len(Bs),
+                             _finish_work(t, rows, cols, b.target)):
+        multiply(S - 1, piece)
+        store(S - 1, [piece])
 
 
 def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr=None, resident=None,
@@ -536,6 +549,28 @@ def _multiply(b, core, t, At, Bts, rows, cols, depth, accumulate, fin, scale, lo
         out = _sub(t["OF"] or t["O"], rows, cols)
         apply_softmax(b, core, t["SM"], out, out, _sub(t["C"], rows, cols),
                       {k: _sub(v, rows, 1) for k, v in t["ST"].items()}, loc)
+
+
+def _row_window(t, rows, cols, depth, lo, hi):
+    """``t`` with its row-wise tiles (A's conversion, the accumulators and results, the epilogue's inputs and
+    temporaries, the softmax's row statistics, the chained matmul's tiles) cut to rows [lo, hi) of a step's
+    [rows, cols] output tile: each piece is multiplied and finished in its own rows. Every op of a piece is a
+    row-wise op, so a tile done in pieces holds the bits it holds done whole."""
+    def cut(x, c):
+        return None if x is None else _sub(x, rows, c).row_slice(lo, hi)
+
+    w = {**t, **{k: cut(t[k], cols) for k in ("C", "O", "OF", "GC", "GO", "ET")}, "PA": cut(t["PA"], depth),
+         "EX": [cut(x, cols) for x in t["EX"]], "ST": {k: cut(v, 1) for k, v in t["ST"].items()}}
+    if t["PC"] is not None:
+        w["PC"], w["PO"] = cut(t["PC"], t["DV"]), cut(t["PO"], t["DV"])
+    return w
+
+
+def _finish_work(t, rows, cols, target) -> tuple[float, float]:
+    """cost.finish_cycles of a [rows, cols] output tile: its epilogue map, softmax and chained matmul."""
+    sm = t["SM"]
+    return finish_cycles(rows, cols, target, (("safe" if _attr(sm, "safe", False) else "plain") if sm else None),
+                         epilogue_classes(t["EPI"]) if t["EPI"] is not None else (), t["DV"])
 
 
 def _finish(b, core, t, rows, cols, temp, loc):

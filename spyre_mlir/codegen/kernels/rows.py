@@ -21,6 +21,7 @@ from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..sfu import NotOnSfu, live_temps, translate
 from spyre_mlir.runtime.formats import DLF16_MAX, Format
+from spyre_mlir.runtime.isa import SFU_CLASS, SfuFn
 
 __all__ = ["pipelined", "broadcast_rows", "select", "EMITTERS"]
 
@@ -240,6 +241,12 @@ def apply_epilogue(b, core, epi, out, temps, loc, extra=()) -> None:
     for fn, d, s0, s1, imm, swap in epi.ops:
         b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
     b.sfu(core, "cast", out, reg(epi.result), loc=loc)
+
+
+def epilogue_classes(epi: Epilogue) -> tuple[str, ...]:
+    """The SFU classes (cost.finish_cycles) of the epilogue's micro-ops, its rounding cast last."""
+    return tuple(SFU_CLASS[SfuFn[fn.upper()] if isinstance(fn, str) else SfuFn(fn)] for fn, *_ in epi.ops) + \
+        (SFU_CLASS[SfuFn.CAST],)
 
 
 def epilogue_buffer(i: int) -> str:
