@@ -223,14 +223,27 @@ class WindowView:
 
 
 class TransposedView:
-    """MATMUL's B operand stored transposed (flag TRANS_B): the stored [N, K] tile read as [K, N]. The product
-    makes it contiguous first, so BLAS sums exactly as for the same B stored [K, N]."""
+    """MATMUL's B operand stored transposed (flag TRANS_B): the stored [N, K] tile read as [K, N], contiguous,
+    so BLAS sums exactly as for the same B stored [K, N]. The pieces of one output tile multiply the same B (and
+    a sibling's) one after another: a kept, read-only value (a weight, a decode kept for rereads) is transposed
+    once for them."""
+
+    _last = ()      # ((read-only value, its contiguous transpose), ...), newest first: one tuple, swapped whole
+    KEEP = 4
 
     def __init__(self, view):
         self.view = view
 
     def read(self) -> np.ndarray:
-        return np.swapaxes(self.view.read(), -1, -2)
+        v = self.view.read()
+        last = TransposedView._last
+        for value, t in last:
+            if value is v:
+                return t
+        t = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=np.float32)
+        if not v.flags.writeable:
+            TransposedView._last = ((v, t),) + last[:self.KEEP - 1]
+        return t
 
 
 class TileList:
@@ -728,6 +741,7 @@ class Machine:
         # never repeated).
         self._orig = -np.arange(1, self._csp.size + 1, dtype=np.int64)
         self._reads = {}         # (addresses, tile shape) -> (stick ids, Decoded) of the last read view there
+        self._frozen = {}        # (addresses, tile shape) -> (stick ids, Frozen) of constant bytes read there
         self._next_id, self._loads = self._csp.size + 1, 0
         # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
         # nothing else writes leaves the same bytes there for every later run: it runs once).
@@ -812,22 +826,25 @@ class Machine:
             self._csp[st] = False
             self._fresh(st)
         elif self.numerics == "faithful" and self._csp[st].all():
-            return Frozen(view)
+            return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view), lambda f: f)
         elif _lut(t[3]) is not None and self._same(batch, tile, st2):
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         elif self.numerics == "faithful" and _lut(t[3]) is not None:
-            return self._decoded_once(tuple(addrs), t[1:], view, st)
+            return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead)
         return view
 
-    def _decoded_once(self, addrs, shape, view, st):
-        """``view`` read here, decoded by its first read with these bytes in a run (:class:`Decoded`)."""
+    def _once(self, memo, addrs, shape, st, make, again, first=lambda x: x):
+        """The holder (``make()``) of the values read at these addresses, kept in ``memo`` for later reads of
+        the same bytes (equal stick ids): each such read gets ``again(holder)``, the first ``first(holder)``.
+        Constants (:class:`Frozen`, decoded once per load) and a run's rereads (:class:`Decoded`) so decode
+        once, and hand the same array to every reader (the pieces of one output tile multiply the same B)."""
         ids = self._orig[st]
-        seen = self._reads.get((addrs, shape))
+        seen = memo.get((addrs, shape))
         if seen is not None and np.array_equal(seen[0], ids):
-            return Reread(seen[1])
-        tile = Decoded(view)
-        self._reads[addrs, shape] = (ids.copy(), tile)
-        return FirstRead(tile)
+            return again(seen[1])
+        holder = make()
+        memo[addrs, shape] = (ids.copy(), holder)
+        return first(holder)
 
     def _same(self, batch, tile, st2=None) -> bool:
         """Whether tile ``tile(ins)`` holds the same bytes on every core of a batch, at this point of the plan

@@ -792,6 +792,44 @@ def test_grid_of_tiles_is_one_view_like_a_list(fmt, shadow):
     assert isinstance(tiles(mems[0], [0, stride, 3 * stride + part, 4 * stride], rows, cols, f), TileList)
 
 
+def test_pieces_of_a_tile_share_their_weights_decode_and_transpose(targets, monkeypatch):
+    """A matmul done in row pieces (and a sibling beside it) reads the same transposed weight tiles once per
+    piece: each constant tile is decoded once per load and made contiguous once, for every piece and call, and
+    the pieces give the bits of the whole product."""
+    import spyre_mlir.runtime.emulator as E
+
+    rng = _rng(12)
+    M, N, K = 32, 64, 128
+    ws = [dlf16_round(rng.standard_normal((N, K)).astype(np.float32)) for _ in range(2)]    # [N, K]: TRANS_B
+    b = ProgramBuilder(targets[1])
+    x_buf = b.input("x", (M, K), "dlf16")
+    ys = [b.output(f"y{i}", (M, N), "fp32") for i in range(3)]
+    X, C = b.alloc(0, M, K, "dlf16"), b.alloc(0, M, N, "fp32")
+    Ws = [b.alloc(0, N, K, "dlf16") for _ in range(2)]
+    for i, w in enumerate(ws):
+        b.load_tile(0, Ws[i], b.constant(f"w{i}", w, "dlf16"))
+    b.load_tile(0, X, x_buf)
+    for i, W in enumerate(Ws):                     # whole
+        b.matmul(0, X, W, C, trans_b=True)
+        b.store_tile(0, C, ys[i])
+    for lo in range(0, M, 8):                      # in pieces, the sibling's weight between
+        for W in Ws:
+            b.matmul(0, X.row_slice(lo, lo + 8), W, C.row_slice(lo, lo + 8), trans_b=True)
+    b.store_tile(0, C, ys[2])
+    exe = b.load()
+    decodes, transposes = [], []
+    read_bytes, swap = E.TileView.read_bytes, np.swapaxes
+    monkeypatch.setattr(E.TileView, "read_bytes", lambda v: decodes.append(v.shape) or read_bytes(v))
+    monkeypatch.setattr(E.np, "swapaxes", lambda a, *ax: transposes.append(a.shape) or swap(a, *ax))
+    for seed in (1, 2):
+        x = dlf16_round(_rng(seed).standard_normal((M, K)).astype(np.float32))
+        y0, y1, y2 = exe(x)
+        assert np.array_equal(y2, y1)
+        assert np.allclose(y0, x.astype(np.float64) @ ws[0].T, rtol=1e-5, atol=1e-4)
+    # Each weight is decoded and transposed once, for all pieces and calls.
+    assert [s[-2:] for s in decodes].count((N, K)) == 2 and [s[-2:] for s in transposes].count((N, K)) == 2
+
+
 @pytest.mark.parametrize("rewrite", [False, True])
 def test_a_tile_read_again_is_decoded_once_per_run_until_written(targets, rewrite):
     """Two matmuls read the same input tile: the second reuses the first's decode of the run (the plan proves the
