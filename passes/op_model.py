@@ -334,6 +334,11 @@ def conv_kernel(op: ir.Operation, pool: ir.Operation | None = None) -> cost.Conv
                         groups=_attr_int(op, "groups", 1), stride_h=strides[0], dil_h=dil[0],
                         fmt=fmt_of(x.type, op), out_fmt=fmt_of(op.results[0].type, op), bias=len(op.operands) > 2,
                         w_fmt=fmt_of(w.type, op) if fmt_of(w.type, op) != fmt_of(x.type, op) else None)
+    from spyre_mlir.codegen.kernels.rows import epilogue_classes, epilogue_of
+
+    found = epilogue_of(op)
+    if found is not None:
+        k = dataclasses.replace(k, epi_ops=epilogue_classes(found[1]))
     if pool is None:
         from spyre_mlir.codegen.kernels.conv import pool_of
 

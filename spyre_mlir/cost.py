@@ -53,7 +53,7 @@ __all__ = [
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
-    "store_parts", "last_pieces", "softmax_sfu", "finish_cycles", "ConvKernel", "conv_buffers", "conv_shares", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
+    "store_parts", "last_pieces", "softmax_sfu", "finish_cycles", "ConvKernel", "conv_buffers", "conv_pieces", "conv_shares", "conv_cycles", "conv_span", "conv_plan", "conv_tile_candidates", "best_conv_grid",
     "best_conv_tile",
 ]
 
@@ -951,6 +951,7 @@ class ConvKernel:
     pool_avg: bool = False
     pool_fmt: str = "dlf16"
     w_fmt: str | None = None         # the filters' format when not the input's (an f32 input converted on chip)
+    epi_ops: tuple[str, ...] = ()    # the SFU classes of the epilogue map it applies to each tile (a ReLU)
 
     @property
     def filter_fmt(self) -> str:
@@ -1023,12 +1024,9 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
     nft = _ceil(fb, tf)
     tiles = nb * nft * _ceil(ohb, toh)
     depth = k.rows_per_product * k.in_channels(tf)
-    pt = tiles * toh * k.products * (_pad(tf, target.pt_rows) * _pad(k.ow, target.pt_cols) * depth
-                                     / pt_rate(target, _pt_fmt(k.fmt)) + target.pt_latency_cycles)
+    pt_tile, sfu_tile, _ = _conv_tile_work(k, tf, toh, target)
+    pt, sfu = tiles * pt_tile, tiles * sfu_tile
     lanes, simple = target.sfu_lanes_per_core, target.sfu_cycles("simple")
-    sfu = 0.0
-    if k.bias:
-        sfu = tiles * ((toh + 1) * target.sfu_latency_cycles + 2 * toh * tf * k.ow * simple / lanes)
     if _pt_fmt(k.fmt) != k.fmt:            # the patch every tile
         sfu += tiles * (k.in_rows(toh) * k.in_channels(tf) * k.w * simple / lanes + target.sfu_latency_cycles)
     if _pt_fmt(k.filter_fmt) != k.filter_fmt:       # the filters every filter tile
@@ -1039,12 +1037,6 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
     moved = tiles * (bufs["a0"] + bufs["out"])
     transfers = 2 * tiles
     if k.pool:
-        ph, pw = k.pool
-        prow = k.stored_rows(toh)
-        pt += tiles * toh * pw * (_pad(tf, target.pt_rows) * _pad(k.pool_ow, target.pt_cols) * k.ow
-                                  / pt_rate(target, _pt_fmt(k.out_fmt)) + target.pt_latency_cycles)
-        combines = ph * pw + k.pool_avg + 1          # the window's cells, the average's scale, the rounding
-        sfu += tiles * combines * (prow * tf * k.pool_ow * simple / lanes + target.sfu_latency_cycles)
         moved += tiles * (bufs["pout"] - bufs["out"])
     cores = gn * gf * goh
     bw = _bytes_per_cycle(target, active or cores)
@@ -1056,12 +1048,15 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
                 + (cores - 1) * (sel / cores / target.ring_bytes_per_cycle + target.hop_latency_cycles))
         if conv_phased(k, grid, tile):
             # The patch loads with the constants (reads only), the segment after the barrier stores (writes only).
+            # The tile is computed and stored in pieces (conv_pieces), each piece's store behind the next one's work.
             share = max(1, active or cores) / target.clock_ghz
             loads = (consts / g + sel / cores + bufs["a0"]) * share / target.dram_read_gbps
-            store = (moved - bufs["a0"]) * share / target.dram_write_gbps + target.dma_latency_cycles
             pre = loads + (parts + 1) * target.dma_latency_cycles + ring + target.barrier_latency_cycles
-            return Cycles(pt=pt, sfu=sfu, dma=loads + store + (parts + 1) * target.dma_latency_cycles, ring=ring,
-                          total=pre + pt + sfu + store + sync_cycles(cores, target))
+            q = len(conv_pieces(k, (1, tf, toh), target, active or cores))
+            work, store = _conv_piece_spans(k, tf, toh, target, active or cores, q)
+            return Cycles(pt=pt, sfu=sfu, dma=loads + q * (store - target.dma_latency_cycles)
+                          + (parts + 1 + q) * target.dma_latency_cycles, ring=ring,
+                          total=pre + (sfu - sfu_tile) + pipelined(work, store, q) + sync_cycles(cores, target))
         pre = (consts / g + sel / cores) / bw + parts * target.dma_latency_cycles + ring \
             + target.barrier_latency_cycles
         dma = moved / bw + transfers * target.dma_latency_cycles
@@ -1072,6 +1067,54 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
     dma = moved / bw + transfers * target.dma_latency_cycles
     return Cycles(pt=pt, sfu=sfu, dma=dma,
                   total=_overlap(pt + sfu, dma, tiles, double_buffer) + sync_cycles(cores, target))
+
+
+def _conv_tile_work(k: ConvKernel, tf: int, toh: int, target: Target) -> tuple[float, float, float]:
+    """(PT cycles, SFU cycles, the SFU's fixed latency part) of one [tf x toh] conv tile after its loads: the
+    products, the bias (per output row) and its rounding, the epilogue map, the pool's selections and
+    combines."""
+    depth = k.rows_per_product * k.in_channels(tf)
+    pt = toh * k.products * (_pad(tf, target.pt_rows) * _pad(k.ow, target.pt_cols) * depth
+                             / pt_rate(target, _pt_fmt(k.fmt)) + target.pt_latency_cycles)
+    lanes, simple, lat = target.sfu_lanes_per_core, target.sfu_cycles("simple"), target.sfu_latency_cycles
+    sfu = fixed = 0.0
+    if k.bias:
+        fixed = (toh + 1) * lat
+        sfu = fixed + 2 * toh * tf * k.ow * simple / lanes
+    if k.epi_ops:
+        sfu += sum(target.sfu_cycles(c) for c in k.epi_ops) * toh * tf * k.ow / lanes + len(k.epi_ops) * lat
+        fixed += len(k.epi_ops) * lat
+    if k.pool:
+        ph, pw = k.pool
+        prow = k.stored_rows(toh)
+        pt += toh * pw * (_pad(tf, target.pt_rows) * _pad(k.pool_ow, target.pt_cols) * k.ow
+                          / pt_rate(target, _pt_fmt(k.out_fmt)) + target.pt_latency_cycles)
+        combines = ph * pw + k.pool_avg + 1          # the window's cells, the average's scale, the rounding
+        sfu += combines * (prow * tf * k.pool_ow * simple / lanes + lat)
+        fixed += combines * lat
+    return pt, sfu, fixed
+
+
+def _conv_piece_spans(k: ConvKernel, tf: int, toh: int, target: Target, active: int, q: int
+                      ) -> tuple[float, float]:
+    """(work, store) cycles of each of ``q`` pieces of a [tf x toh] conv tile (:func:`conv_pieces`)."""
+    pt, sfu, fixed = _conv_tile_work(k, tf, toh, target)
+    out = tile_bytes(k.stored_rows(toh) * tf, k.pool_ow if k.pool else k.ow, k.pool_fmt if k.pool else k.out_fmt)
+    store = out * active / (target.dram_write_gbps / target.clock_ghz)
+    # Each piece pays its SFU ops' latencies again (the bias's per-row ones are per row anyway).
+    per_piece = fixed - (toh * target.sfu_latency_cycles if k.bias else 0.0)
+    return (pt + sfu - per_piece) / q + per_piece, store / q + target.dma_latency_cycles
+
+
+def conv_pieces(k: ConvKernel, tile: Sequence[int], target: Target, active: int) -> tuple[tuple[int, int], ...]:
+    """Output rows [lo, hi) of the pieces a core holding one conv tile (:func:`conv_phased`) computes, finishes
+    and stores it in, whole pool windows each, so each piece's store overlaps the next piece's products: the
+    count that minimizes the pipeline's span (:func:`pipelined`)."""
+    _, tf, toh = tile
+    unit = k.pool[0] if k.pool else 1
+    units = max(1, toh // unit)
+    q = min(range(1, units + 1), key=lambda q: pipelined(*_conv_piece_spans(k, tf, toh, target, active, q), q))
+    return tuple((lo * unit, hi * unit) for lo, hi in row_blocks(units, q))
 
 
 def conv_shares(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> bool:

@@ -4,6 +4,8 @@ The programs run with the emulator's fp32-reference numerics (no rounding), so t
 checked to ~1e-6 whatever the tensor formats; one faithful run checks the dlf16 rounding bound.
 """
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -673,6 +675,31 @@ def test_conv_applies_its_relu_before_the_store():
     (r, yu), emu, _ = run(apart, [x], cores=4, params=p, numerics="faithful")
     assert emf.kernels == ["spyre.conv2d", "spyre.map"] and emu.kernels == ["spyre.conv2d", "spyre.map", "spyre.map"]
     assert np.array_equal(yf, yu) and np.array_equal(yu, -np.maximum(r, 0)) and (yu == 0).any()
+
+
+@pytest.mark.parametrize("pool", [True, False])
+def test_conv_with_one_tile_a_core_stores_it_in_pieces(pool, monkeypatch):
+    """A conv whose cores hold one tile each computes and stores it in pieces of whole pool windows
+    (cost.conv_pieces), each piece's store behind the next piece's products: the bits of the tile done whole,
+    in fewer modeled cycles."""
+    import torch
+
+    import spyre_mlir
+    from spyre_mlir import cost
+    from spyre_mlir.runtime.isa import Op
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU()] + [torch.nn.MaxPool2d(2)] * pool
+    model, x = torch.nn.Sequential(*layers).eval(), torch.randn(1, 3, 64, 64)
+    runs = {}
+    for pieces in (True, False):
+        if not pieces:
+            monkeypatch.setattr(cost, "conv_pieces", lambda k, tile, *a: ((0, tile[2]),))
+        exe = spyre_mlir.compile(model, (x,), cores=16, cache_dir=False)
+        stores = collections.Counter(s.core for s in exe.steps if getattr(s, "op", None) is Op.DMA_STORE)
+        runs[pieces] = (exe(x)[0], exe.static_profile.cycles, max(stores.values()))
+    (y, c, n), (y0, c0, n0) = runs[True], runs[False]
+    assert np.array_equal(y, y0) and c < c0 and n > n0
 
 
 @pytest.mark.parametrize("kind, window, relu, cores", [("max", (3, 2), True, 4), ("avg", (3, 2), False, 3),

@@ -7,7 +7,8 @@ plan the kernel passes wrote on it:
 * the cores that run its instructions are exactly its grid's (``spyre.grid``: cores 0..prod(grid)-1);
 * its tile loop is the plan's: one result store per planned tile on every core (row-wise ops: the rows of the
   core's block in ``spyre.tile`` rows; matmuls: the output tiles of the core's block, the last one possibly
-  stored in pieces of whole PT row blocks; conv2d: the core's images x filter tiles x output-row tiles);
+  stored in pieces of whole PT row blocks; conv2d: the core's images x filter tiles x output-row tiles, one
+  tile possibly in pieces of output rows);
 * every scratchpad byte it touches lies in one of its planned buffers (``spyre.scratchpad`` offsets, sizes
   from the kernel's one buffer description);
 * the loaded program's scratchpad peak is the module's ``spyre.scratchpad_peak``.
@@ -80,7 +81,8 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
         if tiles is not None:
             stores = collections.Counter(s.core for s in ins if s.op is Op.DMA_STORE)
             want = tiles(plan)
-            pieces = -(-plan.tile[-3] // target.pt_rows) - 1 if plan.op_name == "spyre.matmul" else 0
+            pieces = (-(-plan.tile[-3] // target.pt_rows) - 1 if plan.op_name == "spyre.matmul" else
+                      plan.tile[-1] - 1 if plan.op_name == "spyre.conv2d" else 0)
             if any(not want <= stores[c] <= want + pieces for c in range(plan.cores)):
                 problems.append(f"{where}: stores per core {[stores[c] for c in range(plan.cores)]}, the plan "
                                 f"has {want} tiles per core")

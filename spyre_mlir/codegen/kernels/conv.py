@@ -232,28 +232,31 @@ def emit_conv2d(em, op, loc):
         PSELS = kp.tile_at("psel", pw * k.ow, POW, O.fmt)
         PSEL = [PSELS.row_slice(j * k.ow, (j + 1) * k.ow) for j in range(pw)]
 
-    def store(core, n, f0, oh0):
+    def store(core, n, f0, oh0, r0, r1):
+        """Output rows [r0, r1) of the tile (whole pool windows) to device memory, pooled when it pools."""
         if pool is None:                # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
             pitch = OUT.pitch
-            b.dma_store(core, O.addr + ((n * k.f + f0) * OH + oh0) * pitch, OUT.addr, (toh, tf, pitch),
-                        (pitch, OH * pitch), (tf * pitch, pitch), loc=loc)
+            b.dma_store(core, O.addr + ((n * k.f + f0) * OH + oh0 + r0) * pitch, OUT.addr + r0 * tf * pitch,
+                        (r1 - r0, tf, pitch), (pitch, OH * pitch), (tf * pitch, pitch), loc=loc)
             return
         # The pool2d kernel's order per element: cell (0, 0) copied, then combined cell by cell, one rounding.
+        q0, q1 = r0 // ph, r1 // ph
+        pct, pres, pout = (t.row_slice(q0 * tf, q1 * tf) for t in (PCT, PRES, POUT))
         for c in range(ph * pw):
             i, j = divmod(c, pw)
-            for q in range(prow):
+            for q in range(q0, q1):
                 r = q * ph + i
                 b.matmul(core, OUT.row_slice(r * tf, (r + 1) * tf), PSEL[j], PCT.row_slice(q * tf, (q + 1) * tf),
                          loc=loc)
             if c == 0:
-                b.sfu(core, "cast", PRES, PCT, loc=loc)
+                b.sfu(core, "cast", pres, pct, loc=loc)
             else:
-                b.sfu(core, "add" if k.pool_avg else "max", PRES, PRES, PCT, loc=loc)
+                b.sfu(core, "add" if k.pool_avg else "max", pres, pres, pct, loc=loc)
         if k.pool_avg:
-            b.sfu(core, "mul", PRES, PRES, 1.0 / (ph * pw), loc=loc)
-        b.sfu(core, "cast", POUT, PRES, loc=loc)
+            b.sfu(core, "mul", pres, pres, 1.0 / (ph * pw), loc=loc)
+        b.sfu(core, "cast", pout, pres, loc=loc)
         pitch, PH = POUT.pitch, OH // ph        # rows (q, f) -> pooled rows (n, f0 + f, oh0 / ph + q)
-        b.dma_store(core, P.addr + ((n * k.f + f0) * PH + oh0 // ph) * pitch, POUT.addr, (prow, tf, pitch),
+        b.dma_store(core, P.addr + ((n * k.f + f0) * PH + oh0 // ph + q0) * pitch, pout.addr, (q1 - q0, tf, pitch),
                     (pitch, PH * pitch), (tf * pitch, pitch), loc=loc)
     cores = []
     for core in range(kp.cores):
@@ -280,7 +283,7 @@ def emit_conv2d(em, op, loc):
                 b.dma_load(core, X.addr + ((n * C + c0) * H + p0 + lo) * pitch, a.addr + lo * cin * pitch,
                            (hi - lo, cin, pitch), (pitch, H * pitch), (cin * pitch, pitch), loc=loc)
 
-        def work(i, core=core, tiles=tiles, first=first, wslot=wslot):
+        def work(i, pieces=((0, toh),), core=core, tiles=tiles, first=first, wslot=wslot):
             f0, n, oh0 = tiles[i]
             if first[i] and BI is not None and not shared:
                 load_rows(b, core, BI, BC, f0, loc=loc)
@@ -292,21 +295,24 @@ def emit_conv2d(em, op, loc):
             if convert:
                 b.sfu(core, "cast", PA, a, loc=loc)
                 a = PA
-            for r in range(toh):
-                acc, out = ACC.row_slice(r * tf, (r + 1) * tf), OUT.row_slice(r * tf, (r + 1) * tf)
-                for q in range(nprod):
-                    j, ig = divmod(q, nig)
-                    p = r * sh + ig * ki * dh
-                    fin = q == nprod - 1 and BI is None
-                    b.matmul(core, wt.row_slice(q * tf, (q + 1) * tf), a.row_slice(p * cin, (p + ki) * cin), acc,
-                             accumulate=q > 0, out=out if fin else None, window=(j * dw - pl, sw, k.ow), loc=loc)
+            for r0, r1 in pieces:
+                for r in range(r0, r1):
+                    acc, out = ACC.row_slice(r * tf, (r + 1) * tf), OUT.row_slice(r * tf, (r + 1) * tf)
+                    for q in range(nprod):
+                        j, ig = divmod(q, nig)
+                        p = r * sh + ig * ki * dh
+                        fin = q == nprod - 1 and BI is None
+                        b.matmul(core, wt.row_slice(q * tf, (q + 1) * tf), a.row_slice(p * cin, (p + ki) * cin),
+                                 acc, accumulate=q > 0, out=out if fin else None, window=(j * dw - pl, sw, k.ow),
+                                 loc=loc)
+                    if BI is not None:
+                        b.sfu(core, "add", acc, acc, BI, loc=loc)
+                acc, out = ACC.row_slice(r0 * tf, r1 * tf), OUT.row_slice(r0 * tf, r1 * tf)
                 if BI is not None:
-                    b.sfu(core, "add", acc, acc, BI, loc=loc)
-            if BI is not None:
-                b.sfu(core, "cast", OUT, ACC, loc=loc)
-            if epi is not None:
-                apply_epilogue(b, core, epi, OUT, [ACC], loc)
-            store(core, n, f0, oh0)
+                    b.sfu(core, "cast", out, acc, loc=loc)
+                if epi is not None:
+                    apply_epilogue(b, core, epi, out, [acc], loc)
+                store(core, n, f0, oh0, r0, r1)
 
         cores.append((core, len(tiles), load, work))
     # With one filter tile per core (cost.conv_shares), the constants the cores need alike are read from device
@@ -339,7 +345,8 @@ def emit_conv2d(em, op, loc):
         if pool is not None and not shared:
             load_rows(b, core, PSELS, psel, 0, loc=loc)
         if early:
-            work(0)
+            # One tile: in pieces (cost.conv_pieces), each piece's store behind the next piece's products.
+            work(0, cost.conv_pieces(k, kp.tile, em.target, kp.cores))
             continue
         # Double-buffered, the next tile's loads are issued before this tile's products (DMA runs in order).
         if kp.nbuf == 2:
