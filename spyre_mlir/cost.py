@@ -709,7 +709,9 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
     K evenly in whole sticks of A), each core's span within the target's
     ``core_span_bytes``, and a tile that fits. K is split only when the batch, M and N together cannot use
     every core; ``split_k`` and ``split_m`` force the K and M splits (a card's share of a matmul keeps the whole
-    op's, so each core computes the same tiles). None when no division keeps each core's span in range."""
+    op's, so each core computes the same tiles). ``epi_ops``, ``chain_dv``: the work finishing each output tile
+    (:func:`finish_cycles`), weighed where grids compete; each grid's tile is picked without it, so matmuls of
+    one shape on one grid get one tile. None when no division keeps each core's span in range."""
     out_fmt = out_fmt or fmt
     best = None
     full = max((gb * gm * gn for gb, gm, gn, _ in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, False,
