@@ -26,7 +26,7 @@ import numpy as np
 
 from .binary import BUFFER_ALIGN, Buffer, Program, buffer_layout, program_to_bytes, write_program
 from .formats import STICK_BYTES, Format, encode
-from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, describe,
+from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, describe, sfu_fn,
                   tile_bytes, tile_pitch)
 
 __all__ = ["ProgramBuilder", "Tile", "listing"]
@@ -296,7 +296,7 @@ class ProgramBuilder:
         """SFU op ``dst = fn(src0[, src1])``. ``src1`` may be a tile shaped [m,n], [m,1] (per row), [1,n]
         (per column), [1,1], or a Python number (the immediate). ``imm`` is the scalar of CAST (scale),
         POWS (exponent), FILL (value) and SELECT (else-value)."""
-        fn = SfuFn[fn.upper()] if isinstance(fn, str) else SfuFn(fn)
+        fn = sfu_fn(fn)
         f = dict(fn=int(fn), m=dst.rows, n=dst.cols, a0=dst.addr, f0=int(dst.fmt))
         if src0 is not None:
             f.update(a1=src0.addr, f1=int(src0.fmt))

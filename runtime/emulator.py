@@ -826,25 +826,26 @@ class Machine:
             self._csp[st] = False
             self._fresh(st)
         elif self.numerics == "faithful" and self._csp[st].all():
-            return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view), lambda f: f)
+            return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view))
         elif _lut(t[3]) is not None and self._same(batch, tile, st2):
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         elif self.numerics == "faithful" and _lut(t[3]) is not None:
             return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead)
         return view
 
-    def _once(self, memo, addrs, shape, st, make, again, first=lambda x: x):
+    def _once(self, memo, addrs, shape, st, make, again=None, first=None):
         """The holder (``make()``) of the values read at these addresses, kept in ``memo`` for later reads of
-        the same bytes (equal stick ids): each such read gets ``again(holder)``, the first ``first(holder)``.
+        the same bytes (equal stick ids): each such read gets ``again(holder)``, the first ``first(holder)``
+        (None: the holder itself).
         Constants (:class:`Frozen`, decoded once per load) and a run's rereads (:class:`Decoded`) so decode
         once, and hand the same array to every reader (the pieces of one output tile multiply the same B)."""
         ids = self._orig[st]
         seen = memo.get((addrs, shape))
         if seen is not None and np.array_equal(seen[0], ids):
-            return again(seen[1])
+            return seen[1] if again is None else again(seen[1])
         holder = make()
         memo[addrs, shape] = (ids.copy(), holder)
-        return first(holder)
+        return holder if first is None else first(holder)
 
     def _same(self, batch, tile, st2=None) -> bool:
         """Whether tile ``tile(ins)`` holds the same bytes on every core of a batch, at this point of the plan

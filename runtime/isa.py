@@ -23,7 +23,7 @@ from .formats import STICK_BYTES, Format
 __all__ = [
     "INSTR_DTYPE", "INSTR_BYTES", "Op", "SfuFn", "ReduceFn", "Bcast", "MatmulFlag", "SFU_BCAST_MASK",
     "SFU_SWAP", "FIELDS", "ALL_FIELDS", "ROOT_ALL", "SFU_UNARY", "SFU_BINARY", "SFU_CLASS", "PT_FORMATS",
-    "tile_pitch", "tile_bytes", "describe",
+    "tile_pitch", "tile_bytes", "describe", "sfu_fn",
 ]
 
 INSTR_DTYPE = np.dtype([
@@ -98,6 +98,11 @@ SFU_UNARY = frozenset(f for f in SfuFn if f < 32)
 SFU_BINARY = frozenset(f for f in SfuFn if f >= 32)
 
 # Cost class of each SFU function for the cycle model (target.sfu_cycles(class)).
+def sfu_fn(fn) -> SfuFn:
+    """An SFU function given by name ("exp") or code."""
+    return SfuFn[fn.upper()] if isinstance(fn, str) else SfuFn(fn)
+
+
 SFU_CLASS = {f: "simple" for f in SfuFn}
 SFU_CLASS.update({f: "reciprocal" for f in (SfuFn.SQRT, SfuFn.RSQRT, SfuFn.RECIP, SfuFn.DIV)})
 SFU_CLASS.update({f: "transcendental" for f in (SfuFn.EXP, SfuFn.LOG, SfuFn.TANH, SfuFn.SIGMOID,

@@ -384,14 +384,18 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     return Cycles(pt=pt, sfu=sfu, dma=dma, ring=ring, total=total)
 
 
+def _softmax_ops(softmax: str) -> int:
+    """SFU instructions of a softmax on a tile (rows.apply_softmax), each paying the SFU's latency."""
+    return 8 + (3 if softmax == "safe" else 0)
+
+
 def softmax_sfu(tm: int, tn: int, target: Target, softmax: str) -> float:
     """SFU cycles of a softmax epilogue on a [tm, tn] tile (rows.apply_softmax): 6 elementwise passes (an exp
     among them), 2 row reductions, the per-row reciprocal (and the safe softmax's 3 per-row selects)."""
     lanes = target.sfu_lanes_per_core
     full = tm * tn * (5 * target.sfu_cycles("simple") + target.sfu_cycles("transcendental")) / lanes
     rows = tm * (target.sfu_cycles("reciprocal") + (3 if softmax == "safe" else 0)) / lanes
-    ops = 8 + (3 if softmax == "safe" else 0)
-    return full + 2 * tm * tn / lanes + rows + ops * target.sfu_latency_cycles
+    return full + 2 * tm * tn / lanes + rows + _softmax_ops(softmax) * target.sfu_latency_cycles
 
 
 def finish_cycles(tm: int, tn: int, target: Target, softmax: str | None = None, epi_ops: Sequence[str] = (),
@@ -405,7 +409,7 @@ def finish_cycles(tm: int, tn: int, target: Target, softmax: str | None = None, 
     work = sum(target.sfu_cycles(c) for c in epi_ops) * tm * tn / lanes + fixed
     if softmax:
         work += softmax_sfu(tm, tn, target, softmax)
-        fixed += (8 + (3 if softmax == "safe" else 0)) * target.sfu_latency_cycles
+        fixed += _softmax_ops(softmax) * target.sfu_latency_cycles
     if chain_dv:
         work += _pad(tm, target.pt_rows) * _pad(chain_dv, target.pt_cols) * tn / pt_rate(target, "dlf16") \
             + target.pt_latency_cycles
@@ -454,13 +458,13 @@ def last_pieces(tm: int, tn: int, tk: int, fmt: str, out_fmt: str, active: int, 
     in (its last K step ``tk`` deep, ``nmul`` products; ``finish``: :func:`finish_cycles` of the tile), so each
     piece's store overlaps the next piece's work instead of the whole store waiting for the whole tile. Pieces
     are whole PT-array row blocks (a smaller one would pad the array); their number minimizes the pipeline's
-    span (:func:`pipelined`), each piece paying every instruction's fixed latency."""
+    span (:func:`pipeline_span`), each piece paying every instruction's fixed latency."""
     blocks = _ceil(tm, target.pt_rows)
     fixed = nmul * target.pt_latency_cycles + finish[1]
     work = nmul * _pad(tm, target.pt_rows) * _pad(tn, target.pt_cols) * tk / pt_rate(target, _pt_fmt(fmt)) \
         + finish[0] - finish[1]
     out = tile_bytes(tm, tn, out_fmt) * active / (target.dram_write_gbps / target.clock_ghz)
-    q = min(range(1, blocks + 1), key=lambda q: pipelined(work / q + fixed, out / q + target.dma_latency_cycles, q))
+    q = min(range(1, blocks + 1), key=lambda q: pipeline_span(work / q + fixed, out / q + target.dma_latency_cycles, q))
     return tuple((lo * target.pt_rows, min(tm, hi * target.pt_rows)) for lo, hi in row_blocks(blocks, q))
 
 
@@ -471,7 +475,7 @@ def row_blocks(n: int, q: int) -> tuple[tuple[int, int], ...]:
     return tuple(zip(cuts, cuts[1:]))
 
 
-def pipelined(compute: float, store: float, pieces: int) -> float:
+def pipeline_span(compute: float, store: float, pieces: int) -> float:
     """Span of ``pieces`` pieces that each compute, then store (two in-order units): the first compute and the
     last store are exposed, and the longer stage sets the pace in between."""
     return compute + store + (pieces - 1) * max(compute, store)
@@ -554,7 +558,7 @@ def _shared_matmul_cycles(gm: int, gn: int, tiles: int, steps: int, tile: Sequen
     q = len(last_pieces(tm, tn, tk, pa, out_fmt, active, target, nmul, finish))
     fixed = nmul * target.pt_latency_cycles + finish[1]
     work = pt_step - tile_work * tiles / n + tile_work - fixed
-    last = pipelined(work / q + fixed,
+    last = pipeline_span(work / q + fixed,
                      out / q * active / (target.dram_write_gbps / target.clock_ghz) + target.dma_latency_cycles, q)
     total = fetch(read_bw) + mid + last + n * target.barrier_latency_cycles + sync_cycles(active, target)
     dma = (n * loads / read_bw + tiles * tile_bytes(tm, tn, out_fmt) / mixed_bw
@@ -1058,7 +1062,7 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
             work, store = _conv_piece_spans(k, tf, toh, target, active or cores, q)
             return Cycles(pt=pt, sfu=sfu, dma=loads + q * (store - target.dma_latency_cycles)
                           + (parts + 1 + q) * target.dma_latency_cycles, ring=ring,
-                          total=pre + (sfu - sfu_tile) + pipelined(work, store, q) + sync_cycles(cores, target))
+                          total=pre + (sfu - sfu_tile) + pipeline_span(work, store, q) + sync_cycles(cores, target))
         pre = (consts / g + sel / cores) / bw + parts * target.dma_latency_cycles + ring \
             + target.barrier_latency_cycles
         dma = moved / bw + transfers * target.dma_latency_cycles
@@ -1111,11 +1115,11 @@ def _conv_piece_spans(k: ConvKernel, tf: int, toh: int, target: Target, active: 
 def conv_pieces(k: ConvKernel, tile: Sequence[int], target: Target, active: int) -> tuple[tuple[int, int], ...]:
     """Output rows [lo, hi) of the pieces a core holding one conv tile (:func:`conv_phased`) computes, finishes
     and stores it in, whole pool windows each, so each piece's store overlaps the next piece's products: the
-    count that minimizes the pipeline's span (:func:`pipelined`)."""
+    count that minimizes the pipeline's span (:func:`pipeline_span`)."""
     _, tf, toh = tile
     unit = k.pool[0] if k.pool else 1
     units = max(1, toh // unit)
-    q = min(range(1, units + 1), key=lambda q: pipelined(*_conv_piece_spans(k, tf, toh, target, active, q), q))
+    q = min(range(1, units + 1), key=lambda q: pipeline_span(*_conv_piece_spans(k, tf, toh, target, active, q), q))
     return tuple((lo * unit, hi * unit) for lo, hi in row_blocks(units, q))
 
 

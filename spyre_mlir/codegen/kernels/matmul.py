@@ -33,8 +33,8 @@ from ..common import _DEVICE_FLOATS, EmitError, TileError, _attr, _sub, _tensor_
 from ..memory import DevTensor, format_of, load_rows, store_rows
 from ..plan import KernelPlan
 from .rows import (_one_use, _owner, _precedes, _row_view, _viewed, apply_epilogue, apply_softmax,
-                   broadcast_rows, epilogue, epilogue_buffer, epilogue_classes, epilogue_of, norm_body, softmax_of,
-                   widened_by)
+                   broadcast_rows, epilogue, epilogue_buffer, epilogue_classes, epilogue_of, norm_body,
+                   softmax_kind, softmax_of, widened_by)
 
 __all__ = ["matmul", "select", "sibling_of", "sibling_applier", "chained_of", "chain_applier", "prologue_of",
            "prologue_applier", "EMITTERS"]
@@ -125,7 +125,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
         else:
             em.in_kernel.add(sm.results[0])
         stats = {n.removeprefix("s"): plan.tile_at(n, tm, 1, "fp32")
-                 for n in softmax_stats("safe" if _attr(sm, "safe", False) else "plain")}
+                 for n in softmax_stats(softmax_kind(sm))}
     T = dict.fromkeys(used, {**_planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr,
                                               (-(-tm // gn), -(-kb // tk)) if resident else None, trans_b),
                              **_sibling_tiles(plan, tm, tn, tk, fb, nbuf, trans_b, sib, epi, gk),
@@ -568,9 +568,9 @@ def _row_window(t, rows, cols, depth, lo, hi):
 
 def _finish_work(t, rows, cols, target) -> tuple[float, float]:
     """cost.finish_cycles of a [rows, cols] output tile: its epilogue map, softmax and chained matmul."""
-    sm = t["SM"]
-    return finish_cycles(rows, cols, target, (("safe" if _attr(sm, "safe", False) else "plain") if sm else None),
-                         epilogue_classes(t["EPI"]) if t["EPI"] is not None else (), t["DV"])
+    sm, epi = t["SM"], t["EPI"]
+    return finish_cycles(rows, cols, target, softmax_kind(sm) if sm is not None else None,
+                         epilogue_classes(epi) if epi is not None else (), t["DV"])
 
 
 def _finish(b, core, t, rows, cols, temp, loc):

@@ -21,7 +21,7 @@ from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..sfu import NotOnSfu, live_temps, translate
 from spyre_mlir.runtime.formats import DLF16_MAX, Format
-from spyre_mlir.runtime.isa import SFU_CLASS, SfuFn
+from spyre_mlir.runtime.isa import SFU_CLASS, SfuFn, sfu_fn
 
 __all__ = ["pipelined", "broadcast_rows", "select", "EMITTERS"]
 
@@ -245,8 +245,7 @@ def apply_epilogue(b, core, epi, out, temps, loc, extra=()) -> None:
 
 def epilogue_classes(epi: Epilogue) -> tuple[str, ...]:
     """The SFU classes (cost.finish_cycles) of the epilogue's micro-ops, its rounding cast last."""
-    return tuple(SFU_CLASS[SfuFn[fn.upper()] if isinstance(fn, str) else SfuFn(fn)] for fn, *_ in epi.ops) + \
-        (SFU_CLASS[SfuFn.CAST],)
+    return tuple(SFU_CLASS[sfu_fn(fn)] for fn, *_ in epi.ops) + (SFU_CLASS[SfuFn.CAST],)
 
 
 def epilogue_buffer(i: int) -> str:
@@ -331,7 +330,7 @@ def _whole_rows_fit(mm, sm, target) -> bool:
     m = op_model(mm)
     return cost.best_tile(m.M, m.N, m.K, target, m.fmt, m.out_fmt, batch=m.B, bias=m.bias, b_fmt=m.b_fmt,
                           colscale=m.colscale, epi_in=m.epi_in, force=(None, m.N, None), trans_b=m.trans_b,
-                          softmax="safe" if _attr(sm, "safe", False) else "plain") is not None
+                          softmax=softmax_kind(sm)) is not None
 
 
 def softmax_of(producer):
@@ -349,6 +348,11 @@ def softmax_of(producer):
         if not _row_view(user):
             return None
         r = user.operation.results[0]
+
+
+def softmax_kind(sm) -> str:
+    """Which softmax ``sm`` is, as the cost model names it: "safe" (a row of -inf gives zeros) or "plain"."""
+    return "safe" if _attr(sm, "safe", False) else "plain"
 
 
 def apply_softmax(b, core, sm, src, dst, temp, stats, loc) -> None:
