@@ -10,6 +10,12 @@ such a reader. The merged region's `reason` lists the reasons of both, the reade
 upstream ops merge: one holding a spyre op (an f64 map the device cannot run) is host code the emitter runs by
 another path, and stays as it is.
 
+Two kinds of upstream op outside any region would keep a chain apart, and move in first. A `tensor.empty` of
+dynamic size (the buffer of a data-dependent result, sized by a host region's `index`) moves into the one host
+region that reads it; one nothing reads is erased. A `cf.assert` on a value a host region computes moves to the
+front of the next host region: it still runs before anything that follows it reads a result. Without them a region
+would yield a scalar (an `index`, an `i1`) to ops outside, and a scalar has no home between host calls.
+
 ```mlir
 %m = "spyre.host"() ({ ... "spyre.yield"(%ne) }) {reason = "int64 index math"}
 %b = "spyre.host"() ({ ... tensor.extract %m[...] ... "spyre.yield"(%g) }) {reason = "data-dependent ..."}
@@ -39,13 +45,40 @@ class MergeHostPass(SpyrePass):
             block = func.regions[0].blocks[0]
             merged = True
             while merged:
-                merged = False
+                merged = _sink_into_host(block)
                 for o in list(block.operations):
                     reader = _only_host_reader(o.operation)
                     if reader is not None:
                         _merge(o.operation, reader)
                         merged = True
                         break
+
+
+def _sink_into_host(block: ir.Block) -> bool:
+    """Move dynamic `tensor.empty` ops and `cf.assert`s on host values into the host regions after them (module
+    docstring); erase unread dynamic `tensor.empty`s. True when anything moved."""
+    moved = False
+    ops = [o.operation for o in block.operations]
+    for i, o in enumerate(ops):
+        if o.name == "tensor.empty" and len(o.operands):
+            readers = {host_region_of(user(u)) for u in o.results[0].uses}
+            if not readers:
+                o.erase()
+                moved = True
+            elif len(readers) == 1 and None not in readers and upstream_host(reader := readers.pop()):
+                o.move_before(reader.regions[0].blocks[0].operations[0])
+                moved = True
+        elif o.name == "cf.assert" and _from_host(o.operands[0]):
+            later = next((h for h in ops[i + 1:] if h.name == "spyre.host" and upstream_host(h)), None)
+            if later is not None:
+                o.move_before(later.regions[0].blocks[0].operations[0])
+                moved = True
+    return moved
+
+
+def _from_host(v: ir.Value) -> bool:
+    owner = v.owner
+    return not isinstance(owner, ir.Block) and owner.operation.name == "spyre.host"
 
 
 def _only_host_reader(op: ir.Operation) -> ir.Operation | None:

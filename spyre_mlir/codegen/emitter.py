@@ -49,7 +49,7 @@ from .kernels import EMITTERS, KERNELS
 from .kernels.matmul import chain_applier, prologue_applier, prologue_of, sibling_applier
 from .kernels.move import row_sources, slice_rows
 from .kernels.rows import repeated_rows
-from .memory import DevTensor, format_of, io_dtype
+from .memory import DevTensor, NoFormat, format_of, io_dtype, supported_types
 from .plan import PlanError
 
 __all__ = ["Emitter", "EmitError", "TileError"]
@@ -343,7 +343,12 @@ class Emitter:
                 n_in += 1
             else:
                 name = pname
-            fmt = Format.UINT8 if arg_attrs is not None and _io_unsigned(ir.DictAttr(arg_attrs[i])) else format_of(elt)
+            try:
+                fmt = (Format.UINT8 if arg_attrs is not None and _io_unsigned(ir.DictAttr(arg_attrs[i]))
+                       else format_of(elt))
+            except NoFormat as e:
+                raise EmitError(f"input '{name}': {e} (a binary's buffers hold {', '.join(supported_types())})",
+                                main.operation.location) from None
             if arg_attrs is not None and "spyre.state" in ir.DictAttr(arg_attrs[i]):
                 sname = ir.StringAttr(ir.DictAttr(arg_attrs[i])["spyre.state"]).value
                 self._state_in[sname] = self.b.state(sname, shape, fmt)
@@ -377,7 +382,11 @@ class Emitter:
             self._op_index = i
             trip = trips.get(_attr(op, ROUND_TRIP))
             if placement[i] != "known" and (trip is None or trip[0].operation == op.operation):
-                self._emit_op(op, placement[i], trip[1:] if trip else ())
+                try:
+                    self._emit_op(op, placement[i], trip[1:] if trip else ())
+                except NoFormat as e:
+                    raise EmitError(f"{op.operation.name}: {e} (a binary's buffers hold "
+                                    f"{', '.join(supported_types())})", op.operation.location) from None
             self._free_dead(i, op)
         self._emit_outputs(outs, ret)
         try:

@@ -228,6 +228,8 @@ def literal_value(op) -> np.ndarray:
     from spyre_mlir import params
 
     op = op.operation
+    if len(op.operands):
+        raise Unsupported(f"'{op.name}' with dynamic sizes is not a literal")
     value = op.attributes["value"] if "value" in op.attributes else None
     if value is not None and params.is_resource(value):
         return params.constant_value(value, op.context)

@@ -17,14 +17,18 @@ import numpy as np
 from spyre_mlir.runtime.binary import buffer_layout
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 
-__all__ = ["DevTensor", "format_of", "load_rows", "store_rows", "load_gather"]
+__all__ = ["DevTensor", "NoFormat", "format_of", "load_rows", "store_rows", "load_gather"]
+
+
+class NoFormat(ValueError):
+    """An element type no buffer of a binary can hold (complex<f16>, say)."""
 
 
 def format_of(elt) -> Format:
     """The device format of an MLIR element type (the model's own types; reduce-precision decides them)."""
     s = str(elt)
     if s not in _FORMATS:
-        raise ValueError(f"no device format for element type {s}")
+        raise NoFormat(f"no device format for element type {s}")
     return _FORMATS[s]
 
 
@@ -34,6 +38,13 @@ _FORMATS = {"f32": Format.FP32, "f64": Format.FP64, "!spyre.dlf16": Format.DLF16
             "i4": Format.INT4, "i16": Format.INT16, "ui8": Format.UINT8, "i32": Format.INT32, "i64": Format.INT64,
             "index": Format.INT64, "i1": Format.BOOL, "complex<f32>": Format.COMPLEX64,
             "complex<f64>": Format.COMPLEX128}
+
+
+def supported_types() -> list[str]:
+    """The element types a buffer can hold."""
+    return list(_FORMATS)
+
+
 _IO_DTYPES = {"f16": "float16", "bf16": "bfloat16"}
 
 

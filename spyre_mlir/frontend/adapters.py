@@ -311,8 +311,8 @@ def _narrow_int(x) -> bool:
 
 
 def _widened(target, fallback):
-    """``target`` computed in int32 when an int8/uint8 tensor is among its arguments, then narrowed back to
-    the dtype PyTorch's promotion gives; otherwise ``fallback`` (the table's own decomposition, if any)."""
+    """``target`` computed in int32 when an int8/uint8 tensor is among its arguments, then converted to the
+    dtypes PyTorch's meta kernel gives (else promotion's); otherwise ``fallback`` (the table's own decomposition, if any)."""
     from torch.utils import _pytree as pytree
 
     def decomposition(*args, **kwargs):
@@ -320,19 +320,48 @@ def _widened(target, fallback):
         narrow = [a for a in flat if _narrow_int(a)]
         if not narrow:
             return fallback(*args, **kwargs) if fallback is not None else NotImplemented
-        promoted = narrow[0].dtype
-        for a in flat:
-            if isinstance(a, torch.Tensor):
-                promoted = torch.promote_types(promoted, a.dtype)
-            elif isinstance(a, (bool, int, float)):
-                promoted = torch.result_type(torch.empty((), dtype=promoted), a)
+        dtypes = _result_dtypes(target, flat, spec)
         wide_args, wide_kwargs = pytree.tree_unflatten(
             [a.to(torch.int32) if _narrow_int(a) else a for a in flat], spec)
         result = target(*wide_args, **wide_kwargs)
-        return pytree.tree_map(
-            lambda r: r.to(promoted) if isinstance(r, torch.Tensor) and r.dtype == torch.int32 else r, result)
+        flat_result, result_spec = pytree.tree_flatten(result)
+        if dtypes is None or len(dtypes) != len(flat_result):   # promotion narrows only what was widened
+            dtypes = [_promoted(flat) if isinstance(r, torch.Tensor) and r.dtype == torch.int32 else None
+                      for r in flat_result]
+        return pytree.tree_unflatten([r.to(d) if isinstance(r, torch.Tensor) and d is not None and r.dtype != d
+                                      else r for r, d in zip(flat_result, dtypes)], result_spec)
 
     return decomposition
+
+
+def _result_dtypes(target, flat, spec) -> list | None:
+    """The dtypes of ``target``'s flattened results on arguments ``flat``, from its meta kernel (None for a
+    non-tensor result), or None when it has none. PyTorch's own answer: an ``index_put`` of int8 by int64
+    indices is int8, which promoting over all tensor arguments would make int64."""
+    from torch.utils import _pytree as pytree
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:
+        with _disable_current_modes():
+            args, kwargs = pytree.tree_unflatten(
+                [torch.empty(tuple(a.shape), dtype=a.dtype, device="meta") if isinstance(a, torch.Tensor) else a
+                 for a in flat], spec)
+            out = target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - no meta kernel, or symbolic shapes: promote instead
+        return None
+    return [r.dtype if isinstance(r, torch.Tensor) else None for r in pytree.tree_leaves(out)]
+
+
+def _promoted(flat) -> torch.dtype:
+    """The dtype PyTorch's type promotion gives over ``flat``'s tensors and scalars."""
+    narrow = [a for a in flat if _narrow_int(a)]
+    promoted = narrow[0].dtype
+    for a in flat:
+        if isinstance(a, torch.Tensor):
+            promoted = torch.promote_types(promoted, a.dtype)
+        elif isinstance(a, (bool, int, float)):
+            promoted = torch.result_type(torch.empty((), dtype=promoted), a)
+    return promoted
 
 
 def widen_narrow_integers(ep: torch.export.ExportedProgram, table: dict) -> bool:

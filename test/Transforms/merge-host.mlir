@@ -91,3 +91,45 @@ func.func @spyre_ops_inside(%x: tensor<4xf64>) -> tensor<4xf64> {
   }) {reason = "f64"} : () -> tensor<4xf64>
   return %b : tensor<4xf64>
 }
+
+// -----
+
+// A boolean-mask index_put: host regions compute the count of true elements (an index) and a check on it (an
+// i1), read outside any region by the dynamic-size tensor.empty of the selected values and by cf.assert. Both
+// move into the region that reads them (an unread dynamic empty is erased), so the whole chain is one region:
+// no scalar crosses from one host call to another.
+// CHECK-LABEL: func.func @dynamic_sizes
+// CHECK: %[[H:.*]] = "spyre.host"() ({
+// CHECK: arith.index_cast
+// CHECK: arith.cmpi sge
+// CHECK-DAG: tensor.empty(%{{.*}}) : tensor<?xf32>
+// CHECK-DAG: cf.assert
+// CHECK: linalg.fill
+// CHECK: "spyre.yield"
+// CHECK-NEXT: }) {reason = "dynamic shapes; int64 index math"} : () -> tensor<4xf32>
+// CHECK-NOT: "spyre.host"
+// CHECK-NOT: tensor.empty(
+// CHECK: return %[[H]]
+func.func @dynamic_sizes(%count: tensor<i64>, %x: tensor<4xf32>) -> tensor<4xf32> {
+  %c0 = arith.constant 0 : i64
+  %n = "spyre.host"() ({
+    %e = tensor.extract %count[] : tensor<i64>
+    %i = arith.index_cast %e : i64 to index
+    "spyre.yield"(%i) : (index) -> ()
+  }) {reason = "int64 index math"} : () -> index
+  %ok = "spyre.host"() ({
+    %e = arith.index_cast %n : index to i64
+    %b = arith.cmpi sge, %e, %c0 : i64
+    "spyre.yield"(%b) : (i1) -> ()
+  }) {reason = "int64 index math"} : () -> i1
+  %unread = tensor.empty(%n) : tensor<?x1xi64>
+  cf.assert %ok, "negative values not allowed in new dimensions"
+  %buf = tensor.empty(%n) : tensor<?xf32>
+  %r = "spyre.host"() ({
+    %z = arith.constant 0.0 : f32
+    %s = linalg.fill ins(%z : f32) outs(%buf : tensor<?xf32>) -> tensor<?xf32>
+    %c = tensor.insert_slice %s into %x[0] [%n] [1] : tensor<?xf32> into tensor<4xf32>
+    "spyre.yield"(%c) : (tensor<4xf32>) -> ()
+  }) {reason = "dynamic shapes"} : () -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}

@@ -85,6 +85,13 @@ CASES = {
     # host code reading a value computed while compiling (a dense_resource constant): an argument, not cloned
     # into the LLVM code (was: the lowering looped on the resource's elements)
     "masked_scatter": (torch.masked_scatter, x, x > 0, torch.randn(5, 6, 7, generator=g)),
+    # a boolean mask: host regions yield the count (an index) to a dynamic tensor.empty and a cf.assert outside
+    # them (was: KeyError in the host program translator)
+    "index_put_bool_mask": (lambda a, m, v: torch.index_put(a, (m,), v), torch.randn(5, 5, generator=g),
+                            torch.tensor([True, False, True, True, False]), torch.randn(5, generator=g)),
+    # int8 computed in int32 by an int64 index: converted back to int8, not to the index's int64
+    "index_put_int8": (lambda a, i, v: torch.index_put(a, (i,), v), ints.to(torch.int8).reshape(3, 4),
+                       torch.tensor([2]), torch.arange(4, dtype=torch.int8).reshape(1, 4)),
 }
 
 
@@ -108,6 +115,9 @@ def test_no_internal_exception_escapes():
         (lambda a: a.nonzero(), (x,)),                 # data-dependent shape: torch.export refuses
         (lambda a: a[a > 0].sum(), (x,)),
         (lambda a: a.unfold(0, 2, 1).sum(), (ints > 0,)),
+        (lambda a, m, v: torch.index_put(a, (m,), v),        # complex32: no buffer format (was: ValueError)
+         (torch.zeros(4, 2, dtype=torch.complex32), torch.tensor([True, False, True, False]),
+          torch.zeros(2, dtype=torch.complex32))),
     ]
     for fn, inputs in programs:
         try:
