@@ -704,6 +704,19 @@ def _batches(seg: list) -> list[list]:
     return out
 
 
+def segments(steps) -> list[tuple[list[list], "Sync | None"]]:
+    """The static schedule as its segments: (the segment's batches, :func:`_batches`; the barrier release
+    ending it, None for the last). A pure function of the schedule, kept with it by the loader."""
+    out, seg = [], []
+    for s in list(steps) + [None]:
+        if s is not None and not isinstance(s, Sync):
+            seg.append(s)
+            continue
+        out.append((_batches(seg), s))
+        seg = []
+    return out
+
+
 class Machine:
     """The memories of one loaded program (device memory; the scratchpads of all cores as one memory, core
     ``c``'s at offset ``c * sp_stride``) in a numerics mode, and what each instruction does to them.
@@ -724,10 +737,11 @@ class Machine:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
         return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
 
-    def plan(self, steps, constants=()) -> list:
+    def plan(self, steps, constants=(), segs=None) -> list:
         """The steps of the static schedule as closures, in schedule order: each segment between barrier
         releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
-        delivered). ``constants``: (addr, nbytes) of the constant buffers."""
+        delivered). ``constants``: (addr, nbytes) of the constant buffers; ``segs``: :func:`segments` of
+        ``steps``, when the caller kept them."""
         # Which sticks hold bytes copied from constants only, at this point of the plan: the same at every run.
         # Faithful tiles read from them are decoded once (:class:`Frozen`); the fp32-reference shadow is read
         # as a strided view, and numpy's elementwise kernels may differ between layouts, so it is left alone.
@@ -779,14 +793,10 @@ class Machine:
         self._writers = (np.cumsum(edges[:n]) + np.bincount(np.concatenate(scattered), minlength=n)).astype(np.int32)
         slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
-        plan, seg = [], []
-        for s in list(steps) + [None]:
-            if s is not None and not isinstance(s, Sync):
-                seg.append(s)
-                continue
-            plan += [self._prepare_split(b) for b in _batches(seg)]
-            seg = []
-            if s is not None and (f := self._prepare_sync(s)) is not None:
+        plan = []
+        for batches, sync in segs if segs is not None else segments(steps):
+            plan += [self._prepare_split(b) for b in batches]
+            if sync is not None and (f := self._prepare_sync(sync)) is not None:
                 plan.append(f)
         return plan
 

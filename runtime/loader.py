@@ -19,8 +19,10 @@ Calling the :class:`Executable` then writes the inputs, walks the plan and decod
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import functools
+import hashlib
 import os
 import time
 import warnings
@@ -32,7 +34,7 @@ from spyre_mlir.errors import SpyreError
 from .binary import BinaryFormatError, Buffer, Program, is_system, program_from_bytes
 from .collector import collector_paused
 from .cycles import Profile, model_program
-from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread
+from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread, segments
 from .formats import STICK_BYTES, Format
 from .hostjit import HostCode, HostCodeError, host_dtype
 from .hostops import HostOpError, check_host_op
@@ -570,7 +572,8 @@ class Executable:
                 v.shadow[...] = v.read_bytes()
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
-        self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"])
+        self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"],
+                                       getattr(steps, "segments", None))
         self._sp_peak = max(sp_size)
         self._wall: float | None = None
 
@@ -749,31 +752,64 @@ def _load_bytes(data, target, numerics):
         raise BinaryFormatError(f"metadata.device_bytes: {prog.device_bytes} is not a stick multiple or "
                                 f"exceeds the limit {min(target.dram_bytes, limit)} (target DRAM or "
                                 f"SPYRE_EMU_MAX_DEVICE_BYTES)")
+    digest = hashlib.blake2b(data, digest_size=16).digest()
     if prog.entries:
         exes, device = {}, None
         for e in prog.entries:
             view = prog.entry_program(e.name)
             try:
-                streams, steps, host_code = _validate(view, target)
+                streams, steps, host_code = _validate(view, target, (digest, e.name))
             except BinaryFormatError as err:
                 raise BinaryFormatError(f"entry '{e.name}': {err}") from None
             exes[e.name] = Executable(view, target, numerics, streams, steps, host_code, device=device)
             device = exes[e.name].device      # the first entry's view wrote every (shared) constant
         return Bundle(prog, exes)
-    streams, steps, host_code = _validate(prog, target)
+    streams, steps, host_code = _validate(prog, target, (digest, ""))
     return Executable(prog, target, numerics, streams, steps, host_code)
 
 
-def _validate(prog: Program, target):
-    """Decode and check one program's host work and code, and order it as the emulator runs it."""
-    dec = _Decoder(prog, target)
-    bufs = {b.name: b for b in prog.buffers}
+# Programs this process validated: (image digest, entry, target fingerprint) -> (streams, schedule). The decoded
+# instructions and their schedule (with its batches, emulator.segments) are read-only: loading the same bytes
+# again (a compile-cache hit, a second Executable of one file) reuses them instead of checking every instruction
+# again. Host code is compiled at each load: its functions keep per-call state.
+_VALIDATED: collections.OrderedDict = collections.OrderedDict()
+VALIDATED_KEEP = 100_000       # instructions kept over all programs (about 1 KB each, decoded and scheduled)
+
+
+def _validate(prog: Program, target, key: tuple | None = None):
+    """Decode and check one program's host work and code, and order it as the emulator runs it. ``key``
+    identifies the image it came from (:data:`_VALIDATED`)."""
     host_code = None
     if prog.host_code:
         try:
             host_code = HostCode(prog.host_code)
         except HostCodeError as e:
             raise BinaryFormatError(f"metadata.host_code: {e}") from None
+    key = None if key is None else (*key, target.fingerprint(), target.num_cores)
+    if key is not None and key in _VALIDATED:
+        _VALIDATED.move_to_end(key)
+        return (*_VALIDATED[key], host_code)
+    streams, steps = _check(prog, target, host_code)
+    steps = _Schedule(steps)
+    if key is not None and len(steps) <= VALIDATED_KEEP:
+        _VALIDATED[key] = (streams, steps)
+        while sum(len(v[1]) for v in _VALIDATED.values()) > VALIDATED_KEEP:
+            _VALIDATED.popitem(last=False)
+    return streams, steps, host_code
+
+
+class _Schedule(list):
+    """A validated program's static schedule, with its segments (:func:`~.emulator.segments`) made once."""
+
+    @functools.cached_property
+    def segments(self) -> list:
+        return segments(self)
+
+
+def _check(prog: Program, target, host_code):
+    """Decode and check every host op and instruction of ``prog``; (streams, schedule)."""
+    dec = _Decoder(prog, target)
+    bufs = {b.name: b for b in prog.buffers}
     dec.host_code = host_code
     dec.host_ops = []
     for j, entry in enumerate(prog.host_ops):
@@ -795,7 +831,7 @@ def _validate(prog: Program, target):
         streams.append([dec.decode(c, i, rec, vals, checked) for i, (rec, vals) in enumerate(zip(code, rows))])
     steps = schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
-    return streams, steps, host_code
+    return streams, steps
 
 
 def _unused_bytes() -> np.ndarray:

@@ -578,3 +578,30 @@ def test_cross_core_access_needs_a_barrier():
     with pytest.raises(BinaryFormatError, match=r"code core 1 instruction 1 \(dma_store.*\): writes device bytes "
                                                 r"\[\d+, \d+\) that core 0 writes \(instruction 1\) with no barrier"):
         _handoff(barrier_between=False, core_writes_twice=True).load()
+
+
+def test_the_same_bytes_are_validated_once_per_process(prog, monkeypatch):
+    """A second load of the same image (a compile-cache hit) reuses the decoded, scheduled program: each
+    Executable still has memories of its own and computes the same; other bytes are validated in full."""
+    from collections import OrderedDict
+
+    from spyre_mlir.runtime import loader
+
+    checks = []
+    real = loader._check
+    monkeypatch.setattr(loader, "_check", lambda *a: checks.append(1) or real(*a))
+    monkeypatch.setattr(loader, "_VALIDATED", OrderedDict())
+    data = program_to_bytes(prog)
+    a, b = load_bytes(data, T2), load_bytes(data, T2)
+    assert len(checks) == 1 and a.steps is b.steps and a.device is not b.device
+    x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    (ya,), (yb,) = a(x), b(x)
+    assert np.array_equal(ya, yb) and np.array_equal(ya, a(x)[0])
+    with pytest.raises(BinaryFormatError, match="unknown format code 77"):
+        load_bytes(_set(0, Op.MATMUL, "f0", 77)(prog), T2)
+    assert len(checks) == 2
+    monkeypatch.setattr(loader, "_VALIDATED", OrderedDict())
+    monkeypatch.setattr(loader, "VALIDATED_KEEP", 0)          # too big to keep: validated at every load
+    load_bytes(data, T2)
+    load_bytes(data, T2)
+    assert len(checks) == 4
