@@ -45,13 +45,15 @@ class Adapter:
     """A named rewrite: ``decompositions`` maps ATen overloads to equivalent torch code.
 
     ``applies(node)`` may veto the rewrite for one occurrence (e.g. a scan too long for the triangular
-    form); the adapter is used only when every occurrence in the program accepts it.
+    form); the adapter is used only when every occurrence in the program accepts it, and ``needed(node)`` holds
+    for one (a rewrite that leaves some occurrences as they are).
     """
 
     name: str
     why: str
     decompositions: dict
     applies: Callable[[torch.fx.Node], bool] = lambda node: True
+    needed: Callable[[torch.fx.Node], bool] = lambda node: True
     # In-place forms in the exported graph that functionalization turns into the decomposed ops.
     inplace: tuple = ()
 
@@ -229,6 +231,15 @@ def minimum_propagating_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return _nan_propagating(x, y, x < y)
 
 
+def reciprocal_as_division(x: torch.Tensor) -> torch.Tensor:
+    """``reciprocal(x)`` as ``1 / x`` in x's float type (integers and bools in the default float type), which
+    gives PyTorch's infinity for 0; complex tensors keep the table's lowering."""
+    if x.dtype.is_complex:
+        return NotImplemented
+    xf = x if x.dtype.is_floating_point else x.to(torch.result_type(x, 1.0))
+    return torch.div(torch.ones_like(xf), xf)
+
+
 ADAPTERS: list[Adapter] = [
 
     Adapter(
@@ -264,6 +275,13 @@ ADAPTERS: list[Adapter] = [
         applies=lambda node: _index_copy_fits(*(a.meta["val"] if hasattr(a, "meta") else a for a in node.args[:4])),
     ),
     Adapter(
+        name="reciprocal-as-division",
+        why="aten.reciprocal lowers with an assertion that no element is 0 (PyTorch gives inf), which also keeps "
+        "it off the device",
+        decompositions={aten.reciprocal.default: reciprocal_as_division},
+        needed=lambda node: not node.args[0].meta["val"].dtype.is_complex,
+    ),
+    Adapter(
         name="median-by-sort",
         why="aten.median.dim fails to legalize in the torch backend pipeline",
         decompositions={aten.median.dim: median_by_sort},
@@ -279,14 +297,15 @@ def decomposition_table() -> dict:
 
 
 def select_adapters(ep: torch.export.ExportedProgram, adapters: list[Adapter] | None = None) -> list[Adapter]:
-    """The adapters whose ops occur in ``ep``'s graph (or its subgraphs) and accept every occurrence."""
+    """The adapters whose ops occur in ``ep``'s graph (or its subgraphs), accept every occurrence and are needed by
+    one."""
     adapters = ADAPTERS if adapters is None else adapters
     nodes = [n for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes]
     chosen = []
     for adapter in adapters:
         hits = [n for n in nodes if n.op == "call_function"
                 and (n.target in adapter.decompositions or n.target in adapter.inplace)]
-        if hits and all(adapter.applies(n) for n in hits):
+        if hits and all(adapter.applies(n) for n in hits) and any(adapter.needed(n) for n in hits):
             chosen.append(adapter)
     return chosen
 

@@ -70,6 +70,11 @@ CASES = {
         (lambda c, x, i: c.index_copy(0, i, x), (torch.randn(6, 5), torch.randn(1, 5), torch.tensor([3])),
          [(torch.randn(6, 5), torch.randn(1, 5), torch.tensor([0]))]),
     ],
+    "reciprocal-as-division": [
+        (torch.reciprocal, (torch.tensor([0.0, -0.0, 2.0, -4.0, float("nan")]),), [(torch.randn(5),)]),
+        (torch.reciprocal, (torch.tensor([0, 1, -2, 3]),), [(torch.tensor([5, 0, 0, -1]),)]),
+        (lambda b: torch.reciprocal(b), (torch.tensor([True, False]),), []),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),

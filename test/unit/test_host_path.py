@@ -89,6 +89,9 @@ CASES = {
     # them (was: KeyError in the host program translator)
     "index_put_bool_mask": (lambda a, m, v: torch.index_put(a, (m,), v), torch.randn(5, 5, generator=g),
                             torch.tensor([True, False, True, True, False]), torch.randn(5, generator=g)),
+    # reciprocal of 0 is inf, in floats and integers (was: torch-mlir's "tensor with zero element" assertion)
+    "reciprocal_of_zero": (lambda a, b: (torch.reciprocal(a), torch.reciprocal(b), torch.reciprocal(b > 0)),
+                           torch.tensor([0.0, -0.0, 2.0, -4.0]), ints),
     # int8 computed in int32 by an int64 index: converted back to int8, not to the index's int64
     "index_put_int8": (lambda a, i, v: torch.index_put(a, (i,), v), ints.to(torch.int8).reshape(3, 4),
                        torch.tensor([2]), torch.arange(4, dtype=torch.int8).reshape(1, 4)),
