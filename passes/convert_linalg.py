@@ -1174,6 +1174,8 @@ def _fuse_layernorm(root: ir.Operation) -> bool:
             continue
         x, axis, eps = core
         norm = _shape(x)[axis:]
+        if eps < 0:         # spyre.layernorm's epsilon is non-negative: the maps compute PyTorch's NaNs
+            continue
         if any(p is not None and (_shape(p) != norm or _elt(p) != _elt(x)) for p in (w, b)) or \
                 _shape(x) != _shape(v) or _elt(x) != _elt(v):
             continue
@@ -1204,6 +1206,8 @@ def _fuse_rmsnorm(root: ir.Operation) -> bool:
         if core is None:
             continue
         x, eps = core
+        if eps < 0:
+            continue
         if (w is not None and (_shape(w) != _shape(x)[-1:] or _elt(w) != _elt(x))) or _shape(x) != _shape(v) \
                 or _elt(x) != _elt(v):
             continue

@@ -75,6 +75,10 @@ CASES = {
         (torch.reciprocal, (torch.tensor([0, 1, -2, 3]),), [(torch.tensor([5, 0, 0, -1]),)]),
         (lambda b: torch.reciprocal(b), (torch.tensor([True, False]),), []),
     ],
+    "gelu-tanh": [
+        (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), (torch.linspace(-6, 6, 50),),
+         [(torch.randn(50) * 3,)]),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),

@@ -164,6 +164,65 @@ func.func @rms_norm(%1: tensor<1x16x64xf32>, %arg2: tensor<64xf32>) -> tensor<1x
 
 // -----
 
+// A negative epsilon (PyTorch allows one; mean(x^2) + eps may be negative, giving NaN) is not a spyre.rmsnorm,
+// whose epsilon is non-negative: the maps and the reduce compute it.
+// CHECK-LABEL: func.func @rms_norm_negative_epsilon
+// CHECK-NOT: spyre.rmsnorm
+// CHECK: math.rsqrt
+// CHECK-NOT: spyre.rmsnorm
+// CHECK: return
+#map1 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#map6 = affine_map<(d0, d1, d2) -> (d0, d1, 0)>
+#map7 = affine_map<(d0, d1, d2) -> (d2)>
+func.func @rms_norm_negative_epsilon(%1: tensor<1x16x64xf32>, %arg2: tensor<64xf32>) -> tensor<1x16x64xf32> {
+  %c2_i64 = arith.constant 2 : i64
+  %cst = arith.constant 0.000000e+00 : f32
+  %cst_7 = arith.constant -5.000000e-01 : f64
+  %cst_8 = arith.constant 6.400000e+01 : f32
+  %0 = tensor.empty() : tensor<1x16x64xf32>
+  %11 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1 : tensor<1x16x64xf32>) outs(%0 : tensor<1x16x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %146 = math.fpowi %in, %c2_i64 : f32, i64
+    linalg.yield %146 : f32
+  } -> tensor<1x16x64xf32>
+  %12 = tensor.empty() : tensor<1x16x1xf32>
+  %13 = linalg.fill ins(%cst : f32) outs(%12 : tensor<1x16x1xf32>) -> tensor<1x16x1xf32>
+  %14 = linalg.generic {indexing_maps = [#map1, #map6], iterator_types = ["parallel", "parallel", "reduction"]} ins(%11 : tensor<1x16x64xf32>) outs(%13 : tensor<1x16x1xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %146 = arith.addf %in, %out : f32
+    linalg.yield %146 : f32
+  } -> tensor<1x16x1xf32>
+  %15 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%14 : tensor<1x16x1xf32>) outs(%12 : tensor<1x16x1xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %146 = arith.divf %in, %cst_8 : f32
+    linalg.yield %146 : f32
+  } -> tensor<1x16x1xf32>
+  %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%15 : tensor<1x16x1xf32>) outs(%12 : tensor<1x16x1xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %146 = arith.truncf %cst_7 : f64 to f32
+    %147 = arith.addf %in, %146 : f32
+    linalg.yield %147 : f32
+  } -> tensor<1x16x1xf32>
+  %17 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%16 : tensor<1x16x1xf32>) outs(%12 : tensor<1x16x1xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %146 = math.rsqrt %in : f32
+    linalg.yield %146 : f32
+  } -> tensor<1x16x1xf32>
+  %18 = linalg.generic {indexing_maps = [#map1, #map6, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%1, %17 : tensor<1x16x64xf32>, tensor<1x16x1xf32>) outs(%0 : tensor<1x16x64xf32>) {
+  ^bb0(%in: f32, %in_84: f32, %out: f32):
+    %146 = arith.mulf %in, %in_84 : f32
+    linalg.yield %146 : f32
+  } -> tensor<1x16x64xf32>
+  %19 = linalg.generic {indexing_maps = [#map7, #map1, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg2, %18 : tensor<64xf32>, tensor<1x16x64xf32>) outs(%0 : tensor<1x16x64xf32>) {
+  ^bb0(%in: f32, %in_84: f32, %out: f32):
+    %146 = arith.mulf %in, %in_84 : f32
+    linalg.yield %146 : f32
+  } -> tensor<1x16x64xf32>
+  return %19 : tensor<1x16x64xf32>
+}
+
+// -----
+
 // Without the weight it is still an rmsnorm (x * x squares too); a mean over the wrong dim is not one.
 // CHECK-LABEL: func.func @rms_norm_variants
 // CHECK: "spyre.rmsnorm"(%arg0) {acc_type = f32, epsilon = 9.99999997E-7 : f32
