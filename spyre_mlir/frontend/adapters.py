@@ -119,6 +119,21 @@ def cummin_as_masked_min(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch
     return _cumulative_extreme(x, dim, largest=False)
 
 
+def logcumsumexp_by_mask(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """``logcumsumexp(x, dim)``: element i is the logsumexp of elements 0..i, over a lower-triangular mask (the
+    others -inf). logsumexp subtracts its max first, as PyTorch's running log-add-exp does in effect; the
+    table's log(cumsum(exp(x))) overflows above x = 88 and loses the small terms. Complex: the table's."""
+    if x.dtype.is_complex:
+        return NotImplemented
+    if x.dim() == 0:
+        return x.clone()
+    n = x.shape[dim]
+    keep = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()        # [i, j]: j <= i
+    rows = x.movedim(dim, -1).unsqueeze(-2).expand(*x.movedim(dim, -1).shape[:-1], n, n)
+    masked = rows.masked_fill(~keep, float("-inf"))
+    return torch.logsumexp(masked, dim=-1).movedim(-1, dim)
+
+
 def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``median(x, dim)``: the lower median, element ``(n - 1) // 2`` of the sorted slice, with its index.
     A slice holding a NaN has median NaN (PyTorch's rule), reported at the first NaN's index. Among equal
@@ -300,6 +315,14 @@ ADAPTERS: list[Adapter] = [
         why="aten.gelu(approximate='tanh') lowers with 0.797724 for sqrt(2/pi) (0.7978846): results off by 1e-4",
         decompositions={aten.gelu.default: gelu_tanh},
         needed=lambda node: _approximate(node) == "tanh",
+    ),
+    Adapter(
+        name="logcumsumexp-by-mask",
+        why="aten.logcumsumexp lowers to log(cumsum(exp(x))), a tm_tensor.scan on the host that overflows "
+        "above 88 and loses small terms",
+        decompositions={aten.logcumsumexp.default: logcumsumexp_by_mask},
+        applies=lambda node: _scan_length(node) <= MAX_TRIANGULAR_SCAN,
+        needed=lambda node: not node.args[0].meta["val"].dtype.is_complex,
     ),
     Adapter(
         name="median-by-sort",

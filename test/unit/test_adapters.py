@@ -79,6 +79,11 @@ CASES = {
         (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), (torch.linspace(-6, 6, 50),),
          [(torch.randn(50) * 3,)]),
     ],
+    "logcumsumexp-by-mask": [
+        (lambda x: torch.logcumsumexp(x, 0), (torch.randn(5, 5, 5) * 9,), [(torch.randn(5, 5, 5) + 100,)]),
+        (lambda x: torch.logcumsumexp(x, -1), (torch.tensor([[0.0, float("-inf"), 2.0, -50.0]]),),
+         [(torch.randn(1, 4),)]),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),
