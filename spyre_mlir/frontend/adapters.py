@@ -444,6 +444,47 @@ def widen_narrow_integers(ep: torch.export.ExportedProgram, table: dict) -> bool
     return True
 
 
+# Ops whose lowering is wrong for bool data, with the argument slots holding it: accumulation adds i1 values,
+# which is xor (PyTorch's is or), and sort compares i1 as signed (True < False).
+BOOL_SLOTS = {aten.scatter_add.default: (0, 3), aten.index_add.default: (0, 3), aten.index_put.default: (0, 2),
+              aten._unsafe_masked_index_put_accumulate.default: (0, 3), aten.sort.default: (0,),
+              aten.msort.default: (0,)}
+
+
+def _bool_in_int32(target, slots, fallback):
+    """``target`` with its bool data (``slots``) computed in int32 and converted back to bool (nonzero is True:
+    accumulation is or); otherwise ``fallback`` (the table's own decomposition, if any)."""
+    from torch.utils import _pytree as pytree
+
+    def decomposition(*args, **kwargs):
+        if not any(i < len(args) and isinstance(args[i], torch.Tensor) and args[i].dtype == torch.bool
+                   for i in slots):
+            return fallback(*args, **kwargs) if fallback is not None else NotImplemented
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        dtypes = _result_dtypes(target, flat, spec)
+        wide = [a.to(torch.int32) if i in slots and isinstance(a, torch.Tensor) and a.dtype == torch.bool else a
+                for i, a in enumerate(args)]
+        result = target(*wide, **kwargs)
+        flat_result, result_spec = pytree.tree_flatten(result)
+        if dtypes is None or len(dtypes) != len(flat_result):
+            raise NotImplementedError(f"{target}: no meta kernel gives the result dtypes")
+        return pytree.tree_unflatten([r.to(d) if isinstance(r, torch.Tensor) and d is not None and r.dtype != d
+                                      else r for r, d in zip(flat_result, dtypes)], result_spec)
+
+    return decomposition
+
+
+def bool_data_in_int32(ep: torch.export.ExportedProgram, table: dict) -> bool:
+    """Wrap, in ``table``, the ops of :data:`BOOL_SLOTS` that ``ep`` applies to bool data. False when none."""
+    nodes = [n for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes]
+    found = {n.target for n in nodes if n.target in BOOL_SLOTS
+             and any(i < len(n.args) and getattr(getattr(n.args[i], "meta", {}).get("val"), "dtype", None)
+                     == torch.bool for i in BOOL_SLOTS[n.target])}
+    for t in found:
+        table[t] = _bool_in_int32(t, BOOL_SLOTS[t], table.get(t))
+    return bool(found)
+
+
 def adapt(
     ep: torch.export.ExportedProgram, adapters: list[Adapter] | None = None
 ) -> tuple[torch.export.ExportedProgram, list[str]]:
@@ -469,4 +510,6 @@ def adapt(
         pass                 # transformers not imported: no such op in any graph
     if widen_narrow_integers(ep, table):
         names.append("int8-computes-in-int32")
+    if bool_data_in_int32(ep, table):
+        names.append("bool-data-in-int32")
     return ep.run_decompositions(table), names

@@ -92,6 +92,11 @@ CASES = {
     # reciprocal of 0 is inf, in floats and integers (was: torch-mlir's "tensor with zero element" assertion)
     "reciprocal_of_zero": (lambda a, b: (torch.reciprocal(a), torch.reciprocal(b), torch.reciprocal(b > 0)),
                            torch.tensor([0.0, -0.0, 2.0, -4.0]), ints),
+    # bool data accumulated in int32 (i1 addition is xor, PyTorch's is or) and sorted as 0/1 (i1 compares signed)
+    "bool_accumulation_is_or": (lambda a, i, b: (a.scatter_add(0, i, b), a.index_add(0, i[0, :2], b),
+                                                 torch.sort(b, -1)[0], torch.msort(b)),
+                                torch.zeros(3, 4, dtype=torch.bool), torch.tensor([[0, 1, 0, 2], [0, 1, 2, 2]]),
+                                torch.tensor([[True, False, True, True], [True, True, False, True]])),
     # int8 computed in int32 by an int64 index: converted back to int8, not to the index's int64
     "index_put_int8": (lambda a, i, v: torch.index_put(a, (i,), v), ints.to(torch.int8).reshape(3, 4),
                        torch.tensor([2]), torch.arange(4, dtype=torch.int8).reshape(1, 4)),
