@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from torch_mlir.ir import WalkResult
+
 from spyre_mlir.passes.analysis import ON_HOST, ROUND_TRIP, producer
 from spyre_mlir.passes.analysis import reads as values_read
 
@@ -48,6 +50,10 @@ def emit_host(em, op, loc, group=()):
     else:
         reason = _attr(op, "spyre.on_host") or ("computed from parameters given at run time"
                                                 if _attr(op, "spyre.const_fold") else "")
+    if any(_draws_random(o) for o in ops):
+        raise EmitError(f"{name} draws random numbers (torch.rand*, or dropout/rrelu in training mode): the "
+                        f"generator's state is global and its numbers could not be PyTorch's; call model.eval() "
+                        f"or pass the random tensor as an input", op.operation.location)
     jit = prog = None
     if name == "spyre.host":
         try:
@@ -87,6 +93,19 @@ def emit_host(em, op, loc, group=()):
         em.host_locations.append(str(member.operation.location))
     if em.cores > 1:
         em.barrier(loc)
+
+
+def _draws_random(op) -> bool:
+    """``op`` reads the random generator's seed (Torch-MLIR's ml_program global), itself or in its regions."""
+    found = []
+
+    def visit(o):
+        if o.name == "ml_program.global_load":
+            found.append(o)
+        return WalkResult.INTERRUPT if found else WalkResult.ADVANCE
+
+    op.operation.walk(visit)
+    return bool(found)
 
 
 def _literal(v) -> bool:

@@ -226,3 +226,10 @@ def test_host_work_at_one_point_is_one_round_trip(monkeypatch, model, inputs, ca
     with torch.no_grad():
         ref = model(*args).numpy()
     assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-2
+
+
+def test_random_numbers_are_a_clear_error():
+    """Torch-MLIR draws random numbers from a global seed (ml_program): an error naming them and the way out,
+    not a missing host implementation."""
+    with pytest.raises(SpyreError, match="draws random numbers .* call model.eval"):
+        _compile(lambda a: a + torch.rand_like(a), (x,))
