@@ -139,7 +139,7 @@ def _unsupported(e: BaseException) -> bool:
 RANDOM_OPS = ("bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial", "normal", "uniform",
               "rand_like", "randint", "randint_like", "randn", "randn_like", "nn.functional.dropout",
               "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
-              "nn.functional.feature_alpha_dropout")
+              "nn.functional.feature_alpha_dropout", "nn.functional.rrelu")
 
 
 def run_case(op, dt, sample, precision: str, cores: int) -> dict:
