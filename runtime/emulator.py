@@ -704,6 +704,40 @@ def _batches(seg: list) -> list[list]:
     return out
 
 
+def writer_counts(steps, per_core: int, n: int, tile_sticks) -> np.ndarray:
+    """How many instructions write each of the ``n`` scratchpad sticks (core c's at offset ``c * per_core``)
+    over the whole schedule. Sets of up to _FEW sticks count stick by stick, gathered per core and offset once;
+    larger runs of consecutive sticks (tiles, ring copies) at their two ends, summed once (a program's tiles
+    hold far more sticks than it has instructions); other large sets stick by stick."""
+    starts, ends, few = [], [], [[] for _ in range(n // per_core)]
+    scattered = [EMPTY]
+
+    def count(core: int, st: np.ndarray) -> None:
+        if st.size <= _FEW:
+            few[core].append(st)
+        elif st[-1] - st[0] + 1 == st.size and (np.diff(st) == 1).all():
+            starts.append(core * per_core + int(st[0]))
+            ends.append(core * per_core + int(st[-1]) + 1)
+        else:
+            scattered.append(core * per_core + st)
+    for s in steps:
+        if isinstance(s, Sync):
+            for group in s.reduces:
+                mask, root, dst, _ = group[0].reduce
+                for r in bits(mask) if root == ROOT_ALL else [root]:
+                    count(r, tile_sticks(0, dst))
+        else:
+            count(s.core, s.sp_writes)
+            if s.op is Op.RING_SEND:         # the same run of sticks on every destination
+                lo, hi = int(s.peer_sticks[0]), int(s.peer_sticks[-1]) + 1
+                starts += [p * per_core + lo for p in s.send[0]]
+                ends += [p * per_core + hi for p in s.send[0]]
+    scattered += [np.concatenate(sts) + c * per_core for c, sts in enumerate(few) if sts]
+    edges = (np.bincount(np.array(starts, dtype=np.int64), minlength=n + 1)
+             - np.bincount(np.array(ends, dtype=np.int64), minlength=n + 1))
+    return (np.cumsum(edges[:n]) + np.bincount(np.concatenate(scattered), minlength=n)).astype(np.int32)
+
+
 def segments(steps) -> list[tuple[list[list], "Sync | None"]]:
     """The static schedule as its segments: (the segment's batches, :func:`_batches`; the barrier release
     ending it, None for the last). A pure function of the schedule, kept with it by the loader."""
@@ -737,11 +771,11 @@ class Machine:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
         return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
 
-    def plan(self, steps, constants=(), segs=None) -> list:
+    def plan(self, steps, constants=(), memo: dict | None = None) -> list:
         """The steps of the static schedule as closures, in schedule order: each segment between barrier
         releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
-        delivered). ``constants``: (addr, nbytes) of the constant buffers; ``segs``: :func:`segments` of
-        ``steps``, when the caller kept them."""
+        delivered). ``constants``: (addr, nbytes) of the constant buffers; ``memo``: what the plan derives from
+        ``steps`` alone (their batches, the writers of each stick), kept there for the next plan of them."""
         # Which sticks hold bytes copied from constants only, at this point of the plan: the same at every run.
         # Faithful tiles read from them are decoded once (:class:`Frozen`); the fp32-reference shadow is read
         # as a strided view, and numpy's elementwise kernels may differ between layouts, so it is left alone.
@@ -759,42 +793,20 @@ class Machine:
         self._next_id, self._loads = self._csp.size + 1, 0
         # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
         # nothing else writes leaves the same bytes there for every later run: it runs once).
-        # Sets of up to _FEW sticks count stick by stick, gathered per core and offset once; larger runs of
-        # consecutive sticks (tiles, ring copies) at their two ends, summed once (a program's tiles hold far
-        # more sticks than it has instructions); other large sets stick by stick.
-        per_core = self.stride // STICK_BYTES
-        starts, ends, few = [], [], [[] for _ in range(len(self.sp.bytes) // self.stride)]
-        scattered = [EMPTY]
-
-        def count(core: int, st: np.ndarray) -> None:
-            if st.size <= _FEW:
-                few[core].append(st)
-            elif st[-1] - st[0] + 1 == st.size and (np.diff(st) == 1).all():
-                starts.append(core * per_core + int(st[0]))
-                ends.append(core * per_core + int(st[-1]) + 1)
-            else:
-                scattered.append(core * per_core + st)
-        for s in steps:
-            if isinstance(s, Sync):
-                for group in s.reduces:
-                    mask, root, dst, _ = group[0].reduce
-                    for r in bits(mask) if root == ROOT_ALL else [root]:
-                        count(r, self._tile_sticks(0, dst))
-            else:
-                count(s.core, s.sp_writes)
-                if s.op is Op.RING_SEND:         # the same run of sticks on every destination
-                    lo, hi = int(s.peer_sticks[0]), int(s.peer_sticks[-1]) + 1
-                    starts += [p * per_core + lo for p in s.send[0]]
-                    ends += [p * per_core + hi for p in s.send[0]]
-        scattered += [np.concatenate(sts) + c * per_core for c, sts in enumerate(few) if sts]
-        n = self._csp.size
-        edges = (np.bincount(np.array(starts, dtype=np.int64), minlength=n + 1)
-                 - np.bincount(np.array(ends, dtype=np.int64), minlength=n + 1))
-        self._writers = (np.cumsum(edges[:n]) + np.bincount(np.concatenate(scattered), minlength=n)).astype(np.int32)
+        per_core, n = self.stride // STICK_BYTES, self._csp.size
+        key = ("writers", per_core, n)
+        if memo is not None and key in memo:
+            self._writers = memo[key]
+        else:
+            self._writers = writer_counts(steps, per_core, n, self._tile_sticks)
+            if memo is not None:
+                memo[key] = self._writers
         slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
+        if memo is not None and "segments" not in memo:
+            memo["segments"] = segments(steps)
         plan = []
-        for batches, sync in segs if segs is not None else segments(steps):
+        for batches, sync in memo["segments"] if memo is not None else segments(steps):
             plan += [self._prepare_split(b) for b in batches]
             if sync is not None and (f := self._prepare_sync(sync)) is not None:
                 plan.append(f)

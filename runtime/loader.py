@@ -34,7 +34,7 @@ from spyre_mlir.errors import SpyreError
 from .binary import BinaryFormatError, Buffer, Program, is_system, program_from_bytes
 from .collector import collector_paused
 from .cycles import Profile, model_program
-from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread, segments
+from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread
 from .formats import STICK_BYTES, Format
 from .hostjit import HostCode, HostCodeError, host_dtype
 from .hostops import HostOpError, check_host_op
@@ -548,17 +548,10 @@ class Executable:
         # Entries of one file share device memory (constants written once, state kept between them).
         shared = device is not None
         self.device = device if shared else Memory(prog.device_bytes, shadow)
-        sp_size = [STICK_BYTES] * prog.num_cores
-        for ins in (i for s in streams for i in s):
-            sp_size[ins.core] = max(sp_size[ins.core], ins.sp_end)
-            if ins.op is Op.RING_SEND:
-                peers, dst, _, k = ins.send
-                for peer in peers:
-                    sp_size[peer] = max(sp_size[peer], dst + k)
-            if ins.op is Op.RING_REDUCE:
-                for r in bits(ins.reduce[0]):
-                    d = ins.reduce[2]
-                    sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
+        memo = getattr(steps, "memo", {})
+        if "sp_size" not in memo:
+            memo["sp_size"] = _scratchpad_extents(streams, prog.num_cores)
+        sp_size = memo["sp_size"]
         # All scratchpads in one memory, equally spaced, so that one tile of many cores is one strided view.
         stride = -(-max(sp_size) // STICK_BYTES) * STICK_BYTES
         sp = Memory(prog.num_cores * stride, shadow)
@@ -573,7 +566,7 @@ class Executable:
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
         self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"],
-                                       getattr(steps, "segments", None))
+                                       getattr(steps, "memo", None))
         self._sp_peak = max(sp_size)
         self._wall: float | None = None
 
@@ -710,6 +703,22 @@ class Bundle:
         next(iter(self._exes.values())).reset_state()
 
 
+def _scratchpad_extents(streams, cores: int) -> list[int]:
+    """The highest scratchpad byte each core's instructions (and the ring transfers landing there) touch."""
+    sp_size = [STICK_BYTES] * cores
+    for ins in (i for s in streams for i in s):
+        sp_size[ins.core] = max(sp_size[ins.core], ins.sp_end)
+        if ins.op is Op.RING_SEND:
+            peers, dst, _, k = ins.send
+            for peer in peers:
+                sp_size[peer] = max(sp_size[peer], dst + k)
+        if ins.op is Op.RING_REDUCE:
+            for r in bits(ins.reduce[0]):
+                d = ins.reduce[2]
+                sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
+    return sp_size
+
+
 def _device_limit() -> int:
     """Device bytes the emulator may allocate on this host (SPYRE_EMU_MAX_DEVICE_BYTES overrides)."""
     try:
@@ -790,7 +799,7 @@ def _validate(prog: Program, target, key: tuple | None = None):
         _VALIDATED.move_to_end(key)
         return (*_VALIDATED[key], host_code)
     streams, steps = _check(prog, target, host_code)
-    steps = _Schedule(steps)
+    steps = _Schedule(steps, streams)
     if key is not None and len(steps) <= VALIDATED_KEEP:
         _VALIDATED[key] = (streams, steps)
         while sum(len(v[1]) for v in _VALIDATED.values()) > VALIDATED_KEEP:
@@ -799,11 +808,13 @@ def _validate(prog: Program, target, key: tuple | None = None):
 
 
 class _Schedule(list):
-    """A validated program's static schedule, with its segments (:func:`~.emulator.segments`) made once."""
+    """A validated program's static schedule, with what loads derive from it alone (``memo``: the emulator's
+    batches and stick writers, each core's scratchpad extent), made once."""
 
-    @functools.cached_property
-    def segments(self) -> list:
-        return segments(self)
+    def __init__(self, steps, streams):
+        super().__init__(steps)
+        self.streams = streams
+        self.memo: dict = {}
 
 
 def _check(prog: Program, target, host_code):
