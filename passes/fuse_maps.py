@@ -19,7 +19,8 @@ A scalar scale of a matmul operand moves to the product first (`(c x) @ y = c (x
 computing `x * c` whose result (through reshapes) is only a bias-free device matmul's lhs or rhs becomes the
 same map on the product (after the reshapes the product goes through), where it merges with the chain reading
 it. scaled_dot_product_attention scales q and k by `d ** -0.25` each: two kernels over q and k become two
-multiplies inside the mask add's map.
+multiplies inside the mask add's map. Only a scale computed in f32 moves: one in f16 rounds to f16 before the
+product, which on the f32 product it would not.
 
 The merged map takes the consumer's place and a fused location of both. The consumer's inputs come first in
 their order, the producer's inputs replacing the one it fed:
@@ -123,6 +124,9 @@ def _hoist_scale(op: ir.Operation, block: ir.Block) -> None:
     if mm is None or mm.name not in MATMULS or not is_device_op(mm) or len(mm.operands) != 2 \
             or not isinstance(ir.RankedTensorType(mm.results[0].type).element_type, ir.F32Type):
         return                          # a bias does not commute with the scale
+    if any(not isinstance(ir.RankedTensorType(v.type).element_type, ir.F32Type)
+           for v in (op.operands[0], op.results[0])):
+        return                          # a scale in f16 (bf16...) rounds there: on the f32 product it would not
     r = mm.results[0]
     while (u := single_use(r)) is not None and u.owner.name == "spyre.reshape" and is_device_op(u.owner):
         r = u.owner.results[0]

@@ -235,3 +235,23 @@ func.func @scale_before_bias(%x: tensor<8x64xf32>, %w: tensor<64x64xf32>, %b: te
   %m = "spyre.matmul"(%xs, %w, %b) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<8x64xf32>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
   return %m : tensor<8x64xf32>
 }
+
+// -----
+
+// A scale computed in f16 rounds to f16 before the product: on the f32 product it would not (and its body reads
+// f16), so it stays.
+// CHECK-LABEL: func.func @f16_scale
+// CHECK-NEXT: %[[S:.*]] = "spyre.map"(%arg0)
+// CHECK-NEXT: ^bb0(%{{.*}}: f16):
+// CHECK: %[[M:.*]] = "spyre.matmul"(%[[S]], %arg1)
+// CHECK-NEXT: return %[[M]]
+func.func @f16_scale(%x: tensor<8x64xf16>, %w: tensor<64x64xf16>) -> tensor<8x64xf32> {
+  %xs = "spyre.map"(%x) ({
+  ^bb0(%a: f16):
+    %c = arith.constant 0.5 : f16
+    %r = arith.mulf %a, %c : f16
+    "spyre.yield"(%r) : (f16) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<8x64xf16>) -> tensor<8x64xf16>
+  %m = "spyre.matmul"(%xs, %w) {operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<8x64xf16>, tensor<64x64xf16>) -> tensor<8x64xf32>
+  return %m : tensor<8x64xf32>
+}
