@@ -386,12 +386,11 @@ def _widened(target, fallback):
         wide_args, wide_kwargs = pytree.tree_unflatten(
             [a.to(torch.int32) if _narrow_int(a) else a for a in flat], spec)
         result = target(*wide_args, **wide_kwargs)
-        flat_result, result_spec = pytree.tree_flatten(result)
-        if dtypes is None or len(dtypes) != len(flat_result):   # promotion narrows only what was widened
+        if dtypes is None or len(dtypes) != len(pytree.tree_leaves(result)):
+            # Promotion narrows only what was widened.
             dtypes = [_promoted(flat) if isinstance(r, torch.Tensor) and r.dtype == torch.int32 else None
-                      for r in flat_result]
-        return pytree.tree_unflatten([r.to(d) if isinstance(r, torch.Tensor) and d is not None and r.dtype != d
-                                      else r for r, d in zip(flat_result, dtypes)], result_spec)
+                      for r in pytree.tree_leaves(result)]
+        return _converted(result, dtypes)
 
     return decomposition
 
@@ -412,6 +411,15 @@ def _result_dtypes(target, flat, spec) -> list | None:
     except Exception:  # noqa: BLE001 - no meta kernel, or symbolic shapes: promote instead
         return None
     return [r.dtype if isinstance(r, torch.Tensor) else None for r in pytree.tree_leaves(out)]
+
+
+def _converted(result, dtypes):
+    """``result``'s tensors converted to ``dtypes`` (by flattened position; None: left as it is)."""
+    from torch.utils import _pytree as pytree
+
+    leaves, spec = pytree.tree_flatten(result)
+    return pytree.tree_unflatten([r.to(d) if isinstance(r, torch.Tensor) and d is not None and r.dtype != d else r
+                                  for r, d in zip(leaves, dtypes)], spec)
 
 
 def _promoted(flat) -> torch.dtype:
@@ -465,11 +473,9 @@ def _bool_in_int32(target, slots, fallback):
         wide = [a.to(torch.int32) if i in slots and isinstance(a, torch.Tensor) and a.dtype == torch.bool else a
                 for i, a in enumerate(args)]
         result = target(*wide, **kwargs)
-        flat_result, result_spec = pytree.tree_flatten(result)
-        if dtypes is None or len(dtypes) != len(flat_result):
+        if dtypes is None or len(dtypes) != len(pytree.tree_leaves(result)):
             raise NotImplementedError(f"{target}: no meta kernel gives the result dtypes")
-        return pytree.tree_unflatten([r.to(d) if isinstance(r, torch.Tensor) and d is not None and r.dtype != d
-                                      else r for r, d in zip(flat_result, dtypes)], result_spec)
+        return _converted(result, dtypes)
 
     return decomposition
 
