@@ -36,6 +36,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -57,7 +58,7 @@ class CompileInfo:
     cores: int
     cache_hit: bool
     seconds: float
-    path: str
+    path: str | None            # the binary on disk; None when it was built only to be loaded (no cache or output)
     host_ops: list
     key: str
     device_ops: list = dataclasses.field(default_factory=list)   # kernels run on the device
@@ -386,13 +387,18 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             import tempfile
 
             dest = os.path.join(tempfile.mkdtemp(prefix="spyre-"), "model.spyre")
-        with make_context():
-            module = prepare_module(imported, device_state)
-            run_stage(module, graph_pipeline(), "graph pipeline")
-            # A forced plan without `cards` brings its own card count.
-            run_stage(module, kernel_pipeline(precision, cores, target, None if plan and cards is None
-                                              else tgt.num_cards, plan, plan_out), "kernel pipeline")
-            em = emit(module, tgt, output=dest)
+        try:
+            with make_context():
+                module = prepare_module(imported, device_state)
+                run_stage(module, graph_pipeline(), "graph pipeline")
+                # A forced plan without `cards` brings its own card count.
+                run_stage(module, kernel_pipeline(precision, cores, target, None if plan and cards is None
+                                                  else tgt.num_cards, plan, plan_out), "kernel pipeline")
+                em = emit(module, tgt, output=dest)
+        except BaseException:
+            if not (output or cached):
+                shutil.rmtree(os.path.dirname(dest), ignore_errors=True)
+            raise
         host_ops, device_ops, host_locs = list(em.host_ops), list(em.kernels), list(em.host_locations)
         if cached:
             if dest != cached:
@@ -405,8 +411,8 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
         if pkey and (found is None or pkey != pkeys[-1]):     # the one found already names this binary
             _atomic_write(os.path.join(cdir, pkey + ".program.json"), json.dumps(program_entry))
     path = output or cached or dest
-    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, path, host_ops, key, device_ops, state,
-                       host_locs)
+    info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, output or cached, host_ops, key,
+                       device_ops, state, host_locs)
     return path, tgt, info
 
 
@@ -455,6 +461,9 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
     except Exception as e:  # noqa: BLE001
         raise InternalError(f"internal error in spyre-mlir while loading the compiled program: "
                             f"{type(e).__name__}: {e}") from e
+    finally:
+        if info.path is None:       # a binary built only to be loaded (no cache, no output): the loader read it
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     exe.compile_info = info
     if info.state:
         return StatefulExecutable(exe, model_or_path if hasattr(model_or_path, "get_buffer") else None)

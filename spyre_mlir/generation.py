@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import shutil
 import weakref
 
 import numpy as np
@@ -134,7 +135,7 @@ class Generator:
     max_len: int
     precision: str
     cores: int
-    path: str
+    path: str | None         # the linked binary in the compile cache; None without a cache
     compile_seconds: float
 
     @property
@@ -172,8 +173,8 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
     import torch
 
     from spyre_mlir.compiler import _build, _cache_dir, _check_options
-    from spyre_mlir.runtime import load
-    from spyre_mlir.runtime.binary import program_from_bytes, write_program
+    from spyre_mlir.runtime import load_bytes
+    from spyre_mlir.runtime.binary import atomic_write, program_from_bytes, program_to_bytes
     from spyre_mlir.runtime.link import link
 
     _check_model(model)
@@ -194,17 +195,18 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
         keys.append(info.key)
         with open(path, "rb") as f:
             programs[name] = program_from_bytes(f.read())
-    # The linked file sits beside its parts in the compile cache (a temporary directory without one).
+        if info.path is None:        # built only to be linked here (no cache)
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    # The linked file sits beside its parts in the compile cache; without one it is only loaded.
     cdir = _cache_dir(cache_dir)
-    if cdir is None:
-        import tempfile
-
-        cdir = tempfile.mkdtemp(prefix="spyre-gen-")
-    out = os.path.join(cdir, hashlib.sha256("+".join(keys).encode()).hexdigest() + ".generate.spyre")
-    if not os.path.exists(out):
-        write_program(link(programs), out)
-    gen = Generator(load(out, target=tgt), batch, prompt_len, max_len, precision, cores, out,
-                    time.perf_counter() - t0)
+    image = program_to_bytes(link(programs))
+    out = None
+    if cdir is not None:
+        out = os.path.join(cdir, hashlib.sha256("+".join(keys).encode()).hexdigest() + ".generate.spyre")
+        if not os.path.exists(out):
+            atomic_write(out, image)
+    gen = Generator(load_bytes(image, target=tgt), batch, prompt_len, max_len, precision,
+                    cores, out, time.perf_counter() - t0)
     per_model[key] = gen
     return gen
 

@@ -91,6 +91,28 @@ def test_equal_fresh_module_hits_without_export(tmp_path, monkeypatch):
     np.testing.assert_array_equal(a(*X)[0], c(*X)[0])
 
 
+def test_without_a_cache_nothing_is_left_on_disk(tmp_path, monkeypatch):
+    """cache_dir=False: the binary is only loaded, so no file outlives the call, nor a failed compile's."""
+    import tempfile
+
+    import spyre_mlir.compiler as compiler
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    exe = spyre_mlir.compile(build(), X, precision="fp32-reference", cores=2, cache_dir=False)
+    ours = lambda: [f for f in tmp_path.iterdir() if f.name.startswith("spyre")]    # noqa: E731 (torch's too)
+    assert exe.compile_info.path is None and not ours()
+    np.testing.assert_allclose(exe(*X)[0], _eager(build()), rtol=1e-5, atol=1e-5)
+
+    def failing(module, target=None, output=""):
+        open(output, "wb").write(b"half")
+        raise spyre_mlir.CompileError("emit failed")
+
+    monkeypatch.setattr(compiler, "emit", failing)
+    with pytest.raises(spyre_mlir.CompileError, match="emit failed"):
+        spyre_mlir.compile(build(), X, cores=2, cache_dir=False)
+    assert not ours()
+
+
 def _miss_matches_eager(m0, m1, tmp_path):
     """m1 differs from m0 in a way the exported program sees: compiling it after m0 misses, and its binary
     computes m1, not m0."""
