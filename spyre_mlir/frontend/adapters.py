@@ -18,6 +18,8 @@ version (20261001):
   (:func:`index_copy_as_selection`).
 * ``aten.view`` of a value a decomposition made non-contiguous (GPT-2's attention output after the math form
   of SDPA) fails to re-trace; it copies first (:func:`view_of_contiguous`).
+* ``aten.embedding_bag`` lowers ignoring ``per_sample_weights`` (a silently wrong sum) and fails to legalize in
+  mean and max modes; it is a gather and an assignment matrix (:func:`embedding_bag_by_assignment`).
 * Arithmetic, comparisons and reductions on int8/uint8 tensors **crash the process** (a segfault in
   TorchToLinalg building 8-bit scalar ops, e.g. ``uint8 * 7``, ``// 3``, ``.max()``). They are computed in int32
   and converted back (:func:`widen_narrow_integers`): exact, since 8-bit wrap-around is int32 arithmetic
@@ -269,6 +271,66 @@ def gelu_tanh(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.tanh(inner))
 
 
+# embedding_bag's max mode compares every bag with every position: [bags, positions, dim] elements at most.
+MAX_BAG_COMPARE = 1 << 22
+
+
+def _bag_args(node: torch.fx.Node) -> tuple:
+    """(weight, indices, offsets, mode, per_sample_weights, include_last_offset) of an embedding_bag node, as
+    meta tensors or values."""
+    a = [x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in node.args]
+    names = ("weight", "indices", "offsets", "scale_grad_by_freq", "mode", "sparse", "per_sample_weights",
+             "include_last_offset")
+    v = dict(zip(names, a)) | {k: (x.meta["val"] if isinstance(x, torch.fx.Node) else x)
+                                for k, x in node.kwargs.items()}
+    return (v["weight"], v["indices"], v["offsets"], v.get("mode", 0), v.get("per_sample_weights"),
+            v.get("include_last_offset", False))
+
+
+def _bag_fits(node: torch.fx.Node) -> bool:
+    weight, indices, offsets, mode, _, last = _bag_args(node)
+    if indices.dim() != 1 or offsets is None or offsets.dim() != 1:
+        return False
+    bags = offsets.shape[0] - (1 if last else 0)
+    return mode != 2 or bags * indices.shape[0] * weight.shape[1] <= MAX_BAG_COMPARE
+
+
+def embedding_bag_by_assignment(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                                per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """``embedding_bag`` (sum, mean or max of the rows of ``weight`` each bag of ``indices`` selects, bag b
+    starting at ``offsets[b]``) as a gather of the rows and a [bags, positions] assignment matrix: sum and mean
+    multiply by it (a matmul), max reduces the rows masked by it. Positions equal to ``padding_idx`` belong to
+    no bag; an empty bag gives zeros. The other three results are PyTorch's CPU values (offset2bag, bag sizes,
+    max indices), which only backward reads. ``scale_grad_by_freq`` and ``sparse`` concern gradients only."""
+    n = indices.shape[0]
+    bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    pos = torch.arange(n, device=indices.device)
+    bag = (offsets[:bags].unsqueeze(0) <= pos.unsqueeze(1)).sum(1) - 1
+    valid = bag >= 0
+    if include_last_offset:
+        valid = valid & (pos < offsets[bags])
+    if padding_idx is not None:
+        valid = valid & (indices != padding_idx)
+    assign = (bag.unsqueeze(0) == torch.arange(bags, device=indices.device).unsqueeze(1)) & valid.unsqueeze(0)
+    rows = weight[indices]
+    count = assign.sum(1)
+    if mode == 2:
+        masked = torch.where(assign.unsqueeze(2), rows.unsqueeze(0), torch.full((), float("-inf"), dtype=weight.dtype))
+        best, at = masked.max(1)
+        out = torch.where(count.unsqueeze(1) > 0, best, torch.zeros((), dtype=weight.dtype))
+        max_indices = torch.where(count.unsqueeze(1) > 0, indices[at], torch.full((), -1, dtype=indices.dtype))
+    else:
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights.unsqueeze(1)
+        out = assign.to(weight.dtype) @ rows
+        if mode == 1:
+            out = out / count.clamp(min=1).unsqueeze(1).to(weight.dtype)
+        max_indices = count if mode == 1 else torch.zeros(bags, dtype=torch.int64)
+    offset2bag = bag if mode else torch.zeros(0, dtype=torch.int64)
+    bag_size = count if mode else torch.zeros(bags, dtype=torch.int64)
+    return out, offset2bag, bag_size, max_indices
+
+
 ADAPTERS: list[Adapter] = [
 
     Adapter(
@@ -323,6 +385,14 @@ ADAPTERS: list[Adapter] = [
         decompositions={aten.logcumsumexp.default: logcumsumexp_by_mask},
         applies=lambda node: _scan_length(node) <= MAX_TRIANGULAR_SCAN,
         needed=lambda node: not node.args[0].meta["val"].dtype.is_complex,
+    ),
+    Adapter(
+        name="embedding-bag-by-assignment",
+        why="aten.embedding_bag lowers ignoring per_sample_weights (a wrong sum) and fails to legalize in "
+        "mean and max modes",
+        decompositions={aten.embedding_bag.padding_idx: embedding_bag_by_assignment,
+                        aten.embedding_bag.default: embedding_bag_by_assignment},
+        applies=_bag_fits,
     ),
     Adapter(
         name="median-by-sort",

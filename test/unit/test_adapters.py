@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from spyre_mlir.frontend import import_model
 from spyre_mlir.frontend.adapters import ADAPTERS, MAX_TRIANGULAR_SCAN, adapt, select_adapters
@@ -84,6 +85,18 @@ CASES = {
         (lambda x: torch.logcumsumexp(x, -1), (torch.tensor([[0.0, float("-inf"), 2.0, -50.0]]),),
          [(torch.randn(1, 4),)]),
     ],
+    "embedding-bag-by-assignment": [
+        # per_sample_weights and a padding index; bag 2 empty
+        (lambda i, w, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p, padding_idx=4),
+         (torch.tensor([1, 2, 4, 5, 4, 4, 7]), torch.randn(10, 5), torch.tensor([0, 3, 5, 5]), torch.randn(7)),
+         [(torch.tensor([0, 9, 9, 3, 4, 1, 2]), torch.randn(10, 5), torch.tensor([0, 0, 2, 6]), torch.randn(7))]),
+        (lambda i, w, o: F.embedding_bag(i, w, o, mode="mean", include_last_offset=True),
+         (torch.tensor([1, 2, 4, 5, 4, 4, 7]), torch.randn(10, 5), torch.tensor([0, 3, 5, 5, 7])),
+         [(torch.tensor([3, 3, 3, 0, 1, 2, 9]), torch.randn(10, 5), torch.tensor([0, 1, 1, 6, 7]))]),
+        (lambda i, w, o: F.embedding_bag(i, w, o, mode="max", padding_idx=2),
+         (torch.tensor([1, 2, 4, 5, 4, 2, 7]), torch.randn(10, 5), torch.tensor([0, 3, 5, 6])),
+         [(torch.tensor([2, 2, 2, 0, 1, 2, 9]), torch.randn(10, 5), torch.tensor([0, 3, 5, 7]))]),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),
@@ -140,6 +153,13 @@ def test_adapted_model_imports_to_linalg(name):
 def test_long_scans_are_left_alone():
     ep = torch.export.export(Fn(lambda x: x.cumsum(-1)), (torch.randn(1, MAX_TRIANGULAR_SCAN + 1),))
     assert select_adapters(ep) == []
+
+
+def test_large_max_bags_are_left_alone():
+    fn = lambda i, w, o: F.embedding_bag(i, w, o, mode="max")  # noqa: E731
+    n = 4096
+    args = (torch.zeros(n, dtype=torch.long), torch.randn(2, 1024), torch.arange(0, n, 64))
+    assert select_adapters(torch.export.export(Fn(fn), args)) == []
 
 
 def test_histc_with_bounds_counts_like_eager():

@@ -97,6 +97,11 @@ CASES = {
                                                  torch.sort(b, -1)[0], torch.msort(b)),
                                 torch.zeros(3, 4, dtype=torch.bool), torch.tensor([[0, 1, 0, 2], [0, 1, 2, 2]]),
                                 torch.tensor([[True, False, True, True], [True, True, False, True]])),
+    # embedding_bag weighted per sample, and in mean mode (was: the weights ignored; a legalization failure)
+    "embedding_bag": (lambda i, w, o, p: (torch.nn.functional.embedding_bag(i, w, o, mode="sum", per_sample_weights=p),
+                                          torch.nn.functional.embedding_bag(i, w, o, mode="mean")),
+                      torch.tensor([1, 2, 4, 5, 4, 7]), torch.randn(10, 5, generator=g), torch.tensor([0, 3, 3]),
+                      torch.randn(6, generator=g)),
     # int8 computed in int32 by an int64 index: converted back to int8, not to the index's int64
     "index_put_int8": (lambda a, i, v: torch.index_put(a, (i,), v), ints.to(torch.int8).reshape(3, 4),
                        torch.tensor([2]), torch.arange(4, dtype=torch.int8).reshape(1, 4)),
