@@ -20,6 +20,8 @@ version (20261001):
   of SDPA) fails to re-trace; it copies first (:func:`view_of_contiguous`).
 * ``aten.embedding_bag`` lowers ignoring ``per_sample_weights`` (a silently wrong sum) and fails to legalize in
   mean and max modes; it is a gather and an assignment matrix (:func:`embedding_bag_by_assignment`).
+* ``aten.scatter_reduce`` in mean mode divides integers rounding toward zero (PyTorch rounds down):
+  :func:`scatter_mean_floor`.
 * Arithmetic, comparisons and reductions on int8/uint8 tensors **crash the process** (a segfault in
   TorchToLinalg building 8-bit scalar ops, e.g. ``uint8 * 7``, ``// 3``, ``.max()``). They are computed in int32
   and converted back (:func:`widen_narrow_integers`): exact, since 8-bit wrap-around is int32 arithmetic
@@ -271,6 +273,26 @@ def gelu_tanh(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.tanh(inner))
 
 
+def _integer_mean(node: torch.fx.Node) -> bool:
+    reduce = node.kwargs.get("reduce", node.args[4] if len(node.args) > 4 else None)
+    dtype = node.args[0].meta["val"].dtype
+    return reduce == "mean" and not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def scatter_mean_floor(x, dim, index, src, reduce, include_self=True):
+    """``scatter_reduce(..., "mean")`` of integers as PyTorch computes it: the sum over the count, rounded down
+    (Torch-MLIR divides rounding toward zero); a position nothing is scattered to keeps its value. Other reductions
+    and dtypes keep the table's lowering."""
+    if reduce != "mean" or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        return NotImplemented
+    total = torch.zeros_like(x).scatter_add(dim, index, src)
+    count = torch.zeros_like(x).scatter_add(dim, index, torch.ones_like(src))
+    if include_self:
+        total, count = total + x, count + 1
+    mean = torch.div(total, count.clamp(min=1), rounding_mode="floor")
+    return torch.where(count > 0, mean, x)
+
+
 # embedding_bag's max mode compares every bag with every position: [bags, positions, dim] elements at most.
 MAX_BAG_COMPARE = 1 << 22
 
@@ -393,6 +415,12 @@ ADAPTERS: list[Adapter] = [
         decompositions={aten.embedding_bag.padding_idx: embedding_bag_by_assignment,
                         aten.embedding_bag.default: embedding_bag_by_assignment},
         applies=_bag_fits,
+    ),
+    Adapter(
+        name="scatter-mean-floor",
+        why="aten.scatter_reduce(reduce='mean') of integers lowers dividing toward zero; PyTorch rounds down",
+        decompositions={aten.scatter_reduce.two: scatter_mean_floor},
+        needed=_integer_mean,
     ),
     Adapter(
         name="median-by-sort",
@@ -526,7 +554,7 @@ def widen_narrow_integers(ep: torch.export.ExportedProgram, table: dict) -> bool
 # which is xor (PyTorch's is or), and sort compares i1 as signed (True < False).
 BOOL_SLOTS = {aten.scatter_add.default: (0, 3), aten.index_add.default: (0, 3), aten.index_put.default: (0, 2),
               aten._unsafe_masked_index_put_accumulate.default: (0, 3), aten.sort.default: (0,),
-              aten.msort.default: (0,)}
+              aten.msort.default: (0,), aten.scatter_reduce.two: (0, 3)}
 
 
 def _bool_in_int32(target, slots, fallback):

@@ -97,6 +97,12 @@ CASES = {
          (torch.tensor([1, 2, 4, 5, 4, 2, 7]), torch.randn(10, 5), torch.tensor([0, 3, 5, 6])),
          [(torch.tensor([2, 2, 2, 0, 1, 2, 9]), torch.randn(10, 5), torch.tensor([0, 3, 5, 7]))]),
     ],
+    "scatter-mean-floor": [
+        (lambda a, i, s: (a.scatter_reduce(0, i, s, "mean"), a.scatter_reduce(0, i, s, "mean", include_self=False)),
+         (torch.tensor([[-7, 5, 3], [1, 1, 1], [4, 4, 4]]), torch.tensor([[0, 0, 0], [0, 1, 0]]),
+          torch.tensor([[2, -4, 0], [1, 1, -9]])),
+         [(torch.randint(-50, 50, (3, 3)), torch.randint(0, 3, (2, 3)), torch.randint(-50, 50, (2, 3)))]),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),
