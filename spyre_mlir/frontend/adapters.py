@@ -554,7 +554,8 @@ def widen_narrow_integers(ep: torch.export.ExportedProgram, table: dict) -> bool
 # which is xor (PyTorch's is or), and sort compares i1 as signed (True < False).
 BOOL_SLOTS = {aten.scatter_add.default: (0, 3), aten.index_add.default: (0, 3), aten.index_put.default: (0, 2),
               aten._unsafe_masked_index_put_accumulate.default: (0, 3), aten.sort.default: (0,),
-              aten.msort.default: (0,), aten.scatter_reduce.two: (0, 3)}
+              aten.sort.stable: (0,), aten.argsort.default: (0,), aten.argsort.stable: (0,), aten.msort.default: (0,),
+              aten.scatter_reduce.two: (0, 3)}
 
 
 def _bool_in_int32(target, slots, fallback):

@@ -94,7 +94,7 @@ CASES = {
                            torch.tensor([0.0, -0.0, 2.0, -4.0]), ints),
     # bool data accumulated in int32 (i1 addition is xor, PyTorch's is or) and sorted as 0/1 (i1 compares signed)
     "bool_accumulation_is_or": (lambda a, i, b: (a.scatter_add(0, i, b), a.index_add(0, i[0, :2], b),
-                                                 torch.sort(b, -1)[0], torch.msort(b),
+                                                 torch.sort(b, -1)[0], torch.msort(b), torch.argsort(b, stable=True),
                                                  a.scatter_reduce(0, i, b, "sum"), a.scatter_reduce(0, i, b, "amin")),
                                 torch.zeros(3, 4, dtype=torch.bool), torch.tensor([[0, 1, 0, 2], [0, 1, 2, 2]]),
                                 torch.tensor([[True, False, True, True], [True, True, False, True]])),
