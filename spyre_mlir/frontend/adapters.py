@@ -20,6 +20,7 @@ version (20261001):
   of SDPA) fails to re-trace; it copies first (:func:`view_of_contiguous`).
 * ``aten.embedding_bag`` lowers ignoring ``per_sample_weights`` (a silently wrong sum) and fails to legalize in
   mean and max modes; it is a gather and an assignment matrix (:func:`embedding_bag_by_assignment`).
+* ``aten.sort.stable`` fails to legalize; the plain sort it becomes is stable already.
 * ``aten.scatter_reduce`` in mean mode divides integers rounding toward zero (PyTorch rounds down):
   :func:`scatter_mean_floor`.
 * Arithmetic, comparisons and reductions on int8/uint8 tensors **crash the process** (a segfault in
@@ -293,6 +294,16 @@ def scatter_mean_floor(x, dim, index, src, reduce, include_self=True):
     return torch.where(count > 0, mean, x)
 
 
+def sort_stable_as_sort(x, *, stable=None, dim=-1, descending=False):
+    """``sort(stable=...)`` as ``sort``: its lowering (tm_tensor.sort, an exchange sort that swaps only elements
+    strictly out of order) keeps equal elements in index order, which is what ``stable=True`` asks."""
+    return aten.sort.default(x, dim, descending)
+
+
+def argsort_stable_as_sort(x, *, stable=None, dim=-1, descending=False):
+    return aten.sort.default(x, dim, descending)[1]
+
+
 # embedding_bag's max mode compares every bag with every position: [bags, positions, dim] elements at most.
 MAX_BAG_COMPARE = 1 << 22
 
@@ -421,6 +432,11 @@ ADAPTERS: list[Adapter] = [
         why="aten.scatter_reduce(reduce='mean') of integers lowers dividing toward zero; PyTorch rounds down",
         decompositions={aten.scatter_reduce.two: scatter_mean_floor},
         needed=_integer_mean,
+    ),
+    Adapter(
+        name="sort-stable-as-sort",
+        why="aten.sort.stable (sort or argsort with stable=True) fails to legalize in the torch backend pipeline",
+        decompositions={aten.sort.stable: sort_stable_as_sort, aten.argsort.stable: argsort_stable_as_sort},
     ),
     Adapter(
         name="median-by-sort",

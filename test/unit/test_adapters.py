@@ -103,6 +103,10 @@ CASES = {
           torch.tensor([[2, -4, 0], [1, 1, -9]])),
          [(torch.randint(-50, 50, (3, 3)), torch.randint(0, 3, (2, 3)), torch.randint(-50, 50, (2, 3)))]),
     ],
+    "sort-stable-as-sort": [
+        (lambda x: (torch.sort(x, stable=True), torch.argsort(x, dim=0, stable=True, descending=True)),
+         (torch.randn(4, 6),), [(torch.randn(4, 6),)]),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),

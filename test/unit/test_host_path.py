@@ -103,6 +103,9 @@ CASES = {
                                           torch.nn.functional.embedding_bag(i, w, o, mode="mean")),
                       torch.tensor([1, 2, 4, 5, 4, 7]), torch.randn(10, 5, generator=g), torch.tensor([0, 3, 3]),
                       torch.randn(6, generator=g)),
+    # stable=True (was: aten.sort.stable failed to legalize); equal values keep their index order
+    "stable_sort": (lambda a: (*torch.sort(a, dim=0, stable=True, descending=True), torch.argsort(a, stable=True)),
+                    torch.randint(0, 3, (6, 9), generator=g)),
     # int8 computed in int32 by an int64 index: converted back to int8, not to the index's int64
     "index_put_int8": (lambda a, i, v: torch.index_put(a, (i,), v), ints.to(torch.int8).reshape(3, 4),
                        torch.tensor([2]), torch.arange(4, dtype=torch.int8).reshape(1, 4)),
