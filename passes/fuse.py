@@ -20,6 +20,13 @@ Rules (docs/compiler.md, "After spyre-fuse"):
   matmul's write-back: the matmul (and the reshapes) produce the cast's element type and
   `spyre.convert_result = <type>` records the format the accumulator is rounded to first, so the values are
   bit-identical to the unfused program.
+* A plain `spyre.cast` of a runtime f32 tensor to dlf16 that only SFU work reads - at most two device
+  `spyre.map` operands and `spyre.rmsnorm` / `spyre.layernorm` inputs (a decoder block's input, read by its
+  first norm and its residual add) - is dropped: those kernels load the f32 tensor and compute on it in fp32 as
+  they compute on everything, so the conversion kernel and its DRAM round trip (read f32, write and read back
+  dlf16 per reader) go, and the readers see the exact values instead of their rounding (a rounding fewer than
+  the unfused program; each reader still rounds its result). With three readers or more the f32 reads would
+  move more bytes than the round trip, and the cast stays.
 """
 
 import dataclasses
@@ -28,10 +35,12 @@ from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.analysis import (CONVERT_OPERANDS, CONVERT_RESULT, MATMULS, function_ops, is_device_op,
-                                        is_param_derived, is_plain_cast, producer, single_use)
+                                        is_param_derived, is_plain_cast, producer, single_use, user)
 from spyre_mlir.passes.base import SpyrePass
 
 _SLOTS = ("lhs", "rhs")
+_NORMS = ("spyre.rmsnorm", "spyre.layernorm")
+_SFU_READERS = 2        # more f32 reads than this move more bytes than a cast's round trip
 
 
 def _elt(v: ir.Value) -> ir.Type:
@@ -61,12 +70,29 @@ class FusePass(SpyrePass):
         with module.context, ir.Location.unknown():
             for func in function_ops(module):
                 for block in func.regions[0].blocks:
+                    for op in [o.operation for o in block.operations]:
+                        if is_plain_cast(op) and is_device_op(op):
+                            self._drop_for_sfu(op, func)
                     for op in list(block.operations):
                         op = op.operation
                         if op.name in MATMULS and is_device_op(op):
                             self._fuse(op, func)
                         elif op.name == "spyre.conv2d" and is_device_op(op):
                             self._fuse_input(op, func)
+
+    def _drop_for_sfu(self, cast: ir.Operation, func: ir.Operation) -> None:
+        """Readers that compute in fp32 on the SFU read a runtime f32 tensor directly (module docstring)."""
+        x, v = cast.operands[0], cast.results[0]
+        uses = list(v.uses)
+        if not (isinstance(_elt(x), ir.F32Type) and spyre.is_dlf16(_elt(v)) and 0 < len(uses) <= _SFU_READERS
+                and _runtime_value(x, func) and ir.RankedTensorType(x.type).shape == ir.RankedTensorType(v.type).shape):
+            return
+        for use in uses:
+            u = user(use)
+            if not is_device_op(u) or not (u.name == "spyre.map" or (u.name in _NORMS and use.operand_number == 0)):
+                return
+        v.replace_all_uses_with(x)
+        cast.erase()
 
     def _fuse_input(self, op: ir.Operation, func: ir.Operation) -> None:
         """A conv2d reads its model input directly when a plain cast to dlf16 is that value's only reader: its

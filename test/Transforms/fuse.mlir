@@ -121,3 +121,37 @@ func.func @through_reshapes(%x: tensor<128x64x!spyre.dlf16, #spyre.stick<1 : i64
   }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>) -> tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>
   return %3, %6, %7 : tensor<1x2x64x64xf32>, tensor<2x64x64xf32>, tensor<2x64x64x!spyre.dlf16, #spyre.stick<2 : i64>>
 }
+
+// -----
+
+// A model input that only SFU work reads - a norm and a residual add, as at a decoder block's start - is read
+// by them in f32: its cast goes (no conversion kernel, no dlf16 copy in device memory).
+// CHECK-LABEL: func.func @sfu_readers
+// CHECK-NOT: "spyre.cast"
+// CHECK: "spyre.rmsnorm"(%arg0, %arg1)
+// CHECK: "spyre.map"(%arg0, %{{.*}})
+// With a third reader the f32 reads would move more bytes than the cast's round trip: the cast stays.
+// CHECK-LABEL: func.func @three_readers
+// CHECK: %[[C:.*]] = "spyre.cast"(%arg0)
+// CHECK: "spyre.rmsnorm"(%[[C]], %arg1)
+func.func @sfu_readers(%x: tensor<1x128x256xf32>, %w: tensor<256x!spyre.dlf16, #spyre.stick<0 : i64>>) -> tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>> {
+  %0 = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<1x128x256xf32>) -> tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %1 = "spyre.rmsnorm"(%0, %w) {acc_type = f32, epsilon = 9.99999997E-7 : f32, operandSegmentSizes = array<i32: 1, 1>} : (tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>, tensor<256x!spyre.dlf16, #spyre.stick<0 : i64>>) -> tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %2 = "spyre.map"(%0, %1) ({
+  ^bb0(%a: f32, %b: f32):
+    %t = arith.addf %a, %b : f32
+    "spyre.yield"(%t) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>} : (tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>, tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>) -> tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>
+  return %2 : tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>
+}
+func.func @three_readers(%x: tensor<1x128x256xf32>, %w: tensor<256x!spyre.dlf16, #spyre.stick<0 : i64>>) -> tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>> {
+  %0 = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<1x128x256xf32>) -> tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %1 = "spyre.rmsnorm"(%0, %w) {acc_type = f32, epsilon = 9.99999997E-7 : f32, operandSegmentSizes = array<i32: 1, 1>} : (tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>, tensor<256x!spyre.dlf16, #spyre.stick<0 : i64>>) -> tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>
+  %2 = "spyre.map"(%0, %1, %0) ({
+  ^bb0(%a: f32, %b: f32, %c: f32):
+    %t = arith.addf %a, %b : f32
+    %u = arith.addf %t, %c : f32
+    "spyre.yield"(%u) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 1, 0>} : (tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>, tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>, tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>) -> tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>
+  return %2 : tensor<1x128x256x!spyre.dlf16, #spyre.stick<2 : i64>>
+}

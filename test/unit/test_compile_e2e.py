@@ -511,6 +511,35 @@ def test_norm_is_the_matmuls_prologue(kind, precision, cores, shape, same_tile, 
     assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
 
 
+class NormedResidual(torch.nn.Module):
+    """A decoder block's start: the model input read by a norm (random weight) before a Linear and by the
+    residual add after it."""
+
+    def __init__(self, kind, d=256, n=256):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(d, eps=1e-6) if kind == "rms" else torch.nn.LayerNorm(d)
+        self.q = torch.nn.Linear(d, n, bias=False)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.25, 2.0)
+
+    def forward(self, x):
+        return x + self.q(self.norm(x))
+
+
+@pytest.mark.parametrize("kind,precision,cores", [("rms", "dlf16", 32), ("layer", "dlf16", 8), ("rms", "fp8", 32)])
+def test_input_read_by_sfu_work_needs_no_cast(kind, precision, cores):
+    """spyre-fuse: the f32 model input only the norm and the residual add read is read by them as it is: no cast
+    kernel writes a DLFloat16 copy of it, and the answer is PyTorch's within the format's rounding."""
+    torch.manual_seed(0)
+    model, x = NormedResidual(kind).eval(), torch.randn(1, 64, 256)
+    exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    assert "spyre.cast" not in exe.compile_info.device_ops, exe.compile_info.device_ops
+    (y,) = exe(x)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
+
+
 class Heads(torch.nn.Module):
     """Causal multi-head attention, its own projections: softmax(q @ k^T / sqrt(d) + mask) @ v per head."""
 
