@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import ml_dtypes
 import numpy as np
 from torch_mlir import ir
 
 from spyre_mlir import params
+from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.analysis import (CONST_FOLD, KERNEL, MATMULS, PARAM_ATTR, function_ops, is_const_fold,
                                         producer, reads, user)
 from spyre_mlir.passes.base import PassError, SpyrePass
@@ -95,7 +97,8 @@ class _Folder:
             name = self._name(op)
             for r in op.results:
                 if _used(r):      # a reader that could not fold after all
-                    self._replace(r, self._constant(op, self.known[r], r.type, name), name, self.known[r])
+                    self._replace(r, self._constant(op, self.known[r], _narrowed(r, self.known[r]), name), name,
+                                  self.known[r])
             op.erase()
         for v in reversed(list(self.lazy)):
             self._settle(v)
@@ -166,7 +169,7 @@ class _Folder:
             self.unmade.append(op)
             return
         for r, val in zip(op.results, results):
-            self._replace(r, self._constant(op, val, r.type, name), name, val)
+            self._replace(r, self._constant(op, val, _narrowed(r, val), name), name, val)
         op.erase()
 
     def _quantize(self, op):
@@ -251,6 +254,25 @@ class _Folder:
                 changed = True
         if changed:
             self.func.attributes["arg_attrs"] = ir.ArrayAttr.get(dicts)
+
+
+def _narrowed(r: ir.Value, val) -> ir.Type:
+    """The type of the constant holding folded value ``r``: its own, or f8E5M2 when ``r`` is an activation
+    (DLFloat16) that only device elementwise kernels read (spyre.map operands, which compute in fp32 whatever
+    they load) and every value of it is an f8E5M2 value (an attention mask of 0 and -inf, which DLFloat16 cannot
+    even hold: it would saturate -inf): the bytes the kernels load halve and the values stay exact."""
+    t = ir.RankedTensorType(r.type)
+    if not spyre.is_dlf16(t.element_type) or not _used(r):
+        return r.type
+    for u in r.uses:
+        o = user(u)
+        if o.name != "spyre.map" or KERNEL not in o.attributes:
+            return r.type
+    v = np.asarray(val, np.float32)
+    with np.errstate(all="ignore"):
+        if not np.array_equal(v.astype(ml_dtypes.float8_e5m2).astype(np.float32), v, equal_nan=True):
+            return r.type
+    return ir.RankedTensorType.get(list(t.shape), ir.Float8E5M2Type.get(), t.encoding, loc=ir.Location.unknown())
 
 
 def _used(v) -> bool:

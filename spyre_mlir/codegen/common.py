@@ -21,6 +21,8 @@ class TileError(SpyreError, ValueError):
 
 
 _DEVICE_FLOATS = ("f32", "!spyre.dlf16", "f16", "bf16")
+# What elementwise kernels (maps and epilogues, on the SFU) read besides those: fp8 constants (an attention mask)
+SFU_READS = _DEVICE_FLOATS + ("f8E4M3FN", "f8E5M2")
 
 
 def _tensor_type(v):

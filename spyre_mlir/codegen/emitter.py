@@ -68,6 +68,8 @@ def _io_unsigned(attrs) -> bool:
     return "spyre.dtype" in attrs and ir.StringAttr(attrs["spyre.dtype"]).value == "uint8"
 
 
+# Constants whose IR storage is the device's: their bits go to the binary as they are.
+_BITS_AS_STORED = ("!spyre.dlf16", "f8E5M2", "f8E4M3FN")
 _VIEW_READERS = frozenset({"matmul", "sibling", "chained", "prologue", "rows", "epilogue", "alias", "dma-rows",
                            "select-cols", "pool2d"})
 
@@ -132,7 +134,9 @@ class Emitter:
         self.known = _Known()        # value -> numpy array
         self.qscale: dict = {}       # value -> (scales array, axis or None) of a quantized weight
         self.qfmt: dict = {}         # value -> storage Format of a quantized weight's codes (int8 / fp8)
-        self.dlf16_bits: dict = {}   # value -> its DLFloat16 bits, for a dlf16 constant (no decode and re-encode)
+        # value -> its stored bits, for a dlf16 or fp8 constant: written as they are, never decoded and encoded
+        # again (an fp8 -inf would saturate)
+        self.dlf16_bits: dict = {}
         self.dev: dict = {}          # value -> DevTensor
         self.in_kernel: set = set()  # values only inside another op's kernel (a sibling matmul's, its views)
         self.consts: dict = {}       # (id(known array), format) -> (DevTensor, array): one constant per value
@@ -194,8 +198,8 @@ class Emitter:
         if v in self.qscale:
             raise EmitError("a quantized weight (codes and scales) is read by something else than a matmul's rhs: "
                             "spyre-fold-constants folds such a weight to its real values")
-        # A dlf16 constant is written as its bits, never decoded.
-        arr = self.dlf16_bits[v] if fmt is Format.DLF16 and v in self.dlf16_bits else self.known[v]
+        # A dlf16 or fp8 constant is written as its bits, never decoded.
+        arr = self.dlf16_bits[v] if v in self.dlf16_bits and fmt is format_of(elt) else self.known[v]
         key = (id(arr), fmt)
         if key not in self.consts:
             name = self._name(self._const_names.get(v, "const"))
@@ -215,11 +219,13 @@ class Emitter:
         return self.consts[key][0]
 
     def dlf16_constant(self, v, name, fmt):
-        """The constant buffer of a dlf16 constant stored as it is in the IR (its bits), or None."""
-        if fmt is not Format.DLF16 or v not in self.dlf16_bits:
+        """The constant buffer of a dlf16 or fp8 constant stored as it is in the IR (its bits), or None."""
+        shape, elt = _tensor_type(v)
+        if v not in self.dlf16_bits or fmt is not format_of(elt):
             return None
-        shape, _ = _tensor_type(v)
-        return self.b.constant(name, self.dlf16_bits[v].reshape(shape or (1,)), fmt, encoded=True)
+        bits = self.dlf16_bits[v]
+        return self.b.constant(name, (bits if fmt is Format.DLF16 else bits.view(np.uint8)).reshape(shape or (1,)),
+                               fmt, encoded=True)
 
     def tensor(self, v) -> DevTensor:
         """Where value v is in device memory (a known value becomes a constant)."""
@@ -456,7 +462,7 @@ class Emitter:
             self._const_names[r] = self._const_names.get(codes, "w")
             return
         value = o.attributes["value"] if "value" in o.attributes else None
-        if value is not None and params.is_resource(value) and str(_tensor_type(r)[1]) == params.DLF16:
+        if value is not None and params.is_resource(value) and str(_tensor_type(r)[1]) in _BITS_AS_STORED:
             self.dlf16_bits[r] = params.constant_storage(value, o.context)
             self.known.defer(r, lambda: hostprog.literal_value(op))
         else:

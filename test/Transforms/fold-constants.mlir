@@ -106,3 +106,32 @@ func.func @cast_read_by_a_transpose(%x: tensor<4x3x!spyre.dlf16>, %w: tensor<2x3
     }
   }
 #-}
+
+// -----
+
+// A folded activation only elementwise kernels read, all of whose values are fp8 E5M2 values (a causal mask of 0
+// and -inf), is stored in that format: half the bytes, and -inf exact (DLFloat16 would saturate it). One with a
+// value E5M2 cannot hold (0.1) keeps the activation format.
+// CHECK-LABEL: func.func @narrow_mask
+// CHECK-DAG: %[[M:.*]] = arith.constant {spyre.name = "const"} dense_resource<[[MASK:[^>]*]]> : tensor<2x2xf8E5M2>
+// CHECK-DAG: %[[N:.*]] = arith.constant {spyre.name = "const"} dense_resource<{{[^>]*}}> : tensor<2x2x!spyre.dlf16>
+// CHECK: "spyre.map"(%arg0, %[[M]])
+// CHECK: "spyre.map"(%arg0, %[[N]])
+// CHECK: [[MASK]]: "0x0100000000FC0000"
+func.func @narrow_mask(%x: tensor<2x2x!spyre.dlf16>) -> (tensor<2x2x!spyre.dlf16>, tensor<2x2x!spyre.dlf16>) {
+  %ninf = arith.constant dense<[[0.0, 0xFF800000], [0.0, 0.0]]> : tensor<2x2xf32>
+  %tenth = arith.constant dense<[[0.0, 0.1], [0.0, 0.0]]> : tensor<2x2xf32>
+  %m = "spyre.cast"(%ninf) {operandSegmentSizes = array<i32: 1, 0>, spyre.const_fold = true} : (tensor<2x2xf32>) -> tensor<2x2x!spyre.dlf16>
+  %n = "spyre.cast"(%tenth) {operandSegmentSizes = array<i32: 1, 0>, spyre.const_fold = true} : (tensor<2x2xf32>) -> tensor<2x2x!spyre.dlf16>
+  %a = "spyre.map"(%x, %m) ({
+  ^bb0(%p: f32, %q: f32):
+    %s = arith.addf %p, %q : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.kernel = "rows"} : (tensor<2x2x!spyre.dlf16>, tensor<2x2x!spyre.dlf16>) -> tensor<2x2x!spyre.dlf16>
+  %b = "spyre.map"(%x, %n) ({
+  ^bb0(%p: f32, %q: f32):
+    %s = arith.addf %p, %q : f32
+    "spyre.yield"(%s) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.kernel = "rows"} : (tensor<2x2x!spyre.dlf16>, tensor<2x2x!spyre.dlf16>) -> tensor<2x2x!spyre.dlf16>
+  return %a, %b : tensor<2x2x!spyre.dlf16>, tensor<2x2x!spyre.dlf16>
+}

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..common import _DEVICE_FLOATS, _attr, _sub, _tensor_type
+from ..common import _DEVICE_FLOATS, SFU_READS, _attr, _sub, _tensor_type
 from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..sfu import NotOnSfu, live_temps, translate
@@ -204,7 +204,7 @@ def epilogue(op):
             continue
         extra = [j for j in range(len(o.operands)) if j != src]
         if extra and (prod.name == "spyre.conv2d" or any(
-                not _tile_input(o.operands[j], shape) or str(_tensor_type(o.operands[j])[1]) not in _DEVICE_FLOATS
+                not _tile_input(o.operands[j], shape) or str(_tensor_type(o.operands[j])[1]) not in SFU_READS
                 or not _precedes(o.operands[j], prod) for j in extra)):
             continue
         try:
@@ -405,7 +405,7 @@ def _runs(op) -> bool:
     res_shape, res_elt = _tensor_type(op.operation.results[0])
     elts = [str(_tensor_type(v)[1]) for v in op.operation.operands]
     if name == "spyre.map" and res_shape is not None:
-        if any(e not in _DEVICE_FLOATS + ("i1",) for e in elts + [str(res_elt)]):
+        if str(res_elt) not in _DEVICE_FLOATS + ("i1",) or any(e not in SFU_READS + ("i1",) for e in elts):
             return False
         try:
             translate(op.operation.regions[0].blocks[0], ["full"] * len(elts))
