@@ -676,6 +676,25 @@ def _f32(x) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+# K depth of one BLAS product in the PT emulation. OpenBLAS sums a K longer than its inner block (256 floats here)
+# in pieces whose split depends on M, and a one-row product takes another path (gemv): the same output element
+# of one plan would then get other bits when the cores or cards tile its rows otherwise. Chunks of at most PT_K,
+# added in K order, on at least two rows sum every element the same way whatever the tile's shape.
+PT_K = 256
+
+
+def pt_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` ([..., M, K] @ [..., K, N], float32) summed alike for every M and row: K in chunks of ``PT_K``
+    added in order, a one-row ``a`` computed as two rows."""
+    if a.shape[-2] == 1:
+        return pt_product(np.concatenate([a, np.zeros_like(a)], axis=-2), b)[..., :1, :]
+    K = a.shape[-1]
+    r = a[..., :PT_K] @ b[..., :PT_K, :]
+    for k0 in range(PT_K, K, PT_K):
+        r += a[..., k0:k0 + PT_K] @ b[..., k0:k0 + PT_K, :]
+    return r
+
+
 def _kind(ins):
     """What instructions must share to run as one batch: the record without its where-fields. HOST and
     RESTICK run alone (the instruction itself is its kind)."""
@@ -923,7 +942,7 @@ class Machine:
                     r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
                 else:
                     # Contiguous operands (copies of strided shadows), as BLAS sums them the same way every time.
-                    r = _f32(A.read()) @ _f32(B.read())
+                    r = pt_product(_f32(A.read()), _f32(B.read()))
                     if accumulate:
                         r = np.add(CR.peek(), r, out=r)       # C + product, in that operand order
                 C.write(r)

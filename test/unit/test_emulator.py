@@ -132,6 +132,32 @@ def test_int8_matmul_scales_are_exact(targets):
     assert np.allclose(y, (exact * 0.25 * cs).astype(np.float32), rtol=2**-23, atol=0)
 
 
+@pytest.mark.parametrize("K", [64, 512, 688, 1024])
+def test_matmul_bits_do_not_depend_on_the_tile_rows(targets, K):
+    """An output row's fp32 sum is the same whatever rows share its tile: one [16, K] tile, two [8, K] tiles and a
+    one-row tile give the same bits (BLAS alone sums a K beyond its inner block, and a single row, another way;
+    then 1, 2 or 4 cards, or other core counts, tiling the same plan's rows otherwise, gave other bits)."""
+    rng = _rng(9)
+    M, N = 16, 64
+    a = dlf16_round(rng.standard_normal((M, K)).astype(np.float32))
+    w = dlf16_round(rng.standard_normal((K, N)).astype(np.float32))
+    outs = []
+    for rows in (16, 8, 1):
+        b = ProgramBuilder(targets[1])
+        a_buf = b.input("a", (M, K), "dlf16")
+        w_buf = b.constant("w", w, "dlf16")
+        y_out = b.output("y", (M, N), "fp32")
+        A, B, C = b.alloc(0, rows, K, "dlf16"), b.alloc(0, K, N, "dlf16"), b.alloc(0, rows, N, "fp32")
+        b.load_tile(0, B, w_buf)
+        for r0 in range(0, M, rows):
+            b.load_tile(0, A, a_buf, row0=r0)
+            b.matmul(0, A, B, C)
+            b.store_tile(0, C, y_out, row0=r0)
+        outs.append(b.load()(a)[0])
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+    assert np.allclose(outs[0], a.astype(np.float64) @ w.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("fmt", ["dlf16", "int8"])
 def test_matmul_trans_b_is_the_product_of_the_stored_transpose(targets, fmt):
     """MATMUL TRANS_B reads B from a stored [N, K] tile (N = 10 rows of K = 256: 40 sticks, where [K, N] would
