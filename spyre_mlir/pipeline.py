@@ -44,6 +44,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         return "{" + " ".join(f"{k}={v}" for k, v in kw.items()) + "}" if kw else ""
 
     steps = [
+        # A norm read only by linear layers scales their weights instead: no weight load or multiply per tile.
+        "spyre-fold-norm-weights",
         # Pick the number format of every device tensor (explicit casts; weights quantized with scales).
         f"spyre-reduce-precision{{precision={precision}}}",
         # rotate_half's slices, negation and concat are one exact matmul by a constant: no data movement kernels.

@@ -540,6 +540,41 @@ def test_input_read_by_sfu_work_needs_no_cast(kind, precision, cores):
     assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
 
 
+class NormedProjections(torch.nn.Module):
+    """A decoder block's pre-norm projections: one norm (random weight) read by two Linears."""
+
+    def __init__(self, kind, d=256, n=256):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(d, eps=1e-6) if kind == "rms" else torch.nn.LayerNorm(d, bias=False)
+        self.q, self.k = torch.nn.Linear(d, n, bias=False), torch.nn.Linear(d, n, bias=False)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.25, 2.0)
+
+    def forward(self, x):
+        y = self.norm(x)
+        return self.q(y) * self.k(y)
+
+
+@pytest.mark.parametrize("kind,precision,cores", [("rms", "dlf16", 32), ("layer", "dlf16", 8), ("rms", "fp8", 32),
+                                                  ("rms", "fp32-reference", 4)])
+def test_norm_weight_folds_into_the_projections(kind, precision, cores, monkeypatch):
+    """spyre-fold-norm-weights: each Linear reading the norm multiplies by diag(w) W, so no kernel loads the
+    norm's weight or multiplies by it: fewer DMA transfers and modeled cycles, PyTorch's answer within the
+    format's rounding, as without the pass."""
+    torch.manual_seed(0)
+    model, x = NormedProjections(kind).eval(), torch.randn(1, 64, 256)
+    exe, plain = _with_and_without("spyre-fold-norm-weights", model, x, monkeypatch, precision=precision,
+                                   cores=cores)
+    loads = [sum(1 for e in p.static_profile.events if e.unit == "DMA") for p in (exe, plain)]
+    assert loads[0] < loads[1] and exe.static_profile.cycles < plain.static_profile.cycles
+    (y,), (y0,) = exe(x), plain(x)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    bound = 1e-5 if precision == "fp32-reference" else LOOSE.get(precision, DLF16_BOUND)
+    for out in (y, y0):
+        assert np.abs(out - ref).max() <= bound * np.abs(ref).max()
+
+
 class Heads(torch.nn.Module):
     """Causal multi-head attention, its own projections: softmax(q @ k^T / sqrt(d) + mask) @ v per head."""
 
