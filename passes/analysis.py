@@ -42,6 +42,7 @@ SHARE_OF = "spyre.share_of"                   # spyre-partition-cards: (B, N) of
 # transfers of a multi-card system's schedule.
 NOT_DEVICE = ("spyre.host", "spyre.yield", "spyre.all_gather")
 MATMULS = ("spyre.matmul", "spyre.batch_matmul")
+NORMS = ("spyre.rmsnorm", "spyre.layernorm")
 
 
 def is_device_op(op) -> bool:

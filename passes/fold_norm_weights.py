@@ -36,10 +36,8 @@ import numpy as np
 from torch_mlir import ir
 
 from spyre_mlir import params
-from spyre_mlir.passes.analysis import function_ops, host_region_of, is_param, user
+from spyre_mlir.passes.analysis import NORMS, function_ops, host_region_of, is_param, user
 from spyre_mlir.passes.base import SpyrePass
-
-_NORMS = ("spyre.rmsnorm", "spyre.layernorm")
 
 
 @dataclasses.dataclass
@@ -50,11 +48,11 @@ class FoldNormWeightsPass(SpyrePass):
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
             for func in function_ops(module):
-                values = {i: (name, arr) for name, (i, arr) in params.arg_values(func).items()}
+                values = {i: arr for i, arr in params.arg_values(func).values()}
                 folded = {}
                 for block in func.regions[0].blocks:
                     for op in [o.operation for o in block.operations]:
-                        if op.name in _NORMS:
+                        if op.name in NORMS:
                             self._fold(op, func, values, folded)
                 if folded:
                     _set_values(func, folded)
@@ -64,7 +62,7 @@ class FoldNormWeightsPass(SpyrePass):
         if w is None or not is_param(w, func) or ir.BlockArgument(w).arg_number not in values:
             return
         K = ir.RankedTensorType(norm.operands[0].type).shape[-1]
-        wv = np.asarray(values[ir.BlockArgument(w).arg_number][1], np.float32)
+        wv = np.asarray(values[ir.BlockArgument(w).arg_number], np.float32)
         if wv.shape != (K,):
             return
         mms = _matmul_readers(norm.results[0], K)
@@ -78,7 +76,7 @@ class FoldNormWeightsPass(SpyrePass):
             i = ir.BlockArgument(rhs).arg_number
             if i not in values or i in folded:
                 return
-            W = np.asarray(values[i][1], np.float32)
+            W = np.asarray(values[i], np.float32)
             trans = "transpose_rhs" in mm.attributes and ir.BoolAttr(mm.attributes["transpose_rhs"]).value
             if W.ndim != 2 or W.shape[1 if trans else 0] != K:
                 return

@@ -34,12 +34,11 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import (CONVERT_OPERANDS, CONVERT_RESULT, MATMULS, function_ops, is_device_op,
-                                        is_param_derived, is_plain_cast, producer, single_use, user)
+from spyre_mlir.passes.analysis import (CONVERT_OPERANDS, CONVERT_RESULT, MATMULS, NORMS, function_ops,
+                                        is_device_op, is_param_derived, is_plain_cast, producer, single_use, user)
 from spyre_mlir.passes.base import SpyrePass
 
 _SLOTS = ("lhs", "rhs")
-_NORMS = ("spyre.rmsnorm", "spyre.layernorm")
 _SFU_READERS = 2        # more f32 reads than this move more bytes than a cast's round trip
 
 
@@ -89,7 +88,7 @@ class FusePass(SpyrePass):
             return
         for use in uses:
             u = user(use)
-            if not is_device_op(u) or not (u.name == "spyre.map" or (u.name in _NORMS and use.operand_number == 0)):
+            if not is_device_op(u) or not (u.name == "spyre.map" or (u.name in NORMS and use.operand_number == 0)):
                 return
         v.replace_all_uses_with(x)
         cast.erase()

@@ -136,7 +136,7 @@ class Emitter:
         self.qfmt: dict = {}         # value -> storage Format of a quantized weight's codes (int8 / fp8)
         # value -> its stored bits, for a dlf16 or fp8 constant: written as they are, never decoded and encoded
         # again (an fp8 -inf would saturate)
-        self.dlf16_bits: dict = {}
+        self.stored_bits: dict = {}
         self.dev: dict = {}          # value -> DevTensor
         self.in_kernel: set = set()  # values only inside another op's kernel (a sibling matmul's, its views)
         self.consts: dict = {}       # (id(known array), format) -> (DevTensor, array): one constant per value
@@ -199,11 +199,11 @@ class Emitter:
             raise EmitError("a quantized weight (codes and scales) is read by something else than a matmul's rhs: "
                             "spyre-fold-constants folds such a weight to its real values")
         # A dlf16 or fp8 constant is written as its bits, never decoded.
-        arr = self.dlf16_bits[v] if v in self.dlf16_bits and fmt is format_of(elt) else self.known[v]
+        arr = self.stored_bits[v] if v in self.stored_bits and fmt is format_of(elt) else self.known[v]
         key = (id(arr), fmt)
         if key not in self.consts:
             name = self._name(self._const_names.get(v, "const"))
-            buf = self.dlf16_constant(v, name, fmt)
+            buf = self.stored_constant(v, name, fmt)
             if buf is None:
                 vals = np.asarray(arr).reshape(shape or (1,))
                 if fmt is Format.INT8:
@@ -218,12 +218,12 @@ class Emitter:
             self.consts[key] = (self._buffer_tensor(buf), arr)
         return self.consts[key][0]
 
-    def dlf16_constant(self, v, name, fmt):
+    def stored_constant(self, v, name, fmt):
         """The constant buffer of a dlf16 or fp8 constant stored as it is in the IR (its bits), or None."""
         shape, elt = _tensor_type(v)
-        if v not in self.dlf16_bits or fmt is not format_of(elt):
+        if v not in self.stored_bits or fmt is not format_of(elt):
             return None
-        bits = self.dlf16_bits[v]
+        bits = self.stored_bits[v]
         return self.b.constant(name, (bits if fmt is Format.DLF16 else bits.view(np.uint8)).reshape(shape or (1,)),
                                fmt, encoded=True)
 
@@ -463,7 +463,7 @@ class Emitter:
             return
         value = o.attributes["value"] if "value" in o.attributes else None
         if value is not None and params.is_resource(value) and str(_tensor_type(r)[1]) in _BITS_AS_STORED:
-            self.dlf16_bits[r] = params.constant_storage(value, o.context)
+            self.stored_bits[r] = params.constant_storage(value, o.context)
             self.known.defer(r, lambda: hostprog.literal_value(op))
         else:
             try:

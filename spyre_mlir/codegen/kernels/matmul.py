@@ -26,6 +26,7 @@ import numpy as np
 
 from spyre_mlir.cost import (CHAIN_V, b_first, finish_cycles, last_pieces, n_block, prologue_rows, prologue_sfu,
                              softmax_stats, store_parts)
+from spyre_mlir.passes.analysis import NORMS
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
@@ -881,9 +882,6 @@ def chain_applier(op):
     return mm if mm is not None and chained_of(mm) == op.operation else None
 
 
-_NORMS = ("spyre.rmsnorm", "spyre.layernorm")
-
-
 def prologue_of(op, chosen: bool = True):
     """For a matmul (not batched) of kernel ``matmul``, the norm whose result is its lhs (through reshapes keeping
     the innermost dim), applied by its kernel to each A tile it would load (:class:`Prologue`): an rmsnorm, or a
@@ -899,7 +897,7 @@ def prologue_of(op, chosen: bool = True):
     p = _owner(v)
     while p is not None and _row_view(p):
         p = _owner(p.operands[0])
-    if p is None or p.name not in _NORMS or _attr(p, "spyre.kernel") != ("prologue" if chosen else "rows"):
+    if p is None or p.name not in NORMS or _attr(p, "spyre.kernel") != ("prologue" if chosen else "rows"):
         return None
     shape, elt = _tensor_type(p.results[0])
     if format_of(elt) not in PT_FORMATS or not shape or \
@@ -980,7 +978,7 @@ def _rhs(em, op, rhs):
     if fmt is Format.INT8:
         buf = em.b.constant(name, np.asarray(em.known[rhs]).astype(np.int8), fmt, encoded=True)
     else:
-        buf = em.dlf16_constant(rhs, name, fmt) or em.b.constant(name, np.asarray(em.known[rhs], np.float32), fmt)
+        buf = em.stored_constant(rhs, name, fmt) or em.b.constant(name, np.asarray(em.known[rhs], np.float32), fmt)
     B = em._buffer_tensor(buf)
     if qs is not None:
         s, axis = qs
