@@ -224,9 +224,9 @@ class WindowView:
 
 class TransposedView:
     """MATMUL's B operand stored transposed (flag TRANS_B): the stored [N, K] tile read as [K, N], contiguous,
-    so BLAS sums exactly as for the same B stored [K, N]. The pieces of one output tile multiply the same B (and
-    a sibling's) one after another: a kept, read-only value (a weight, a decode kept for rereads) is transposed
-    once for them."""
+    so BLAS sums exactly as for the same B stored [K, N]. A constant (:class:`Frozen`, a weight) is transposed
+    once per load. The pieces of one output tile multiply the same B (and a sibling's) one after another: another
+    read-only value (a decode kept for rereads) is transposed once for them."""
 
     _last = ()      # ((read-only value, its contiguous transpose), ...), newest first: one tuple, swapped whole
     KEEP = 4
@@ -235,6 +235,8 @@ class TransposedView:
         self.view = view
 
     def read(self) -> np.ndarray:
+        if isinstance(self.view, Frozen):
+            return self.view.transposed()
         v = self.view.read()
         last = TransposedView._last
         for value, t in last:
@@ -315,13 +317,12 @@ def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView |
     return TileList(mem, offsets, rows, cols, fmt)
 
 
-def block_sticks(offsets, strides, shape, unit: int = STICK_BYTES) -> np.ndarray:
-    """The 128-byte sticks (or ``unit``-byte pieces, a unit the blocks are made of) of (outer, rows, row_bytes)
-    strided blocks at each of ``offsets``, in copy order."""
+def block_sticks(offsets, strides, shape) -> np.ndarray:
+    """The 128-byte sticks of (outer, rows, row_bytes) strided blocks at each of ``offsets``, in copy order."""
     m, n, k = shape
     one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
-           + np.arange(0, k, unit)[None, None, :]).ravel()
-    return ((np.asarray(offsets, dtype=np.int64)[:, None] + one[None, :]) // unit).ravel()
+           + np.arange(0, k, STICK_BYTES)[None, None, :]).ravel()
+    return ((np.asarray(offsets, dtype=np.int64)[:, None] + one[None, :]) // STICK_BYTES).ravel()
 
 
 class Frozen:
@@ -329,7 +330,7 @@ class Frozen:
     are decoded at the first run and kept (read only), so weights are not decoded again at every call."""
 
     def __init__(self, view):
-        self.view, self.value = view, None
+        self.view, self.value, self._transposed = view, None, None
 
     def read(self) -> np.ndarray:
         if self.value is None:
@@ -338,6 +339,15 @@ class Frozen:
         return self.value
 
     peek = read
+
+    def transposed(self) -> np.ndarray:
+        """:meth:`read` as [..., cols, rows], contiguous float32 (a weight MATMUL reads with TRANS_B), made at
+        the first run and kept: transposing a layer's weights again at every call cost more than its product."""
+        if self._transposed is None:
+            v = self.value if self.value is not None else self.view.read()
+            self._transposed = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=np.float32)
+            self._transposed.flags.writeable = False
+        return self._transposed
 
 
 class Decoded:
@@ -433,10 +443,17 @@ class Parallel:
             pending.result()
 
 
-def _units(a: np.ndarray, unit: int) -> np.ndarray:
-    """A contiguous memory array as a 1-D array of its ``unit``-element pieces, each one opaque (void) element
-    (a tail shorter than a unit left out)."""
-    return a[:a.size // unit * unit].view(np.dtype((np.void, unit * a.itemsize)))
+def _row_starts(offsets, strides, m: int, n: int) -> np.ndarray:
+    """Where each row of (m, n) strided blocks at ``offsets`` starts, in copy order."""
+    one = (np.arange(m)[:, None] * strides[0] + np.arange(n)[None, :] * strides[1]).ravel()
+    return (np.asarray(offsets, dtype=np.int64)[:, None] + one[None, :]).ravel()
+
+
+def _rows(a: np.ndarray, unit: int, k: int) -> np.ndarray:
+    """A contiguous memory array as its ``k``-element rows starting at every multiple of ``unit`` (overlapping
+    when ``unit < k``), each one opaque (void) element."""
+    f = a.itemsize
+    return np.ndarray(((a.size - k) // unit + 1,), np.dtype((np.void, k * f)), buffer=a, strides=(unit * f,))
 
 
 def _runs(src_offs, dst_offs) -> list[tuple[int, int]]:
@@ -483,12 +500,17 @@ class Copy:
             self.pairs = [(view(d, dst_offs[0], ds, dst_strides), view(s, src_offs[0], ss, src_strides))
                           for s, d in arrays]
         else:
-            # The largest unit every offset, stride and row is made of (a stick at least), each unit one opaque
-            # element: numpy's fancy indexing copies it whole, several times faster than its bytes as columns.
-            unit = math.gcd(*src_offs, *dst_offs, *src_strides, *dst_strides, k)
-            self.index = (block_sticks(src_offs, src_strides, shape, unit),
-                          block_sticks(dst_offs, dst_strides, shape, unit))
-            self.pairs = [(_units(d, unit), _units(s, unit)) for s, d in arrays]
+            # Each row moves as one opaque element (one memcpy in numpy's fancy indexing; bytes as columns are
+            # several times slower), indexed in a view whose elements are rows starting at every multiple of
+            # the largest unit all row starts share. Rows that follow each other in both memories are one row.
+            if src_strides[1] == dst_strides[1] == k:
+                n, k = 1, n * k
+                if src_strides[0] == dst_strides[0] == k:
+                    m, k = 1, m * k
+            unit = math.gcd(*src_offs, *dst_offs, *src_strides, *dst_strides) or k
+            self.index = (_row_starts(src_offs, src_strides, m, n) // unit,
+                          _row_starts(dst_offs, dst_strides, m, n) // unit)
+            self.pairs = [(_rows(d, unit, k), _rows(s, unit, k)) for s, d in arrays]
 
     def __call__(self) -> None:
         if self.index is None:

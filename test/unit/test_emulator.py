@@ -20,6 +20,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spyre_mlir.runtime import InputError, ProgramBuilder, load, register_host_function
 from spyre_mlir.runtime.formats import decode, dlf16_encode, dlf16_round, encode
@@ -891,3 +893,51 @@ def test_a_tile_read_again_is_decoded_once_per_run_until_written(targets, rewrit
         assert np.allclose(y1, (2 * x if rewrite else x).astype(np.float64) @ w2, rtol=1e-5, atol=1e-4)
         # Nothing stays held after a call: a first read keeps its values only for its rereads, the last lets go.
         assert all(c.cell_contents.tile.value is None for c in reads)
+
+
+# ---- Copy: every way it moves bytes (one strided view, a few runs, rows by index) equals a naive copy -------------
+
+@st.composite
+def _copies(draw):
+    """Non-overlapping destination blocks (each copy's own stick-aligned slot, shuffled) and source blocks
+    anywhere (several may read the same bytes), of one (outer, rows, row_bytes) shape with stick-multiple
+    strides; the row strides may make rows contiguous (merged into one long row) or not."""
+    S = 128
+    m, n, k = draw(st.integers(1, 3)), draw(st.integers(1, 3)), S * draw(st.integers(1, 3))
+    strides = [(S * draw(st.integers(k // S * n, k // S * n + 2)), S * draw(st.integers(k // S, k // S + 2)))
+               for _ in range(2)]
+    extent = max((m - 1) * s0 + (n - 1) * s1 + k for s0, s1 in strides)
+    count = draw(st.integers(1, 9))
+    slot = -(-extent // S) * S + S * draw(st.integers(0, 2))
+    dst = [i * slot for i in draw(st.permutations(range(count)))]
+    src = [S * draw(st.integers(0, 40)) for _ in range(count)]
+    if draw(st.booleans()):       # evenly spaced sources: the strided and few-runs paths
+        step = S * draw(st.integers(0, 3)) + (slot if draw(st.booleans()) else 0)
+        src = [i * step for i in range(count)]
+    return (m, n, k), strides, src, dst, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(_copies())
+def test_copy_moves_the_bytes_of_a_naive_copy(case):
+    from spyre_mlir.runtime.emulator import Copy, Memory
+    (m, n, k), (sstr, dstr), src_offs, dst_offs, shadow = case
+    rng = np.random.default_rng(len(src_offs))
+    src = Memory(max(src_offs) + (m - 1) * sstr[0] + (n - 1) * sstr[1] + k + 256, shadow)
+    dst = Memory(max(dst_offs) + (m - 1) * dstr[0] + (n - 1) * dstr[1] + k + 256, shadow)
+    src.bytes[...] = rng.integers(0, 256, src.bytes.size, dtype=np.uint8)
+    dst.bytes[...] = rng.integers(0, 256, dst.bytes.size, dtype=np.uint8)
+    if shadow:
+        src.shadow[...] = rng.standard_normal(src.shadow.size)
+    want = dst.bytes.copy(), None if not shadow else dst.shadow.copy()
+    for so, do in zip(src_offs, dst_offs):
+        for i in range(m):
+            for j in range(n):
+                a, b = so + i * sstr[0] + j * sstr[1], do + i * dstr[0] + j * dstr[1]
+                want[0][b:b + k] = src.bytes[a:a + k]
+                if shadow:
+                    want[1][b:b + k] = src.shadow[a:a + k]
+    Copy(src, src_offs, sstr, dst, dst_offs, dstr, (m, n, k))()
+    np.testing.assert_array_equal(dst.bytes, want[0])
+    if shadow:
+        np.testing.assert_array_equal(dst.shadow, want[1])
