@@ -13,8 +13,8 @@ The SFU computes in fp32 whatever the tile formats are, and rounds once on write
 fused chain rounds only when the result is written in the output format (what the contract promises).
 Ops the SFU has no instruction for are rewritten: ``erf(y) = 2 * gelu_erf(z) / z - 1`` with ``z = sqrt(2) y``
 (exact at z = 0 through a select), ``select`` with two tile values as two selects and an add, ``cmpf`` as the
-comparison functions (NaN ordering is not modelled). Anything else raises :class:`NotOnSfu` and the op runs
-on the host.
+comparison functions (NaN ordering is not modelled). ReLU's select form is one RELU, which treats NaN as the
+select does. Anything else raises :class:`NotOnSfu` and the op runs on the host.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import math
 
 from spyre_mlir.runtime.isa import SfuFn
 
-__all__ = ["NotOnSfu", "translate", "MicroOp"]
+__all__ = ["NotOnSfu", "translate", "MicroOp", "live_temps", "writes_result"]
 
 
 class NotOnSfu(Exception):
@@ -41,7 +41,8 @@ _CMP = {1: SfuFn.EQ, 2: SfuFn.GT, 3: SfuFn.GE, 4: SfuFn.LT, 5: SfuFn.LE, 6: SfuF
 _FOLD = {SfuFn.NEG: lambda a: -a, SfuFn.ABS: abs, SfuFn.EXP: math.exp, SfuFn.LOG: math.log,
          SfuFn.SQRT: math.sqrt, SfuFn.RSQRT: lambda a: 1 / math.sqrt(a), SfuFn.TANH: math.tanh,
          SfuFn.ADD: lambda a, b: a + b, SfuFn.SUB: lambda a, b: a - b, SfuFn.MUL: lambda a, b: a * b,
-         SfuFn.DIV: lambda a, b: a / b, SfuFn.MAX: max, SfuFn.MIN: min, SfuFn.POW: lambda a, b: a ** b}
+         SfuFn.DIV: lambda a, b: a / b, SfuFn.MAX: max, SfuFn.MIN: min, SfuFn.POW: lambda a, b: a ** b,
+         SfuFn.RELU: lambda a: a if a > 0 or a != a else 0.0}
 
 
 class MicroOp(tuple):
@@ -139,6 +140,7 @@ def translate(block, kinds):
 
     body = _Body(kinds)
     env = {}
+    relus, dead = _relus(block)
     for i, a in enumerate(block.arguments):
         if not _is_float(a.type) and str(a.type) != "i1":
             raise NotOnSfu(f"map input of type {a.type}")
@@ -155,6 +157,11 @@ def translate(block, kinds):
             if n is None or env.get(o.operands[0]) is None:
                 raise NotOnSfu("math.fpowi with a non-constant exponent")
             env[o.results[0]] = body.ipow(env[o.operands[0]], n)
+            continue
+        if o in dead:
+            continue
+        if o in relus:
+            env[o.results[0]] = body.unary(SfuFn.RELU, env[relus[o]])
             continue
         args = [env.get(v) for v in o.operands]
         if any(a is None for a in args):
@@ -204,6 +211,50 @@ def translate(block, kinds):
     return body.ops, result, body.ntemps
 
 
+# ReLU as Torch-MLIR writes it: x where x > 0 (unordered: NaN too), else +0.0. The RELU function (fp32 max(x, +0))
+# gives exactly that for every x, -0.0 -> +0.0 and NaN included; ``x <= 0 (ordered) ? 0 : x`` is the same.
+_RELU = {9: 1, 5: 2}      # cmpf predicate (ugt, ole) -> the select operand that must be x (the other is +0.0)
+
+
+def _relus(block):
+    """The ``arith.select`` ops of a body that are ReLU exactly ({select: x}), and the ``arith.cmpf`` ops only
+    they read (not emitted: RELU is one SFU op where the comparison and the select were two)."""
+    uses: dict = {}
+    for op in block.operations:
+        for v in op.operation.operands:
+            uses[v] = uses.get(v, 0) + 1
+    relus, dead = {}, set()
+    for op in block.operations:
+        o = op.operation
+        if o.name != "arith.select":
+            continue
+        cond = o.operands[0].owner
+        cond = getattr(cond, "operation", cond)
+        if getattr(cond, "name", None) != "arith.cmpf":
+            continue
+        from torch_mlir import ir
+        which = _RELU.get(ir.IntegerAttr(cond.attributes["predicate"]).value)
+        x, zero = cond.operands[0], cond.operands[1]
+        if which is None or not _is_zero(zero) or not _is_zero(o.operands[3 - which]) or o.operands[which] != x:
+            continue
+        relus[o] = x
+        if uses.get(o.operands[0]) == 1:
+            dead.add(cond)
+    return relus, dead
+
+
+def _is_zero(v) -> bool:
+    """Whether ``v`` is an ``arith.constant`` +0.0 (captured from above or in the body)."""
+    from torch_mlir import ir
+
+    owner = getattr(v.owner, "operation", v.owner)
+    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+        return False
+    a = owner.attributes["value"]
+    return isinstance(a, ir.FloatAttr) and math.copysign(1.0, ir.FloatAttr(a).value) == 1.0 \
+        and ir.FloatAttr(a).value == 0.0
+
+
 def _int_constant(v):
     """The value of an integer ``arith.constant`` (defined in the body or captured from above), else None."""
     from torch_mlir import ir
@@ -222,8 +273,15 @@ def _is_float(t) -> bool:
     return s in ("f32", "f16", "bf16", "f64", "!spyre.dlf16") or s.startswith("f8")
 
 
+def writes_result(ops, result) -> bool:
+    """Whether the last micro-op computes the result, so it writes the output tile itself, rounding on the write
+    as the cast it saves would (the SFU computes in fp32 and rounds once, to the destination's format)."""
+    return bool(ops) and ops[-1][1] == result
+
+
 def live_temps(ops, result) -> tuple[dict, int]:
-    """Linear-scan allocation of temporaries to slots; returns ({temp: slot}, number of slots)."""
+    """Linear-scan allocation of temporaries to slots; returns ({temp: slot}, number of slots). A result the last
+    op computes (:func:`writes_result`) goes to the output tile and has no slot."""
     last = {}
     for i, op in enumerate(ops):
         for v in (op[2], op[3]):
@@ -234,6 +292,8 @@ def live_temps(ops, result) -> tuple[dict, int]:
     free, slot, nslots = [], {}, 0
     for i, op in enumerate(ops):
         d = op[1]
+        if i == len(ops) - 1 and writes_result(ops, result):
+            break
         # Elementwise: the destination may reuse a source dying here (in-place on the SFU).
         for v in dict.fromkeys((op[2], op[3])):   # ordered: a set of str-keyed tuples iterates by a per-process hash
             if isinstance(v, tuple) and v[0] == "t" and last.get(v) == i:

@@ -86,15 +86,17 @@ func.func @main(%a: tensor<16x256x!spyre.dlf16>, %b: tensor<256x128x!spyre.dlf16
 // -----
 
 // A map: the body becomes SFU instructions on fp32 temporaries; the [64] operand is a per-column (COL,
-// flags=2) broadcast loaded once per core; erf goes through gelu_erf; the result rounds once, on the cast.
+// flags=2) broadcast loaded once per core; erf goes through gelu_erf; the result rounds once: its last op
+// writes the dlf16 output tile (f0=1), no cast.
 // CHECK-LABEL: // program: 2 core(s)
 // CHECK: core 0:
 // CHECK: dma_load
 // CHECK: sfu fn=add flags=2 m=4 n=64
 // CHECK: sfu fn=gelu_erf
 // CHECK: sfu fn=select
-// CHECK: sfu fn=cast m=4 n=64
-// CHECK: dma_store
+// CHECK: sfu fn=mul
+// CHECK-NEXT: sfu fn=sub flags=3 m=4 n=64 a0=[[OUT:[0-9]+]] f0=1 {{.*}}imm=1
+// CHECK-NEXT: dma_store {{.*}}a0=[[OUT]] 
 // CHECK: core 1:
 // CHECK: sfu fn=add flags=2 m=4 n=64
 func.func @main(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16> {
@@ -104,6 +106,68 @@ func.func @main(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<64x!spyre.dlf16>) -> t
     %e = math.erf %s : f32
     "spyre.yield"(%e) : (f32) -> ()
   }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.grid = array<i64: 2>, spyre.tile = array<i64: 4>} : (tensor<8x64x!spyre.dlf16>, tensor<64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  return %r : tensor<8x64x!spyre.dlf16>
+}
+
+// -----
+
+// ReLU as Torch-MLIR writes it, select(x > 0 unordered, x, +0.0), and its mirror select(x <= 0 ordered, +0.0, x):
+// one RELU each (fp32 max(x, +0): NaN stays NaN and -0.0 becomes +0.0, as the select gives), no compare. The
+// comparison is not emitted when the select is its only reader.
+// CHECK-LABEL: // program: 2 core(s)
+// CHECK: core 0:
+// CHECK: dma_load
+// CHECK-NOT: sfu fn=gt
+// CHECK: sfu fn=relu m=4 n=64
+// CHECK-NEXT: sfu fn=neg m=4 n=64
+// CHECK-NEXT: sfu fn=relu m=4 n=64
+// CHECK-NEXT: sfu fn=add {{.*}}f0=1
+// CHECK-NEXT: dma_store
+func.func @main(%x: tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16> {
+  %r = "spyre.map"(%x) ({
+  ^bb0(%a: f32):
+    %z = arith.constant 0.000000e+00 : f32
+    %c = arith.cmpf ugt, %a, %z : f32
+    %s = arith.select %c, %a, %z : f32
+    %n = arith.negf %a : f32
+    %d = arith.cmpf ole, %n, %z : f32
+    %t = arith.select %d, %z, %n : f32
+    %u = arith.addf %s, %t : f32
+    "spyre.yield"(%u) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.grid = array<i64: 2>, spyre.tile = array<i64: 4>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  return %r : tensor<8x64x!spyre.dlf16>
+}
+
+// -----
+
+// Not ReLU: x >= 0 keeps -0.0 (max(x, +0) would not); a -0.0 "zero" is not +0.0; and a comparison another op
+// also reads is emitted for it (the select still becomes RELU).
+// CHECK-LABEL: // program: 2 core(s)
+// CHECK: core 0:
+// CHECK: sfu fn=ge
+// CHECK-NEXT: sfu fn=select
+// CHECK-NEXT: sfu fn=gt
+// CHECK-NEXT: sfu fn=select
+// CHECK-NEXT: sfu fn=gt
+// CHECK-NEXT: sfu fn=relu
+// CHECK-NEXT: sfu fn=add
+func.func @main(%x: tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16> {
+  %r = "spyre.map"(%x) ({
+  ^bb0(%a: f32):
+    %z = arith.constant 0.000000e+00 : f32
+    %m = arith.constant -0.000000e+00 : f32
+    %c = arith.cmpf uge, %a, %z : f32
+    %s = arith.select %c, %a, %z : f32
+    %c2 = arith.cmpf ugt, %a, %m : f32
+    %s2 = arith.select %c2, %a, %m : f32
+    %c3 = arith.cmpf ugt, %a, %z : f32
+    %s3 = arith.select %c3, %a, %z : f32
+    %f = arith.uitofp %c3 : i1 to f32
+    %u = arith.addf %s, %s2 : f32
+    %v = arith.addf %u, %s3 : f32
+    %w = arith.addf %v, %f : f32
+    "spyre.yield"(%w) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, spyre.grid = array<i64: 2>, spyre.tile = array<i64: 4>} : (tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
   return %r : tensor<8x64x!spyre.dlf16>
 }
 

@@ -660,3 +660,25 @@ def test_embedding_lookup_runs_on_the_device(precision, cores):
     bad[1, 7] = 300
     with pytest.raises(SpyreRuntimeError, match=r"gather.*index 300 is outside the table's 300 rows"):
         exe(bad)
+
+
+@pytest.mark.parametrize("precision", ["dlf16", "fp32-reference"])
+def test_relu_is_one_sfu_op_and_keeps_nan(precision):
+    """Torch-MLIR's ReLU, select(x > 0 unordered, x, 0), is one RELU on the SFU (no compare and select) that
+    gives PyTorch's answer for NaN too: NaN stays NaN (an ordered compare made it 0), -0.0 and 0.0 give 0."""
+    from spyre_mlir.runtime.isa import SfuFn
+
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.relu(x * y) + torch.relu(x)
+
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 64), torch.randn(16, 64)
+    x[0, :3] = torch.tensor([float("nan"), -0.0, 0.0])
+    exe = spyre_mlir.compile(M(), (x, y), precision=precision, cache_dir=False)
+    names = {SfuFn(s.sfu[0]).name.lower() for s in exe.steps if getattr(s, "sfu", None) is not None}
+    assert "relu" in names and not names & {"gt", "select"}, names
+    (out,), ref = exe(x, y), M()(x, y).numpy()
+    assert np.isnan(out[0, 0]) and not np.isnan(np.delete(out.ravel(), 0)).any()
+    bound = 1e-6 if precision == "fp32-reference" else DLF16_BOUND
+    np.testing.assert_allclose(out, ref, rtol=bound, atol=bound, equal_nan=True)

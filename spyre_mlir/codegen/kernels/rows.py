@@ -19,7 +19,7 @@ import numpy as np
 from ..common import _DEVICE_FLOATS, SFU_READS, _attr, _sub, _tensor_type
 from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
-from ..sfu import NotOnSfu, live_temps, translate
+from ..sfu import NotOnSfu, live_temps, translate, writes_result
 from spyre_mlir.runtime.formats import DLF16_MAX, Format
 from spyre_mlir.runtime.isa import SFU_CLASS, SfuFn, sfu_fn
 
@@ -238,14 +238,19 @@ def apply_epilogue(b, core, epi, out, temps, loc, extra=()) -> None:
             return tiles[v[1]] if v[0] == "in" else temps[epi.slots[v]]
         return v
 
-    for fn, d, s0, s1, imm, swap in epi.ops:
-        b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
-    b.sfu(core, "cast", out, reg(epi.result), loc=loc)
+    last = writes_result(epi.ops, epi.result)
+    for i, (fn, d, s0, s1, imm, swap) in enumerate(epi.ops):
+        b.sfu(core, fn, out if last and i == len(epi.ops) - 1 else reg(d), reg(s0), reg(s1), imm=imm, swap=swap,
+              loc=loc)
+    if not last:
+        b.sfu(core, "cast", out, reg(epi.result), loc=loc)
 
 
 def epilogue_classes(epi: Epilogue) -> tuple[str, ...]:
-    """The SFU classes (cost.finish_cycles) of the epilogue's micro-ops, its rounding cast last."""
-    return tuple(SFU_CLASS[sfu_fn(fn)] for fn, *_ in epi.ops) + (SFU_CLASS[SfuFn.CAST],)
+    """The SFU classes (cost.finish_cycles) of the epilogue's micro-ops, and of its rounding cast when the last
+    of them does not write the output itself."""
+    cast = () if writes_result(epi.ops, epi.result) else (SFU_CLASS[SfuFn.CAST],)
+    return tuple(SFU_CLASS[sfu_fn(fn)] for fn, *_ in epi.ops) + cast
 
 
 def epilogue_buffer(i: int) -> str:
@@ -495,15 +500,17 @@ def emit_map(em, op, loc):
                     return cur[v]
                 return _sub(temps[slots[v]], n, C)
 
-            for fn, d, s0, s1, imm, swap in ops:
-                b.sfu(core, fn, reg(d), reg(s0), reg(s1), imm=imm, swap=swap, loc=loc)
             o_t = _sub(outs[k % nbuf], n, C)
-            res = reg(result)
+            last = writes_result(ops, result)
+            for i, (fn, d, s0, s1, imm, swap) in enumerate(ops):
+                b.sfu(core, fn, o_t if last and i == len(ops) - 1 else reg(d), reg(s0), reg(s1), imm=imm,
+                      swap=swap, loc=loc)
+            res = None if last else reg(result)
             if isinstance(res, float):
                 b.sfu(core, "fill", o_t, imm=res, loc=loc)
-            elif res.rows == n and res.cols == C:
+            elif res is not None and res.rows == n and res.cols == C:
                 b.sfu(core, "cast", o_t, res, loc=loc)
-            else:       # a broadcast input returned as is
+            elif res is not None:       # a broadcast input returned as is
                 b.sfu(core, "fill", o_t, imm=0.0, loc=loc)
                 b.sfu(core, "add", o_t, o_t, res, loc=loc)
             store_rows(b, core, o_t, O, r0, loc=loc)
