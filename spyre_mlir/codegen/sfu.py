@@ -13,8 +13,9 @@ The SFU computes in fp32 whatever the tile formats are, and rounds once on write
 fused chain rounds only when the result is written in the output format (what the contract promises).
 Ops the SFU has no instruction for are rewritten: ``erf(y) = 2 * gelu_erf(z) / z - 1`` with ``z = sqrt(2) y``
 (exact at z = 0 through a select), ``select`` with two tile values as two selects and an add, ``cmpf`` as the
-comparison functions (NaN ordering is not modelled). ReLU's select form is one RELU, which treats NaN as the
-select does. Anything else raises :class:`NotOnSfu` and the op runs on the host.
+comparison functions (NaN ordering is not modelled). ReLU's select form is one RELU (which treats NaN as the
+select does), sigmoid's 1 / (1 + exp(-x)) one SIGMOID and x times it one SILU. Anything else raises
+:class:`NotOnSfu` and the op runs on the host.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ _FOLD = {SfuFn.NEG: lambda a: -a, SfuFn.ABS: abs, SfuFn.EXP: math.exp, SfuFn.LOG
          SfuFn.SQRT: math.sqrt, SfuFn.RSQRT: lambda a: 1 / math.sqrt(a), SfuFn.TANH: math.tanh,
          SfuFn.ADD: lambda a, b: a + b, SfuFn.SUB: lambda a, b: a - b, SfuFn.MUL: lambda a, b: a * b,
          SfuFn.DIV: lambda a, b: a / b, SfuFn.MAX: max, SfuFn.MIN: min, SfuFn.POW: lambda a, b: a ** b,
-         SfuFn.RELU: lambda a: a if a > 0 or a != a else 0.0}
+         SfuFn.RELU: lambda a: a if a > 0 or a != a else 0.0, SfuFn.SIGMOID: lambda a: 1 / (1 + math.exp(-a)),
+         SfuFn.SILU: lambda a: a * (1 / (1 + math.exp(-a)))}
 
 
 class MicroOp(tuple):
@@ -140,7 +142,7 @@ def translate(block, kinds):
 
     body = _Body(kinds)
     env = {}
-    relus, dead = _relus(block)
+    fused, dead = _fused(block)
     for i, a in enumerate(block.arguments):
         if not _is_float(a.type) and str(a.type) != "i1":
             raise NotOnSfu(f"map input of type {a.type}")
@@ -160,8 +162,9 @@ def translate(block, kinds):
             continue
         if o in dead:
             continue
-        if o in relus:
-            env[o.results[0]] = body.unary(SfuFn.RELU, env[relus[o]])
+        if o in fused:
+            fn, x = fused[o]
+            env[o.results[0]] = body.unary(fn, env[x])
             continue
         args = [env.get(v) for v in o.operands]
         if any(a is None for a in args):
@@ -216,43 +219,85 @@ def translate(block, kinds):
 _RELU = {9: 1, 5: 2}      # cmpf predicate (ugt, ole) -> the select operand that must be x (the other is +0.0)
 
 
-def _relus(block):
-    """The ``arith.select`` ops of a body that are ReLU exactly ({select: x}), and the ``arith.cmpf`` ops only
-    they read (not emitted: RELU is one SFU op where the comparison and the select were two)."""
+def _def(v, name: str):
+    """The op defining ``v`` when it is a ``name`` op, else None."""
+    owner = getattr(v.owner, "operation", v.owner)
+    return owner if getattr(owner, "name", None) == name else None
+
+
+def _relu(o):
+    """x when ``o`` is ReLU of x as a select, else None; and the compare it reads."""
+    cond = _def(o.operands[0], "arith.cmpf") if o.name == "arith.select" else None
+    if cond is None:
+        return None, ()
+    from torch_mlir import ir
+
+    which = _RELU.get(ir.IntegerAttr(cond.attributes["predicate"]).value)
+    x, zero = cond.operands[0], cond.operands[1]
+    if which is None or not _is_const(zero, 0.0) or not _is_const(o.operands[3 - which], 0.0) \
+            or o.operands[which] != x:
+        return None, ()
+    return x, (cond,)
+
+
+def _sigmoid(o):
+    """x when ``o`` is 1 / (1 + exp(-x)), as Torch-MLIR writes sigmoid, else None; and the ops it reads."""
+    if o.name != "arith.divf" or not _is_const(o.operands[0], 1.0):
+        return None, ()
+    add = _def(o.operands[1], "arith.addf")
+    if add is None:
+        return None, ()
+    e, one = add.operands
+    if _is_const(e, 1.0):
+        e, one = one, e
+    exp = _def(e, "math.exp")
+    neg = exp and _def(exp.operands[0], "arith.negf")
+    if not _is_const(one, 1.0) or neg is None:
+        return None, ()
+    return neg.operands[0], (add, exp, neg)
+
+
+def _fused(block):
+    """Ops of a body that are one SFU function of a value: {op: (function, x)}, and the ops only they read (not
+    emitted). ReLU's select form is RELU; sigmoid's 1 / (1 + exp(-x)) is SIGMOID, and x times it SILU: the SFU
+    computes those functions with exactly these fp32 operations, one instruction where they were several."""
     uses: dict = {}
     for op in block.operations:
         for v in op.operation.operands:
             uses[v] = uses.get(v, 0) + 1
-    relus, dead = {}, set()
+    fused, dead = {}, set()
+
+    def take(fn, o, x, parts) -> None:
+        fused[o] = (fn, x)
+        for p in parts:       # each part read once, by the next one: the whole chain goes
+            if uses.get(p.results[0]) != 1:
+                break
+            dead.add(p)
     for op in block.operations:
         o = op.operation
-        if o.name != "arith.select":
-            continue
-        cond = o.operands[0].owner
-        cond = getattr(cond, "operation", cond)
-        if getattr(cond, "name", None) != "arith.cmpf":
-            continue
-        from torch_mlir import ir
-        which = _RELU.get(ir.IntegerAttr(cond.attributes["predicate"]).value)
-        x, zero = cond.operands[0], cond.operands[1]
-        if which is None or not _is_zero(zero) or not _is_zero(o.operands[3 - which]) or o.operands[which] != x:
-            continue
-        relus[o] = x
-        if uses.get(o.operands[0]) == 1:
-            dead.add(cond)
-    return relus, dead
+        for fn, match in ((SfuFn.RELU, _relu), (SfuFn.SIGMOID, _sigmoid)):
+            x, parts = match(o)
+            if x is not None:
+                take(fn, o, x, parts)
+        if o.name == "arith.mulf":
+            for x, s in (o.operands, reversed(list(o.operands))):
+                sig = getattr(s.owner, "operation", s.owner)
+                if fused.get(sig) == (SfuFn.SIGMOID, x):
+                    take(SfuFn.SILU, o, x, (sig,) + _sigmoid(sig)[1])
+                    break
+    return fused, dead
 
 
-def _is_zero(v) -> bool:
-    """Whether ``v`` is an ``arith.constant`` +0.0 (captured from above or in the body)."""
+def _is_const(v, value: float) -> bool:
+    """Whether ``v`` is an ``arith.constant`` of exactly ``value`` (+0.0 is not -0.0), in the body or captured."""
     from torch_mlir import ir
 
-    owner = getattr(v.owner, "operation", v.owner)
-    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+    owner = _def(v, "arith.constant")
+    a = owner.attributes["value"] if owner is not None else None
+    if not isinstance(a, ir.FloatAttr):
         return False
-    a = owner.attributes["value"]
-    return isinstance(a, ir.FloatAttr) and math.copysign(1.0, ir.FloatAttr(a).value) == 1.0 \
-        and ir.FloatAttr(a).value == 0.0
+    c = ir.FloatAttr(a).value
+    return c == value and math.copysign(1.0, c) == math.copysign(1.0, value)
 
 
 def _int_constant(v):

@@ -173,6 +173,42 @@ func.func @main(%x: tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16> {
 
 // -----
 
+// SiLU and sigmoid as Torch-MLIR writes them: x * (1 / (1 + exp(-x))) is one SILU, and 1 / (exp(-x) + 1) one
+// SIGMOID; the SFU computes these functions with exactly those fp32 operations. An exp another op also reads
+// stays (and so does what it reads); the sigmoid still reads x itself.
+// CHECK-LABEL: // program: 2 core(s)
+// CHECK: core 0:
+// CHECK: sfu fn=silu m=4 n=64
+// CHECK-NEXT: sfu fn=mul m=4 n=64
+// CHECK-NEXT: sfu fn=neg
+// CHECK-NEXT: sfu fn=exp
+// CHECK-NEXT: sfu fn=sigmoid
+// CHECK-NEXT: sfu fn=add
+// CHECK-NEXT: sfu fn=add {{.*}}f0=1
+// CHECK-NEXT: dma_store
+func.func @main(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16> {
+  %r = "spyre.map"(%x, %y) ({
+  ^bb0(%a: f32, %b: f32):
+    %one = arith.constant 1.000000e+00 : f32
+    %n = arith.negf %a : f32
+    %e = math.exp %n : f32
+    %d = arith.addf %e, %one : f32
+    %s = arith.divf %one, %d : f32
+    %silu = arith.mulf %a, %s : f32
+    %g = arith.mulf %silu, %b : f32
+    %n2 = arith.negf %b : f32
+    %e2 = math.exp %n2 : f32
+    %d2 = arith.addf %e2, %one : f32
+    %s2 = arith.divf %one, %d2 : f32
+    %t = arith.addf %s2, %e2 : f32
+    %u = arith.addf %g, %t : f32
+    "spyre.yield"(%u) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 1, 0, 0>, spyre.grid = array<i64: 2>, spyre.tile = array<i64: 4>} : (tensor<8x64x!spyre.dlf16>, tensor<8x64x!spyre.dlf16>) -> tensor<8x64x!spyre.dlf16>
+  return %r : tensor<8x64x!spyre.dlf16>
+}
+
+// -----
+
 // A transpose of the last two dims (the innermost dim moves: a restickify) is one RESTICK on core 0's DMA
 // engine, device memory to device memory (batch 2 = the leading dim), straight into the output. Its source is
 // an input and its result is only returned, so no barrier fences it.
