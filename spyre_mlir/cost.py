@@ -306,10 +306,10 @@ def prologue_buffers(prologue, K: int) -> list[Buffer]:
 
 
 def prologue_sfu(rows: int, K: int, stats: int, target: Target) -> float:
-    """SFU cycles of a norm prologue on ``rows`` rows of ``K``: an rmsnorm (one row statistic) takes six passes
-    over the rows (cast, square, mean, scale, weight, cast), a layernorm (two) nine, and two on the [rows, 1]
-    statistic (+eps, rsqrt)."""
-    full = 6 if stats == 1 else 9
+    """SFU cycles of a norm prologue on ``rows`` rows of ``K`` (rows.norm_body): an rmsnorm (one row statistic)
+    takes four passes over the rows (square, mean, scale, weight), a layernorm (two) seven (mean, center,
+    square, mean, scale, weight, bias), and two on the [rows, 1] statistic (+eps, rsqrt)."""
+    full = 4 if stats == 1 else 7
     return full * (rows * K * target.sfu_cycles("simple") / target.sfu_lanes_per_core + target.sfu_latency_cycles) \
         + 2 * target.sfu_latency_cycles
 
@@ -386,14 +386,14 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
 
 def _softmax_ops(softmax: str) -> int:
     """SFU instructions of a softmax on a tile (rows.apply_softmax), each paying the SFU's latency."""
-    return 8 + (3 if softmax == "safe" else 0)
+    return 6 + (3 if softmax == "safe" else 0)
 
 
 def softmax_sfu(tm: int, tn: int, target: Target, softmax: str) -> float:
-    """SFU cycles of a softmax epilogue on a [tm, tn] tile (rows.apply_softmax): 6 elementwise passes (an exp
-    among them), 2 row reductions, the per-row reciprocal (and the safe softmax's 3 per-row selects)."""
+    """SFU cycles of a softmax epilogue on a [tm, tn] tile (rows.apply_softmax): 3 elementwise passes (sub, exp,
+    mul), 2 row reductions, the per-row reciprocal (and the safe softmax's 3 per-row selects)."""
     lanes = target.sfu_lanes_per_core
-    full = tm * tn * (5 * target.sfu_cycles("simple") + target.sfu_cycles("transcendental")) / lanes
+    full = tm * tn * (2 * target.sfu_cycles("simple") + target.sfu_cycles("transcendental")) / lanes
     rows = tm * (target.sfu_cycles("reciprocal") + (3 if softmax == "safe" else 0)) / lanes
     return full + 2 * tm * tn / lanes + rows + _softmax_ops(softmax) * target.sfu_latency_cycles
 

@@ -369,22 +369,21 @@ def apply_softmax(b, core, sm, src, dst, temp, stats, loc) -> None:
     # masked scores read from DLFloat16 has that maximum.
     lowest = -DLF16_MAX if src.fmt is Format.DLF16 else -math.inf
     M, S = stats["max"], stats["sum"]
-    b.sfu(core, "cast", temp, src, loc=loc)
-    b.reduce(core, "max", M, temp, loc=loc)
+    # The SFU reads src in its format and computes in fp32: no fp32 copy of it first.
+    b.reduce(core, "max", M, src, loc=loc)
     if safe:
         # A row of -inf only: its max becomes 0 and its 1/sum 0, so it gives 0 * 0 and no NaN; other rows
         # compute exactly what the plain softmax does.
         K = stats["live"]
         b.sfu(core, "gt", K, M, lowest, loc=loc)
         b.sfu(core, "select", M, K, M, imm=0.0, loc=loc)
-    b.sfu(core, "sub", temp, temp, M, loc=loc)
+    b.sfu(core, "sub", temp, src, M, loc=loc)
     b.sfu(core, "exp", temp, temp, loc=loc)
     b.reduce(core, "sum", S, temp, loc=loc)
     b.sfu(core, "recip", S, S, loc=loc)
     if safe:
         b.sfu(core, "select", S, K, S, imm=0.0, loc=loc)
-    b.sfu(core, "mul", temp, temp, S, loc=loc)
-    b.sfu(core, "cast", dst, temp, loc=loc)
+    b.sfu(core, "mul", dst, temp, S, loc=loc)       # rounded once, on the write
 
 
 def epilogue_of(producer):
@@ -565,12 +564,11 @@ def norm_body(em, op):
 
         def body(core, n, XT, XF, OT, extra, loc):
             MU, VAR, SQ = extra["mean"], extra["var"], extra["sq"]
-            b.sfu(core, "cast", XF, XT, loc=loc)
-            b.reduce(core, "mean", MU, XF, loc=loc)
-            b.sfu(core, "sub", XF, XF, MU, loc=loc)
+            b.reduce(core, "mean", MU, XT, loc=loc)
+            b.sfu(core, "sub", XF, XT, MU, loc=loc)
             b.sfu(core, "mul", SQ, XF, XF, loc=loc)
             b.reduce(core, "mean", VAR, SQ, loc=loc)
-            _normalize(b, core, XF, OT, VAR, eps, extra, loc)
+            _normalize(b, core, XF, XF, OT, VAR, eps, extra, loc)
 
         consts = [("weight", gamma), ("bias", beta)]
         return body, [(k, t) for k, t in consts if t is not None], ("mean", "var")
@@ -578,25 +576,23 @@ def norm_body(em, op):
 
     def body(core, n, XT, XF, OT, extra, loc):
         MS, SQ = extra["ms"], extra["sq"]
-        b.sfu(core, "cast", XF, XT, loc=loc)
-        b.sfu(core, "mul", SQ, XF, XF, loc=loc)
+        b.sfu(core, "mul", SQ, XT, XT, loc=loc)
         b.reduce(core, "mean", MS, SQ, loc=loc)
-        _normalize(b, core, XF, OT, MS, eps, extra, loc)
+        _normalize(b, core, XT, XF, OT, MS, eps, extra, loc)
 
     return body, [("weight", gamma)] if gamma is not None else [], ("ms",)
 
 
-def _normalize(b, core, XF, OT, R, eps, extra, loc):
-    """The norms' tail: XF *= rsqrt(R + eps) (R a row statistic, overwritten), then the weight and bias rows
-    when the op has them, rounded once into OT."""
+def _normalize(b, core, X, XF, OT, R, eps, extra, loc):
+    """The norms' tail: X * rsqrt(R + eps) (R a row statistic, overwritten), then times the weight and plus the
+    bias rows when the op has them, through the fp32 tile XF; the last of these writes OT, rounded once. The SFU
+    reads the input tiles in their formats and computes in fp32, so no fp32 copy of them comes first."""
     b.sfu(core, "add", R, R, eps, loc=loc)
     b.sfu(core, "rsqrt", R, R, loc=loc)
-    b.sfu(core, "mul", XF, XF, R, loc=loc)
-    if "weight" in extra:
-        b.sfu(core, "mul", XF, XF, extra["weight"], loc=loc)
-    if "bias" in extra:
-        b.sfu(core, "add", XF, XF, extra["bias"], loc=loc)
-    b.sfu(core, "cast", OT, XF, loc=loc)
+    steps = [("mul", R)] + [(fn, extra[k]) for fn, k in (("mul", "weight"), ("add", "bias")) if k in extra]
+    for i, (fn, y) in enumerate(steps):
+        b.sfu(core, fn, OT if i == len(steps) - 1 else XF, X, y, loc=loc)
+        X = XF
 
 
 def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False):
