@@ -388,6 +388,21 @@ class Reread:
     peek = read
 
 
+class Grouped:
+    """Tiles of several cores, some holding the same bytes (the plan proved it, as for :class:`Shared`): the
+    distinct ones (``first``, one per group, in order of first appearance) are decoded, then copied to the cores
+    of their group (``index``: each core's group)."""
+
+    def __init__(self, first, index: np.ndarray):
+        self.first, self.index = first, index
+        self.shape = (index.size,) + first.shape[1:]
+
+    def read(self) -> np.ndarray:
+        return np.take(self.first.read(), self.index, axis=0)
+
+    peek = read
+
+
 class Shared:
     """The same tile on several cores whose bytes are provably equal (copied by one DMA batch from the same
     device bytes, unwritten since): decoded once, from the first core's copy, then copied per core."""
@@ -893,8 +908,19 @@ class Machine:
         elif _lut(t[3]) is not None and self._same(batch, tile, st2):
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         elif self.numerics == "faithful" and _lut(t[3]) is not None:
+            view = self._grouped(view, addrs, t, st2)
             return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead)
         return view
+
+    def _grouped(self, view, addrs, t, st2):
+        """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids, as
+        for :class:`Shared`): the cores of one head of an attention all loaded its K and V."""
+        first: dict[bytes, int] = {}
+        index = np.array([first.setdefault(row.tobytes(), len(first)) for row in self._orig[st2]], dtype=np.intp)
+        if not 1 < len(first) < len(addrs):
+            return view
+        firsts = np.unique(index, return_index=True)[1]        # each group's first core
+        return Grouped(tiles(self.sp, [addrs[i] for i in firsts], *t[1:]), index)
 
     def _once(self, memo, addrs, shape, st, make, again=None, first=None):
         """The holder (``make()``) of the values read at these addresses, kept in ``memo`` for later reads of
