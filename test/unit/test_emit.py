@@ -645,10 +645,12 @@ def test_conv_with_one_tile_a_core_loads_its_patch_with_the_filters():
         assert ops[:barrier].count(Op.DMA_LOAD) >= 2 and Op.DMA_STORE not in ops[:barrier]
         assert Op.DMA_LOAD not in ops[barrier:] and Op.DMA_STORE in ops[barrier:]
 
-def test_conv_applies_its_relu_before_the_store():
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_applies_its_relu_before_the_store(bias):
     """A ReLU map whose input is a conv2d's only use (and which device ops read) is the conv kernel's epilogue
     (kernel "epilogue"): no map kernel runs for it and the result is bit-identical to the map run on its own
-    (there the conv result is also returned, so it has two readers and stays a separate kernel)."""
+    (there the conv result is also returned, so it has two readers and stays a separate kernel). The kernel
+    applies it to the fp32 accumulator, rounding once (relu(round(x)) is round(relu(x))), with a bias or not."""
     relu = """
   %y = "spyre.map"(%r) ({
   ^bb0(%a: f32):
@@ -663,14 +665,19 @@ def test_conv_applies_its_relu_before_the_store():
     "spyre.yield"(%m) : (f32) -> ()
   }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<2x16x9x10x!spyre.dlf16>) -> tensor<2x16x9x10x!spyre.dlf16>"""
     conv = CONV.format(C=8, F=16, CG=8, G=1, S=1, D=1, P="1, 1, 1, 1", OH=9, OW=10, PLAN="")
+    if not bias:
+        for a, b in ((', %b: tensor<16x!spyre.dlf16> {spyre.param = "b"}', ""), ("(%x, %w, %b)", "(%x, %w)"),
+                     ("array<i32: 1, 1, 1>", "array<i32: 1, 1, 0>"), (", tensor<16x!spyre.dlf16>) ->", ") ->")):
+            assert a in conv
+            conv = conv.replace(a, b)
     t = "tensor<2x16x9x10x!spyre.dlf16>"
     fused = conv.replace("  return %r", relu + "\n  return %n")
     apart = conv.replace(f"-> {t} {{", f"-> ({t}, {t}) {{").replace(
         f"  return %r : {t}", relu + f"\n  return %r, %n : {t}, {t}")
     from spyre_mlir.runtime.formats import dlf16_round
 
-    x, w, bias = dlf16_round(rand(2, 8, 9, 10)), rand(16, 8, 3, 3), rand(16)
-    p = {"w": w, "b": bias}
+    x, w, b = dlf16_round(rand(2, 8, 9, 10)), rand(16, 8, 3, 3), rand(16)
+    p = {"w": w, "b": b} if bias else {"w": w}
     (yf,), emf, _ = run(fused, [x], cores=4, params=p, numerics="faithful")
     (r, yu), emu, _ = run(apart, [x], cores=4, params=p, numerics="faithful")
     assert emf.kernels == ["spyre.conv2d", "spyre.map"] and emu.kernels == ["spyre.conv2d", "spyre.map", "spyre.map"]

@@ -16,11 +16,12 @@ import numpy as np
 
 from spyre_mlir import cost
 from spyre_mlir.runtime.formats import Format
-from spyre_mlir.runtime.isa import PT_FORMATS
+from spyre_mlir.runtime.isa import PT_FORMATS, SfuFn, sfu_fn
 
 from ..common import _attr, _sub, _tensor_type, row_parts
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..plan import KernelPlan
+from ..sfu import writes_result
 from .move import column_selections
 from .rows import apply_epilogue, epilogue_of, planned
 
@@ -218,6 +219,9 @@ def emit_conv2d(em, op, loc):
     epi_op, epi = epilogue_of(op) or (None, None)
     if epi_op is not None:
         em.dev[epi_op.operation.results[0]] = O.reshaped(_tensor_type(epi_op.operation.results[0])[0])
+    # A ReLU epilogue rounds the accumulator itself: relu(round(x)) is round(relu(x)) bit for bit for a float
+    # result (rounding is monotone and odd, +0 and NaN stay), so one RELU does the cast's and the map's work.
+    relu = epi is not None and _is_relu(epi) and O.fmt.is_float
     pool = pool_of(op)
     if pool is not None:
         if k.pool is None or toh % k.pool[0]:
@@ -301,16 +305,18 @@ def emit_conv2d(em, op, loc):
                     for q in range(nprod):
                         j, ig = divmod(q, nig)
                         p = r * sh + ig * ki * dh
-                        fin = q == nprod - 1 and BI is None
+                        fin = q == nprod - 1 and BI is None and not relu
                         b.matmul(core, wt.row_slice(q * tf, (q + 1) * tf), a.row_slice(p * cin, (p + ki) * cin),
                                  acc, accumulate=q > 0, out=out if fin else None, window=(j * dw - pl, sw, k.ow),
                                  loc=loc)
                     if BI is not None:
                         b.sfu(core, "add", acc, acc, BI, loc=loc)
                 acc, out = ACC.row_slice(r0 * tf, r1 * tf), OUT.row_slice(r0 * tf, r1 * tf)
-                if BI is not None:
+                if relu:
+                    b.sfu(core, "relu", out, acc, loc=loc)
+                elif BI is not None:
                     b.sfu(core, "cast", out, acc, loc=loc)
-                if epi is not None:
+                if epi is not None and not relu:
                     apply_epilogue(b, core, epi, out, [acc], loc)
                 store(core, n, f0, oh0, r0, r1)
 
@@ -403,6 +409,12 @@ def emit_pool2d(em, op, loc):
             b.sfu(core, "cast", ot, res, loc=loc)
             store_rows(b, core, ot, O, r0, loc=loc)
     return gr
+
+
+def _is_relu(epi) -> bool:
+    """Whether epilogue ``epi`` is RELU of the producer's tile alone."""
+    return (len(epi.ops) == 1 and not epi.extra and sfu_fn(epi.ops[0][0]) is SfuFn.RELU
+            and epi.ops[0][2] == ("in", epi.src) and writes_result(epi.ops, epi.result))
 
 
 EMITTERS = {"spyre.conv2d": emit_conv2d, "spyre.pool2d": emit_pool2d}
