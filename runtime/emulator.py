@@ -416,6 +416,23 @@ class Shared:
     peek = read
 
 
+class Staging:
+    """The copy of a batch of ring sends' bytes into the staging memory, where the barrier that delivers them reads
+    them; left out once each of its ``pending`` sends is delivered from the bytes it read (Machine._direct)."""
+
+    def __init__(self, copy, pending: int):
+        self.copy, self.pending = copy, pending
+
+    def landed(self) -> None:
+        self.pending -= 1
+        if not self.pending:
+            self.copy = None
+
+    def __call__(self) -> None:
+        if self.copy is not None:
+            self.copy()
+
+
 class Once:
     """A step whose effect lasts: it runs at the first call only (constants loaded into scratchpad bytes that
     nothing else writes hold the same bytes at every later call)."""
@@ -817,9 +834,10 @@ class Machine:
 
     def __init__(self, device: Memory, sp: Memory, sp_stride: int, numerics: str, host_code=None):
         self.device, self.sp, self.stride, self.numerics, self.host_code = device, sp, sp_stride, numerics, host_code
-        # RING_SEND -> (offset in the staging memory, which of its sticks held constants, their ids in _orig):
-        # delivered at the barrier. One staging memory for all sends (a slot each), so the sends a barrier
-        # delivers are one copy.
+        # RING_SEND -> (offset in the staging memory, which of its sticks held constants, their ids in _orig, the
+        # scratchpad-memory address it reads, its Staging step): delivered at the barrier, from the staging
+        # memory or straight from what it read (_direct). One staging memory for all sends (a slot each), so the
+        # sends a barrier delivers are one copy.
         self._staged = {}
         self._stage, self._stage_end = None, 0
 
@@ -1029,12 +1047,14 @@ class Machine:
         if s.op is Op.RING_SEND:
             k, base = s.send[3], self._stage_end
             self._stage_end += len(batch) * k
+            step = Staging(Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
+                                self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k)),
+                           len(batch))
             for j, i in enumerate(batch):
                 src = i.core * self.stride + i.send[2]
                 st = sticks(src, src + k)
-                self._staged[i] = (base + j * k, self._csp[st], self._orig[st])
-            return Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
-                        self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k))
+                self._staged[i] = (base + j * k, self._csp[st], self._orig[st], src, step)
+            return step
         if s.op is Op.RING_REDUCE:
             S = self._tiles(batch, lambda i: i.reduce[3])
             for i in batch:
@@ -1103,16 +1123,32 @@ class Machine:
                 v.write(np.asarray(r).reshape(v.rows, v.cols))
         return host
 
+    def _direct(self, sends, landed) -> bool:
+        """Whether a barrier's sends can land straight from the bytes they read: none of those was written since
+        its send (equal ids) and no send lands on them. Then their staging copies at the sends are left out."""
+        if not sends:
+            return False
+        read = [sticks(src, src + snd.send[3]) for snd in sends for src in [self._staged[snd][3]]]
+        if any(not np.array_equal(self._orig[st], self._staged[snd][2]) for snd, st in zip(sends, read)):
+            return False
+        if np.intersect1d(np.concatenate(read), np.concatenate([d.ravel() for d in landed])).size:
+            return False
+        for snd in sends:
+            self._staged[snd][4].landed()
+        return True
+
     def _prepare_sync(self, s: Sync):
         deliveries = []
         # Sends whose destinations overlap land one by one in issue order (the last one wins); otherwise the
         # sends of one batch land together.
         copies = [(x, p * self.stride + x.send[1]) for x in s.sends for p in x.send[0]]   # (send, destination)
         per_core = self.stride // STICK_BYTES
-        for snd in s.sends:                             # in issue order, as they land
-            peers, dst, _, k = snd.send
-            d = np.array(peers)[:, None] * per_core + sticks(dst, dst + k)[None, :]   # a multicast's copies
-            _, self._csp[d], self._orig[d] = self._staged[snd]      # the bytes the send read, and their ids
+        # Each send's destination sticks (a multicast's copies).
+        landed = [np.array(peers)[:, None] * per_core + sticks(dst, dst + k)[None, :] for peers, dst, _, k in
+                  (snd.send for snd in s.sends)]
+        direct = self._direct(s.sends, landed)
+        for snd, d in zip(s.sends, landed):             # in issue order, as they land
+            _, self._csp[d], self._orig[d] = self._staged[snd][:3]      # the bytes the send read, and their ids
         ranges = sorted((lo, lo + snd.send[3]) for snd, lo in copies)
         alone = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
         groups: dict = {}
@@ -1120,7 +1156,8 @@ class Machine:
             groups.setdefault(snd if alone else snd.send[3], []).append((snd, lo))     # one copy per size
         for group in groups.values():
             k = group[0][0].send[3]
-            deliveries.append(Copy(self._stage, [self._staged[g][0] for g, _ in group], (0, 0), self.sp,
+            src, where = (self.sp, 3) if direct else (self._stage, 0)
+            deliveries.append(Copy(src, [self._staged[g][where] for g, _ in group], (0, 0), self.sp,
                                    [lo for _, lo in group], (0, 0), (1, 1, k)))
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce

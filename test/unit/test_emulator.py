@@ -431,6 +431,30 @@ def test_ring_send_between_cores(targets):
     assert np.array_equal(out, dlf16_round(dlf16_round(2 * dlf16_round(x_val)) + 1))
 
 
+def test_ring_sends_deliver_the_bytes_they_read(targets):
+    """A send reads its bytes when it issues and they land at the barrier: two cores swapping tiles at one address
+    (each lands where the other's send read), and a core writing its tile again after sending it, deliver the
+    values at the send, whether the emulator stages the bytes or copies them straight at the barrier."""
+    b = ProgramBuilder(targets[4])
+    x, y = b.input("x", (2, 8, 64)), b.output("y", (3, 8, 64))
+    T = [b.alloc(c, 8, 64) for c in range(3)]
+    assert T[0].addr == T[1].addr
+    for c in (0, 1):
+        b.load_tile(c, T[c], x, index=(c,))
+    b.ring_send(0, 1, T[1].addr, T[0])
+    b.ring_send(1, 0, T[0].addr, T[1])
+    b.barrier()
+    b.ring_send(1, 2, T[2].addr, T[1])
+    b.sfu(1, "mul", T[1], T[1], 3.0)             # after its send: it carries x[0], not 3 x[0]
+    b.barrier()
+    for c in (0, 1, 2):
+        b.store_tile(c, T[c], y, index=(c,))
+    x_val = dlf16_round(_rng(12).standard_normal((2, 8, 64)).astype(np.float32))
+    (out,) = b.load()(x_val)
+    assert np.array_equal(out[0], x_val[1]) and np.array_equal(out[2], x_val[0])
+    assert np.array_equal(out[1], dlf16_round(3 * x_val[0]))
+
+
 def _send_program(target, multicast: bool):
     """Core 0 scales a tile and sends it to cores 1..3 (one multicast, or three sends); each adds its index."""
     b = ProgramBuilder(target)
