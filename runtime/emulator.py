@@ -25,6 +25,7 @@ import math
 import os
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
@@ -320,9 +321,7 @@ def tiles(mem: Memory, offsets, rows: int, cols: int, fmt: Format) -> TileView |
 def block_sticks(offsets, strides, shape) -> np.ndarray:
     """The 128-byte sticks of (outer, rows, row_bytes) strided blocks at each of ``offsets``, in copy order."""
     m, n, k = shape
-    one = (np.arange(m)[:, None, None] * strides[0] + np.arange(n)[None, :, None] * strides[1]
-           + np.arange(0, k, STICK_BYTES)[None, None, :]).ravel()
-    return ((np.asarray(offsets, dtype=np.int64)[:, None] + one[None, :]) // STICK_BYTES).ravel()
+    return ((_row_starts(offsets, strides, m, n)[:, None] + np.arange(0, k, STICK_BYTES)) // STICK_BYTES).ravel()
 
 
 class Frozen:
@@ -414,6 +413,17 @@ class Shared:
         return np.broadcast_to(self.first.read(), self.shape).copy()     # contiguous, as a decode makes it
 
     peek = read
+
+
+class _Sent(NamedTuple):
+    """What a RING_SEND read, for the barrier that delivers it."""
+
+    slot: int              # its offset in the staging memory
+    const: np.ndarray      # which of its sticks held bytes copied from constants
+    ids: np.ndarray        # their ids (Machine._orig)
+    src: int               # the scratchpad-memory address it read
+    sticks: np.ndarray     # the sticks there
+    staging: "Staging"     # the step copying it into the staging memory
 
 
 class Staging:
@@ -834,10 +844,9 @@ class Machine:
 
     def __init__(self, device: Memory, sp: Memory, sp_stride: int, numerics: str, host_code=None):
         self.device, self.sp, self.stride, self.numerics, self.host_code = device, sp, sp_stride, numerics, host_code
-        # RING_SEND -> (offset in the staging memory, which of its sticks held constants, their ids in _orig, the
-        # scratchpad-memory address it reads, its Staging step): delivered at the barrier, from the staging
-        # memory or straight from what it read (_direct). One staging memory for all sends (a slot each), so the
-        # sends a barrier delivers are one copy.
+        # RING_SEND -> what it read (_Sent): delivered at the barrier, from the staging memory or straight from
+        # what it read (_direct). One staging memory for all sends (a slot each), so the sends a barrier delivers
+        # are one copy.
         self._staged = {}
         self._stage, self._stage_end = None, 0
 
@@ -1053,7 +1062,7 @@ class Machine:
             for j, i in enumerate(batch):
                 src = i.core * self.stride + i.send[2]
                 st = sticks(src, src + k)
-                self._staged[i] = (base + j * k, self._csp[st], self._orig[st], src, step)
+                self._staged[i] = _Sent(base + j * k, self._csp[st], self._orig[st], src, st, step)
             return step
         if s.op is Op.RING_REDUCE:
             S = self._tiles(batch, lambda i: i.reduce[3])
@@ -1126,15 +1135,13 @@ class Machine:
     def _direct(self, sends, landed) -> bool:
         """Whether a barrier's sends can land straight from the bytes they read: none of those was written since
         its send (equal ids) and no send lands on them. Then their staging copies at the sends are left out."""
-        if not sends:
+        sent = [self._staged[snd] for snd in sends]
+        if not sent or any(not np.array_equal(self._orig[x.sticks], x.ids) for x in sent):
             return False
-        read = [sticks(src, src + snd.send[3]) for snd in sends for src in [self._staged[snd][3]]]
-        if any(not np.array_equal(self._orig[st], self._staged[snd][2]) for snd, st in zip(sends, read)):
+        if np.intersect1d(np.concatenate([x.sticks for x in sent]), np.concatenate([d.ravel() for d in landed])).size:
             return False
-        if np.intersect1d(np.concatenate(read), np.concatenate([d.ravel() for d in landed])).size:
-            return False
-        for snd in sends:
-            self._staged[snd][4].landed()
+        for x in sent:
+            x.staging.landed()
         return True
 
     def _prepare_sync(self, s: Sync):
@@ -1148,7 +1155,8 @@ class Machine:
                   (snd.send for snd in s.sends)]
         direct = self._direct(s.sends, landed)
         for snd, d in zip(s.sends, landed):             # in issue order, as they land
-            _, self._csp[d], self._orig[d] = self._staged[snd][:3]      # the bytes the send read, and their ids
+            x = self._staged[snd]
+            self._csp[d], self._orig[d] = x.const, x.ids      # the bytes the send read, and their ids
         ranges = sorted((lo, lo + snd.send[3]) for snd, lo in copies)
         alone = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
         groups: dict = {}
@@ -1156,9 +1164,9 @@ class Machine:
             groups.setdefault(snd if alone else snd.send[3], []).append((snd, lo))     # one copy per size
         for group in groups.values():
             k = group[0][0].send[3]
-            src, where = (self.sp, 3) if direct else (self._stage, 0)
-            deliveries.append(Copy(src, [self._staged[g][where] for g, _ in group], (0, 0), self.sp,
-                                   [lo for _, lo in group], (0, 0), (1, 1, k)))
+            sent = [self._staged[g] for g, _ in group]
+            src, offs = (self.sp, [x.src for x in sent]) if direct else (self._stage, [x.slot for x in sent])
+            deliveries.append(Copy(src, offs, (0, 0), self.sp, [lo for _, lo in group], (0, 0), (1, 1, k)))
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
             receivers = bits(mask) if root == ROOT_ALL else [root]

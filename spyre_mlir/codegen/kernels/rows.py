@@ -504,12 +504,14 @@ def emit_map(em, op, loc):
             for i, (fn, d, s0, s1, imm, swap) in enumerate(ops):
                 b.sfu(core, fn, o_t if last and i == len(ops) - 1 else reg(d), reg(s0), reg(s1), imm=imm,
                       swap=swap, loc=loc)
-            res = None if last else reg(result)
+            res = None if last else reg(result)      # None: the last micro-op wrote o_t
             if isinstance(res, float):
                 b.sfu(core, "fill", o_t, imm=res, loc=loc)
-            elif res is not None and res.rows == n and res.cols == C:
+            elif res is None:
+                pass
+            elif res.rows == n and res.cols == C:
                 b.sfu(core, "cast", o_t, res, loc=loc)
-            elif res is not None:       # a broadcast input returned as is
+            else:                       # a broadcast input returned as is
                 b.sfu(core, "fill", o_t, imm=0.0, loc=loc)
                 b.sfu(core, "add", o_t, o_t, res, loc=loc)
             store_rows(b, core, o_t, O, r0, loc=loc)
