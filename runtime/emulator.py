@@ -871,6 +871,7 @@ class Machine:
         # delivery gives the ids its sender's sticks had; any other write gives new ids of its own (negative,
         # never repeated).
         self._orig = -np.arange(1, self._csp.size + 1, dtype=np.int64)
+        self._mark = np.zeros(self._csp.size, dtype=bool)      # scratch of _direct, all False between uses
         self._reads = {}         # (addresses, tile shape) -> (stick ids, Decoded) of the last read view there
         self._frozen = {}        # (addresses, tile shape) -> (stick ids, Frozen) of constant bytes read there
         self._next_id, self._loads = self._csp.size + 1, 0
@@ -1138,7 +1139,14 @@ class Machine:
         sent = [self._staged[snd] for snd in sends]
         if not sent or any(not np.array_equal(self._orig[x.sticks], x.ids) for x in sent):
             return False
-        if np.intersect1d(np.concatenate([x.sticks for x in sent]), np.concatenate([d.ravel() for d in landed])).size:
+        # A mark per stick instead of a sorted intersection: linear in the sticks, with many sends a barrier.
+        mark = self._mark
+        for x in sent:
+            mark[x.sticks] = True
+        hit = any(mark[d].any() for d in landed)
+        for x in sent:
+            mark[x.sticks] = False
+        if hit:
             return False
         for x in sent:
             x.staging.landed()
