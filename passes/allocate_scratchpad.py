@@ -25,8 +25,9 @@ a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer
   epilogue's input instead of a loaded block) and, with quantized weights, `gcolscale` [1, tn]. Computing a matmul
   chained to its softmax (P @ V, kernel `chained`): `va vb` [tn, dv] V of a batch (by batch parity), `pacc` fp32
   [tm, dv] and `pout` [tm, dv] the product's tile, stored instead of `out`. Applying a norm prologue (kernel
-  `prologue`, K tile K): `nx` [rows, K] the norm's input rows, `nxf` and `nsq` fp32 [rows, K], its fp32 [rows, 1]
-  row statistics (`nms`, or `nmean nvar`) and its [1, K] `nweight` / `nbias`, rows the core's part of the A tile.
+  `prologue`, K tile K): `nx` [rows, K] the norm's input rows, `nsq` (and a layernorm's `nxf`) fp32 [rows, K],
+  its fp32 [rows, 1] row statistics (`nms`, or `nmean nvar`) and its [1, K] `nweight` / `nbias`, rows the core's
+  part of the A tile.
 * conv2d: `a0 a1` input patch [input rows x channels, W] x2, `b0 b1` filters [products x tf, KH x channels]
   x2 (one block per PT product: KW of them, KW x KH when dilated along H), `pa` / `pb` DLFloat16 copies of both
   (fp32 data only), `acc` fp32 and `out` [toh x tf, OW], `bias` fp32 [tf, 1]; with a pool it applies

@@ -532,8 +532,9 @@ def _rmsnorm(op: ir.Operation) -> OpModel:
     xs = _shape(x)
     rows, cols = _lead(xs, len(xs) - 1), xs[-1]
     params = [("weight", v, False) for v in list(op.operands)[1:]]
-    # steps: 0 load, 1 cast, 2 square, 3 mean, 4 +eps, 5 rsqrt, 6 scale, 7 *w, 8 cast, 9 store
-    temps = [_fp32_temp("xf", cols, cols, 1, 8), _fp32_temp("sq", cols, cols, 2, 3), _fp32_temp("ms", 1, 1, 3, 6)]
+    # steps: 0 load, 1 cast, 2 square, 3 mean, 4 +eps, 5 rsqrt, 6 scale, 7 *w, 8 cast, 9 store. The squares'
+    # tile is the work tile after their mean (rows.norm_body).
+    temps = [_fp32_temp("sq", cols, cols, 2, 8), _fp32_temp("ms", 1, 1, 3, 6)]
     return _rows_model(op, rows, [("in", x, True)] + params, temps, [("simple", 7)], steps=9)
 
 

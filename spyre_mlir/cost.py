@@ -297,11 +297,13 @@ def prologue_rows(grid: Sequence[int], tile: Sequence[int]) -> int:
 
 def prologue_buffers(prologue, K: int) -> list[Buffer]:
     """The buffers of a norm prologue (codegen Prologue): ``prologue`` = (rows, input format, [(weight / bias,
-    format)], row statistics): ``nx`` [rows, K] the norm's input, ``nxf`` and ``nsq`` fp32 [rows, K], an fp32
-    [rows, 1] ``n<stat>`` per statistic, a [1, K] ``n<weight>`` per parameter."""
+    format)], row statistics): ``nx`` [rows, K] the norm's input, ``nsq`` and (a layernorm's: two statistics)
+    ``nxf`` fp32 [rows, K] (an rmsnorm works in ``nsq``), an fp32 [rows, 1] ``n<stat>`` per statistic, a [1, K]
+    ``n<weight>`` per parameter."""
     rows, x_fmt, params, stats = prologue
-    return ([Buffer("nx", tile_bytes(rows, K, x_fmt)), Buffer("nxf", tile_bytes(rows, K, FP32)),
-             Buffer("nsq", tile_bytes(rows, K, FP32))] + [Buffer("n" + s, tile_bytes(rows, 1, FP32)) for s in stats]
+    work = ["nxf", "nsq"] if len(stats) > 1 else ["nsq"]
+    return ([Buffer("nx", tile_bytes(rows, K, x_fmt))] + [Buffer(w, tile_bytes(rows, K, FP32)) for w in work]
+            + [Buffer("n" + s, tile_bytes(rows, 1, FP32)) for s in stats]
             + [Buffer("n" + n, tile_bytes(1, K, f)) for n, f in params])
 
 

@@ -2,9 +2,10 @@
 // RUN: spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-siblings{cores=32},spyre-divide-work{cores=32},spyre-tile,spyre-norm-prologues,spyre-allocate-scratchpad,spyre-schedule)' | filecheck %s --check-prefix=PLAN
 
 // A pre-norm projection: the rmsnorm only the matmul reads (through a reshape) is its prologue. The matmul's K tile
-// becomes K (whole rows: one K step), its plan gains the prologue's buffers (`nx` the norm's input rows, `nxf`,
-// `nsq`, the row statistic `nms`, the weight `nweight`), and the norm has no plan of its own (grid [1], no
-// scratchpad, no barrier). The norm's input is read by the matmul's cores: its writer is followed by a barrier.
+// becomes K (whole rows: one K step), its plan gains the prologue's buffers (`nx` the norm's input rows, `nsq`
+// the fp32 work tile, the row statistic `nms`, the weight `nweight`; no `nxf`, which only a layernorm needs), and
+// the norm has no plan of its own (grid [1], no scratchpad, no barrier). The norm's input is read by the matmul's
+// cores: its writer is followed by a barrier.
 // CHECK-LABEL: func.func @rmsnorm_projection
 // CHECK: "spyre.rmsnorm"{{.*}}spyre.grid = array<i64: 1>, spyre.kernel = "prologue", spyre.tile = array<i64: 128>
 // CHECK: "spyre.matmul"{{.*}}spyre.kernel = "matmul", spyre.tile = array<i64: {{[0-9]+}}, {{[0-9]+}}, 256>
@@ -17,7 +18,8 @@
 // PLAN-NOT: spyre.barrier
 // PLAN-SAME: spyre.kernel = "alias"
 // PLAN: "spyre.matmul"
-// PLAN-SAME: spyre.scratchpad = {{{.*}}nms = {{.*}}nsq = {{.*}}nweight = {{.*}}nx = {{.*}}nxf = {{.*}}}
+// PLAN-SAME: spyre.scratchpad = {{{.*}}nms = {{.*}}nsq = {{.*}}nweight = {{.*}}nx = {{.*}}}
+// PLAN-NOT: nxf
 func.func @rmsnorm_projection(%x: tensor<1x128x256x!spyre.dlf16>, %g: tensor<256x!spyre.dlf16>,
                               %w: tensor<256x768x!spyre.dlf16>) -> tensor<128x768x!spyre.dlf16> {
   %xn = "spyre.map"(%x) ({

@@ -647,8 +647,8 @@ def _load_a(b, core, tile, A, row0, k0, pro, loc):
 
 class Prologue:
     """A layernorm or rmsnorm a matmul kernel applies to its A tiles (:func:`prologue_of`): the norm's input rows
-    load into ``nx`` and its micro-ops (rows.norm_body) write the A tile through the fp32 ``nxf``, ``nsq`` and row
-    statistics ``n<stat>``; its weight and bias rows (``nweight``, ``nbias``) load once per core, before its first
+    load into ``nx`` and its micro-ops (rows.norm_body) write the A tile through the fp32 ``nsq`` (and a
+    layernorm's ``nxf``) and row statistics ``n<stat>``; its weight and bias rows (``nweight``, ``nbias``) load once per core, before its first
     tile. The plan's buffers hold ``rows`` rows, the most a core computes at once."""
 
     def __init__(self, em, norm, plan, rows: int):
@@ -658,8 +658,10 @@ class Prologue:
         self.K = x.cols
         self.X = x.reshaped((x.rows, self.K))
         f32 = Format.FP32
-        self.tiles = {"xf": plan.tile_at("nxf", rows, self.K, f32), "sq": plan.tile_at("nsq", rows, self.K, f32),
-                      **{n: plan.tile_at("n" + n, rows, 1, f32) for n in stats}}
+        self.tiles = {"sq": plan.tile_at("nsq", rows, self.K, f32), **{n: plan.tile_at("n" + n, rows, 1, f32)
+                                                                       for n in stats}}
+        if self.nstats > 1:         # a layernorm's work tile (an rmsnorm works in its squares' tile)
+            self.tiles["xf"] = plan.tile_at("nxf", rows, self.K, f32)
         self.nx = plan.tile_at("nx", rows, self.K, x.fmt)
         self.consts = [(n, t.reshaped((1, self.K)), plan.tile_at("n" + n, 1, self.K, t.fmt)) for n, t in consts]
         self.ready: set[int] = set()
@@ -681,7 +683,8 @@ class Prologue:
         load_rows(b, core, XT, self.X, row0, loc=loc)
         extra = {name: _sub(t, n, t.cols) for name, t in self.tiles.items() if name != "xf"}
         extra.update((name, dst) for name, _, dst in self.consts)
-        self.body(core, n, XT, _sub(self.tiles["xf"], n, K), tile, extra, loc)
+        xf = self.tiles.get("xf")
+        self.body(core, n, XT, xf and _sub(xf, n, K), tile, extra, loc)
 
 
 def select(op, target, known) -> str | None:

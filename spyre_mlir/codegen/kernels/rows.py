@@ -547,14 +547,14 @@ def emit_layernorm(em, op, loc):
 def emit_rmsnorm(em, op, loc):
     X, O, R, C = _rowwise_io(em, op)
     body, consts, stats = norm_body(em, op)
-    return _rows_emit(em, op, loc, X, O, body, consts, stats, sq=True)
+    return _rows_emit(em, op, loc, X, O, body, consts, stats, sq=True, xf=False)
 
 
 def norm_body(em, op):
     """(``body(core, n, XT, XF, OT, extra, loc)``, its weight and bias as [(name, device tensor)], the names of its
     [n, 1] fp32 row statistics) of a layernorm or rmsnorm over the last dim: the micro-ops on ``n`` rows of input
     ``XT`` through the fp32 work tile ``XF`` into ``OT``, ``extra`` holding the statistics, ``sq`` (an fp32 tile
-    like ``XF``) and the weight and bias rows. Its rows kernel and a matmul kernel applying it to its A tiles
+    like ``XF``) and the weight and bias rows. An rmsnorm (one statistic) works in ``sq`` and takes no ``XF``. Its rows kernel and a matmul kernel applying it to its A tiles
     (matmul.prologue_of) run the same micro-ops, so their results are bit-identical."""
     eps = float(_attr(op, "epsilon"))
     b = em.b
@@ -577,10 +577,11 @@ def norm_body(em, op):
     gamma = em.tensor(rest[0]) if rest else None
 
     def body(core, n, XT, XF, OT, extra, loc):
+        # The squares are dead once their mean is taken: their tile is the work tile (XF is None).
         MS, SQ = extra["ms"], extra["sq"]
         b.sfu(core, "mul", SQ, XT, XT, loc=loc)
         b.reduce(core, "mean", MS, SQ, loc=loc)
-        _normalize(b, core, XT, XF, OT, MS, eps, extra, loc)
+        _normalize(b, core, XT, SQ, OT, MS, eps, extra, loc)
 
     return body, [("weight", gamma)] if gamma is not None else [], ("ms",)
 
@@ -597,9 +598,9 @@ def _normalize(b, core, X, XF, OT, R, eps, extra, loc):
         X = XF
 
 
-def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False):
-    """Shared loop of softmax and the norms: load, fp32 work tile ``xf``, row statistics (``stats``: [tr, 1]
-    fp32 buffers by name), write back; ``consts`` (name, tensor) load once as [1, C] rows."""
+def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False, xf=True):
+    """Shared loop of softmax and the norms: load, fp32 work tiles ``xf`` and ``sq`` (where asked), row statistics
+    (``stats``: [tr, 1] fp32 buffers by name), write back; ``consts`` (name, tensor) load once as [1, C] rows."""
     b = em.b
     C = X.cols
     kp, plan = planned(em, op, X.rows)
@@ -612,7 +613,7 @@ def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False):
             load_rows(b, core, extra_full[k], t.reshaped((1, C)), 0, loc=loc)
         XTs = [kp.tile_at(f"in{j}", tr, C, X.fmt) for j in range(nbuf)]
         OTs = [kp.tile_at(f"out{j}", tr, C, O.fmt) for j in range(nbuf)]
-        XF = kp.tile_at("xf", tr, C, "fp32")
+        XF = kp.tile_at("xf", tr, C, "fp32") if xf else None
         SQ = kp.tile_at("sq", tr, C, "fp32") if sq else None
         ST = {name: kp.tile_at(name, tr, 1, "fp32") for name in stats}
 
@@ -624,7 +625,7 @@ def _rows_emit(em, op, loc, X, O, body, consts, stats, sq=False):
             if SQ is not None:
                 extra["sq"] = _sub(SQ, n, C)
             ot = _sub(OTs[k % nbuf], n, C)
-            body(core, n, _sub(XTs[k % nbuf], n, C), _sub(XF, n, C), ot, extra, loc)
+            body(core, n, _sub(XTs[k % nbuf], n, C), XF and _sub(XF, n, C), ot, extra, loc)
             store_rows(b, core, ot, O, r0, loc=loc)
 
         kernels.append((core, load, work))
