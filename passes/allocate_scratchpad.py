@@ -34,7 +34,8 @@ a double buffer, name ending 0 and 1, single-buffered ops have only the 0 buffer
   (kernel `epilogue`), `psel` its column selections [pw x OW, OW / pw] (one per window column, stacked: one
   load), `pct` and `pres` fp32 and `pout` [toh / ph x tf, OW / pw].
 * row-wise ops, for a tile of tr rows: streamed inputs `in0 in1` (first operand), `inb0 inb1`, `inc0 inc1`,
-  `ind0 ind1` (further map inputs; concat's rhs is `inb`), gather's indices `idx` (one stick); the result `out0 out1`.
+  `ind0 ind1` (further map inputs; concat's rhs is `inb`; select-cols terms that read one operand all in `in0`,
+  term after term), gather's indices `idx` (one stick); the result `out0 out1`.
   Operands every row shares load once into one buffer named by role: `in` / `inb`... (a map input broadcast
   over rows), `weight` and `bias` (layernorm, rmsnorm), `scale` (cast), `sel` (select-cols: its 0/1 matrices stacked,
   one load). fp32 temporaries:

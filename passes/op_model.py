@@ -558,8 +558,9 @@ def _movement(op: ir.Operation) -> OpModel:
     * `dma-rows`, whole rows (a transpose keeping the innermost dim, a slice or concat of whole sticks): gathered
       by DMA straight into the output tiles `out0 out1`;
     * `select-cols`, selection matmuls inside the innermost dim: the 0/1 matrices stacked in `sel`, loaded once;
-      per row tile and group, each term's source rows gathered into `in0`, `inb0`..., multiplied into the fp32
-      `acc` and rounded into `out0`. Loads happen inside the work (a gather per group)."""
+      per row tile and group, each term's source rows gathered into `in0`, `inb0`... (all into `in0`, term after
+      term, when they read one operand: move.merged_terms), multiplied into the fp32 `acc` and rounded into
+      `out0`. Loads happen inside the work (a gather per group)."""
     rs = _shape(op.results[0])
     rows = _lead(rs, len(rs) - 1)
     kernel = _kernel(op)
@@ -582,7 +583,7 @@ def _movement(op: ir.Operation) -> OpModel:
 
 
 def _select_cols(op: ir.Operation) -> OpModel:
-    from spyre_mlir.codegen.kernels.move import col_terms, out_width, term_cols
+    from spyre_mlir.codegen.kernels.move import col_terms, merged_terms, out_width, term_cols
 
     groups = col_terms(op)
     if groups is None:
@@ -591,7 +592,11 @@ def _select_cols(op: ir.Operation) -> OpModel:
     cout = out_width(op)
     mats = [p for _, terms in groups for _, _, p in terms]
     sels = (cost.RowOperand("sel", sum(p.size for p in mats), cout, fmt, streamed=False),)    # one load
-    ins = tuple(cost.RowOperand(_role(t), c, c, fmt) for t, c in enumerate(term_cols(op, groups)))
+    cols = term_cols(op, groups)
+    merged = merged_terms(groups)
+    # Terms gathered together (one tile, one DMA) or each into its own tile.
+    ins = ((cost.RowOperand("in", merged * cols[0], cols[0], fmt),) if merged else
+           tuple(cost.RowOperand(_role(t), c, c, fmt) for t, c in enumerate(cols)))
     k = cost.RowKernel(rows=len(groups[0][0]), inputs=ins + sels, outputs=(cost.RowOperand("out", cout, cout, fmt),),
                        temps=(_fp32_temp("acc", cout, cout, 1, 2),), sfu=(("simple", len(mats)),), steps=3,
                        prefetch=False)

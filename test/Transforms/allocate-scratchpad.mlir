@@ -86,6 +86,19 @@ func.func @pool(%x: tensor<1x4x8x8x!spyre.dlf16>) -> tensor<1x4x4x4x!spyre.dlf16
 }
 
 // -----
+
+// A CNN's flatten: 8-row terms of one operand (rows 8r + h) gathered together into `in0` [8 x 32 rows, 8]
+// (32 KiB: one DMA a row tile), not a tile per term; the 8 selections [8, 64] stacked in `sel`.
+// CHECK-LABEL: func.func @flatten
+// CHECK: "spyre.reshape"
+// CHECK-SAME: spyre.kernel = "select-cols", spyre.scratchpad = {acc = 45056 : i64, in0 = 0 : i64, out0 = 40960 : i64, sel = 32768 : i64}
+// CHECK-NOT: inb0
+func.func @flatten(%x: tensor<1x64x8x8x!spyre.dlf16>) -> tensor<1x4096x!spyre.dlf16> {
+  %r = "spyre.reshape"(%x) {spyre.grid = array<i64: 2>, spyre.tile = array<i64: 32>} : (tensor<1x64x8x8x!spyre.dlf16>) -> tensor<1x4096x!spyre.dlf16>
+  return %r : tensor<1x4096x!spyre.dlf16>
+}
+
+// -----
 // ERRORS
 
 func.func @no_tile(%x: tensor<64x64x!spyre.dlf16>) -> tensor<64x64x!spyre.dlf16> {

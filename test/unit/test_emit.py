@@ -540,9 +540,14 @@ func.func @main(%x: tensor<1x64x8x8x!spyre.dlf16>, %w: tensor<4096x64x!spyre.dlf
     from spyre_mlir.runtime.formats import dlf16_round
 
     x, w = dlf16_round(rand(1, 64, 8, 8)), dlf16_round(rand(4096, 64) * 0.05)
-    (f, y), em, _ = run(ir_text, [x, w], cores=4, numerics="faithful")
+    (f, y), em, exe = run(ir_text, [x, w], cores=4, numerics="faithful")
     assert em.host_ops == [] and em.kernels == ["spyre.reshape", "spyre.matmul"]
     np.testing.assert_array_equal(f, x.reshape(1, 4096))
+    # The 8 terms of a row tile read rows 8r + h of one operand: one 3-D DMA gathers them all (move.merged_terms),
+    # besides the one loading the selections, not a DMA per term.
+    loads = [sum(1 for i in s if i.op is Op.DMA_LOAD and "spyre.reshape" in i.loc) for s in exe.steps.streams]
+    tiles = [sum(1 for i in s if i.op is Op.MATMUL and "spyre.reshape" in i.loc) // 8 for s in exe.steps.streams]
+    assert sum(tiles) > 0 and all(n == (1 + t if t else 0) for n, t in zip(loads, tiles)), (loads, tiles)
     np.testing.assert_allclose(y, x.reshape(1, 4096) @ w, rtol=2e-2, atol=2e-2)
 
 

@@ -461,6 +461,16 @@ def _stacked(em, name: str, mats, fmt):
     return const, first
 
 
+def merged_terms(groups) -> int:
+    """The number of terms a group adds when every term of every group reads rows of one operand and some group
+    has several (a reshape merging rows, a CNN's flatten): their rows are then gathered into one tile, ``in0``,
+    term after term, in one 3-D DMA where their row patterns allow, instead of a DMA per term; else 0."""
+    if len({s for _, terms in groups for s, _, _ in terms}) != 1:
+        return 0
+    k = max(len(terms) for _, terms in groups)
+    return k if k > 1 and all(len(terms) == k for _, terms in groups) else 0
+
+
 def term_cols(op, groups) -> list[int]:
     """The source width of each term position of the groups (the ``in0``, ``inb0``... tiles)."""
     width = max(len(terms) for _, terms in groups)
@@ -470,9 +480,10 @@ def term_cols(op, groups) -> list[int]:
 
 def _emit_cols(em, op, loc):
     """Movement inside the innermost dim as its plan says: the selection matrices loaded once per core, by one
-    DMA (stacked in ``sel``), then per row tile and group the terms' source rows gathered (``in0``, ``inb0``...),
-    multiplied into the fp32 ``acc`` (accumulating over a group's terms) and rounded into ``out0``, scattered
-    to the group's destination rows."""
+    DMA (stacked in ``sel``), then per row tile and group the terms' source rows gathered (``in0``, ``inb0``...;
+    all of a group's terms into ``in0`` at once when they read one operand, :func:`merged_terms`), multiplied
+    into the fp32 ``acc`` (accumulating over a group's terms) and rounded into ``out0``, scattered to the
+    group's destination rows."""
     groups = col_terms(op)
     if groups is None:
         raise ValueError("it is no slice, concat or reshape inside the innermost dim")
@@ -491,15 +502,27 @@ def _emit_cols(em, op, loc):
         whole = kp.tile_at("sel", sel_row[-1], cout, fmt)
         load_rows(b, core, whole, const, 0, loc=loc)
         sel = {(gi, ti): whole.row_slice(sel_row[j], sel_row[j + 1]) for j, (gi, ti, _) in enumerate(mats)}
-        ins = [kp.tile_at(_role(t) + "0", tr, c, fmt) for t, c in enumerate(term_cols(op, groups))]
+        merged = merged_terms(groups)
+        if merged:
+            whole_in = kp.tile_at("in0", merged * tr, srcs[groups[0][1][0][0]].cols, fmt)
+        else:
+            ins = [kp.tile_at(_role(t) + "0", tr, c, fmt) for t, c in enumerate(term_cols(op, groups))]
         acc, out = kp.tile_at("acc", tr, cout, "fp32"), kp.tile_at("out0", tr, cout, fmt)
         for c2, r0, n in plan:
             if c2 != core:
                 continue
             for gi, (dst, terms) in enumerate(groups):
+                if merged:
+                    S = srcs[terms[0][0]]
+                    both = _sub(whole_in, merged * n, S.cols)
+                    load_gather(b, core, both, S, np.concatenate([rows[r0:r0 + n] for _, rows, _ in terms]),
+                                loc=loc)
                 for ti, (s, rows, _) in enumerate(terms):
-                    At = _sub(ins[ti], n, srcs[s].cols)
-                    load_gather(b, core, At, srcs[s], rows[r0:r0 + n], loc=loc)
+                    if merged:
+                        At = both.row_slice(ti * n, (ti + 1) * n)
+                    else:
+                        At = _sub(ins[ti], n, srcs[s].cols)
+                        load_gather(b, core, At, srcs[s], rows[r0:r0 + n], loc=loc)
                     last = ti == len(terms) - 1
                     b.matmul(core, At, sel[gi, ti], _sub(acc, n, cout), accumulate=ti > 0,
                              out=_sub(out, n, cout) if last else None, loc=loc)
