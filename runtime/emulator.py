@@ -515,13 +515,29 @@ def _runs(src_offs, dst_offs) -> list[tuple[int, int]]:
 
 
 _RUNS = 4          # a copy in at most this many strided pieces rather than by stick index
+_PIECE_BYTES = 1 << 15     # or in more pieces when they move at least this much each, on average
+
+
+def _shift_runs(src_offs, dst_offs) -> list[list[int]]:
+    """The (source, destination) pairs as evenly stepped runs of pairs that move their bytes by the same distance
+    (a ring multicast: each core's part to the core 4 on, to the core 8 on, ...), as lists of pair indices."""
+    by_shift: dict[int, list[int]] = {}
+    for i, (s, d) in enumerate(zip(src_offs, dst_offs)):
+        by_shift.setdefault(d - s, []).append(i)
+    out = []
+    for idx in by_shift.values():
+        idx.sort(key=lambda i: src_offs[i])
+        srcs = [src_offs[i] for i in idx]
+        out += [idx[i:j] for i, j in _runs(srcs, srcs)]
+    return out
 
 
 class Copy:
     """Byte copies of one (outer, rows, row_bytes) strided shape at several (source, destination) offset pairs
     between two memories, shadow included. Evenly spaced offsets make one strided copy, a few runs of them
-    (a ring's shift: cores 1..15 then core 0) a few; otherwise the 128-byte sticks move by index (every DMA
-    and ring transfer is whole sticks). The destinations of one copy never overlap (each core's own bytes, or
+    (a ring's shift: cores 1..15 then core 0) a few, and so do the runs of each distance moved when they are
+    few or big (a multicast: every core's part to the core 4 on, 8 on, ...); otherwise the rows move by index
+    (every DMA and ring transfer is whole sticks). The destinations of one copy never overlap (each core's own bytes, or
     what the loader proved no other core touches), so the pieces may move in any order."""
 
     def __init__(self, src: Memory, src_offs, src_strides, dst: Memory, dst_offs, dst_strides, shape):
@@ -530,11 +546,17 @@ class Copy:
         if ss is None and len(set(src_offs)) == 1:
             ss = 0                       # every copy reads the same bytes (a broadcast load)
         arrays = [(src.bytes, dst.bytes)] + ([(src.shadow, dst.shadow)] if src.shadow is not None else [])
-        runs = _runs(src_offs, dst_offs) if ss is None or ds is None else []
-        if 1 < len(runs) <= _RUNS:
+        runs = [list(range(i, j)) for i, j in _runs(src_offs, dst_offs)] if ss is None or ds is None else []
+        if len(runs) > _RUNS:
+            # Runs of the pairs of one shift instead, when they are few or big: a strided copy passes over the
+            # bytes once, the index copy twice (gather, then scatter).
+            runs = _shift_runs(src_offs, dst_offs)
+            if len(runs) > _RUNS and len(runs) * _PIECE_BYTES > len(src_offs) * m * n * k:
+                runs = []
+        if runs:
             self.index = None
-            self.pairs = [p for i, j in runs for p in Copy(src, src_offs[i:j], src_strides, dst, dst_offs[i:j],
-                                                           dst_strides, shape).pairs]
+            self.pairs = [p for idx in runs for p in Copy(src, [src_offs[i] for i in idx], src_strides, dst,
+                                                          [dst_offs[i] for i in idx], dst_strides, shape).pairs]
         elif ss is not None and ds is not None:
             def view(a, off, step, strides):
                 return _strided(a, off, (len(src_offs), m, n, k), (step, strides[0], strides[1], 1))

@@ -919,7 +919,7 @@ def test_a_tile_read_again_is_decoded_once_per_run_until_written(targets, rewrit
         assert all(c.cell_contents.tile.value is None for c in reads)
 
 
-# ---- Copy: every way it moves bytes (one strided view, a few runs, rows by index) equals a naive copy -------------
+# ---- Copy: every way it moves bytes (strided view, a few runs, runs of one shift, rows by index) = a naive copy
 
 @st.composite
 def _copies(draw):
@@ -938,14 +938,20 @@ def _copies(draw):
     if draw(st.booleans()):       # evenly spaced sources: the strided and few-runs paths
         step = S * draw(st.integers(0, 3)) + (slot if draw(st.booleans()) else 0)
         src = [i * step for i in range(count)]
-    return (m, n, k), strides, src, dst, draw(st.booleans())
+    if draw(st.booleans()):       # a ring multicast: source i to slots j * count + (i + j) % count, in issue order
+        peers = draw(st.integers(1, 3))
+        src = [i * slot for i in range(count) for _ in range(peers)]
+        dst = [(j * count + (i + j) % count) * slot for i in range(count) for j in range(1, peers + 1)]
+    # Runs of one shift (the multicast's) are taken whatever their size, or only when they are big.
+    return (m, n, k), strides, src, dst, draw(st.booleans()), draw(st.sampled_from([1, 1 << 15]))
 
 
 @settings(max_examples=300, deadline=None)
 @given(_copies())
 def test_copy_moves_the_bytes_of_a_naive_copy(case):
+    from spyre_mlir.runtime import emulator
     from spyre_mlir.runtime.emulator import Copy, Memory
-    (m, n, k), (sstr, dstr), src_offs, dst_offs, shadow = case
+    (m, n, k), (sstr, dstr), src_offs, dst_offs, shadow, piece_bytes = case
     rng = np.random.default_rng(len(src_offs))
     src = Memory(max(src_offs) + (m - 1) * sstr[0] + (n - 1) * sstr[1] + k + 256, shadow)
     dst = Memory(max(dst_offs) + (m - 1) * dstr[0] + (n - 1) * dstr[1] + k + 256, shadow)
@@ -961,7 +967,11 @@ def test_copy_moves_the_bytes_of_a_naive_copy(case):
                 want[0][b:b + k] = src.bytes[a:a + k]
                 if shadow:
                     want[1][b:b + k] = src.shadow[a:a + k]
-    Copy(src, src_offs, sstr, dst, dst_offs, dstr, (m, n, k))()
+    keep, emulator._PIECE_BYTES = emulator._PIECE_BYTES, piece_bytes
+    try:
+        Copy(src, src_offs, sstr, dst, dst_offs, dstr, (m, n, k))()
+    finally:
+        emulator._PIECE_BYTES = keep
     np.testing.assert_array_equal(dst.bytes, want[0])
     if shadow:
         np.testing.assert_array_equal(dst.shadow, want[1])
