@@ -14,6 +14,8 @@ version (20261001):
   importer ("rewrite needs an owning GraphModule").
 * ``aten.maximum`` / ``aten.minimum`` lower to ``cmpf ogt`` + ``select``, which drops a NaN in the first operand
   (PyTorch propagates NaN from either side).
+* ``aten.hardtanh`` and ``aten.relu6`` lower to ``cmpf ogt`` / ``olt`` + ``select``, which turns a NaN into a
+  bound; PyTorch computes them as ``clamp``, which keeps it (:func:`hardtanh_as_clamp`).
 * ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
   (:func:`index_copy_as_selection`).
 * ``aten.view`` of a value a decomposition made non-contiguous (GPT-2's attention output after the math form
@@ -252,6 +254,17 @@ def minimum_propagating_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return _nan_propagating(x, y, x < y)
 
 
+def hardtanh_as_clamp(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0) -> torch.Tensor:
+    """``hardtanh(x, min_val, max_val)`` as ``clamp(x, min_val, max_val)``, PyTorch's own definition of it (a NaN
+    stays NaN)."""
+    return torch.clamp(x, min_val, max_val)
+
+
+def relu6_as_clamp(x: torch.Tensor) -> torch.Tensor:
+    """``relu6(x)`` as ``clamp(x, 0, 6)``."""
+    return torch.clamp(x, 0.0, 6.0)
+
+
 def reciprocal_as_division(x: torch.Tensor) -> torch.Tensor:
     """``reciprocal(x)`` as ``1 / x`` in x's float type (integers and bools in the default float type), which
     gives PyTorch's infinity for 0; complex tensors keep the table's lowering."""
@@ -370,6 +383,12 @@ ADAPTERS: list[Adapter] = [
         name="maximum-propagating-nan",
         why="aten.maximum lowers to cmpf ogt + select, which loses a NaN first operand",
         decompositions={aten.maximum.default: maximum_propagating_nan, aten.minimum.default: minimum_propagating_nan},
+    ),
+    Adapter(
+        name="hardtanh-as-clamp",
+        why="aten.hardtanh and aten.relu6 lower to cmpf ogt/olt + select, which turns a NaN into a bound",
+        decompositions={aten.hardtanh.default: hardtanh_as_clamp, aten.relu6.default: relu6_as_clamp},
+        inplace=(aten.hardtanh_.default, aten.relu6_.default),
     ),
     Adapter(
         name="cumsum-as-triangular-matmul",

@@ -64,6 +64,12 @@ CASES = {
         (torch.minimum, (torch.tensor([1.0, float("nan"), -2.0]), torch.tensor([0.0, 0.0, float("nan")])), []),
         (torch.maximum, (torch.arange(6), torch.full((6,), 2, dtype=torch.int32)), []),   # int: promotion kept
     ],
+    "hardtanh-as-clamp": [
+        (F.hardtanh, (torch.tensor([-3.0, float("nan"), -0.5, 0.25, 2.0, float("inf")]),), [(torch.randn(6) * 2,)]),
+        (lambda x: F.hardtanh(x, -2.0, 3.0), (torch.tensor([[-9.0, float("nan"), 2.5], [4.0, -1.0, 0.0]]),), []),
+        (F.relu6, (torch.tensor([-1.0, float("nan"), 3.0, 7.0, -float("inf")]),), [(torch.randn(5) * 5,)]),
+        (lambda x: torch.nn.ReLU6(inplace=True)(x.clone()), (torch.tensor([float("nan"), 8.0, -2.0, 1.5]),), []),
+    ],
     "index-copy-as-selection": [
         (lambda c, x, i: c.index_copy(2, i, x), (torch.zeros(2, 3, 8, 4), torch.randn(2, 3, 2, 4),
                                                  torch.tensor([5, 1])),

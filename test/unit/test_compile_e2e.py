@@ -662,6 +662,26 @@ def test_embedding_lookup_runs_on_the_device(precision, cores):
         exe(bad)
 
 
+@pytest.mark.parametrize("act", ["hardtanh", "relu6"])
+@pytest.mark.parametrize("precision", ["dlf16", "fp32-reference"])
+def test_clamping_activations_keep_nan(act, precision):
+    """hardtanh and relu6 (MobileNet's, in place too) give PyTorch's answer for NaN and infinities: NaN stays NaN
+    (Torch-MLIR's compare-and-select lowering made it a bound; the hardtanh-as-clamp adapter keeps it)."""
+    f = getattr(torch.nn.functional, act)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return f(x * 3), f(x.clone(), inplace=True)
+
+    torch.manual_seed(0)
+    x = torch.randn(16, 64)
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+    exe = spyre_mlir.compile(M(), (x,), precision=precision, cache_dir=False)
+    for out, ref in zip(exe(x), M()(x)):
+        np.testing.assert_array_equal(np.isnan(out), ref.isnan().numpy())
+        np.testing.assert_allclose(out, ref.numpy(), rtol=DLF16_BOUND, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("act,fn", [("relu", "relu"), ("silu", "silu"), ("sigmoid", "sigmoid")])
 @pytest.mark.parametrize("precision", ["dlf16", "fp32-reference"])
 def test_activation_is_one_sfu_op(act, fn, precision):
