@@ -16,6 +16,8 @@ version (20261001):
   (PyTorch propagates NaN from either side).
 * ``aten.hardtanh`` and ``aten.relu6`` lower to ``cmpf ogt`` / ``olt`` + ``select``, which turns a NaN into a
   bound; PyTorch computes them as ``clamp``, which keeps it (:func:`hardtanh_as_clamp`).
+* ``aten.eq.Tensor`` of a float tensor with itself (``x == x``, a not-NaN test) is folded to true by
+  Torch-MLIR; it is ``~isnan(x)`` (:func:`self_equal_as_not_nan`).
 * ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
   (:func:`index_copy_as_selection`).
 * ``aten.view`` of a value a decomposition made non-contiguous (GPT-2's attention output after the math form
@@ -265,6 +267,17 @@ def relu6_as_clamp(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp(x, 0.0, 6.0)
 
 
+def _self_compare(node: torch.fx.Node) -> bool:
+    return len(node.args) > 1 and node.args[0] is node.args[1]
+
+
+def self_equal_as_not_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x == x`` of a float tensor as ``~isnan(x)``: what it is, where Torch-MLIR's folding makes it all true."""
+    if x is not y or not x.dtype.is_floating_point:
+        return NotImplemented
+    return ~torch.isnan(x)
+
+
 def reciprocal_as_division(x: torch.Tensor) -> torch.Tensor:
     """``reciprocal(x)`` as ``1 / x`` in x's float type (integers and bools in the default float type), which
     gives PyTorch's infinity for 0; complex tensors keep the table's lowering."""
@@ -389,6 +402,12 @@ ADAPTERS: list[Adapter] = [
         why="aten.hardtanh and aten.relu6 lower to cmpf ogt/olt + select, which turns a NaN into a bound",
         decompositions={aten.hardtanh.default: hardtanh_as_clamp, aten.relu6.default: relu6_as_clamp},
         inplace=(aten.hardtanh_.default, aten.relu6_.default),
+    ),
+    Adapter(
+        name="self-equal-as-not-nan",
+        why="aten.eq.Tensor(x, x) folds to true in Torch-MLIR, wrong where x is NaN",
+        decompositions={aten.eq.Tensor: self_equal_as_not_nan},
+        needed=_self_compare,
     ),
     Adapter(
         name="cumsum-as-triangular-matmul",

@@ -70,6 +70,11 @@ CASES = {
         (F.relu6, (torch.tensor([-1.0, float("nan"), 3.0, 7.0, -float("inf")]),), [(torch.randn(5) * 5,)]),
         (lambda x: torch.nn.ReLU6(inplace=True)(x.clone()), (torch.tensor([float("nan"), 8.0, -2.0, 1.5]),), []),
     ],
+    "self-equal-as-not-nan": [
+        (lambda x: x == x, (torch.tensor([1.0, float("nan"), -float("inf"), 0.0]),), [(torch.randn(4),)]),
+        (lambda x: torch.where(x == x, x, torch.zeros_like(x)), (torch.tensor([[float("nan"), 2.0], [3.0, 4.0]]),),
+         []),
+    ],
     "index-copy-as-selection": [
         (lambda c, x, i: c.index_copy(2, i, x), (torch.zeros(2, 3, 8, 4), torch.randn(2, 3, 2, 4),
                                                  torch.tensor([5, 1])),

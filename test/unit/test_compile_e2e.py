@@ -682,6 +682,22 @@ def test_clamping_activations_keep_nan(act, precision):
         np.testing.assert_allclose(out, ref.numpy(), rtol=DLF16_BOUND, atol=0, equal_nan=True)
 
 
+def test_self_equality_is_a_nan_test():
+    """``x == x`` is False exactly where x is NaN (Torch-MLIR folds it to True; the self-equal-as-not-nan adapter
+    keeps it), and a ``where`` on it replaces the NaNs only."""
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return (x == x).float(), torch.where(x == x, x, torch.zeros_like(x))
+
+    x = torch.randn(8, 64)
+    x[0, :5] = float("nan")
+    x[1, 0] = float("inf")
+    exe = spyre_mlir.compile(M(), (x,), precision="fp32-reference", cache_dir=False)
+    for out, ref in zip(exe(x), M()(x)):
+        np.testing.assert_array_equal(out, ref.numpy())
+
+
 @pytest.mark.parametrize("act,fn", [("relu", "relu"), ("silu", "silu"), ("sigmoid", "sigmoid")])
 @pytest.mark.parametrize("precision", ["dlf16", "fp32-reference"])
 def test_activation_is_one_sfu_op(act, fn, precision):
