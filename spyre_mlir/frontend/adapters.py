@@ -18,6 +18,7 @@ version (20261001):
   bound; PyTorch computes them as ``clamp``, which keeps it (:func:`hardtanh_as_clamp`).
 * ``aten.eq.Tensor`` of a float tensor with itself (``x == x``, a not-NaN test) is folded to true by
   Torch-MLIR; it is ``~isnan(x)`` (:func:`self_equal_as_not_nan`).
+* ``aten.isfinite`` fails to legalize; it is ``abs(x) < inf`` (:func:`isfinite_as_compare`).
 * ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
   (:func:`index_copy_as_selection`).
 * ``aten.view`` of a value a decomposition made non-contiguous (GPT-2's attention output after the math form
@@ -77,7 +78,9 @@ def _scan_length(node: torch.fx.Node) -> int:
 def cumsum_as_triangular_matmul(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``cumsum(x, dim)`` as ``x @ U`` along ``dim``, with ``U`` the upper-triangular ones matrix
     (``U[j, i] = 1`` for ``j <= i``, so ``out[i] = sum_{j<=i} x[j]``). Exact for integers; for floats the
-    summation order differs from a sequential scan only by rounding. A matmul maps onto the PT array."""
+    summation order differs from a sequential scan only by rounding. A matmul maps onto the PT array.
+    An infinity or NaN would reach the earlier sums too (times 0 is NaN): real floats sum their finite parts,
+    and a prefix holding a NaN, or both infinities, is NaN, else one infinity is it, as a running sum gives."""
     if dtype is None:
         # cumsum promotes integer and bool inputs to int64.
         dtype = x.dtype if x.dtype.is_floating_point or x.dtype.is_complex else torch.int64
@@ -86,7 +89,20 @@ def cumsum_as_triangular_matmul(x: torch.Tensor, dim: int, dtype: torch.dtype | 
         return x.clone()
     n = x.shape[dim]
     upper = torch.ones(n, n, dtype=dtype, device=x.device).triu()
-    return torch.matmul(x.movedim(dim, -1), upper).movedim(-1, dim)
+    xt = x.movedim(dim, -1)
+    if not dtype.is_floating_point:
+        return torch.matmul(xt, upper).movedim(-1, dim)
+    zero = torch.zeros((), dtype=dtype, device=x.device)
+
+    def seen(mask):         # whether x[j] for some j <= i is special in this way
+        return torch.matmul(mask.to(dtype), upper) > 0
+
+    out = torch.matmul(torch.where(xt.abs() < float("inf"), xt, zero), upper)    # (isfinite does not lower)
+    pos, neg = seen(xt == float("inf")), seen(xt == float("-inf"))
+    out = torch.where(pos, torch.full((), float("inf"), dtype=dtype, device=x.device), out)
+    out = torch.where(neg, torch.full((), float("-inf"), dtype=dtype, device=x.device), out)
+    out = torch.where(seen(xt.isnan()) | (pos & neg), torch.full((), float("nan"), dtype=dtype, device=x.device), out)
+    return out.movedim(-1, dim)
 
 
 def _cumulative_extreme(x: torch.Tensor, dim: int, largest: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -278,6 +294,16 @@ def self_equal_as_not_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return ~torch.isnan(x)
 
 
+def isfinite_as_compare(x: torch.Tensor) -> torch.Tensor:
+    """``isfinite(x)`` as ``abs(x) < inf`` (False for NaN and both infinities); integers and bools are finite.
+    Complex: the table's."""
+    if x.dtype.is_complex:
+        return NotImplemented
+    if not x.dtype.is_floating_point:
+        return torch.ones_like(x, dtype=torch.bool)
+    return x.abs() < float("inf")
+
+
 def reciprocal_as_division(x: torch.Tensor) -> torch.Tensor:
     """``reciprocal(x)`` as ``1 / x`` in x's float type (integers and bools in the default float type), which
     gives PyTorch's infinity for 0; complex tensors keep the table's lowering."""
@@ -408,6 +434,11 @@ ADAPTERS: list[Adapter] = [
         why="aten.eq.Tensor(x, x) folds to true in Torch-MLIR, wrong where x is NaN",
         decompositions={aten.eq.Tensor: self_equal_as_not_nan},
         needed=_self_compare,
+    ),
+    Adapter(
+        name="isfinite-as-compare",
+        why="aten.isfinite fails to legalize in Torch-MLIR",
+        decompositions={aten.isfinite.default: isfinite_as_compare},
     ),
     Adapter(
         name="cumsum-as-triangular-matmul",

@@ -44,6 +44,11 @@ CASES = {
         (lambda x: x.cumsum(1), (torch.randn(2, 7, 3),), [(torch.randn(2, 7, 3) * 100,)]),
         (lambda x: x.cumsum(0, dtype=torch.float64), (torch.randn(5),), []),
         (lambda b: b.cumsum(-1), (torch.rand(3, 6) > 0.5,), [(torch.rand(3, 6) > 0.2,)]),
+        # Infinities and NaN reach only the later sums; both infinities make NaN.
+        (lambda x: x.cumsum(-1), (torch.tensor([[1.0, float("inf"), 2.0, 3.0, float("-inf"), 1.0],
+                                                [float("nan"), 1.0, 2.0, 3.0, 4.0, 5.0],
+                                                [1.0, 2.0, float("-inf"), 3.0, float("nan"), 1.0]]),),
+         [(torch.randn(3, 6),)]),
     ],
     "cummax-as-masked-max": [
         (lambda x: torch.cummax(x, -1), (torch.randn(3, 9),),
@@ -69,6 +74,12 @@ CASES = {
         (lambda x: F.hardtanh(x, -2.0, 3.0), (torch.tensor([[-9.0, float("nan"), 2.5], [4.0, -1.0, 0.0]]),), []),
         (F.relu6, (torch.tensor([-1.0, float("nan"), 3.0, 7.0, -float("inf")]),), [(torch.randn(5) * 5,)]),
         (lambda x: torch.nn.ReLU6(inplace=True)(x.clone()), (torch.tensor([float("nan"), 8.0, -2.0, 1.5]),), []),
+    ],
+    "isfinite-as-compare": [
+        (torch.isfinite, (torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), -0.0, 3e38]),),
+         [(torch.randn(6),)]),
+        (lambda x: torch.where(torch.isfinite(x), x, torch.zeros_like(x)), (torch.tensor([[float("inf"), 2.0]]),), []),
+        (torch.isfinite, (torch.arange(4),), []),
     ],
     "self-equal-as-not-nan": [
         (lambda x: x == x, (torch.tensor([1.0, float("nan"), -float("inf"), 0.0]),), [(torch.randn(4),)]),
