@@ -291,8 +291,11 @@ def _spyre(step, args, env):
 
 
 def _wide(x):
-    """Floats accumulate in at least fp32 (as the device does); f64 data keeps f64."""
+    """Floats accumulate in at least fp32 (as the device does); f64 data keeps f64; integers and bools in int64,
+    exact (a narrower integer result wraps as PyTorch's does when it is stored)."""
     x = np.asarray(x)
+    if x.dtype.kind in "iub":
+        return x.astype(np.int64)
     return x if x.dtype == np.float64 else x.astype(np.float32)
 
 

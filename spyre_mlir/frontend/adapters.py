@@ -18,6 +18,8 @@ version (20261001):
   bound; PyTorch computes them as ``clamp``, which keeps it (:func:`hardtanh_as_clamp`).
 * ``aten.eq.Tensor`` of a float tensor with itself (``x == x``, a not-NaN test) is folded to true by
   Torch-MLIR; it is ``~isnan(x)`` (:func:`self_equal_as_not_nan`).
+* ``aten.neg`` of an integer tensor lowers through f32 (``sitofp``, ``negf``, ``fptosi``), wrong beyond 2^24; it
+  is ``x * -1`` (:func:`neg_of_integers`).
 * ``aten.isfinite`` fails to legalize; it is ``abs(x) < inf`` (:func:`isfinite_as_compare`).
 * ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
   (:func:`index_copy_as_selection`).
@@ -294,6 +296,19 @@ def self_equal_as_not_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return ~torch.isnan(x)
 
 
+def neg_of_integers(x: torch.Tensor) -> torch.Tensor:
+    """``-x`` of an integer tensor as ``x * -1``: exact, wrapping like PyTorch's at the type's minimum. Floats:
+    the table's."""
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        return NotImplemented
+    return torch.mul(x, -1)
+
+
+def _integer_input(node: torch.fx.Node) -> bool:
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    return val is not None and not (val.dtype.is_floating_point or val.dtype.is_complex)
+
+
 def isfinite_as_compare(x: torch.Tensor) -> torch.Tensor:
     """``isfinite(x)`` as ``abs(x) < inf`` (False for NaN and both infinities); integers and bools are finite.
     Complex: the table's."""
@@ -434,6 +449,13 @@ ADAPTERS: list[Adapter] = [
         why="aten.eq.Tensor(x, x) folds to true in Torch-MLIR, wrong where x is NaN",
         decompositions={aten.eq.Tensor: self_equal_as_not_nan},
         needed=_self_compare,
+    ),
+    Adapter(
+        name="neg-of-integers",
+        why="aten.neg of integers lowers through f32 (sitofp, negf, fptosi), wrong beyond 2^24",
+        decompositions={aten.neg.default: neg_of_integers},
+        needed=_integer_input,
+        inplace=(aten.neg_.default,),
     ),
     Adapter(
         name="isfinite-as-compare",

@@ -75,6 +75,10 @@ CASES = {
         (F.relu6, (torch.tensor([-1.0, float("nan"), 3.0, 7.0, -float("inf")]),), [(torch.randn(5) * 5,)]),
         (lambda x: torch.nn.ReLU6(inplace=True)(x.clone()), (torch.tensor([float("nan"), 8.0, -2.0, 1.5]),), []),
     ],
+    "neg-of-integers": [
+        (torch.neg, (torch.tensor([-123456789, 123456789, 2**40 + 3, 16777217, 0]),), [(torch.arange(-2, 3),)]),
+        (lambda x: -x, (torch.tensor([[2**31 - 1, -(2**31), 16777217]], dtype=torch.int32),), []),
+    ],
     "isfinite-as-compare": [
         (torch.isfinite, (torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), -0.0, 3e38]),),
          [(torch.randn(6),)]),

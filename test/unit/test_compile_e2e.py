@@ -682,6 +682,22 @@ def test_clamping_activations_keep_nan(act, precision):
         np.testing.assert_allclose(out, ref.numpy(), rtol=DLF16_BOUND, atol=0, equal_nan=True)
 
 
+def test_integers_beyond_float_precision_stay_exact():
+    """int64 values past 2^24 (where fp32 stops holding every integer): negation (Torch-MLIR lowers it through f32;
+    the neg-of-integers adapter), a cumsum and an integer matmul (both host matmuls, which accumulated in f32)
+    give PyTorch's exact values."""
+
+    class M(torch.nn.Module):
+        def forward(self, a, b):
+            return -a, a.cumsum(-1), a @ b, torch.where(a > 0, a, -a)
+
+    a = torch.tensor([[-123456789, 123456789, 2**40 + 3, 16777217], [5, -16777217, 7, 2**35 + 1]])
+    b = torch.tensor([[3, 1], [-2, 1], [1, 0], [4, -1]])
+    exe = spyre_mlir.compile(M(), (a, b), cache_dir=False)
+    for out, ref in zip(exe(a, b), M()(a, b)):
+        np.testing.assert_array_equal(out, ref.numpy())
+
+
 def test_self_equality_is_a_nan_test():
     """``x == x`` is False exactly where x is NaN (Torch-MLIR folds it to True; the self-equal-as-not-nan adapter
     keeps it), and a ``where`` on it replaces the NaNs only."""
