@@ -20,6 +20,8 @@ version (20261001):
   Torch-MLIR; it is ``~isnan(x)`` (:func:`self_equal_as_not_nan`).
 * ``aten.neg`` of an integer tensor lowers through f32 (``sitofp``, ``negf``, ``fptosi``), wrong beyond 2^24; it
   is ``x * -1`` (:func:`neg_of_integers`).
+* ``aten.bitwise_or`` / ``bitwise_xor`` / ``fmod`` with a Python number fail to legalize; with a 0-d tensor of
+  it they lower (:func:`scalar_as_tensor`).
 * ``aten.isfinite`` fails to legalize; it is ``abs(x) < inf`` (:func:`isfinite_as_compare`).
 * ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
   (:func:`index_copy_as_selection`).
@@ -309,6 +311,15 @@ def _integer_input(node: torch.fx.Node) -> bool:
     return val is not None and not (val.dtype.is_floating_point or val.dtype.is_complex)
 
 
+def scalar_as_tensor(tensor_op):
+    """``op.Scalar(x, s)`` as ``op.Tensor(x, tensor(s))``, the 0-d tensor in the scalar's promoted type (a 0-d
+    tensor promotes like a Python number)."""
+    def decomposition(x: torch.Tensor, other) -> torch.Tensor:
+        return tensor_op(x, torch.full((), other, dtype=torch.result_type(x, other), device=x.device))
+    decomposition.__doc__ = f"``{tensor_op}`` of a tensor and a Python number, as of two tensors."
+    return decomposition
+
+
 def isfinite_as_compare(x: torch.Tensor) -> torch.Tensor:
     """``isfinite(x)`` as ``abs(x) < inf`` (False for NaN and both infinities); integers and bools are finite.
     Complex: the table's."""
@@ -456,6 +467,14 @@ ADAPTERS: list[Adapter] = [
         decompositions={aten.neg.default: neg_of_integers},
         needed=_integer_input,
         inplace=(aten.neg_.default,),
+    ),
+    Adapter(
+        name="scalar-as-tensor",
+        why="aten.bitwise_or, bitwise_xor and fmod with a Python number fail to legalize in Torch-MLIR",
+        decompositions={op: scalar_as_tensor(tensor_op) for op, tensor_op in (
+            (aten.bitwise_or.Scalar, aten.bitwise_or.Tensor), (aten.__or__.Scalar, aten.bitwise_or.Tensor),
+            (aten.bitwise_xor.Scalar, aten.bitwise_xor.Tensor), (aten.__xor__.Scalar, aten.bitwise_xor.Tensor),
+            (aten.fmod.Scalar, aten.fmod.Tensor))},
     ),
     Adapter(
         name="isfinite-as-compare",

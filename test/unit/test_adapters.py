@@ -79,6 +79,11 @@ CASES = {
         (torch.neg, (torch.tensor([-123456789, 123456789, 2**40 + 3, 16777217, 0]),), [(torch.arange(-2, 3),)]),
         (lambda x: -x, (torch.tensor([[2**31 - 1, -(2**31), 16777217]], dtype=torch.int32),), []),
     ],
+    "scalar-as-tensor": [
+        (lambda x: (x | 3, x ^ 6, torch.bitwise_or(x, 8)), (torch.arange(-8, 8),), [(torch.arange(16) * 7,)]),
+        (lambda x: (torch.fmod(x, 3), torch.fmod(x.float() * 1.3, 0.7), torch.fmod(x, 2.5)), (torch.arange(-8, 8),), []),
+        (lambda b: b | True, (torch.tensor([True, False]),), []),
+    ],
     "isfinite-as-compare": [
         (torch.isfinite, (torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), -0.0, 3e38]),),
          [(torch.randn(6),)]),

@@ -698,6 +698,20 @@ def test_integers_beyond_float_precision_stay_exact():
         np.testing.assert_array_equal(out, ref.numpy())
 
 
+def test_bitwise_and_fmod_with_a_number_compile():
+    """x | 3, x ^ 6 and fmod(x, 3) (Torch-MLIR cannot legalize the Python-number forms; the scalar-as-tensor
+    adapter gives them a 0-d tensor) on integers, floats and bools, as PyTorch computes them."""
+
+    class M(torch.nn.Module):
+        def forward(self, x, f):
+            return x | 3, x ^ 6, torch.fmod(x, 3), torch.fmod(f, 0.7), (x > 0) | True
+
+    x, f = torch.arange(-8, 8).reshape(2, 8), torch.linspace(-3, 3, 16).reshape(2, 8)
+    exe = spyre_mlir.compile(M(), (x, f), precision="fp32-reference", cache_dir=False)
+    for out, ref in zip(exe(x, f), M()(x, f)):
+        np.testing.assert_allclose(out, ref.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_self_equality_is_a_nan_test():
     """``x == x`` is False exactly where x is NaN (Torch-MLIR folds it to True; the self-equal-as-not-nan adapter
     keeps it), and a ``where`` on it replaces the NaNs only."""
