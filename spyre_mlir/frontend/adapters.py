@@ -22,6 +22,8 @@ version (20261001):
   is ``x * -1`` (:func:`neg_of_integers`).
 * ``aten.bitwise_or`` / ``bitwise_xor`` / ``fmod`` with a Python number fail to legalize; with a 0-d tensor of
   it they lower (:func:`scalar_as_tensor`).
+* ``aten.rms_norm`` without ``eps`` lowers with no epsilon at all; PyTorch's default is the dtype's machine epsilon
+  (:func:`rms_norm_default_eps`).
 * ``aten.isfinite`` fails to legalize; it is ``abs(x) < inf`` (:func:`isfinite_as_compare`).
 * ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
   (:func:`index_copy_as_selection`).
@@ -71,6 +73,8 @@ class Adapter:
     needed: Callable[[torch.fx.Node], bool] = lambda node: True
     # In-place forms in the exported graph that functionalization turns into the decomposed ops.
     inplace: tuple = ()
+    # The op stays in the graph with its arguments spelled out (``needed`` no longer holds for it).
+    respells: bool = False
 
 
 def _scan_length(node: torch.fx.Node) -> int:
@@ -320,6 +324,18 @@ def scalar_as_tensor(tensor_op):
     return decomposition
 
 
+def _no_eps(node: torch.fx.Node) -> bool:
+    eps = node.args[3] if len(node.args) > 3 else node.kwargs.get("eps")
+    return eps is None
+
+
+def rms_norm_default_eps(x: torch.Tensor, normalized_shape, weight=None, eps=None) -> torch.Tensor:
+    """``rms_norm`` with its default epsilon spelled out: ``torch.finfo(x.dtype).eps`` (PyTorch's rule)."""
+    if eps is not None:
+        return NotImplemented
+    return aten.rms_norm.default(x, normalized_shape, weight, torch.finfo(x.dtype).eps)
+
+
 def isfinite_as_compare(x: torch.Tensor) -> torch.Tensor:
     """``isfinite(x)`` as ``abs(x) < inf`` (False for NaN and both infinities); integers and bools are finite.
     Complex: the table's."""
@@ -475,6 +491,13 @@ ADAPTERS: list[Adapter] = [
             (aten.bitwise_or.Scalar, aten.bitwise_or.Tensor), (aten.__or__.Scalar, aten.bitwise_or.Tensor),
             (aten.bitwise_xor.Scalar, aten.bitwise_xor.Tensor), (aten.__xor__.Scalar, aten.bitwise_xor.Tensor),
             (aten.fmod.Scalar, aten.fmod.Tensor))},
+    ),
+    Adapter(
+        name="rms-norm-default-eps",
+        why="aten.rms_norm without eps lowers with no epsilon; PyTorch adds the dtype's machine epsilon",
+        decompositions={aten.rms_norm.default: rms_norm_default_eps},
+        needed=_no_eps,
+        respells=True,
     ),
     Adapter(
         name="isfinite-as-compare",

@@ -712,6 +712,26 @@ def test_bitwise_and_fmod_with_a_number_compile():
         np.testing.assert_allclose(out, ref.numpy(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("precision", ["dlf16", "fp32-reference"])
+def test_rms_norm_without_eps_adds_machine_epsilon(precision):
+    """F.rms_norm and nn.RMSNorm without eps add torch.finfo(float32).eps, as PyTorch does (Torch-MLIR's lowering
+    added nothing: rows of small values came out scaled to unit RMS, not shrunk by the epsilon)."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.RMSNorm(64)
+
+        def forward(self, x):
+            return torch.nn.functional.rms_norm(x * 1e-5, (64,)), self.norm(x * 1e-4)
+
+    x = torch.randn(8, 64)
+    exe = spyre_mlir.compile(M(), (x,), precision=precision, cache_dir=False)
+    bound = 1e-6 if precision == "fp32-reference" else DLF16_BOUND
+    for out, ref in zip(exe(x), M()(x)):
+        np.testing.assert_allclose(out, ref.detach().numpy(), rtol=bound, atol=bound * float(ref.abs().max()))
+
+
 def test_self_equality_is_a_nan_test():
     """``x == x`` is False exactly where x is NaN (Torch-MLIR folds it to True; the self-equal-as-not-nan adapter
     keeps it), and a ``where`` on it replaces the NaNs only."""
