@@ -24,6 +24,8 @@ version (20261001):
   it they lower (:func:`scalar_as_tensor`).
 * ``aten.rms_norm`` without ``eps`` lowers with no epsilon at all; PyTorch's default is the dtype's machine epsilon
   (:func:`rms_norm_default_eps`).
+* ``aten.dist``, ``aten.cdist`` and ``aten.pdist`` fail to legalize; they are p-norms of differences
+  (:func:`dist_as_norm`, :func:`cdist_as_norm`, :func:`pdist_as_norm`).
 * ``aten.isfinite`` fails to legalize; it is ``abs(x) < inf`` (:func:`isfinite_as_compare`).
 * ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
   (:func:`index_copy_as_selection`).
@@ -336,6 +338,23 @@ def rms_norm_default_eps(x: torch.Tensor, normalized_shape, weight=None, eps=Non
     return aten.rms_norm.default(x, normalized_shape, weight, torch.finfo(x.dtype).eps)
 
 
+def dist_as_norm(x: torch.Tensor, y: torch.Tensor, p=2) -> torch.Tensor:
+    """``dist(x, y, p)``: the p-norm of ``x - y`` over all elements, its definition."""
+    return torch.linalg.vector_norm(x - y, p)
+
+
+def cdist_as_norm(x1: torch.Tensor, x2: torch.Tensor, p: float = 2.0, compute_mode=None) -> torch.Tensor:
+    """``cdist(x1, x2, p)``: the p-norm of every row difference, [..., P, M] x [..., R, M] -> [..., P, R], by its
+    definition (PyTorch's matmul form for large Euclidean inputs differs from it by rounding only)."""
+    return torch.linalg.vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, dim=-1)
+
+
+def pdist_as_norm(x: torch.Tensor, p: float = 2.0) -> torch.Tensor:
+    """``pdist(x, p)``: the p-norm distance of rows i < j of [N, M] ``x``, in row-major order of the pairs."""
+    i, j = torch.triu_indices(x.shape[0], x.shape[0], 1, device=x.device)
+    return torch.linalg.vector_norm(x.index_select(0, i) - x.index_select(0, j), p, dim=-1)
+
+
 def isfinite_as_compare(x: torch.Tensor) -> torch.Tensor:
     """``isfinite(x)`` as ``abs(x) < inf`` (False for NaN and both infinities); integers and bools are finite.
     Complex: the table's."""
@@ -498,6 +517,13 @@ ADAPTERS: list[Adapter] = [
         decompositions={aten.rms_norm.default: rms_norm_default_eps},
         needed=_no_eps,
         respells=True,
+    ),
+    Adapter(
+        name="distances-as-norms",
+        why="aten.dist, aten.cdist and aten.pdist fail to legalize in Torch-MLIR",
+        decompositions={aten.dist.default: dist_as_norm, aten.cdist.default: cdist_as_norm,
+                        aten._cdist_forward.default: cdist_as_norm, aten.pdist.default: pdist_as_norm,
+                        aten._pdist_forward.default: pdist_as_norm},
     ),
     Adapter(
         name="isfinite-as-compare",

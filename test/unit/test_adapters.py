@@ -88,6 +88,12 @@ CASES = {
         (lambda x: F.rms_norm(x, (16,)), (torch.randn(4, 16) * 1e-5,), [(torch.randn(4, 16),)]),
         (torch.nn.RMSNorm(16), (torch.randn(2, 3, 16) * 1e-4,), []),
     ],
+    "distances-as-norms": [
+        (lambda x, y: (torch.dist(x, y), torch.dist(x, y, 3), torch.dist(x, y, float("inf"))),
+         (torch.randn(3, 5), torch.randn(3, 5)), [(torch.randn(3, 5), torch.randn(3, 5))]),
+        (lambda x, y: (torch.cdist(x, y), torch.cdist(x, y, 1.0)), (torch.randn(2, 4, 6), torch.randn(2, 3, 6)), []),
+        (lambda x: (F.pdist(x), F.pdist(x, 1.5)), (torch.randn(5, 3),), [(torch.randn(5, 3),)]),
+    ],
     "isfinite-as-compare": [
         (torch.isfinite, (torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), -0.0, 3e38]),),
          [(torch.randn(6),)]),

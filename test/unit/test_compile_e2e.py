@@ -732,6 +732,24 @@ def test_rms_norm_without_eps_adds_machine_epsilon(precision):
         np.testing.assert_allclose(out, ref.detach().numpy(), rtol=bound, atol=bound * float(ref.abs().max()))
 
 
+@pytest.mark.parametrize("precision", ["dlf16", "fp32-reference"])
+def test_distances_compile(precision):
+    """torch.dist, torch.cdist and F.pdist (which Torch-MLIR cannot legalize; the distances-as-norms adapter writes
+    them as p-norms of differences) give PyTorch's distances."""
+
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            return (torch.dist(x[0, :5], y[0], 3), torch.cdist(x, y), torch.cdist(x, y, 1.0),
+                    torch.nn.functional.pdist(x[0]))
+
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 6, 16), torch.randn(2, 5, 16)
+    exe = spyre_mlir.compile(M(), (x, y), precision=precision, cache_dir=False)
+    bound = 1e-5 if precision == "fp32-reference" else DLF16_BOUND * 4
+    for out, ref in zip(exe(x, y), M()(x, y)):
+        np.testing.assert_allclose(out, ref.numpy(), rtol=bound, atol=bound * float(ref.abs().max()))
+
+
 def test_self_equality_is_a_nan_test():
     """``x == x`` is False exactly where x is NaN (Torch-MLIR folds it to True; the self-equal-as-not-nan adapter
     keeps it), and a ``where`` on it replaces the NaNs only."""
