@@ -26,6 +26,14 @@ version (20261001):
   (:func:`rms_norm_default_eps`).
 * ``aten.dist``, ``aten.cdist`` and ``aten.pdist`` fail to legalize; they are p-norms of differences
   (:func:`dist_as_norm`, :func:`cdist_as_norm`, :func:`pdist_as_norm`).
+* The ``*_copy`` forms of views (``view_copy``, ``permute_copy``, ``narrow_copy``, ``unbind_copy``, ...) fail to
+  legalize; each is its view, cloned (:func:`copy_of_view`).
+* ``aten.fft_fftshift`` / ``fft_ifftshift`` fail to legalize; they are rolls by half of each dim
+  (:func:`fftshift_as_roll`).
+* ``aten.addmv`` fails to legalize; it is ``beta * input + alpha * (mat @ vec)`` (:func:`addmv_as_matmul`).
+* ``aten.argmax`` / ``argmin`` of a 0-d tensor fail to legalize; the answer is 0 (:func:`arg_extreme_of_scalar`).
+* ``aten.linalg_vector_norm`` of float16 / bfloat16 lowers in that type, so the powers overflow (a 4-norm of
+  values near 15 is inf); PyTorch accumulates in float32 (:func:`half_norm_in_float`).
 * ``aten.isfinite`` fails to legalize; it is ``abs(x) < inf`` (:func:`isfinite_as_compare`).
 * ``aten.index_copy`` (Hugging Face's static KV cache) becomes a scatter; it is a selection matmul and a select
   (:func:`index_copy_as_selection`).
@@ -284,12 +292,17 @@ def minimum_propagating_nan(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def hardtanh_as_clamp(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0) -> torch.Tensor:
     """``hardtanh(x, min_val, max_val)`` as ``clamp(x, min_val, max_val)``, PyTorch's own definition of it (a NaN
-    stays NaN)."""
+    stays NaN). Integers (no NaN) keep the table's lowering: Torch-MLIR's clamp of integers by float bounds
+    fails."""
+    if not x.dtype.is_floating_point:
+        return NotImplemented
     return torch.clamp(x, min_val, max_val)
 
 
 def relu6_as_clamp(x: torch.Tensor) -> torch.Tensor:
-    """``relu6(x)`` as ``clamp(x, 0, 6)``."""
+    """``relu6(x)`` as ``clamp(x, 0, 6)`` (floats, as :func:`hardtanh_as_clamp`)."""
+    if not x.dtype.is_floating_point:
+        return NotImplemented
     return torch.clamp(x, 0.0, 6.0)
 
 
@@ -338,21 +351,96 @@ def rms_norm_default_eps(x: torch.Tensor, normalized_shape, weight=None, eps=Non
     return aten.rms_norm.default(x, normalized_shape, weight, torch.finfo(x.dtype).eps)
 
 
+def _norm(d: torch.Tensor, p, dim=None) -> torch.Tensor:
+    """``vector_norm(d, p, dim)``, a float16 / bfloat16 ``d`` accumulated in float32 (:func:`half_norm_in_float`)."""
+    if d.dtype in (torch.float16, torch.bfloat16):
+        return torch.linalg.vector_norm(d.float(), p, dim=dim).to(d.dtype)
+    return torch.linalg.vector_norm(d, p, dim=dim)
+
+
 def dist_as_norm(x: torch.Tensor, y: torch.Tensor, p=2) -> torch.Tensor:
     """``dist(x, y, p)``: the p-norm of ``x - y`` over all elements, its definition."""
-    return torch.linalg.vector_norm(x - y, p)
+    return _norm(x - y, p)
 
 
 def cdist_as_norm(x1: torch.Tensor, x2: torch.Tensor, p: float = 2.0, compute_mode=None) -> torch.Tensor:
     """``cdist(x1, x2, p)``: the p-norm of every row difference, [..., P, M] x [..., R, M] -> [..., P, R], by its
     definition (PyTorch's matmul form for large Euclidean inputs differs from it by rounding only)."""
-    return torch.linalg.vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, dim=-1)
+    return _norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, dim=-1)
 
 
 def pdist_as_norm(x: torch.Tensor, p: float = 2.0) -> torch.Tensor:
     """``pdist(x, p)``: the p-norm distance of rows i < j of [N, M] ``x``, in row-major order of the pairs."""
     i, j = torch.triu_indices(x.shape[0], x.shape[0], 1, device=x.device)
-    return torch.linalg.vector_norm(x.index_select(0, i) - x.index_select(0, j), p, dim=-1)
+    return _norm(x.index_select(0, i) - x.index_select(0, j), p, dim=-1)
+
+
+def copy_of_view(view_op):
+    """``<view>_copy(x, ...)`` as ``<view>(x, ...)`` cloned (each result of a multi-result view)."""
+    def decomposition(x: torch.Tensor, *args, **kwargs):
+        out = view_op(x, *args, **kwargs)
+        return [o.clone() for o in out] if isinstance(out, (tuple, list)) else out.clone()
+    decomposition.__doc__ = f"``{view_op}`` cloned."
+    return decomposition
+
+
+def fftshift_as_roll(inverse: bool):
+    """``fft.fftshift(x, dim)`` as ``roll`` by ``n // 2`` along each dim (all by default); ``ifftshift`` by
+    ``-(n // 2)``."""
+    def decomposition(x: torch.Tensor, dim=None) -> torch.Tensor:
+        dims = list(range(x.dim())) if dim is None else [dim] if isinstance(dim, int) else list(dim)
+        shifts = [(-(x.shape[d] // 2) if inverse else x.shape[d] // 2) for d in dims]
+        return torch.roll(x, shifts, dims) if dims else x.clone()
+    return decomposition
+
+
+def addmv_as_matmul(input: torch.Tensor, mat: torch.Tensor, vec: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
+    """``addmv``: ``beta * input + alpha * (mat @ vec)``; with ``beta`` 0 the input is not read (a NaN there does
+    not propagate), PyTorch's rule."""
+    out = torch.matmul(mat, vec)
+    if not out.dtype.is_floating_point:         # integer tensors take the factors as integers (truncated)
+        alpha, beta = int(alpha), int(beta)
+    if alpha != 1:
+        out = out * alpha
+    if beta == 0:
+        return out.expand(torch.broadcast_shapes(input.shape, out.shape)).clone()
+    return out + (input if beta == 1 else input * beta)
+
+
+def _scalar_input(node: torch.fx.Node) -> bool:
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    return val is not None and val.dim() == 0
+
+
+def arg_extreme_of_scalar(x: torch.Tensor, dim=None, keepdim: bool = False) -> torch.Tensor:
+    """``argmax`` / ``argmin`` of a 0-d tensor: 0 (the only index), 0-d whatever ``dim`` and ``keepdim``."""
+    if x.dim() != 0:
+        return NotImplemented
+    return torch.zeros((), dtype=torch.int64, device=x.device)
+
+
+_VIEW_COPIES = {aten.view_copy.default: aten.view.default, aten.permute_copy.default: aten.permute.default,
+                aten.unbind_copy.int: aten.unbind.int, aten.narrow_copy.default: aten.narrow.default,
+                aten.transpose_copy.int: aten.transpose.int, aten.expand_copy.default: aten.expand.default,
+                aten.select_copy.int: aten.select.int, aten.slice_copy.Tensor: aten.slice.Tensor,
+                aten.diagonal_copy.default: aten.diagonal.default, aten.t_copy.default: aten.t.default,
+                aten.squeeze_copy.default: aten.squeeze.default, aten.squeeze_copy.dim: aten.squeeze.dim,
+                aten.squeeze_copy.dims: aten.squeeze.dims, aten.unsqueeze_copy.default: aten.unsqueeze.default,
+                aten.detach_copy.default: aten.detach.default, aten.alias_copy.default: aten.alias.default}
+
+
+def _half_input(node: torch.fx.Node) -> bool:
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    return val is not None and val.dtype in (torch.float16, torch.bfloat16)
+
+
+def half_norm_in_float(x: torch.Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> torch.Tensor:
+    """``vector_norm`` of a float16 / bfloat16 tensor computed in float32 and rounded once to the result type, as
+    PyTorch's kernel accumulates it."""
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return NotImplemented
+    out = aten.linalg_vector_norm.default(x.float(), ord, dim, keepdim)
+    return out.to(dtype or x.dtype)
 
 
 def isfinite_as_compare(x: torch.Tensor) -> torch.Tensor:
@@ -524,6 +612,38 @@ ADAPTERS: list[Adapter] = [
         decompositions={aten.dist.default: dist_as_norm, aten.cdist.default: cdist_as_norm,
                         aten._cdist_forward.default: cdist_as_norm, aten.pdist.default: pdist_as_norm,
                         aten._pdist_forward.default: pdist_as_norm},
+    ),
+    Adapter(
+        name="view-copies-as-clones",
+        why="the *_copy forms of views (view_copy, permute_copy, narrow_copy, unbind_copy, ...) fail to legalize",
+        decompositions={**{op: copy_of_view(view) for op, view in _VIEW_COPIES.items()},
+                        aten.as_strided_copy.default: lambda x, size, stride, storage_offset=None:
+                            as_strided_by_gather(x, size, stride, storage_offset).clone()},
+    ),
+    Adapter(
+        name="fftshift-as-roll",
+        why="aten.fft_fftshift and fft_ifftshift fail to legalize in Torch-MLIR",
+        decompositions={aten.fft_fftshift.default: fftshift_as_roll(False),
+                        aten.fft_ifftshift.default: fftshift_as_roll(True)},
+    ),
+    Adapter(
+        name="addmv-as-matmul",
+        why="aten.addmv fails to legalize in Torch-MLIR",
+        decompositions={aten.addmv.default: addmv_as_matmul},
+    ),
+    Adapter(
+        name="arg-extreme-of-scalar",
+        why="aten.argmax / argmin of a 0-d tensor fail to legalize in Torch-MLIR",
+        decompositions={aten.argmax.default: arg_extreme_of_scalar, aten.argmin.default: arg_extreme_of_scalar},
+        needed=_scalar_input,
+    ),
+    Adapter(
+        name="half-norm-in-float",
+        why="aten.linalg_vector_norm of float16/bfloat16 lowers in that type and overflows; PyTorch accumulates "
+        "in float32",
+        decompositions={aten.linalg_vector_norm.default: half_norm_in_float},
+        needed=_half_input,
+        respells=True,
     ),
     Adapter(
         name="isfinite-as-compare",

@@ -750,6 +750,23 @@ def test_distances_compile(precision):
         np.testing.assert_allclose(out, ref.numpy(), rtol=bound, atol=bound * float(ref.abs().max()))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_norms_accumulate_in_float(dtype):
+    """A 4-norm and a distance of float16 / bfloat16 values near 15 (their fourth powers overflow float16) give
+    PyTorch's finite answer: the half-norm-in-float adapter accumulates in float32, as PyTorch's kernel does
+    (Torch-MLIR's lowering computed the powers in the half type: inf, or 304.5 for 30.95)."""
+
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.linalg.vector_norm(x - y, 4), torch.dist(x, y, 4), x.norm(dim=-1)
+
+    torch.manual_seed(0)
+    x, y = (torch.randn(5, 5, 5) * 6).to(dtype), (torch.randn(5, 5, 5) * 6).to(dtype)
+    exe = spyre_mlir.compile(M(), (x, y), precision="fp32-reference", cache_dir=False)
+    for out, ref in zip(exe(x, y), M()(x, y)):
+        np.testing.assert_allclose(np.asarray(out, dtype=np.float32), ref.float().numpy(), rtol=1e-2)
+
+
 def test_self_equality_is_a_nan_test():
     """``x == x`` is False exactly where x is NaN (Torch-MLIR folds it to True; the self-equal-as-not-nan adapter
     keeps it), and a ``where`` on it replaces the NaNs only."""
