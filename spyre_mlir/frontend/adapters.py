@@ -325,8 +325,13 @@ def neg_of_integers(x: torch.Tensor) -> torch.Tensor:
     return torch.mul(x, -1)
 
 
+def _input(node: torch.fx.Node):
+    """The example value (FakeTensor) of an op's first argument, or None."""
+    return node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+
+
 def _integer_input(node: torch.fx.Node) -> bool:
-    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    val = _input(node)
     return val is not None and not (val.dtype.is_floating_point or val.dtype.is_complex)
 
 
@@ -408,7 +413,7 @@ def addmv_as_matmul(input: torch.Tensor, mat: torch.Tensor, vec: torch.Tensor, *
 
 
 def _scalar_input(node: torch.fx.Node) -> bool:
-    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    val = _input(node)
     return val is not None and val.dim() == 0
 
 
@@ -430,7 +435,7 @@ _VIEW_COPIES = {aten.view_copy.default: aten.view.default, aten.permute_copy.def
 
 
 def _half_input(node: torch.fx.Node) -> bool:
-    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    val = _input(node)
     return val is not None and val.dtype in (torch.float16, torch.bfloat16)
 
 
