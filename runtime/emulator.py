@@ -537,8 +537,8 @@ class Copy:
     between two memories, shadow included. Evenly spaced offsets make one strided copy, a few runs of them
     (a ring's shift: cores 1..15 then core 0) a few, and so do the runs of each distance moved when they are
     few or big (a multicast: every core's part to the core 4 on, 8 on, ...); otherwise the rows move by index
-    (every DMA and ring transfer is whole sticks). The destinations of one copy never overlap (each core's own bytes, or
-    what the loader proved no other core touches), so the pieces may move in any order."""
+    (every DMA and ring transfer is whole sticks). The destinations of one copy never overlap (each core's own
+    bytes, or what the loader proved no other core touches), so the pieces may move in any order."""
 
     def __init__(self, src: Memory, src_offs, src_strides, dst: Memory, dst_offs, dst_strides, shape):
         m, n, k = shape

@@ -648,8 +648,9 @@ def _load_a(b, core, tile, A, row0, k0, pro, loc):
 class Prologue:
     """A layernorm or rmsnorm a matmul kernel applies to its A tiles (:func:`prologue_of`): the norm's input rows
     load into ``nx`` and its micro-ops (rows.norm_body) write the A tile through the fp32 ``nsq`` (and a
-    layernorm's ``nxf``) and row statistics ``n<stat>``; its weight and bias rows (``nweight``, ``nbias``) load once per core, before its first
-    tile. The plan's buffers hold ``rows`` rows, the most a core computes at once."""
+    layernorm's ``nxf``) and row statistics ``n<stat>``; its weight and bias rows (``nweight``, ``nbias``) load
+    once per core, before its first tile. The plan's buffers hold ``rows`` rows, the most a core computes at
+    once."""
 
     def __init__(self, em, norm, plan, rows: int):
         self.body, consts, stats = norm_body(em, norm)

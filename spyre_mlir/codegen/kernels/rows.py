@@ -554,8 +554,9 @@ def norm_body(em, op):
     """(``body(core, n, XT, XF, OT, extra, loc)``, its weight and bias as [(name, device tensor)], the names of its
     [n, 1] fp32 row statistics) of a layernorm or rmsnorm over the last dim: the micro-ops on ``n`` rows of input
     ``XT`` through the fp32 work tile ``XF`` into ``OT``, ``extra`` holding the statistics, ``sq`` (an fp32 tile
-    like ``XF``) and the weight and bias rows. An rmsnorm (one statistic) works in ``sq`` and takes no ``XF``. Its rows kernel and a matmul kernel applying it to its A tiles
-    (matmul.prologue_of) run the same micro-ops, so their results are bit-identical."""
+    like ``XF``) and the weight and bias rows. An rmsnorm (one statistic) works in ``sq`` and takes no ``XF``.
+    Its rows kernel and a matmul kernel applying it to its A tiles (matmul.prologue_of) run the same micro-ops,
+    so their results are bit-identical."""
     eps = float(_attr(op, "epsilon"))
     b = em.b
     rest = list(op.operation.operands[1:])
