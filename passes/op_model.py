@@ -15,8 +15,8 @@ from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import (GRID, KERNEL, RESIDENT, SHARE_OF, int_array, is_const_fold,
-                                        producer)
+from spyre_mlir.passes.analysis import (DOUBLE_BUFFER, GRID, KERNEL, RESIDENT, SHARE_OF, TILE, int_array,
+                                        is_const_fold, producer)
 from spyre_mlir.passes.base import PassError
 from spyre_mlir.target import Target
 
@@ -775,6 +775,19 @@ def matmul_cycles(model: OpModel, grid, tile, target: Target, double_buffer: boo
                               round_fmt=model.round_fmt, epi_in=model.epi_in, resident=resident,
                               trans_b=model.trans_b, softmax=model.softmax, sibling=model.sibling, prologue=pro,
                               **model.finish)
+
+
+def planned_cycles(op: ir.Operation, target: Target) -> cost.Cycles:
+    """The modeled cycles of device op ``op`` on the grid and tile its plan holds (spyre-divide-work, spyre-tile,
+    spyre-schedule's double buffering)."""
+    model = op_model(op)
+    grid, tile = (list(ir.DenseI64ArrayAttr(op.attributes[a])) for a in (GRID, TILE))
+    double = DOUBLE_BUFFER in op.attributes and ir.BoolAttr(op.attributes[DOUBLE_BUFFER]).value
+    if model.kind == "matmul":
+        return matmul_cycles(model, grid, tile, target, double, resident=RESIDENT in op.attributes)
+    if model.kind == "conv":
+        return cost.conv_cycles(model.conv, grid, tile, target, double)
+    return cost.rowwise_cycles(model.rows, grid, tile, target, double)
 
 
 # Kernels that run no instruction of their own: a view of an operand's bytes, or applied by another op's kernel.

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -87,6 +88,7 @@ class ProgramBuilder:
         self._debug: list[list[tuple[str, str]]] = [[] for _ in range(target.num_cores)]
         self._next_addr = 0
         self._sp_top = [0] * target.num_cores
+        self._at: dict[int, int] | None = None     # insertion points while :meth:`inserting`
 
     # ---- device buffers ---------------------------------------------------------------------------------
 
@@ -166,9 +168,35 @@ class ProgramBuilder:
         unknown = fields.keys() - _FIELDS
         if unknown:
             raise ValueError(f"unknown instruction field(s) {sorted(unknown)}")
-        self._records[core].append({"op": int(op), **fields})
-        self._debug[core].append((_MNEMONIC[op], loc if loc is not None else _caller_loc()))
-        return len(self._records[core]) - 1
+        rec, dbg = {"op": int(op), **fields}, (_MNEMONIC[op], loc if loc is not None else _caller_loc())
+        if self._at is None:
+            self._records[core].append(rec)
+            self._debug[core].append(dbg)
+            return len(self._records[core]) - 1
+        if core not in self._at:
+            raise ValueError(f"no insertion point on core {core}")
+        at = self._at[core]
+        self._records[core].insert(at, rec)
+        self._debug[core].insert(at, dbg)
+        self._at[core] = at + 1
+        return at
+
+    @contextlib.contextmanager
+    def inserting(self, points: dict[int, int]):
+        """Within the block, instructions of core ``c`` go at index ``points[c]`` of its stream (each after the one
+        before) instead of at its end: work issued earlier than the code emitted before it (spyre-prefetch)."""
+        self._at = dict(points)
+        try:
+            yield
+        finally:
+            self._at = None
+
+    def stream_length(self, core: int) -> int:
+        return len(self._records[core])
+
+    def opcodes(self, core: int, start: int = 0) -> list[int]:
+        """The opcodes of ``core``'s stream so far, from index ``start`` on."""
+        return [r["op"] for r in self._records[core][start:]]
 
     # ---- DMA --------------------------------------------------------------------------------------------
 

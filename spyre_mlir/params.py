@@ -161,8 +161,11 @@ def constant_value(attr, context) -> np.ndarray:
     return arr.astype(np.float32) if arr.dtype.name.startswith(("bfloat", "float8")) else arr
 
 
-def _key(attr) -> str:
+def _key(attr, name: str = "") -> str:
     m = _KEY.search(str(attr))
+    if m is None:
+        raise ParamError(f"parameter '{name}': spyre.value must be a dense_resource or dense elements attribute, "
+                         f"not {attr}")
     key = m.group(1)
     return key[1:-1] if key.startswith('"') else key
 
@@ -194,7 +197,10 @@ def arg_values(func) -> dict[str, tuple[int, np.ndarray]]:
         if VALUE_ATTR not in d or PARAM_ATTR not in d:
             continue
         name = ir.StringAttr(d[PARAM_ATTR]).value
-        key = _key(d[VALUE_ATTR])
+        if isinstance(d[VALUE_ATTR], ir.DenseElementsAttr):     # values written inline (hand-written IR)
+            out[name] = (i, _inline(d[VALUE_ATTR], name))
+            continue
+        key = _key(d[VALUE_ATTR], name)
         if key not in blobs:
             raise ParamError(f"parameter '{name}': the bytes of resource '{key}' are not in this module (parse IR "
                              f"text with spyre_mlir.params.parse, or keep the resources section)")
@@ -203,6 +209,13 @@ def arg_values(func) -> dict[str, tuple[int, np.ndarray]]:
             arr = blobs[key] = _decode(arr, args[i].type, name)
         out[name] = (i, arr)
     return out
+
+
+def _inline(attr, name: str) -> np.ndarray:
+    try:
+        return np.array(attr)
+    except (TypeError, ValueError) as e:
+        raise ParamError(f"parameter '{name}': cannot read the values of {attr.type}: {e}") from None
 
 
 def _decode(data: bytes, type_, name: str) -> np.ndarray:

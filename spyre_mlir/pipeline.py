@@ -82,5 +82,7 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         "spyre-allocate-scratchpad" + opts(target=target),
         # Double buffering and the barriers where data crosses cores.
         "spyre-schedule",
+        # Constants a kernel loads once, loaded while the kernel before it computes (the DMA unit is idle then).
+        "spyre-prefetch" + opts(target=target),
     ]
     return f"builtin.module({','.join(steps)})"

@@ -34,12 +34,15 @@ to :func:`.host.emit_host` (the host) or the kernel emitter of its family
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from spyre_mlir.passes.analysis import KERNEL, ON_HOST, ROUND_TRIP, is_const_fold, producer, reads, single_use, user
 from spyre_mlir.runtime.assembler import ProgramBuilder
 from spyre_mlir.runtime.binary import Buffer, buffer_layout
 from spyre_mlir.runtime.formats import Format
+from spyre_mlir.runtime.isa import Op
 
 from . import hostprog
 from .common import EmitError, TileError, _attr, _loc, _same_dims, _tensor_type
@@ -101,6 +104,7 @@ class _Known(dict):
 
 
 # Kernels of ops another matmul's kernel computes and keeps on its cores: (who applies it, what it is).
+_LOADS = frozenset({Op.DMA_LOAD, Op.GATHER, Op.RESTICK})      # DMA-unit work a kernel's compute waits on
 _INSIDE = {"sibling": (sibling_applier, "a sibling matmul"), "prologue": (prologue_applier, "a matmul's prologue")}
 
 
@@ -143,11 +147,40 @@ class Emitter:
         self.host_ops: list[str] = []   # what ran on the host, for the report
         self.host_locations: list[str] = []   # the MLIR location of each (the model's source lines)
         self.kernels: list[str] = []
+        self._last_kernel = None     # (first, end) record index per core of the last kernel emitted
+        self._kernel_start: list[int] = []   # where the kernel being emitted starts, per core
         self._names: set = set()
         self._slots: list = []       # [addr, nbytes, free, buffer]
         self._pending_free: list = []
         self._next_storage = 0
         self.hostmod = HostModule(module.context if hasattr(module, "context") else module.operation.context)
+
+    @contextlib.contextmanager
+    def prefetching(self, op):
+        """Emit the block's instructions where spyre-prefetch planned them (``spyre.prefetch`` on ``op``, the kernel
+        being emitted): in the last segment of the kernel emitted before it, on each core after that kernel's last
+        load there (so they run while it computes, behind its own loads), else at the segment's start."""
+        if self._last_kernel is None:
+            raise PlanError(f"'{op.operation.name}': spyre.prefetch, but no kernel runs before it",
+                            op.operation.location)
+        first, end = self._last_kernel
+        points = {}
+        for c in range(self.cores):
+            ops = self.b.opcodes(c, first[c])          # that kernel's, then what followed it
+            n = end[c] - first[c]
+            if any(o != Op.BARRIER for o in ops[n:self._kernel_start[c] - first[c]]):
+                raise PlanError(f"'{op.operation.name}': spyre.prefetch, but instructions other than barriers "
+                                f"run between the kernel before it and it", op.operation.location)
+            seg = next((i + 1 for i in range(n - 1, -1, -1) if ops[i] == Op.BARRIER), 0)
+            points[c] = first[c] + next((i + 1 for i in range(n - 1, seg - 1, -1) if ops[i] in _LOADS), seg)
+        before = [self.b.stream_length(c) for c in range(self.cores)]
+        with self.b.inserting(points):
+            yield
+        # What went in belongs to that kernel's span now (a later call inserts after it), and this kernel starts
+        # that much later in each stream.
+        moved = [self.b.stream_length(c) - n for c, n in enumerate(before)]
+        self._last_kernel = (first, [e + d for e, d in zip(end, moved)])
+        self._kernel_start = [s + d for s, d in zip(self._kernel_start, moved)]
 
     # ---- names and memory ---------------------------------------------------------------------------------
 
@@ -536,10 +569,12 @@ class Emitter:
             raise EmitError(f"{name} has no spyre.double_buffer: run spyre-schedule (the kernel pipeline) before "
                             f"spyre-emit", op.operation.location)
         self.kernels.append(name)
+        self._kernel_start = [self.b.stream_length(c) for c in range(self.cores)]
         try:
             EMITTERS[name](self, op, loc)
         except (TileError, PlanError, ValueError) as e:
             raise EmitError(str(e), op.operation.location) from None
+        self._last_kernel = (self._kernel_start, [self.b.stream_length(c) for c in range(self.cores)])
         # spyre-schedule's barrier: the result is read on other cores than those that wrote it.
         if _attr(op, "spyre.barrier"):
             self.barrier(loc)

@@ -104,3 +104,18 @@ def test_params_missing_bytes_is_a_clear_error():
     with make_context():
         with pytest.raises(params.ParamError, match="holds 4 bytes"):
             params.values(params.parse(text).operation)
+
+
+def test_params_inline_values_and_bad_values():
+    """Hand-written IR may give a parameter's values inline (``dense<...>``); any other attribute is an error
+    naming the parameter."""
+    text = ('func.func @main(%a: tensor<2x2xf32> {spyre.param = "w", spyre.value = dense<0.5> : tensor<2x2xf32>}, '
+            '%b: tensor<2xi64> {spyre.param = "i", spyre.value = dense<[3, 4]> : tensor<2xi64>}) { return }')
+    with make_context():
+        got = params.values(ir.Module.parse(text).operation)
+    assert np.array_equal(got["w"], np.full((2, 2), 0.5, np.float32)) and got["w"].dtype == np.float32
+    assert np.array_equal(got["i"], [3, 4])
+    bad = 'func.func @main(%a: tensor<2xf32> {spyre.param = "w", spyre.value = 1.0 : f32}) { return }'
+    with make_context():
+        with pytest.raises(params.ParamError, match="parameter 'w': spyre.value must be"):
+            params.values(ir.Module.parse(bad).operation)

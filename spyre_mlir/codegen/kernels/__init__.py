@@ -19,6 +19,8 @@ and emits through the ProgramBuilder ``em.b`` on the cores of the op's plan; the
 spyre-schedule's (``spyre.barrier``). An emitter returns the number of cores it used.
 """
 
+from torch_mlir import ir
+
 from . import conv, matmul, move, rows
 
 FAMILIES = (matmul, rows, move, conv)
@@ -46,6 +48,16 @@ def applied_by(op):
     if name == "spyre.cast":
         return rows.cast_source(op)
     return rows.epilogue(op)
+
+
+def prefetchable(op, target) -> tuple[tuple[str, ...], int]:
+    """The buffers of ``op``'s kernel holding constants it loads once before its work, which spyre-prefetch may
+    have it load during the kernel before (empty: none), and the device-memory bytes those loads read."""
+    o = op.operation if hasattr(op, "operation") else op
+    kernel = ir.StringAttr(o.attributes["spyre.kernel"]).value if "spyre.kernel" in o.attributes else None
+    if kernel == "conv2d":
+        return conv.prefetchable(o, target)
+    return matmul.prefetchable(o, target) if kernel == "matmul" else ((), 0)
 
 
 def why_not(op, target, known) -> str | None:

@@ -12,7 +12,10 @@ epilogue map) is applied by the conv kernel to each output tile before the store
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
+from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.runtime.formats import Format
@@ -25,7 +28,7 @@ from ..sfu import writes_result
 from .move import column_selections
 from .rows import apply_epilogue, epilogue_of, planned
 
-__all__ = ["select", "why_not", "pool_source", "pool_of", "EMITTERS"]
+__all__ = ["select", "why_not", "pool_source", "pool_of", "prefetchable", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -118,6 +121,20 @@ def why_not(op, target, known) -> str | None:
     if _conv_plan(op, target, known) is not None and not _fits(op, target):
         return "no conv2d tile fits the scratchpad"
     return None
+
+
+def prefetchable(op, target) -> tuple[tuple[str, ...], int]:
+    """The constants the conv kernel loads once before its work when it shares them over the ring
+    (:func:`cost.conv_shares`): its filters ``b0``, its ``bias`` and the pool's selections ``psel``; and the
+    device-memory bytes those loads read (filters and bias once per filter block, selections once)."""
+    from spyre_mlir.passes.op_model import op_model
+
+    kp = KernelPlan.of(op, target)
+    k = op_model(op).conv
+    if not cost.conv_shares(k, kp.grid, kp.tile):
+        return (), 0
+    names = ("b0",) + (("bias",) if k.bias else ()) + (("psel",) if pool_of(op) is not None else ())
+    return names, sum(kp.buffers[n][1] * (1 if n == "psel" else kp.grid[1]) for n in names)
 
 
 def _fits(op, target, pool=None) -> bool:
@@ -326,6 +343,11 @@ def emit_conv2d(em, op, loc):
     # one barrier before the loop: the filters and bias across the cores of a filter block, the pool's
     # selections across all cores.
     shared = cost.conv_shares(k, kp.grid, kp.tile)
+    prefetch = [ir.StringAttr(a).value for a in ir.ArrayAttr(o.attributes["spyre.prefetch"])] \
+        if "spyre.prefetch" in o.attributes else []
+    if prefetch and tuple(prefetch) != prefetchable(o, em.target)[0]:
+        kp.fail(f"spyre.prefetch {prefetch}: its kernel loads {list(prefetchable(o, em.target)[0])} before its "
+                f"work")
     # One tile a core (cost.conv_phased): its patch is loaded before that barrier too, so the segment after it only
     # computes and stores, and no segment mixes device-memory reads and writes.
     early = cost.conv_phased(k, kp.grid, kp.tile)
@@ -337,12 +359,15 @@ def emit_conv2d(em, op, loc):
             if BI is not None:
                 parts.append((group, BI, BC, bj * fb))
         parts += [(list(range(kp.cores)), PSELS, psel, 0)] if pool is not None else []
-        for group, t, src, row0 in parts:
-            for q, (lo, hi) in enumerate(row_parts(t.rows, len(group))):
-                if hi > lo:
-                    load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
-                    b.ring_send(group[q], [c for c in group if c != group[q]], t.row_slice(lo, hi).addr,
-                                t.row_slice(lo, hi), loc=loc)
+        # spyre-prefetch may have planned these loads during the kernel before (its multicasts land at the
+        # barrier after it).
+        with em.prefetching(op) if prefetch else contextlib.nullcontext():
+            for group, t, src, row0 in parts:
+                for q, (lo, hi) in enumerate(row_parts(t.rows, len(group))):
+                    if hi > lo:
+                        load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
+                        b.ring_send(group[q], [c for c in group if c != group[q]], t.row_slice(lo, hi).addr,
+                                    t.row_slice(lo, hi), loc=loc)
         if early:
             for core, _, load, _ in cores:
                 load(0)

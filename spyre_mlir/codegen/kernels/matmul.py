@@ -20,9 +20,11 @@ scratchpad), so the emitter also works on graph-level IR.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
+from torch_mlir import ir
 
 from spyre_mlir.cost import (CHAIN_V, b_first, finish_cycles, last_pieces, n_block, prologue_rows, prologue_sfu,
                              softmax_stats, store_parts)
@@ -37,8 +39,8 @@ from .rows import (_one_use, _owner, _precedes, _row_view, _viewed, apply_epilog
                    broadcast_rows, epilogue, epilogue_buffer, epilogue_classes, epilogue_of, norm_body,
                    softmax_kind, softmax_of, widened_by)
 
-__all__ = ["matmul", "select", "sibling_of", "sibling_applier", "chained_of", "chain_applier", "prologue_of",
-           "prologue_applier", "EMITTERS"]
+__all__ = ["matmul", "select", "prefetchable", "sibling_of", "sibling_applier", "chained_of", "chain_applier",
+           "prologue_of", "prologue_applier", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
@@ -47,7 +49,7 @@ def _stick_elems(*fmts) -> int:
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
            scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False,
-           sm=None, widen_last=False, sib=None, chain=None, pro=None):
+           sm=None, widen_last=False, sib=None, chain=None, pro=None, prefetch=None):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``. ``trans_b``: B is
     stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk]. ``sm``: a
     softmax (rows.softmax_of) applied to each finished tile after the epilogue, in the accumulator, with the
@@ -80,7 +82,10 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
 
     ``pro``: a :class:`Prologue`, the norm whose result A is (:func:`prologue_of`): every A tile (whole rows: no
     K split, one K step) loads the norm's input rows instead and the norm's micro-ops write it, so A never
-    round-trips device memory."""
+    round-trips device memory.
+
+    ``prefetch``: the op, when spyre-prefetch planned each core's one B tile (:func:`prefetchable`) to load during
+    the kernel before."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = (_stick_elems(fo), _stick_elems(fa, fb)) if trans_b else (_stick_elems(fb, fo), _stick_elems(fa))
@@ -178,8 +183,10 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             Bts = [_b_sub(t, t[key][step % nbuf], depth, cols) for key in ("B", "G")[:len(Bs)]]
                             step += 1
                             _load_a(b, core, At, A, a0 + r0, k0, pro, loc)
-                            for Bt, Bx in zip(Bts, Bs):
-                                load_rows(b, core, Bt, Bx, *((b0 + c0, k0) if trans_b else (b0 + k0, c0)), loc=loc)
+                            with em.prefetching(prefetch) if prefetch is not None else contextlib.nullcontext():
+                                for Bt, Bx in zip(Bts, Bs):
+                                    load_rows(b, core, Bt, Bx, *((b0 + c0, k0) if trans_b else (b0 + k0, c0)),
+                                              loc=loc)
                             fin = s == nk - 1 and last_here
                             _multiply(b, core, t, At, Bts, rows, cols, depth, s > 0, fin, scale, loc, sib)
                             if fin and chain is not None:
@@ -697,6 +704,28 @@ def select(op, target, known) -> str | None:
     return "matmul" if str(_tensor_type(op.operation.operands[0])[1]) in _DEVICE_FLOATS else None
 
 
+def prefetchable(op, target) -> tuple[tuple[str, ...], int]:
+    """``("b0",)`` and the bytes its loads read on all cores, when the matmul kernel loads a constant B once per
+    core before its work: a 2-D matmul without sibling or chained product, split along K (or on one core: no
+    operand sharing over the ring), one output tile and one K step per core, single-buffered. Else ``()``."""
+    from spyre_mlir.passes.analysis import producer
+
+    o = op.operation
+    rhs = producer(o.operands[1])
+    if o.name != "spyre.matmul" or rhs is None or rhs.name != "arith.constant" or sibling_of(op) is not None \
+            or chained_of(op) is not None:
+        return (), 0
+    kp = KernelPlan.of(o, target)
+    (gm, gn, gk), (tm, tn, tk) = kp.grid[-3:], kp.tile[-3:]
+    shape = _tensor_type(o.operands[1])[0]
+    N, K = shape if _attr(op, "transpose_rhs", False) else shape[::-1]
+    M = _tensor_type(o.operands[0])[0][0]
+    one = -(-M // gm) <= tm and -(-N // gn) <= tn and -(-K // gk) <= tk
+    if (gk > 1 or gm * gn == 1) and one and kp.nbuf == 1:
+        return ("b0",), kp.buffers["b0"][1] * kp.cores
+    return (), 0
+
+
 def emit_matmul(em, op, loc):
     o = op.operation
     lhs, rhs = o.operands[0], o.operands[1]
@@ -724,9 +753,15 @@ def emit_matmul(em, op, loc):
         if (sib[1] is None) != (colscale is None) or (sib[2] is None) != (scale is None):
             raise EmitError(f"the sibling matmul {g.name} at {g.location} is quantized unlike this one's weights",
                             loc)
-    used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale,
-                        plan=KernelPlan.of(op, em.target), loc=loc, round_fmt=rnd, epi=epi,
-                        trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib, chain=chain, pro=pro)
+    plan = KernelPlan.of(op, em.target)
+    prefetch = [ir.StringAttr(a).value for a in ir.ArrayAttr(o.attributes["spyre.prefetch"])] \
+        if "spyre.prefetch" in o.attributes else []
+    if prefetch and tuple(prefetch) != prefetchable(op, em.target)[0]:
+        plan.fail(f"spyre.prefetch {prefetch}: its kernel loads {list(prefetchable(op, em.target)[0])} before its "
+                  f"work")
+    used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale, plan=plan, loc=loc,
+                        round_fmt=rnd, epi=epi, trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib,
+                        chain=chain, pro=pro, prefetch=op if prefetch else None)
     return len(used)
 
 
