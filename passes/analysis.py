@@ -34,7 +34,8 @@ KERNEL = "spyre.kernel"                       # spyre-select-kernels: the device
 ON_HOST = "spyre.on_host"                     # spyre-select-kernels: why no device kernel runs the op
 ROUND_TRIP = "spyre.round_trip"               # spyre-round-trips: host work that runs in one call to the host
 BARRIER = "spyre.barrier"                     # spyre-schedule
-PREFETCH = "spyre.prefetch"                   # spyre-prefetch: buffers loaded during the previous kernel
+PREFETCH = "spyre.prefetch"                   # spyre-prefetch: buffers loaded during an earlier kernel
+PREFETCH_DISTANCE = "spyre.prefetch_distance"  # spyre-prefetch: which one (1: the kernel just before)
 SHARE_OF = "spyre.share_of"                   # spyre-partition-cards: (B, N) of the matmul a card's share is of
 
 # ---- Device ops ------------------------------------------------------------------------------------------------

@@ -1,24 +1,28 @@
-"""spyre-prefetch{target=PATH}: load a kernel's constants while the kernel before it runs.
+"""spyre-prefetch{target=PATH}: load a kernel's constants while an earlier kernel computes.
 
 A kernel that loads constants once before its work (``codegen.kernels.prefetchable``: a conv2d sharing its
 filters, bias and pool selections over the ring; a K-split matmul's one constant B tile per core) starts with DRAM
-reads while its PT array and SFU wait. The constants depend on nothing, and the kernel before it may leave its DMA
+reads while its PT array and SFU wait. The constants depend on nothing, and an earlier kernel may leave its DMA
 unit idle while it computes, so those loads can run then: the next layer's weights arrive while this layer
-computes. Only into idle time: when the previous kernel's modeled cycles minus its DMA cycles (the cost model on
-its plan) do not cover the loads (their bytes at the DRAM read bandwidth, plus a DMA latency), they would share a
-DMA-bound kernel's bandwidth and delay it by as much as they save, and the op keeps its plan.
+computes. Only into idle time, and only where it pays (``codegen.kernels.last_segment``, the cost model on the
+plans): the host is the nearest of the last MAX_DISTANCE kernels whose last segment loads nothing (a phased conv,
+a matmul with one tile per core) and computes there at least as long as the loads take (less what earlier
+prefetches took), and the cycles the loads keep this kernel from its work exceed what they cost the host: the
+first reads in a segment that only stored turn its stores to the mixed read/write bandwidth. A streaming
+kernel's DMA unit is busy to its last tiles: loads given to it share its bandwidth and delay it by as much as they
+save.
 
-For each such op whose previous device kernel is emitted right before it (nothing but ops its kernel or that
-kernel applies in between: an epilogue, a view; no host work), `spyre.prefetch = ["b0", ...]` names the buffers
-spyre-emit loads (and multicasts) in the previous kernel's last segment, on each core after that kernel's last
-load there, and their `spyre.scratchpad` offsets move to bytes the previous kernel does not touch: at or above
-the other buffers of both kernels, clear of the previous kernel's own prefetched buffers. The op's
-`spyre.scratchpad_bytes` and the module's `spyre.scratchpad_peak` grow to match; an op whose buffers would not
-fit the usable scratchpad keeps its plan. The multicasts land at the barrier after the previous kernel (or, when
-it has none, the kernel's own barrier before its work), which joins every core.
+Between that kernel and this op there may only be kernels and ops emitting nothing of their own (an epilogue, a
+view; no host work). `spyre.prefetch = ["b0", ...]` names the buffers spyre-emit loads (and multicasts) in that
+kernel's last segment, on each core after its last load there; `spyre.prefetch_distance = d` says which kernel
+(1: the one just before). Their `spyre.scratchpad` offsets move to bytes none of the kernels from there to this op
+touches: at or above all their other buffers, clear of the prefetched buffers alive meanwhile. The op's
+`spyre.scratchpad_bytes` and the module's `spyre.scratchpad_peak` grow to match; an op whose buffers would not fit
+the usable scratchpad keeps its plan. The multicasts land at the next barrier (the earlier kernel's, or the
+conv's own before its work), which joins every core.
 
     %c = "spyre.conv2d"(%x, %w, %b) {spyre.kernel = "conv2d", spyre.prefetch = ["b0", "bias"],
-           spyre.scratchpad = {a0 = 0, b0 = 40960, bias = 43008, ...}, ...}
+           spyre.prefetch_distance = 1 : i64, spyre.scratchpad = {a0 = 0, b0 = 40960, bias = 43008, ...}, ...}
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ import dataclasses
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import (GRID, KERNEL, ON_HOST, PREFETCH, SCRATCHPAD, SCRATCHPAD_BYTES,
-                                        SCRATCHPAD_PEAK, TILE, get_target, is_const_fold, is_device_op)
+from spyre_mlir.passes.analysis import (GRID, KERNEL, ON_HOST, PREFETCH, PREFETCH_DISTANCE, SCRATCHPAD,
+                                        SCRATCHPAD_BYTES, SCRATCHPAD_PEAK, TILE, get_target, is_const_fold,
+                                        is_device_op)
 from spyre_mlir.passes.base import SpyrePass
-from spyre_mlir.passes.op_model import op_model, plan, planned_cycles
+from spyre_mlir.passes.op_model import op_model, plan
 
 # Kernels emitted by another op's kernel (they add at most a barrier where they stand).
 _APPLIED = frozenset({"epilogue", "chained", "sibling", "prologue"})
@@ -58,19 +63,32 @@ def _transparent(op) -> bool:
                                      for r in op.results for u in r.uses)
 
 
+MAX_DISTANCE = 4      # kernels back a prefetch may go
+
+
+@dataclasses.dataclass
+class _Kernel:
+    rest: int                                  # the end of its buffers other than its prefetched ones
+    idle: float                                # DMA-idle cycles of its last segment not yet given to a prefetch
+    store: float                               # cycles its last segment stores (write-only until it hosts a load)
+    hoisted: tuple[int, int] | None = None     # the bytes of its prefetched buffers
+    hosts: bool = False                        # it loads another kernel's buffers
+
+
 @dataclasses.dataclass
 class PrefetchPass(SpyrePass):
     NAME = "spyre-prefetch"
-    SUMMARY = "Load a kernel's once-loaded constants during the previous kernel (spyre.prefetch)"
+    SUMMARY = "Load a kernel's once-loaded constants during an earlier kernel that computes (spyre.prefetch)"
 
     target: str = ""
 
     def run(self, module: ir.Operation) -> None:
-        from spyre_mlir.codegen.kernels import prefetchable
+        from spyre_mlir.codegen.kernels import last_segment, prefetchable
 
         target = get_target(self.target, module)
         align, usable = target.scratchpad_alignment_bytes, target.scratchpad_usable_bytes
-        bandwidth = target.dram_read_gbps / target.clock_ghz      # bytes per cycle
+        # A segment that only wrote reads and writes now: its stores run at the mixed bandwidth.
+        mixing = target.dram_write_gbps / target.dram_mixed_gbps - 1
         i64 = ir.IntegerType.get_signless(64)
         peak = ir.IntegerAttr(module.attributes[SCRATCHPAD_PEAK]).value if SCRATCHPAD_PEAK in module.attributes \
             else 0
@@ -79,15 +97,9 @@ class PrefetchPass(SpyrePass):
             grid, tile = (list(ir.DenseI64ArrayAttr(op.attributes[a])) for a in (GRID, TILE))
             return {b.name: b.nbytes for b in plan(op_model(op), grid, tile, target)[1]}
 
-        def rest(op, hoisted) -> int:
-            """The end of ``op``'s buffers other than its prefetched ones (those in [hoisted[0], hoisted[1]))."""
-            size = sizes(op)
-            return max((o + size[n] for n, o in _offsets(op).items() if not hoisted[0] <= o < hoisted[1]),
-                       default=0)
-
         def walk(block):
             nonlocal peak
-            prev, prev_hoisted = None, (0, 0)      # the last kernel, and the bytes of its prefetched buffers
+            seen: list[_Kernel] = []      # the kernels since the last fence, in order
             for op in block.operations:
                 op = op.operation
                 if _transparent(op):
@@ -96,34 +108,42 @@ class PrefetchPass(SpyrePass):
                     for region in op.regions:        # a function body; anything else fences
                         for b in region.blocks:
                             walk(b)
-                    prev = None
+                    seen = []
                     continue
-                hoisted = (0, 0)
-                names, nbytes = prefetchable(op, target) if prev is not None else ((), 0)
-                # Only into DMA time the previous kernel leaves idle: a DMA-bound kernel would share its
-                # bandwidth with the loads and end later by as much as they save.
-                if names:
-                    was = planned_cycles(prev, target)
-                    if was.total - was.dma < nbytes / bandwidth + target.dma_latency_cycles:
-                        names = ()
-                if names:
-                    offsets, size = _offsets(op), sizes(op)
-                    padded = {n: -(-size[n] // align) * align for n in names}
-                    mine = max((offsets[n] + size[n] for n in offsets if n not in names), default=0)
-                    base = -(-max(mine, rest(prev, prev_hoisted)) // align) * align
-                    if base < prev_hoisted[1] and base + sum(padded.values()) > prev_hoisted[0]:
-                        base = prev_hoisted[1]
-                    if base + sum(padded.values()) <= usable:
-                        new, at = dict(offsets), base
-                        for n in names:
-                            new[n], at = at, at + padded[n]
-                        op.attributes[SCRATCHPAD] = ir.DictAttr.get(
-                            {k: ir.IntegerAttr.get(i64, v) for k, v in new.items()})
-                        op.attributes[SCRATCHPAD_BYTES] = ir.IntegerAttr.get(i64, max(mine, at))
-                        op.attributes[PREFETCH] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in names])
-                        peak = max(peak, mine, at)
-                        hoisted = (base, at)
-                prev, prev_hoisted = op, hoisted
+                names, need, gain = prefetchable(op, target) if seen else ((), 0.0, 0.0)
+                offsets, size = _offsets(op), sizes(op)
+                mine = max((offsets[n] + size[n] for n in offsets if n not in names), default=0)
+                # A kernel whose last segment loads nothing idles its DMA unit while it computes there (the cost
+                # model on its plan); a streaming kernel's last tiles leave too little to count on.
+                compute, store = last_segment(op, target) or (0.0, 0.0)
+                me = _Kernel(max((o + size[n] for n, o in offsets.items()), default=0), compute, store)
+                padded = {n: -(-size[n] // align) * align for n in names}
+                # The nearest kernel before whose idle DMA time takes the loads, up to MAX_DISTANCE back, where
+                # they save more than they cost (the first loads of a write-only segment slow its stores).
+                for j in range(len(seen) - 1, max(-1, len(seen) - 1 - MAX_DISTANCE), -1) if names else ():
+                    host = seen[j]
+                    if host.idle < need or gain <= (0 if host.hosts else host.store * mixing):
+                        continue
+                    # Clear of every byte the kernels from there to this one use, and of the prefetched buffers
+                    # alive meanwhile (those of the kernels after j: theirs end with them).
+                    base = -(-max([mine] + [k.rest for k in seen[j:]]) // align) * align
+                    for lo, hi in sorted(k.hoisted for k in seen[j:] if k.hoisted):
+                        if base < hi and base + sum(padded.values()) > lo:
+                            base = -(-hi // align) * align
+                    if base + sum(padded.values()) > usable:
+                        break
+                    new, at = dict(offsets), base
+                    for n in names:
+                        new[n], at = at, at + padded[n]
+                    op.attributes[SCRATCHPAD] = ir.DictAttr.get({k: ir.IntegerAttr.get(i64, v) for k, v in new.items()})
+                    op.attributes[SCRATCHPAD_BYTES] = ir.IntegerAttr.get(i64, max(mine, at))
+                    op.attributes[PREFETCH] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in names])
+                    op.attributes[PREFETCH_DISTANCE] = ir.IntegerAttr.get(i64, len(seen) - j)
+                    peak = max(peak, mine, at)
+                    host.idle, host.hosts = host.idle - need, True
+                    me.rest, me.hoisted = mine, (base, at)
+                    break
+                seen.append(me)
 
         for region in module.regions:
             for b in region.blocks:

@@ -1142,6 +1142,30 @@ def conv_phased(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> bool
     return conv_shares(k, grid, tile) and _ceil(k.n, gn) * _ceil(_ceil(k.f, gf), tf) * _ceil(_ceil(k.oh, goh), toh) == 1
 
 
+def conv_constants_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: Target) -> float:
+    """Cycles a ring-sharing conv (:func:`conv_shares`) spends loading its constants and multicasting them before
+    its work: what loading them during an earlier kernel (spyre-prefetch) takes off its critical path."""
+    gn, gf, goh = grid
+    cores, g = gn * gf * goh, gn * goh
+    bufs = {b.name: b.nbytes for b in conv_buffers(k, tile, 1)}
+    consts, sel = bufs["b0"] + bufs.get("bias", 0), bufs["psel"] if k.pool else 0
+    share = cores / target.clock_ghz
+    ring = ((g - 1) * (consts / g / target.ring_bytes_per_cycle + target.hop_latency_cycles)
+            + (cores - 1) * (sel / cores / target.ring_bytes_per_cycle + target.hop_latency_cycles))
+    return ((consts / g + sel / cores) * share / target.dram_read_gbps
+            + ((1 + k.bias) + bool(k.pool)) * target.dma_latency_cycles + ring)
+
+
+def conv_last_segment(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: Target
+                      ) -> tuple[float, float]:
+    """(compute, store) cycles of a phased conv's segment after its barrier (:func:`conv_phased`): the PT and SFU
+    work of its one tile, and its stores (write-only DRAM traffic)."""
+    cores = grid[0] * grid[1] * grid[2]
+    q = len(conv_pieces(k, tile, target, cores))
+    work, store = _conv_piece_spans(k, tile[1], tile[2], target, cores, q)
+    return q * work, q * store
+
+
 def conv_span(k: ConvKernel, grid: Sequence[int]) -> int:
     gn, gf, goh = grid
     nb, fb, ohb = _ceil(k.n, gn), _ceil(k.f, gf), _ceil(k.oh, goh)

@@ -147,7 +147,7 @@ class Emitter:
         self.host_ops: list[str] = []   # what ran on the host, for the report
         self.host_locations: list[str] = []   # the MLIR location of each (the model's source lines)
         self.kernels: list[str] = []
-        self._last_kernel = None     # (first, end) record index per core of the last kernel emitted
+        self._spans: list = []       # (first, end) record index per core of each kernel emitted, in order
         self._kernel_start: list[int] = []   # where the kernel being emitted starts, per core
         self._names: set = set()
         self._slots: list = []       # [addr, nbytes, free, buffer]
@@ -158,29 +158,41 @@ class Emitter:
     @contextlib.contextmanager
     def prefetching(self, op):
         """Emit the block's instructions where spyre-prefetch planned them (``spyre.prefetch`` on ``op``, the kernel
-        being emitted): in the last segment of the kernel emitted before it, on each core after that kernel's last
-        load there (so they run while it computes, behind its own loads), else at the segment's start."""
-        if self._last_kernel is None:
-            raise PlanError(f"'{op.operation.name}': spyre.prefetch, but no kernel runs before it",
-                            op.operation.location)
-        first, end = self._last_kernel
+        being emitted, ``spyre.prefetch_distance`` kernels back): in that kernel's last segment, on each core after
+        its last load there (so they run while it computes, behind its own loads), else at the segment's start."""
+        d = _attr(op, "spyre.prefetch_distance", 1)
+        name, where = op.operation.name, op.operation.location
+        if not 1 <= d <= len(self._spans):
+            raise PlanError(f"'{name}': spyre.prefetch {d} kernel(s) back, but {len(self._spans)} ran before it",
+                            where)
+        spans = self._spans[-d:]
         points = {}
         for c in range(self.cores):
-            ops = self.b.opcodes(c, first[c])          # that kernel's, then what followed it
-            n = end[c] - first[c]
-            if any(o != Op.BARRIER for o in ops[n:self._kernel_start[c] - first[c]]):
-                raise PlanError(f"'{op.operation.name}': spyre.prefetch, but instructions other than barriers "
-                                f"run between the kernel before it and it", op.operation.location)
+            first, end = spans[0][0][c], spans[0][1][c]
+            ops = self.b.opcodes(c, first)          # that kernel's, then what followed it
+            # Between the kernels from there on and this one, nothing but barriers.
+            gaps = [(e[c], f[c]) for (_, e), (f, _) in zip(spans, spans[1:])]
+            gaps.append((spans[-1][1][c], self._kernel_start[c]))
+            if any(o != Op.BARRIER for lo, hi in gaps for o in ops[lo - first:hi - first]):
+                raise PlanError(f"'{name}': spyre.prefetch, but instructions other than the kernels' and barriers "
+                                f"run between the kernel it loads in and it", where)
+            n = end - first
             seg = next((i + 1 for i in range(n - 1, -1, -1) if ops[i] == Op.BARRIER), 0)
-            points[c] = first[c] + next((i + 1 for i in range(n - 1, seg - 1, -1) if ops[i] in _LOADS), seg)
+            points[c] = first + next((i + 1 for i in range(n - 1, seg - 1, -1) if ops[i] in _LOADS), seg)
         before = [self.b.stream_length(c) for c in range(self.cores)]
         with self.b.inserting(points):
             yield
-        # What went in belongs to that kernel's span now (a later call inserts after it), and this kernel starts
-        # that much later in each stream.
+        # What went in belongs to that kernel's span now (a later call inserts after it); the kernels after it, and
+        # this one, start that much later in each stream.
         moved = [self.b.stream_length(c) - n for c, n in enumerate(before)]
-        self._last_kernel = (first, [e + d for e, d in zip(end, moved)])
-        self._kernel_start = [s + d for s, d in zip(self._kernel_start, moved)]
+        host = len(self._spans) - d
+        def shift(at):
+            return [x + m for x, m in zip(at, moved)]
+
+        for i in range(host, len(self._spans)):
+            f, e = self._spans[i]
+            self._spans[i] = (f if i == host else shift(f), shift(e))
+        self._kernel_start = shift(self._kernel_start)
 
     # ---- names and memory ---------------------------------------------------------------------------------
 
@@ -574,7 +586,7 @@ class Emitter:
             EMITTERS[name](self, op, loc)
         except (TileError, PlanError, ValueError) as e:
             raise EmitError(str(e), op.operation.location) from None
-        self._last_kernel = (self._kernel_start, [self.b.stream_length(c) for c in range(self.cores)])
+        self._spans.append((self._kernel_start, [self.b.stream_length(c) for c in range(self.cores)]))
         # spyre-schedule's barrier: the result is read on other cores than those that wrote it.
         if _attr(op, "spyre.barrier"):
             self.barrier(loc)

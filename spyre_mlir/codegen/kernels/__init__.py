@@ -50,14 +50,26 @@ def applied_by(op):
     return rows.epilogue(op)
 
 
-def prefetchable(op, target) -> tuple[tuple[str, ...], int]:
-    """The buffers of ``op``'s kernel holding constants it loads once before its work, which spyre-prefetch may
-    have it load during the kernel before (empty: none), and the device-memory bytes those loads read."""
+def _kernel(op):
     o = op.operation if hasattr(op, "operation") else op
-    kernel = ir.StringAttr(o.attributes["spyre.kernel"]).value if "spyre.kernel" in o.attributes else None
-    if kernel == "conv2d":
-        return conv.prefetchable(o, target)
-    return matmul.prefetchable(o, target) if kernel == "matmul" else ((), 0)
+    return o, ir.StringAttr(o.attributes["spyre.kernel"]).value if "spyre.kernel" in o.attributes else None
+
+
+def prefetchable(op, target) -> tuple[tuple[str, ...], float, float]:
+    """The buffers of ``op``'s kernel holding constants it loads once before its work, which spyre-prefetch may
+    have it load during an earlier kernel (empty: none); the cycles those loads take, and the cycles they keep
+    the kernel from its work (what loading them earlier saves)."""
+    o, kernel = _kernel(op)
+    fam = {"conv2d": conv, "matmul": matmul}.get(kernel)
+    return fam.prefetchable(o, target) if fam is not None else ((), 0.0, 0.0)
+
+
+def last_segment(op, target) -> tuple[float, float] | None:
+    """(compute, store) cycles of ``op``'s kernel's last segment when it loads nothing there, so its DMA unit
+    idles while it computes (where spyre-prefetch may place a later kernel's loads), else None."""
+    o, kernel = _kernel(op)
+    fam = {"conv2d": conv, "matmul": matmul}.get(kernel)
+    return fam.last_segment(o, target) if fam is not None else None
 
 
 def why_not(op, target, known) -> str | None:

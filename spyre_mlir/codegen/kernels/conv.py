@@ -123,18 +123,31 @@ def why_not(op, target, known) -> str | None:
     return None
 
 
-def prefetchable(op, target) -> tuple[tuple[str, ...], int]:
+def prefetchable(op, target) -> tuple[tuple[str, ...], float, float]:
     """The constants the conv kernel loads once before its work when it shares them over the ring
-    (:func:`cost.conv_shares`): its filters ``b0``, its ``bias`` and the pool's selections ``psel``; and the
-    device-memory bytes those loads read (filters and bias once per filter block, selections once)."""
+    (:func:`cost.conv_shares`): its filters ``b0``, its ``bias`` and the pool's selections ``psel``; the cycles
+    their loads take, and the cycles they and their multicasts keep it from its work."""
     from spyre_mlir.passes.op_model import op_model
 
     kp = KernelPlan.of(op, target)
     k = op_model(op).conv
     if not cost.conv_shares(k, kp.grid, kp.tile):
-        return (), 0
+        return (), 0.0, 0.0
     names = ("b0",) + (("bias",) if k.bias else ()) + (("psel",) if pool_of(op) is not None else ())
-    return names, sum(kp.buffers[n][1] * (1 if n == "psel" else kp.grid[1]) for n in names)
+    nbytes = sum(kp.buffers[n][1] * (1 if n == "psel" else kp.grid[1]) for n in names)
+    load = nbytes / (target.dram_read_gbps / target.clock_ghz) + target.dma_latency_cycles
+    return names, load, cost.conv_constants_cycles(k, kp.grid, kp.tile, target)
+
+
+def last_segment(op, target) -> tuple[float, float] | None:
+    """(compute, store) cycles of the conv kernel's last segment when it loads nothing there (it loads its
+    constants and its one patch per core before the barrier delivering them, :func:`cost.conv_phased`), else
+    None."""
+    from spyre_mlir.passes.op_model import op_model
+
+    kp = KernelPlan.of(op, target)
+    k = op_model(op).conv
+    return cost.conv_last_segment(k, kp.grid, kp.tile, target) if cost.conv_phased(k, kp.grid, kp.tile) else None
 
 
 def _fits(op, target, pool=None) -> bool:

@@ -704,26 +704,49 @@ def select(op, target, known) -> str | None:
     return "matmul" if str(_tensor_type(op.operation.operands[0])[1]) in _DEVICE_FLOATS else None
 
 
-def prefetchable(op, target) -> tuple[tuple[str, ...], int]:
-    """``("b0",)`` and the bytes its loads read on all cores, when the matmul kernel loads a constant B once per
-    core before its work: a 2-D matmul without sibling or chained product, split along K (or on one core: no
-    operand sharing over the ring), one output tile and one K step per core, single-buffered. Else ``()``."""
-    from spyre_mlir.passes.analysis import producer
-
+def _one_tile(op, target) -> bool:
+    """Whether each core of the matmul kernel multiplies one output tile in one K step on the unshared path
+    (split along K, or one core): it loads everything, then computes."""
     o = op.operation
-    rhs = producer(o.operands[1])
-    if o.name != "spyre.matmul" or rhs is None or rhs.name != "arith.constant" or sibling_of(op) is not None \
-            or chained_of(op) is not None:
-        return (), 0
+    if o.name != "spyre.matmul" or sibling_of(op) is not None or chained_of(op) is not None:
+        return False
     kp = KernelPlan.of(o, target)
     (gm, gn, gk), (tm, tn, tk) = kp.grid[-3:], kp.tile[-3:]
     shape = _tensor_type(o.operands[1])[0]
     N, K = shape if _attr(op, "transpose_rhs", False) else shape[::-1]
     M = _tensor_type(o.operands[0])[0][0]
-    one = -(-M // gm) <= tm and -(-N // gn) <= tn and -(-K // gk) <= tk
-    if (gk > 1 or gm * gn == 1) and one and kp.nbuf == 1:
-        return ("b0",), kp.buffers["b0"][1] * kp.cores
-    return (), 0
+    return (gk > 1 or gm * gn == 1) and -(-M // gm) <= tm and -(-N // gn) <= tn and -(-K // gk) <= tk
+
+
+def prefetchable(op, target) -> tuple[tuple[str, ...], float, float]:
+    """``("b0",)`` when the matmul kernel loads a constant B once per core before its work (:func:`_one_tile`,
+    single-buffered), with the cycles those loads take (all cores loading at once) and keep it from its work
+    (the same). Else ``()``."""
+    from spyre_mlir.passes.analysis import producer
+
+    rhs = producer(op.operation.operands[1])
+    if rhs is None or rhs.name != "arith.constant" or not _one_tile(op, target):
+        return (), 0.0, 0.0
+    kp = KernelPlan.of(op.operation, target)
+    if kp.nbuf != 1:
+        return (), 0.0, 0.0
+    load = kp.buffers["b0"][1] * kp.cores / (target.dram_read_gbps / target.clock_ghz) + target.dma_latency_cycles
+    return ("b0",), load, load
+
+
+def last_segment(op, target) -> tuple[float, float] | None:
+    """(compute, store) cycles after the matmul kernel's last load when it loads everything first
+    (:func:`_one_tile`): its PT and SFU work and its result tile's store. Else None."""
+    from spyre_mlir.passes.op_model import planned_cycles
+
+    if not _one_tile(op, target):
+        return None
+    o = op.operation
+    kp = KernelPlan.of(o, target)
+    c = planned_cycles(o, target)
+    out = "outf" if kp.has("outf") else "out"
+    store = kp.buffers[out][1] * kp.cores / (target.dram_write_gbps / target.clock_ghz) + target.dma_latency_cycles
+    return c.pt + c.sfu, store
 
 
 def emit_matmul(em, op, loc):
