@@ -185,10 +185,11 @@ class Emitter:
         # What went in belongs to that kernel's span now (a later call inserts after it); the kernels after it, and
         # this one, start that much later in each stream.
         moved = [self.b.stream_length(c) - n for c, n in enumerate(before)]
-        host = len(self._spans) - d
+
         def shift(at):
             return [x + m for x, m in zip(at, moved)]
 
+        host = len(self._spans) - d
         for i in range(host, len(self._spans)):
             f, e = self._spans[i]
             self._spans[i] = (f if i == host else shift(f), shift(e))
