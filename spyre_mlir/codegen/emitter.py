@@ -155,6 +155,21 @@ class Emitter:
         self._next_storage = 0
         self.hostmod = HostModule(module.context if hasattr(module, "context") else module.operation.context)
 
+    def prefetched(self, op, prefetchable) -> bool:
+        """Whether spyre-prefetch planned ``op``'s once-loaded constants (``spyre.prefetch``) to load during an earlier
+        kernel; a plan naming other buffers than its kernel's ``prefetchable(op, target)`` is an error at the op."""
+        from torch_mlir import ir
+
+        attrs = op.operation.attributes
+        if "spyre.prefetch" not in attrs:
+            return False
+        planned = tuple(ir.StringAttr(a).value for a in ir.ArrayAttr(attrs["spyre.prefetch"]))
+        loads = prefetchable(op, self.target)[0]
+        if planned != loads:
+            raise PlanError(f"'{op.operation.name}': spyre.prefetch {list(planned)}: its kernel loads {list(loads)} "
+                            f"before its work", op.operation.location)
+        return True
+
     @contextlib.contextmanager
     def prefetching(self, op):
         """Emit the block's instructions where spyre-prefetch planned them (``spyre.prefetch`` on ``op``, the kernel

@@ -50,6 +50,9 @@ def applied_by(op):
     return rows.epilogue(op)
 
 
+_PREFETCHING = {"conv2d": conv, "matmul": matmul}     # kernels with prefetchable and last_segment
+
+
 def _kernel(op):
     o = op.operation if hasattr(op, "operation") else op
     return o, ir.StringAttr(o.attributes["spyre.kernel"]).value if "spyre.kernel" in o.attributes else None
@@ -60,7 +63,7 @@ def prefetchable(op, target) -> tuple[tuple[str, ...], float, float]:
     have it load during an earlier kernel (empty: none); the cycles those loads take, and the cycles they keep
     the kernel from its work (what loading them earlier saves)."""
     o, kernel = _kernel(op)
-    fam = {"conv2d": conv, "matmul": matmul}.get(kernel)
+    fam = _PREFETCHING.get(kernel)
     return fam.prefetchable(o, target) if fam is not None else ((), 0.0, 0.0)
 
 
@@ -68,7 +71,7 @@ def last_segment(op, target) -> tuple[float, float] | None:
     """(compute, store) cycles of ``op``'s kernel's last segment when it loads nothing there, so its DMA unit
     idles while it computes (where spyre-prefetch may place a later kernel's loads), else None."""
     o, kernel = _kernel(op)
-    fam = {"conv2d": conv, "matmul": matmul}.get(kernel)
+    fam = _PREFETCHING.get(kernel)
     return fam.last_segment(o, target) if fam is not None else None
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.runtime.formats import Format
@@ -356,11 +355,7 @@ def emit_conv2d(em, op, loc):
     # one barrier before the loop: the filters and bias across the cores of a filter block, the pool's
     # selections across all cores.
     shared = cost.conv_shares(k, kp.grid, kp.tile)
-    prefetch = [ir.StringAttr(a).value for a in ir.ArrayAttr(o.attributes["spyre.prefetch"])] \
-        if "spyre.prefetch" in o.attributes else []
-    if prefetch and tuple(prefetch) != prefetchable(o, em.target)[0]:
-        kp.fail(f"spyre.prefetch {prefetch}: its kernel loads {list(prefetchable(o, em.target)[0])} before its "
-                f"work")
+    prefetch = em.prefetched(o, prefetchable)
     # One tile a core (cost.conv_phased): its patch is loaded before that barrier too, so the segment after it only
     # computes and stores, and no segment mixes device-memory reads and writes.
     early = cost.conv_phased(k, kp.grid, kp.tile)

@@ -24,7 +24,6 @@ import contextlib
 import math
 
 import numpy as np
-from torch_mlir import ir
 
 from spyre_mlir.cost import (CHAIN_V, b_first, finish_cycles, last_pieces, n_block, prologue_rows, prologue_sfu,
                              softmax_stats, store_parts)
@@ -777,11 +776,7 @@ def emit_matmul(em, op, loc):
             raise EmitError(f"the sibling matmul {g.name} at {g.location} is quantized unlike this one's weights",
                             loc)
     plan = KernelPlan.of(op, em.target)
-    prefetch = [ir.StringAttr(a).value for a in ir.ArrayAttr(o.attributes["spyre.prefetch"])] \
-        if "spyre.prefetch" in o.attributes else []
-    if prefetch and tuple(prefetch) != prefetchable(op, em.target)[0]:
-        plan.fail(f"spyre.prefetch {prefetch}: its kernel loads {list(prefetchable(op, em.target)[0])} before its "
-                  f"work")
+    prefetch = em.prefetched(op, prefetchable)
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale, plan=plan, loc=loc,
                         round_fmt=rnd, epi=epi, trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib,
                         chain=chain, pro=pro, prefetch=op if prefetch else None)
