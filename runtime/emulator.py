@@ -32,6 +32,7 @@ import numpy as np
 from spyre_mlir.errors import SpyreError
 
 from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
+from . import native
 from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
 from .schedule import EMPTY, Sync, bits, sticks
@@ -148,12 +149,18 @@ class TileView:
             self.shadow_pad = sreg[..., rb:]
         self._lut = _lut(fmt)
         self._encode = _ENCODERS.get(fmt) or (lambda x: to_storage(fmt, x))
+        # DLFloat16 tiles convert in place with the native kernels; the store's descriptor is built once.
+        self._native = native.descriptor(self.store) if fmt is Format.DLF16 and native.available() else None
 
     def _flat(self, a: np.ndarray) -> np.ndarray:
         return a.reshape(self.shape) if self._grid else a
 
     def read_bytes(self) -> np.ndarray:
         """Decode the stored bytes: float32 for float formats, integers for integer formats."""
+        if self._native is not None:
+            out = np.empty(self.store.shape, np.float32)
+            native.dlf16_decode_into(self.store, out, self._native)
+            return self._flat(out)
         if self._lut is not None:
             # take with intp indices: numpy's fast gather (indexing by the uint16 codes, or strided ones, is
             # about twice as slow).
@@ -178,18 +185,24 @@ class TileView:
             values = np.broadcast_to(values, self.shape)
         if self._grid:
             values = values.reshape(self._grid_shape)
-        self.store[...] = self._encode(values)      # BOOL and INT4: store is the raw bytes
+        self._store(values)
         if self.pad.size:
             self.pad[...] = 0
         if self.shadow is not None:
             self.shadow[...] = values
             self.shadow_pad[...] = 0
 
+    def _store(self, values) -> None:
+        if self._native is not None:
+            values = np.asarray(values, dtype=np.float32)
+            native.dlf16_encode_into(np.broadcast_to(values, self.store.shape), self.store, self._native)
+        else:
+            self.store[...] = self._encode(values)      # BOOL and INT4: store is the raw bytes
+
     def write_one(self, values) -> None:
         """:meth:`write` of the same values (broadcastable to one tile) to each of the ``count`` tiles, rounded
         once."""
-        values = np.broadcast_to(values, (1,) + self.shape[1:])
-        self.store[...] = self._encode(values)
+        self._store(np.broadcast_to(values, (1,) + self.shape[1:]))
         if self.pad.size:
             self.pad[...] = 0
         if self.shadow is not None:

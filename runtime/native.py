@@ -1,0 +1,171 @@
+"""Native DLFloat16 conversions for the emulator's hot path, compiled from MLIR by the JIT torch-mlir bundles.
+
+Every tile a unit writes is rounded to its format and every tile it reads is decoded; in numpy each is a few
+passes over the tile plus a table gather through 8-byte indices (~2 ns an element, a third of a decoder
+block's emulation). Here each is one loop over strided memrefs, written in ``arith`` on the bits (the same
+steps as :func:`formats._dlf16_encode_bits` and :func:`formats._dlf16_decode_bits`, the definitions), lowered
+with upstream passes and vectorized by LLVM (~0.15 ns an element), reading and writing the tile's strided
+views in place. It is compiled once per process on first use (~0.1 s).
+
+The formats module stays the definition: tests compare these kernels with it on every fp32 rounding class
+and every DLFloat16 pattern. ``SPYRE_EMU_NATIVE=0`` turns them off (numpy tables instead: same bits).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+from .formats import DLF16_MAX, DLF16_NAN_BITS
+
+__all__ = ["available", "dlf16_encode_into", "dlf16_decode_into"]
+
+_RANK = 4
+_FIELDS = 3 + 2 * _RANK        # a ranked memref descriptor: allocated, aligned, offset, sizes, strides
+
+
+def _kernel(name: str, src: str, dst: str, body: list[str]) -> str:
+    """An elementwise function ``name(src memref, dst memref)`` over 4-D memrefs of any strides; ``body``
+    maps ``%x`` (a loaded ``src`` element) to ``%y`` (stored to ``dst``)."""
+    def t(elem):
+        return f"memref<?x?x?x?x{elem}, strided<[?, ?, ?, ?], offset: ?>>"
+    idx = [f"%i{d}" for d in range(_RANK)]
+    lines = [f"func.func @{name}(%src: {t(src)}, %dst: {t(dst)}) attributes {{llvm.emit_c_interface}} {{"]
+    for d in range(_RANK):
+        lines += [f"  %c{d} = arith.constant {d} : index", f"  %n{d} = memref.dim %src, %c{d} : {t(src)}"]
+    lines.append("  %one = arith.constant 1 : index")
+    for d in range(_RANK):
+        lines.append(f"  scf.for {idx[d]} = %c0 to %n{d} step %one {{")
+    lines.append(f"  %x = memref.load %src[{', '.join(idx)}] : {t(src)}")
+    lines += [f"  {line}" for line in body]
+    lines.append(f"  memref.store %y, %dst[{', '.join(idx)}] : {t(dst)}")
+    lines += ["  }"] * _RANK + ["  return", "}"]
+    return "\n".join(lines)
+
+
+def _i32(v: int) -> str:
+    return f"arith.constant {int(np.uint32(v).view(np.int32))} : i32"
+
+
+_MAX_BITS = int(np.float32(DLF16_MAX).view(np.uint32))
+
+# formats._dlf16_encode_bits after the saturating clip: a NaN keeps the NaN pattern, larger magnitudes (inf
+# included) become DLF16_MAX's; add half an ulp, rebias the exponent (below DLFloat16's range: zero), sign.
+_ENCODE = [
+    "%u = arith.bitcast %x : f32 to i32",
+    f"%absmask = {_i32(0x7FFFFFFF)}", f"%inf = {_i32(0x7F800000)}", f"%maxb = {_i32(_MAX_BITS)}",
+    f"%half = {_i32(1 << 13)}", f"%rebias = {_i32(96 << 23)}", f"%zero = {_i32(0)}", f"%c14 = {_i32(14)}",
+    f"%c16 = {_i32(16)}", f"%smask = {_i32(0x8000)}", f"%nan = {_i32(DLF16_NAN_BITS)}",
+    "%mag0 = arith.andi %u, %absmask : i32",
+    "%isnan = arith.cmpi ugt, %mag0, %inf : i32",
+    "%big = arith.cmpi ugt, %mag0, %maxb : i32",
+    "%mag = arith.select %big, %maxb, %mag0 : i32",
+    "%r = arith.addi %mag, %half : i32",
+    "%tiny = arith.cmpi ult, %r, %rebias : i32",
+    "%b0 = arith.subi %r, %rebias : i32",
+    "%b1 = arith.shrui %b0, %c14 : i32",
+    "%b2 = arith.select %tiny, %zero, %b1 : i32",
+    "%b3 = arith.select %isnan, %nan, %b2 : i32",
+    "%s0 = arith.shrui %u, %c16 : i32",
+    "%s = arith.andi %s0, %smask : i32",
+    "%b4 = arith.ori %b3, %s : i32",
+    "%y = arith.trunci %b4 : i32 to i16",
+]
+
+# formats._dlf16_decode_bits: sign, then exponent and fraction shifted into place and rebiased; zero and the
+# NaN pattern apart.
+_DECODE = [
+    "%c = arith.extui %x : i16 to i32",
+    f"%smask = {_i32(0x8000)}", f"%bmask = {_i32(0x7FFF)}", f"%c14 = {_i32(14)}", f"%c16 = {_i32(16)}",
+    f"%rebias = {_i32(96 << 23)}", f"%zero = {_i32(0)}", f"%nanpat = {_i32(DLF16_NAN_BITS)}",
+    f"%qnan = {_i32(0x7FC00000)}",
+    "%s0 = arith.andi %c, %smask : i32",
+    "%s = arith.shli %s0, %c16 : i32",
+    "%body = arith.andi %c, %bmask : i32",
+    "%v0 = arith.shli %body, %c14 : i32",
+    "%v1 = arith.addi %v0, %rebias : i32",
+    "%iszero = arith.cmpi eq, %body, %zero : i32",
+    "%isnan = arith.cmpi eq, %body, %nanpat : i32",
+    "%v2 = arith.select %iszero, %zero, %v1 : i32",
+    "%v3 = arith.select %isnan, %qnan, %v2 : i32",
+    "%v4 = arith.ori %v3, %s : i32",
+    "%y = arith.bitcast %v4 : i32 to f32",
+]
+
+_LOWERING = ("builtin.module(convert-scf-to-cf,expand-strided-metadata,finalize-memref-to-llvm,"
+             "convert-arith-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,reconcile-unrealized-casts)")
+
+
+class _Kernels:
+    """The JIT-compiled module: one packed entry point per kernel (``void fn(void **args)``)."""
+
+    def __init__(self):
+        from torch_mlir import ir
+        from torch_mlir.execution_engine import ExecutionEngine
+        from torch_mlir.passmanager import PassManager
+
+        self._context = ir.Context()
+        module = ir.Module.parse("\n".join([_kernel("encode", "f32", "i16", _ENCODE),
+                                            _kernel("decode", "i16", "f32", _DECODE)]), self._context)
+        PassManager.parse(_LOWERING, self._context).run(module.operation)
+        self._engine = ExecutionEngine(module, opt_level=3)
+        proto = ctypes.CFUNCTYPE(None, ctypes.c_int64)
+        self.encode = proto(self._engine.raw_lookup("_mlir_ciface_encode"))
+        self.decode = proto(self._engine.raw_lookup("_mlir_ciface_decode"))
+
+
+_STATE: dict = {}
+_LOCK = threading.Lock()
+_LOCAL = threading.local()
+
+
+def available() -> bool:
+    """Whether the kernels are in use (compiled on the first call). The runtime needs only numpy: without
+    torch-mlir (or with ``SPYRE_EMU_NATIVE=0``) the emulator converts with numpy, to the same bits."""
+    if "kernels" not in _STATE:
+        with _LOCK:
+            if "kernels" not in _STATE:
+                kernels = None
+                if os.environ.get("SPYRE_EMU_NATIVE", "1") != "0":
+                    try:
+                        kernels = _Kernels()
+                    except ImportError:
+                        pass
+                _STATE["kernels"] = kernels
+    return _STATE["kernels"] is not None
+
+
+def descriptor(a: np.ndarray) -> list[int]:
+    """The memref descriptor fields of ``a`` (at most 4-D) as a 4-D memref, outer unit dimensions added."""
+    if a.ndim > _RANK:
+        raise ValueError(f"native conversions take at most {_RANK}-D arrays, not {a.ndim}-D")
+    pad = _RANK - a.ndim
+    ptr = a.ctypes.data
+    return [ptr, ptr, 0, *(1,) * pad, *a.shape, *(0,) * pad, *(s // a.itemsize for s in a.strides)]
+
+
+def _call(fn, src: list[int], dst: list[int]) -> None:
+    """``fn(src, dst)`` with this thread's argument block: two descriptors, a pointer to each, and the
+    packed argument array pointing at those."""
+    block = getattr(_LOCAL, "block", None)
+    if block is None:
+        block = _LOCAL.block = np.zeros(2 * _FIELDS + 4, np.int64)
+        base = block.ctypes.data
+        block[2 * _FIELDS:] = [base, base + 8 * _FIELDS, base + 8 * 2 * _FIELDS, base + 8 * (2 * _FIELDS + 1)]
+        _LOCAL.args = base + 8 * (2 * _FIELDS + 2)
+    block[:2 * _FIELDS] = src + dst
+    fn(_LOCAL.args)
+
+
+def dlf16_encode_into(x: np.ndarray, out: np.ndarray, out_desc: list[int] | None = None) -> None:
+    """``out[...] = formats.dlf16_encode(x)`` (saturating) for float32 ``x`` of ``out``'s shape, any strides
+    (broadcast ones included); ``out`` is uint16 or int16, ``out_desc`` its :func:`descriptor` if known."""
+    _call(_STATE["kernels"].encode, descriptor(x), out_desc or descriptor(out))
+
+
+def dlf16_decode_into(codes: np.ndarray, out: np.ndarray, codes_desc: list[int] | None = None) -> None:
+    """``out[...] = formats.dlf16_decode(codes)`` for 16-bit ``codes`` of ``out``'s shape, any strides."""
+    _call(_STATE["kernels"].decode, codes_desc or descriptor(codes), descriptor(out))

@@ -1,0 +1,73 @@
+"""The emulator's native DLFloat16 conversions (runtime/native.py) against their definitions in formats.py."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from spyre_mlir.runtime import native
+from spyre_mlir.runtime.formats import _dlf16_decode_bits, _dlf16_encode_bits, dlf16_decode, dlf16_encode
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="SPYRE_EMU_NATIVE=0")
+
+
+def encode(x: np.ndarray) -> np.ndarray:
+    out = np.empty(x.shape, np.uint16)
+    native.dlf16_encode_into(x, out)
+    return out
+
+
+@pytest.mark.parametrize("low", [0, 1, 0x0FFF, 0x1000, 0x1001, 0x1FFF])
+def test_encode_every_rounding_class(low):
+    """Every fp32 pattern's top 19 bits (sign, exponent, the 10 fraction bits rounding looks at) with low bits
+    below, at and above the rounding point: every zero, NaN, infinity, saturation and carry case."""
+    x = ((np.arange(1 << 19, dtype=np.uint32) << 13) | np.uint32(low)).view(np.float32)
+    np.testing.assert_array_equal(encode(x), _dlf16_encode_bits(x, saturate=True))
+
+
+def test_decode_every_pattern():
+    codes = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    out = np.empty(codes.shape, np.float32)
+    native.dlf16_decode_into(codes, out)
+    np.testing.assert_array_equal(out.view(np.uint32), _dlf16_decode_bits(codes).view(np.uint32))
+
+
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(np.uint32, hnp.array_shapes(min_dims=1, max_dims=4, max_side=9)))
+def test_encode_any_bits_any_shape(bits):
+    x = bits.view(np.float32)
+    np.testing.assert_array_equal(encode(x), dlf16_encode(x))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_strided_views_in_and_out(data):
+    """Sources and destinations as the emulator hands them: transposed, broadcast, every other element, a
+    padded row pitch; nothing outside the destination view changes."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    rows, cols = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 70))
+    src = {
+        "contiguous": rng.standard_normal((rows, cols)).astype(np.float32),
+        "transposed": rng.standard_normal((cols, rows)).astype(np.float32).T,
+        "broadcast": np.broadcast_to(rng.standard_normal((rows, 1)).astype(np.float32), (rows, cols)),
+        "every other": rng.standard_normal((rows, 2 * cols)).astype(np.float32)[:, ::2],
+    }[data.draw(st.sampled_from(["contiguous", "transposed", "broadcast", "every other"]))]
+    pitch = cols + data.draw(st.integers(0, 64))
+    mem = rng.integers(0, 1 << 16, (rows, pitch), dtype=np.uint16)
+    before = mem.copy()
+    native.dlf16_encode_into(src, mem[:, :cols])
+    np.testing.assert_array_equal(mem[:, :cols], dlf16_encode(src))
+    np.testing.assert_array_equal(mem[:, cols:], before[:, cols:])
+    out = np.empty((rows, cols), np.float32)
+    native.dlf16_decode_into(mem[:, :cols], out)
+    np.testing.assert_array_equal(out.view(np.uint32), dlf16_decode(mem[:, :cols]).view(np.uint32))
+
+
+def test_ranks_and_empty():
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5) / 7
+    np.testing.assert_array_equal(encode(x), dlf16_encode(x))
+    np.testing.assert_array_equal(encode(np.array(1.5, np.float32)), dlf16_encode(np.float32(1.5)))
+    assert encode(np.zeros((0, 4), np.float32)).shape == (0, 4)
+    with pytest.raises(ValueError, match="at most 4-D"):
+        encode(np.zeros((1, 1, 1, 1, 2), np.float32))
