@@ -149,8 +149,7 @@ class TileView:
             self.shadow_pad = sreg[..., rb:]
         self._lut = _lut(fmt)
         self._encode = _ENCODERS.get(fmt) or (lambda x: to_storage(fmt, x))
-        # DLFloat16 tiles convert in place with the native kernels; the store's descriptor is built once.
-        self._native = native.descriptor(self.store) if fmt is Format.DLF16 and native.available() else None
+        self._native = native.Dlf16Tile(self.store) if fmt is Format.DLF16 and native.available() else None
 
     def _flat(self, a: np.ndarray) -> np.ndarray:
         return a.reshape(self.shape) if self._grid else a
@@ -158,9 +157,7 @@ class TileView:
     def read_bytes(self) -> np.ndarray:
         """Decode the stored bytes: float32 for float formats, integers for integer formats."""
         if self._native is not None:
-            out = np.empty(self.store.shape, np.float32)
-            native.dlf16_decode_into(self.store, out, self._native)
-            return self._flat(out)
+            return self._flat(self._native.decode())
         if self._lut is not None:
             # take with intp indices: numpy's fast gather (indexing by the uint16 codes, or strided ones, is
             # about twice as slow).
@@ -181,10 +178,11 @@ class TileView:
     def write(self, values) -> None:
         """Round ``values`` (broadcastable to the view's shape) into the format; keep the exact value in the
         shadow when there is one."""
-        if np.shape(values) != self.shape:
-            values = np.broadcast_to(values, self.shape)
-        if self._grid:
-            values = values.reshape(self._grid_shape)
+        if self._native is None or self._grid:          # the native encode broadcasts by itself
+            if np.shape(values) != self.shape:
+                values = np.broadcast_to(values, self.shape)
+            if self._grid:
+                values = values.reshape(self._grid_shape)
         self._store(values)
         if self.pad.size:
             self.pad[...] = 0
@@ -194,15 +192,15 @@ class TileView:
 
     def _store(self, values) -> None:
         if self._native is not None:
-            values = np.asarray(values, dtype=np.float32)
-            native.dlf16_encode_into(np.broadcast_to(values, self.store.shape), self.store, self._native)
+            self._native.encode(values)
         else:
             self.store[...] = self._encode(values)      # BOOL and INT4: store is the raw bytes
 
     def write_one(self, values) -> None:
         """:meth:`write` of the same values (broadcastable to one tile) to each of the ``count`` tiles, rounded
         once."""
-        self._store(np.broadcast_to(values, (1,) + self.shape[1:]))
+        values = np.broadcast_to(values, (1,) + self.shape[1:])
+        self._store(values)
         if self.pad.size:
             self.pad[...] = 0
         if self.shadow is not None:

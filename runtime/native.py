@@ -21,7 +21,7 @@ import numpy as np
 
 from .formats import DLF16_MAX, DLF16_NAN_BITS
 
-__all__ = ["available", "dlf16_encode_into", "dlf16_decode_into"]
+__all__ = ["available", "Dlf16Tile", "descriptor"]
 
 _RANK = 4
 _FIELDS = 3 + 2 * _RANK        # a ranked memref descriptor: allocated, aligned, offset, sizes, strides
@@ -138,13 +138,23 @@ def available() -> bool:
     return _STATE["kernels"] is not None
 
 
-def descriptor(a: np.ndarray) -> list[int]:
-    """The memref descriptor fields of ``a`` (at most 4-D) as a 4-D memref, outer unit dimensions added."""
-    if a.ndim > _RANK:
-        raise ValueError(f"native conversions take at most {_RANK}-D arrays, not {a.ndim}-D")
-    pad = _RANK - a.ndim
+def descriptor(a: np.ndarray, shape: tuple | None = None) -> list[int]:
+    """The memref descriptor fields of ``a`` (at most 4-D) as a 4-D memref, outer unit dimensions added; with
+    ``shape``, of ``a`` broadcast to it (numpy's rules, by zero strides: no view is made)."""
+    shape = a.shape if shape is None else shape
+    if len(shape) > _RANK:
+        raise ValueError(f"native conversions take at most {_RANK}-D arrays, not {len(shape)}-D")
+    pad = len(shape) - a.ndim
+    if pad < 0:
+        raise ValueError(f"cannot broadcast shape {a.shape} to {shape}")
+    strides = [0] * pad
+    for n, m, s in zip(a.shape, shape[pad:], a.strides):
+        if n != m and n != 1:
+            raise ValueError(f"cannot broadcast shape {a.shape} to {shape}")
+        strides.append(s // a.itemsize if n == m else 0)
+    lead = _RANK - len(shape)
     ptr = a.ctypes.data
-    return [ptr, ptr, 0, *(1,) * pad, *a.shape, *(0,) * pad, *(s // a.itemsize for s in a.strides)]
+    return [ptr, ptr, 0, *(1,) * lead, *shape, *(0,) * lead, *strides]
 
 
 def _call(fn, src: list[int], dst: list[int]) -> None:
@@ -160,12 +170,34 @@ def _call(fn, src: list[int], dst: list[int]) -> None:
     fn(_LOCAL.args)
 
 
-def dlf16_encode_into(x: np.ndarray, out: np.ndarray, out_desc: list[int] | None = None) -> None:
-    """``out[...] = formats.dlf16_encode(x)`` (saturating) for float32 ``x`` of ``out``'s shape, any strides
-    (broadcast ones included); ``out`` is uint16 or int16, ``out_desc`` its :func:`descriptor` if known."""
-    _call(_STATE["kernels"].encode, descriptor(x), out_desc or descriptor(out))
+class Dlf16Tile:
+    """Conversions to and from one fixed strided array of DLFloat16 codes (a tile's bytes, any strides): its
+    descriptor, and the shape part of a contiguous float32 array's, are built once; a call only adds the
+    float32 array's address (a tile written or read at every call of a program costs ~2 us in Python)."""
 
+    def __init__(self, codes: np.ndarray):
+        self.codes, self.shape = codes, codes.shape
+        self._codes = descriptor(codes)
+        shape = (1,) * (_RANK - codes.ndim) + codes.shape
+        strides = [1] * _RANK
+        for d in range(_RANK - 2, -1, -1):
+            strides[d] = strides[d + 1] * shape[d + 1]
+        self._dense = [0, *shape, *strides]        # after the two addresses: offset, sizes, strides
 
-def dlf16_decode_into(codes: np.ndarray, out: np.ndarray, codes_desc: list[int] | None = None) -> None:
-    """``out[...] = formats.dlf16_decode(codes)`` for 16-bit ``codes`` of ``out``'s shape, any strides."""
-    _call(_STATE["kernels"].decode, codes_desc or descriptor(codes), descriptor(out))
+    def encode(self, x) -> None:
+        """``codes[...] = formats.dlf16_encode(x)`` (saturating) for ``x`` broadcastable to the codes (converted
+        to float32 first, as the device converts from fp32 only)."""
+        x = np.asarray(x, dtype=np.float32)
+        if x.shape == self.shape and x.flags.c_contiguous:
+            p = x.ctypes.data
+            src = [p, p, *self._dense]
+        else:
+            src = descriptor(x, self.shape)
+        _call(_STATE["kernels"].encode, src, self._codes)
+
+    def decode(self) -> np.ndarray:
+        """``formats.dlf16_decode(codes)``, a new contiguous float32 array."""
+        out = np.empty(self.shape, np.float32)
+        p = out.ctypes.data
+        _call(_STATE["kernels"].decode, self._codes, [p, p, *self._dense])
+        return out

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not native.available(), reason="SPYRE_EMU_NATIVE
 
 def encode(x: np.ndarray) -> np.ndarray:
     out = np.empty(x.shape, np.uint16)
-    native.dlf16_encode_into(x, out)
+    native.Dlf16Tile(out).encode(x)
     return out
 
 
@@ -28,8 +28,7 @@ def test_encode_every_rounding_class(low):
 
 def test_decode_every_pattern():
     codes = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    out = np.empty(codes.shape, np.float32)
-    native.dlf16_decode_into(codes, out)
+    out = native.Dlf16Tile(codes).decode()
     np.testing.assert_array_equal(out.view(np.uint32), _dlf16_decode_bits(codes).view(np.uint32))
 
 
@@ -56,11 +55,11 @@ def test_strided_views_in_and_out(data):
     pitch = cols + data.draw(st.integers(0, 64))
     mem = rng.integers(0, 1 << 16, (rows, pitch), dtype=np.uint16)
     before = mem.copy()
-    native.dlf16_encode_into(src, mem[:, :cols])
+    tile = native.Dlf16Tile(mem[:, :cols])
+    tile.encode(src)
     np.testing.assert_array_equal(mem[:, :cols], dlf16_encode(src))
     np.testing.assert_array_equal(mem[:, cols:], before[:, cols:])
-    out = np.empty((rows, cols), np.float32)
-    native.dlf16_decode_into(mem[:, :cols], out)
+    out = tile.decode()
     np.testing.assert_array_equal(out.view(np.uint32), dlf16_decode(mem[:, :cols]).view(np.uint32))
 
 
@@ -71,3 +70,23 @@ def test_ranks_and_empty():
     assert encode(np.zeros((0, 4), np.float32)).shape == (0, 4)
     with pytest.raises(ValueError, match="at most 4-D"):
         encode(np.zeros((1, 1, 1, 1, 2), np.float32))
+
+
+def test_tile_encodes_what_broadcasts_and_decodes_fresh_arrays():
+    """A tile's conversions (built once per view): values of a lower rank or with unit dimensions broadcast
+    as numpy assigns them; each decode is a new array; what cannot broadcast is an error, nothing written."""
+    mem = np.zeros((3, 4, 40), np.uint16)
+    tile = native.Dlf16Tile(mem[:, :, :33])
+    rng = np.random.default_rng(1)
+    for values in (rng.standard_normal((3, 4, 33)), rng.standard_normal((4, 1)), rng.standard_normal(33),
+                   -2.5, rng.standard_normal((1, 4, 33))[:, ::-1].astype(np.float32)):
+        tile.encode(values)                     # float64 values are rounded to float32 first
+        np.testing.assert_array_equal(mem[:, :, :33], dlf16_encode(np.broadcast_to(values, (3, 4, 33))))
+        assert not mem[:, :, 33:].any()
+        a, b = tile.decode(), tile.decode()
+        assert a is not b and a.flags.c_contiguous
+        np.testing.assert_array_equal(a, dlf16_decode(mem[:, :, :33]))
+    before = mem.copy()
+    with pytest.raises(ValueError, match=r"cannot broadcast shape \(2, 33\) to \(3, 4, 33\)"):
+        tile.encode(np.zeros((2, 33), np.float32))
+    np.testing.assert_array_equal(mem, before)
