@@ -1,6 +1,7 @@
 """The emulator's native DLFloat16 conversions (runtime/native.py) against their definitions in formats.py."""
 
 import numpy as np
+import torch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,3 +91,37 @@ def test_tile_encodes_what_broadcasts_and_decodes_fresh_arrays():
     with pytest.raises(ValueError, match=r"cannot broadcast shape \(2, 33\) to \(3, 4, 33\)"):
         tile.encode(np.zeros((2, 33), np.float32))
     np.testing.assert_array_equal(mem, before)
+
+
+class _Block(torch.nn.Module):
+    """Attention, RMS-normalized, with a SiLU-gated MLP and a convolution: DLFloat16 tiles of every kind the
+    emulator converts (matmul operands and results, SFU chains, reductions, windows, inputs and outputs)."""
+
+    def __init__(self, d: int = 64):
+        super().__init__()
+        self.qkv, self.gate, self.down = (torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, 2 * d),
+                                          torch.nn.Linear(2 * d, d))
+        self.conv = torch.nn.Conv2d(1, 2, 3, padding=1)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).chunk(3, -1)
+        a = torch.softmax(q @ k.transpose(-1, -2) / 8, -1) @ v
+        y = x + self.down(torch.nn.functional.silu(self.gate(a)))
+        return y + self.conv(y[None, None])[0].sum(0)
+
+
+@pytest.mark.parametrize("cores", [1, 32])
+def test_programs_compute_the_bits_of_numpy_conversions(cores, monkeypatch):
+    """A program loaded with the native conversions computes the same bits as loaded with numpy's."""
+    import spyre_mlir
+
+    torch.manual_seed(0)
+    model, x = _Block().eval(), torch.randn(32, 64)
+    (fast,) = spyre_mlir.compile(model, (x,), cores=cores, cache_dir=False)(x)
+    monkeypatch.setitem(native._STATE, "kernels", None)
+    for name in ("encode", "decode"):
+        monkeypatch.setattr(native.Dlf16Tile, name, None)     # the numpy run must not reach them
+    (slow,) = spyre_mlir.compile(model, (x,), cores=cores, cache_dir=False)(x)
+    np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+    with torch.no_grad():
+        np.testing.assert_allclose(fast, model(x).numpy(), rtol=0.05, atol=0.05)
