@@ -5,7 +5,7 @@ passes over the tile plus a table gather through 8-byte indices (~2 ns an elemen
 block's emulation). Here each is one loop over strided memrefs, written in ``arith`` on the bits (the same
 steps as :func:`formats._dlf16_encode_bits` and :func:`formats._dlf16_decode_bits`, the definitions), lowered
 with upstream passes and vectorized by LLVM (~0.15 ns an element), reading and writing the tile's strided
-views in place. It is compiled once per process on first use (~0.1 s).
+views in place. It is compiled once per process on first use (~0.2 s with torch-mlir's import).
 
 The formats module stays the definition: tests compare these kernels with it on every fp32 rounding class
 and every DLFloat16 pattern. ``SPYRE_EMU_NATIVE=0`` turns them off (numpy tables instead: same bits).
@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from .formats import DLF16_MAX, DLF16_NAN_BITS
+from .formats import DLF16_BIAS, DLF16_MAX, DLF16_NAN_BITS
 
 __all__ = ["available", "Dlf16Tile", "descriptor"]
 
@@ -51,13 +51,15 @@ def _i32(v: int) -> str:
 
 
 _MAX_BITS = int(np.float32(DLF16_MAX).view(np.uint32))
+_REBIAS = (127 - DLF16_BIAS) << 23         # fp32's exponent bias over DLFloat16's, in place
+# DLFloat16's 9 fraction bits sit 14 bits lower than fp32's 23, and the sign 16 bits lower.
 
 # formats._dlf16_encode_bits after the saturating clip: a NaN keeps the NaN pattern, larger magnitudes (inf
 # included) become DLF16_MAX's; add half an ulp, rebias the exponent (below DLFloat16's range: zero), sign.
 _ENCODE = [
     "%u = arith.bitcast %x : f32 to i32",
     f"%absmask = {_i32(0x7FFFFFFF)}", f"%inf = {_i32(0x7F800000)}", f"%maxb = {_i32(_MAX_BITS)}",
-    f"%half = {_i32(1 << 13)}", f"%rebias = {_i32(96 << 23)}", f"%zero = {_i32(0)}", f"%c14 = {_i32(14)}",
+    f"%half = {_i32(1 << 13)}", f"%rebias = {_i32(_REBIAS)}", f"%zero = {_i32(0)}", f"%c14 = {_i32(14)}",
     f"%c16 = {_i32(16)}", f"%smask = {_i32(0x8000)}", f"%nan = {_i32(DLF16_NAN_BITS)}",
     "%mag0 = arith.andi %u, %absmask : i32",
     "%isnan = arith.cmpi ugt, %mag0, %inf : i32",
@@ -80,7 +82,7 @@ _ENCODE = [
 _DECODE = [
     "%c = arith.extui %x : i16 to i32",
     f"%smask = {_i32(0x8000)}", f"%bmask = {_i32(0x7FFF)}", f"%c14 = {_i32(14)}", f"%c16 = {_i32(16)}",
-    f"%rebias = {_i32(96 << 23)}", f"%zero = {_i32(0)}", f"%nanpat = {_i32(DLF16_NAN_BITS)}",
+    f"%rebias = {_i32(_REBIAS)}", f"%zero = {_i32(0)}", f"%nanpat = {_i32(DLF16_NAN_BITS)}",
     f"%qnan = {_i32(0x7FC00000)}",
     "%s0 = arith.andi %c, %smask : i32",
     "%s = arith.shli %s0, %c16 : i32",
