@@ -5,7 +5,7 @@ passes over the tile plus a table gather through 8-byte indices (~2 ns an elemen
 block's emulation). Here each is one loop over strided memrefs, written in ``arith`` on the bits (the same
 steps as :func:`formats._dlf16_encode_bits` and :func:`formats._dlf16_decode_bits`, the definitions), lowered
 with upstream passes and vectorized by LLVM (~0.15 ns an element), reading and writing the tile's strided
-views in place. It is compiled once per process on first use (~0.2 s with torch-mlir's import).
+views in place. It is compiled once per process at the first conversion (~0.2 s with torch-mlir's import).
 
 The formats module stays the definition: tests compare these kernels with it on every fp32 rounding class
 and every DLFloat16 pattern. ``SPYRE_EMU_NATIVE=0`` turns them off (numpy tables instead: same bits).
@@ -14,6 +14,7 @@ and every DLFloat16 pattern. ``SPYRE_EMU_NATIVE=0`` turns them off (numpy tables
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import threading
 
@@ -119,25 +120,33 @@ class _Kernels:
         self.decode = proto(self._engine.raw_lookup("_mlir_ciface_decode"))
 
 
-_STATE: dict = {}
+_STATE: dict = {}          # "enabled": whether to use the kernels; "kernels": them, once compiled
 _LOCK = threading.Lock()
 _LOCAL = threading.local()
 
 
 def available() -> bool:
-    """Whether the kernels are in use (compiled on the first call). The runtime needs only numpy: without
-    torch-mlir (or with ``SPYRE_EMU_NATIVE=0``) the emulator converts with numpy, to the same bits."""
-    if "kernels" not in _STATE:
+    """Whether the native conversions are in use: torch-mlir is installed and ``SPYRE_EMU_NATIVE`` is not 0.
+    The runtime needs only numpy: without them the emulator converts with numpy, to the same bits. Nothing is
+    imported or compiled here: the kernels compile at the first conversion, so a load that fails or a run that
+    converts nothing never waits for them."""
+    if "enabled" not in _STATE:
+        try:
+            found = importlib.util.find_spec("torch_mlir") is not None
+        except (ImportError, ValueError):      # blocked (sys.modules entry None) or broken
+            found = False
+        _STATE["enabled"] = found and os.environ.get("SPYRE_EMU_NATIVE", "1") != "0"
+    return _STATE["enabled"]
+
+
+def _kernels() -> _Kernels:
+    kernels = _STATE.get("kernels")
+    if kernels is None:
         with _LOCK:
-            if "kernels" not in _STATE:
-                kernels = None
-                if os.environ.get("SPYRE_EMU_NATIVE", "1") != "0":
-                    try:
-                        kernels = _Kernels()
-                    except ImportError:
-                        pass
-                _STATE["kernels"] = kernels
-    return _STATE["kernels"] is not None
+            kernels = _STATE.get("kernels")
+            if kernels is None:
+                kernels = _STATE["kernels"] = _Kernels()
+    return kernels
 
 
 def descriptor(a: np.ndarray, shape: tuple | None = None) -> list[int]:
@@ -195,11 +204,11 @@ class Dlf16Tile:
             src = [p, p, *self._dense]
         else:
             src = descriptor(x, self.shape)
-        _call(_STATE["kernels"].encode, src, self._codes)
+        _call(_kernels().encode, src, self._codes)
 
     def decode(self) -> np.ndarray:
         """``formats.dlf16_decode(codes)``, a new contiguous float32 array."""
         out = np.empty(self.shape, np.float32)
         p = out.ctypes.data
-        _call(_STATE["kernels"].decode, self._codes, [p, p, *self._dense])
+        _call(_kernels().decode, self._codes, [p, p, *self._dense])
         return out
