@@ -313,8 +313,12 @@ def machine() -> str:
     except OSError:
         pass
     load = ", load average {:.1f} at the end".format(os.getloadavg()[0]) if hasattr(os, "getloadavg") else ""
+    from spyre_mlir.runtime import native
+
+    conversions = "native (torch-mlir JIT)" if native.available() else "numpy (SPYRE_EMU_NATIVE=0)"
     return (f"{cpu}, {os.cpu_count()} logical CPUs{load}, {platform.system()} {platform.release()}; Python "
-            f"{platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}")
+            f"{platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}; the emulator's "
+            f"DLFloat16 conversions: {conversions}")
 
 
 def plot(results, outdir: str) -> list[str]:
