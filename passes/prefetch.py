@@ -87,7 +87,8 @@ class PrefetchPass(SpyrePass):
 
         target = get_target(self.target, module)
         align, usable = target.scratchpad_alignment_bytes, target.scratchpad_usable_bytes
-        # A segment that only wrote reads and writes now: its stores run at the mixed bandwidth.
+        # A segment that only wrote reads and writes now: its stores may run at the mixed bandwidth (the cycle
+        # model slows them while the hoisted loads overlap them; priced as if they all did: an upper bound).
         mixing = target.dram_write_gbps / target.dram_mixed_gbps - 1
         i64 = ir.IntegerType.get_signless(64)
         peak = ir.IntegerAttr(module.attributes[SCRATCHPAD_PEAK]).value if SCRATCHPAD_PEAK in module.attributes \

@@ -15,11 +15,13 @@ file, read by ``spyre_mlir/cost.py`` too):
 
 * DMA: bytes / (DRAM bandwidth / cores transferring at the same time) + dma_latency_cycles. The sharing count is
   first every core with DMA work in the barrier segment, then (REFINE_PASSES times) the time-averaged
-  number of cores whose transfers overlap this one in the previous pass. Bandwidth is the read, write or
-  mixed figure depending on what the segment moves.
+  number of cores whose transfers overlap this one in the previous pass. Bandwidth is first the read, write or
+  mixed figure depending on what the segment moves, then (the same passes) the mixed figure for the part of
+  the transfer that transfers the other way overlap in the previous pass and its own direction's for the rest
+  (time-weighted): a load after a segment's stores, or beside no store, moves at the read bandwidth.
 * RESTICK (on the DMA unit): the larger of its source and destination bytes / (restickify bandwidth /
   cores transferring at the same time) + dma_latency_cycles. It shares DRAM like a DMA and counts as both a read
-  and a write of its segment (so DMAs next to it see the mixed bandwidth); its source bytes count as DRAM
+  and a write (so DMAs of its segment, then those it overlaps, see the mixed bandwidth); its source bytes count as DRAM
   reads and its destination bytes as DRAM writes.
 * GATHER (on the DMA unit): as a DMA load of its m rows; it reads the bandwidth of its segment like one.
 * PT: M and N padded to the PT array (pt_rows x pt_cols) times K, over ``macs_per_cycle(format)`` (the
@@ -168,6 +170,26 @@ def _mean_concurrency(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return (integral(ends) - integral(starts)) / (ends - starts)
 
 
+def _covered(starts: np.ndarray, ends: np.ndarray, ostarts: np.ndarray, oends: np.ndarray) -> np.ndarray:
+    """For each interval [starts, ends), the fraction of it during which at least one of the intervals
+    [ostarts, oends) is active (0 for an empty interval)."""
+    if not ostarts.size:
+        return np.zeros(starts.shape)
+    order = np.argsort(ostarts, kind="stable")
+    lo, hi = ostarts[order], np.maximum.accumulate(oends[order])
+    new = np.concatenate([[True], lo[1:] > hi[:-1]])            # a gap before: a new piece of the union
+    first = np.flatnonzero(new)
+    ps, pe = lo[first], np.append(hi[first[1:] - 1], hi[-1])      # the union as disjoint sorted pieces
+    before = np.concatenate([[0.0], np.cumsum(pe - ps)])           # union length before each piece
+
+    def length(x):                                                 # union length below x
+        j = np.searchsorted(ps, x, side="right") - 1
+        inside = np.clip(x - ps[np.maximum(j, 0)], 0.0, (pe - ps)[np.maximum(j, 0)])
+        return np.where(j < 0, 0.0, before[np.maximum(j, 0)] + inside)
+    span = ends - starts
+    return np.divide(length(ends) - length(starts), span, out=np.zeros(starts.shape), where=span > 0)
+
+
 def model_program(prog, target, steps) -> Profile:
     """Run the cycle model over the static schedule (a list of Ins and Sync steps, :mod:`.schedule`).
 
@@ -192,13 +214,25 @@ def model_program(prog, target, steps) -> Profile:
                     target.dram_write_gbps if Op.DMA_STORE in segs[g][1] else target.dram_read_gbps)
             for s, g in zip(dmas, seg_of)}
     share = {id(s): float(len(segs[g][0])) for s, g in zip(dmas, seg_of)}
+    reads = np.array([s.op is not Op.DMA_STORE for s in dmas], dtype=bool)      # RESTICK: both directions
+    writes = np.array([s.op in (Op.DMA_STORE, Op.RESTICK) for s in dmas], dtype=bool)
     for _ in range(REFINE_PASSES):
         events, free, busy, spans = _timeline(steps, C, target, gbps, share, per_cycle, Sync)
         if not dmas:
             break
-        conc = _mean_concurrency(np.array([spans[id(s)][0] for s in dmas]),
-                                 np.array([spans[id(s)][1] for s in dmas]))
+        starts = np.array([spans[id(s)][0] for s in dmas])
+        ends = np.array([spans[id(s)][1] for s in dmas])
+        conc = _mean_concurrency(starts, ends)
         share = {id(s): max(1.0, float(c)) for s, c in zip(dmas, conc)}
+        # Reads and writes cost each other only while both are in flight: a transfer moves at the mixed
+        # bandwidth for the part of it that transfers the other way overlap, at its own for the rest.
+        mixed = {True: _covered(starts, ends, starts[writes], ends[writes]),
+                 False: _covered(starts, ends, starts[reads], ends[reads])}
+        for i, s in enumerate(dmas):
+            if s.op is not Op.RESTICK:
+                f = mixed[bool(reads[i])][i]
+                own = target.dram_read_gbps if reads[i] else target.dram_write_gbps
+                gbps[id(s)] = f * target.dram_mixed_gbps + (1.0 - f) * own
     events, free, busy, _ = _timeline(steps, C, target, gbps, share, per_cycle, Sync)
 
     ops = [s for s in steps if not isinstance(s, Sync)]

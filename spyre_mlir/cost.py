@@ -373,7 +373,8 @@ def matmul_cycles(M: int, N: int, K: int, grid: Sequence[int], tile: Sequence[in
     if gk > 1:
         # The split-K group meets at a barrier per output tile. The first tile's loads run with no store in
         # flight, at the read-only bandwidth; every later tile's share their segment with the root's store of
-        # the tile before, at the mixed bandwidth (runtime/cycles.py prices a segment's DMAs so).
+        # the tile before, priced at the mixed bandwidth (runtime/cycles.py does so while that store is in
+        # flight: an upper bound).
         loads *= (target.dram_mixed_gbps / target.dram_read_gbps + tiles - 1) / tiles
     dma = (loads + stores) / share + transfers * target.dma_latency_cycles
     ring = sfu = 0.0

@@ -719,6 +719,41 @@ def test_dram_sharing_counts_overlapping_transfers():
     assert conc.tolist() == [2.5, 2.5, 2.0, 1.0]
 
 
+def test_covered_fraction_of_each_transfer():
+    """The part of each interval during which any of the others is active (their union, not their sum)."""
+    from spyre_mlir.runtime.cycles import _covered
+    others = np.array([2.0, 4.0, 12.0, 25.0]), np.array([6.0, 5.0, 14.0, 40.0])
+    f = _covered(np.array([0.0, 5.0, 20.0, 3.0, 7.0]), np.array([10.0, 15.0, 30.0, 3.0, 8.0]), *others)
+    assert f.tolist() == [0.4, 0.3, 0.5, 0.0, 0.0]
+    assert _covered(np.array([0.0]), np.array([1.0]), np.array([]), np.array([])).tolist() == [0.0]
+
+
+def test_mixed_bandwidth_only_while_reads_and_writes_overlap(targets):
+    """A store and a load of one segment cost each other the mixed bandwidth only while both are in flight:
+    one after the other on a core's in-order DMA unit, each moves at its own direction's bandwidth; on two
+    cores at once, both at the mixed one."""
+    t = targets[2]
+    rows, cols = 64, 512
+    per_cycle = 1.0 / t.clock_ghz
+
+    def profile(store_core, load_core):
+        b = ProgramBuilder(t)
+        x, y = b.input("x", (rows, cols)), b.output("y", (rows, cols))
+        s_tile, l_tile = b.alloc(store_core, rows, cols), b.alloc(load_core, rows, cols)
+        b.sfu(store_core, "fill", s_tile, imm=1.0)
+        b.store_tile(store_core, s_tile, y)
+        b.load_tile(load_core, l_tile, x)
+        return b.load().static_profile
+
+    nbytes = rows * cols * 2
+    alone = nbytes / (t.dram_write_gbps * per_cycle) + t.dma_latency_cycles
+    one_core = {e.name: e.end - e.start for e in profile(0, 0).events if e.unit == "DMA"}
+    assert one_core["dma_store"] == pytest.approx(alone)
+    assert one_core["dma_load"] == pytest.approx(nbytes / (t.dram_read_gbps * per_cycle) + t.dma_latency_cycles)
+    two = [e for e in profile(0, 1).events if e.unit == "DMA"]
+    assert len(two) == 2 and all(e.end - e.start > alone for e in two)        # shared, and mixed
+
+
 @pytest.mark.parametrize("fmt", ["dlf16", "fp32", "fp8_e4m3", "int8", "int4", "int32", "bool"])
 @pytest.mark.parametrize("shape", [(3, 5, 70), (2, 33, 130), (64, 64)])
 def test_restick_transposes_bits(targets, fmt, shape):
