@@ -226,13 +226,12 @@ def model_program(prog, target, steps) -> Profile:
         share = {id(s): max(1.0, float(c)) for s, c in zip(dmas, conc)}
         # Reads and writes cost each other only while both are in flight: a transfer moves at the mixed
         # bandwidth for the part of it that transfers the other way overlap, at its own for the rest.
-        mixed = {True: _covered(starts, ends, starts[writes], ends[writes]),
-                 False: _covered(starts, ends, starts[reads], ends[reads])}
-        for i, s in enumerate(dmas):
+        f = np.where(reads, _covered(starts, ends, starts[writes], ends[writes]),
+                     _covered(starts, ends, starts[reads], ends[reads]))
+        own = np.where(reads, target.dram_read_gbps, target.dram_write_gbps)
+        for s, rate in zip(dmas, f * target.dram_mixed_gbps + (1.0 - f) * own):
             if s.op is not Op.RESTICK:
-                f = mixed[bool(reads[i])][i]
-                own = target.dram_read_gbps if reads[i] else target.dram_write_gbps
-                gbps[id(s)] = f * target.dram_mixed_gbps + (1.0 - f) * own
+                gbps[id(s)] = float(rate)
     events, free, busy, _ = _timeline(steps, C, target, gbps, share, per_cycle, Sync)
 
     ops = [s for s in steps if not isinstance(s, Sync)]

@@ -31,8 +31,8 @@ import numpy as np
 
 from spyre_mlir.errors import SpyreError
 
-from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from . import native
+from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
 from .schedule import EMPTY, Sync, bits, sticks
