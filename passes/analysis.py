@@ -36,6 +36,7 @@ ROUND_TRIP = "spyre.round_trip"               # spyre-round-trips: host work tha
 BARRIER = "spyre.barrier"                     # spyre-schedule
 PREFETCH = "spyre.prefetch"                   # spyre-prefetch: buffers loaded during an earlier kernel
 PREFETCH_DISTANCE = "spyre.prefetch_distance"  # spyre-prefetch: which one (1: the kernel just before)
+RING_INPUT = "spyre.ring_input"               # spyre-chain-convs: a conv's input patches arrive over the ring
 SHARE_OF = "spyre.share_of"                   # spyre-partition-cards: (B, N) of the matmul a card's share is of
 
 # ---- Device ops ------------------------------------------------------------------------------------------------

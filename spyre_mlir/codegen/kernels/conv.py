@@ -17,6 +17,7 @@ import contextlib
 import numpy as np
 
 from spyre_mlir import cost
+from spyre_mlir.passes.analysis import BARRIER, RING_INPUT
 from spyre_mlir.runtime.formats import Format
 from spyre_mlir.runtime.isa import PT_FORMATS, SfuFn, sfu_fn
 
@@ -27,7 +28,8 @@ from ..sfu import writes_result
 from .move import column_selections
 from .rows import apply_epilogue, epilogue_of, planned
 
-__all__ = ["select", "why_not", "pool_source", "pool_of", "prefetchable", "EMITTERS"]
+__all__ = ["select", "why_not", "pool_source", "pool_of", "prefetchable", "core_tiles", "stored_value",
+           "ring_source", "ring_consumer", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -190,6 +192,122 @@ def _filters(wv, k, tf):
     return out.reshape(k.f // tf * kw * nig * tf, ki * cin)
 
 
+def core_tiles(kp, k) -> list[list[tuple[int, int, int]]]:
+    """Per core of the plan, its tiles (first filter, image, first output row) in the order its kernel walks them:
+    core (i, j, l) of the grid [gn, gf, goh] takes images block i, filters block j, output rows block l."""
+    gn, gf, goh = kp.grid
+    _, tf, toh = kp.tile
+    nb, fb, ohb = k.n // gn, k.f // gf, k.oh // goh
+    out = []
+    for core in range(kp.cores):
+        bi, rest = divmod(core, gf * goh)
+        bj, bl = divmod(rest, goh)
+        out.append([(f0, n, oh0) for f0 in range(bj * fb, (bj + 1) * fb, tf)
+                    for n in range(bi * nb, (bi + 1) * nb) for oh0 in range(bl * ohb, (bl + 1) * ohb, toh)])
+    return out
+
+
+def stored_value(conv):
+    """The value the kernel of ``conv`` stores: the result of the pool it applies, else of its epilogue map, else
+    its own."""
+    from .rows import epilogue_of
+
+    pool = pool_of(conv)
+    if pool is not None:
+        return pool.results[0]
+    found = epilogue_of(conv)
+    return (found[0] if found is not None else conv).operation.results[0]
+
+
+def ring_source(conv):
+    """The conv2d (kernel ``conv2d``) whose kernel stores operand 0 of ``conv`` (through the pool or map it
+    applies), when ``conv`` is that value's only reader: the producer spyre-chain-convs may let send ``conv``'s
+    input patches over the ring. None otherwise."""
+    from .rows import epilogue
+
+    v = conv.operation.operands[0]
+    p = _owner(v)
+    if p is None or not _single_use(v):
+        return None
+    if p.name == "spyre.pool2d" and _attr(p, "spyre.kernel") == "epilogue":
+        p = pool_source(p)
+    elif p.name == "spyre.map" and _attr(p, "spyre.kernel") == "epilogue":
+        epi = epilogue(p)
+        p = _owner(p.operands[epi.src]) if epi is not None else None
+    if p is None or p.name != "spyre.conv2d" or _attr(p, "spyre.kernel") != "conv2d" or stored_value(p) != v:
+        return None
+    return p
+
+
+def ring_consumer(conv):
+    """The conv2d whose input patches the kernel of ``conv`` sends over the ring instead of storing its result:
+    that result's only reader, marked ``spyre.ring_input`` by spyre-chain-convs. None otherwise."""
+    uses = list(stored_value(conv).uses)
+    if len(uses) != 1:
+        return None
+    user = uses[0].owner.operation
+    if user.name != "spyre.conv2d" or uses[0].operand_number != 0 or not _attr(user, RING_INPUT):
+        return None
+    return user
+
+
+def _patch_origin(op, k, tile) -> tuple[int, int]:
+    """(first channel, first input row) of the input patch of ``tile`` (f0, n, oh0); the row is negative where
+    the patch starts in the top padding."""
+    f0, _, oh0 = tile
+    sh = (_attr(op, "strides") or [1, 1])[0]
+    pt = (_attr(op, "padding") or [0, 0, 0, 0])[0]
+    return (f0 // (k.f // k.groups)) * (k.c // k.groups), oh0 * sh - pt
+
+
+def _ring_sender(em, op, kp, tf, loc):
+    """For a conv whose result goes over the ring into its consumer's input patches (:func:`ring_consumer`),
+    ``send(core, n, f0, T, lo, hi, base)``: rows [lo, hi) of the stored tile ``T`` (rows (row, filter): output row
+    base + r of filters f0.. f0 + tf of image n) to every consumer core whose patch holds some of them, at their
+    place in its ``a0`` (rows (input row, channel)); a RING_SEND per run of rows contiguous on both sides, an SFU
+    copy on the sending core itself. None for a conv that stores its result."""
+    from spyre_mlir.passes.op_model import op_model
+
+    to = ring_consumer(op)
+    if to is None:
+        return None
+    if not _attr(op, BARRIER):
+        kp.fail("its result goes over the ring (spyre.ring_input on its reader), but no barrier follows it to "
+                "deliver the rows (spyre.barrier)")
+    kp2, k2 = KernelPlan.of(to, em.target), op_model(to).conv
+    tiles = core_tiles(kp2, k2)
+    if kp2.cores > em.cores or any(len(t) != 1 for t in tiles):
+        kp2.fail(f"spyre.ring_input needs one tile per core, not the plan's grid {list(kp2.grid)} and tile "
+                 f"{list(kp2.tile)}")
+    (_, _, h2, w2), elt = _tensor_type(to.operands[0])
+    cin, rows_in = k2.in_channels(kp2.tile[1]), k2.in_rows(kp2.tile[2])
+    A2 = kp2.tile_at("a0", cin * rows_in, w2, format_of(elt))
+    patches = [(c, t[0][1], *_patch_origin(to, k2, t[0])) for c, t in enumerate(tiles)]
+    b = em.b
+
+    def send(core, n, f0, T, lo, hi, base):
+        if T.pitch != A2.pitch or T.fmt != A2.fmt:
+            kp.fail(f"its stored rows ({T.cols} {T.fmt.key} columns) are not its consumer's input rows")
+        for c, n2, c0, p0 in patches:
+            rlo, rhi = max(base + lo, p0, 0), min(base + hi, p0 + rows_in, h2)
+            flo, fhi = max(f0, c0), min(f0 + tf, c0 + cin)
+            if n2 != n or rlo >= rhi or flo >= fhi:
+                continue
+            runs = []           # [source row, destination row, rows]
+            for r in range(rlo, rhi):
+                src, dst = (r - base) * tf + flo - f0, (r - p0) * cin + flo - c0
+                if runs and runs[-1][0] + runs[-1][2] == src and runs[-1][1] + runs[-1][2] == dst:
+                    runs[-1][2] += fhi - flo
+                else:
+                    runs.append([src, dst, fhi - flo])
+            for src, dst, rows in runs:
+                if c == core:
+                    b.sfu(core, "cast", A2.row_slice(dst, dst + rows), T.row_slice(src, src + rows), loc=loc)
+                else:
+                    b.ring_send(core, c, A2.row_slice(dst, dst + rows).addr, T.row_slice(src, src + rows), loc=loc)
+    return send
+
+
 def emit_conv2d(em, op, loc):
     """conv2d on the grid and tiles of its plan. Core (i, j, l) of the grid [gn, gf, goh] takes images block i,
     filters block j, output rows block l; it walks its filter tiles (filters and bias loaded once each) and,
@@ -265,9 +383,18 @@ def emit_conv2d(em, op, loc):
         PSELS = kp.tile_at("psel", pw * k.ow, POW, O.fmt)
         PSEL = [PSELS.row_slice(j * k.ow, (j + 1) * k.ow) for j in range(pw)]
 
+    send = _ring_sender(em, op, kp, tf, loc)
+    ring_in = bool(_attr(op, RING_INPUT))
+    if ring_in and (ring_source(op) is None or any(len(t) != 1 for t in core_tiles(kp, k))):
+        kp.fail("spyre.ring_input, but no conv kernel storing its input sends it, or its plan has more than one "
+                "tile on a core")
+
     def store(core, n, f0, oh0, r0, r1):
         """Output rows [r0, r1) of the tile (whole pool windows) to device memory, pooled when it pools."""
         if pool is None:                # rows (r, f) of the tile -> output rows (n, f0 + f, oh0 + r)
+            if send is not None:
+                send(core, n, f0, OUT, r0, r1, oh0)
+                return
             pitch = OUT.pitch
             b.dma_store(core, O.addr + ((n * k.f + f0) * OH + oh0 + r0) * pitch, OUT.addr + r0 * tf * pitch,
                         (r1 - r0, tf, pitch), (pitch, OH * pitch), (tf * pitch, pitch), loc=loc)
@@ -288,15 +415,14 @@ def emit_conv2d(em, op, loc):
         if k.pool_avg:
             b.sfu(core, "mul", pres, pres, 1.0 / (ph * pw), loc=loc)
         b.sfu(core, "cast", pout, pres, loc=loc)
+        if send is not None:
+            send(core, n, f0, POUT, q0, q1, oh0 // ph)
+            return
         pitch, PH = POUT.pitch, OH // ph        # rows (q, f) -> pooled rows (n, f0 + f, oh0 / ph + q)
         b.dma_store(core, P.addr + ((n * k.f + f0) * PH + oh0 // ph + q0) * pitch, pout.addr, (q1 - q0, tf, pitch),
                     (pitch, PH * pitch), (tf * pitch, pitch), loc=loc)
     cores = []
-    for core in range(kp.cores):
-        bi, rest = divmod(core, gf * goh)
-        bj, bl = divmod(rest, goh)
-        tiles = [(f0, n, oh0) for f0 in range(bj * fb, (bj + 1) * fb, tf)
-                 for n in range(bi * nb, (bi + 1) * nb) for oh0 in range(bl * ohb, (bl + 1) * ohb, toh)]
+    for core, tiles in enumerate(core_tiles(kp, k)):
         first = [i == 0 or tiles[i - 1][0] != t[0] for i, t in enumerate(tiles)]
         wslot = np.cumsum(first) - 1            # which filter tile (weight buffer) each tile uses
 
@@ -310,7 +436,7 @@ def emit_conv2d(em, op, loc):
             for r0, r1 in ((0, min(lo, rows_in)), (max(hi, 0), rows_in)):
                 if r1 > r0:
                     b.sfu(core, "fill", a.row_slice(r0 * cin, r1 * cin), imm=0.0, loc=loc)
-            if hi > lo:
+            if hi > lo and not ring_in:         # else the producer's kernel sent those rows
                 c0 = (f0 // (k.f // k.groups)) * (C // k.groups)
                 pitch = a.pitch
                 b.dma_load(core, X.addr + ((n * C + c0) * H + p0 + lo) * pitch, a.addr + lo * cin * pitch,
