@@ -1,0 +1,58 @@
+// RUN: spyre-opt --split-input-file -p 'builtin.module(spyre-reduce-precision,spyre-layout,spyre-fuse,spyre-select-kernels,spyre-fold-constants,spyre-divide-work{cores=32},spyre-tile,spyre-allocate-scratchpad,spyre-schedule,spyre-prefetch,spyre-chain-convs)' %s | filecheck %s
+// RUN: sed -e '/^\/\/ -----/,$d' %s | spyre-opt -p 'builtin.module(spyre-reduce-precision,spyre-layout,spyre-fuse,spyre-select-kernels,spyre-fold-constants,spyre-divide-work{cores=1},spyre-tile,spyre-allocate-scratchpad,spyre-schedule,spyre-prefetch,spyre-chain-convs)' | filecheck %s --check-prefix=ONE
+
+// conv -> max pool -> conv: the first conv's kernel applies the pool and the second has one tile per core, so the
+// pooled rows go over the ring into its input patches. Its a0 moves to the module's peak (above every kernel's
+// buffers, the constants spyre-prefetch hoisted into the first conv included), and both peaks grow by the patch.
+// CHECK: module attributes {{{.*}}spyre.scratchpad_peak = 55296 : i64}
+// CHECK-LABEL: func.func @conv_pool_conv
+// CHECK: "spyre.conv2d"
+// CHECK-NOT: spyre.ring_input
+// CHECK-SAME: spyre.scratchpad_bytes = 33792 : i64
+// CHECK: "spyre.conv2d"
+// CHECK-SAME: spyre.prefetch = ["b0", "bias"], spyre.prefetch_distance = 1 : i64, spyre.ring_input = true
+// CHECK-SAME: spyre.scratchpad = {a0 = 43008 : i64, acc = 18432 : i64, b0 = 34816 : i64, bias = 40960 : i64, out = 26624 : i64}
+// CHECK-SAME: spyre.scratchpad_bytes = 55296 : i64
+
+// On one core the second conv walks several tiles: each would need its own patch, so it loads them.
+// ONE-LABEL: func.func @conv_pool_conv
+// ONE-NOT: spyre.ring_input
+func.func @conv_pool_conv(%x: tensor<1x3x32x32xf32> {spyre.name = "x"}, %w1: tensor<16x3x3x3xf32> {spyre.param = "c1.weight", spyre.value = dense<0.5> : tensor<16x3x3x3xf32>}, %b1: tensor<16xf32> {spyre.param = "c1.bias", spyre.value = dense<0.25> : tensor<16xf32>}, %w2: tensor<16x16x3x3xf32> {spyre.param = "c2.weight", spyre.value = dense<-0.5> : tensor<16x16x3x3xf32>}, %b2: tensor<16xf32> {spyre.param = "c2.bias", spyre.value = dense<0.125> : tensor<16xf32>}) -> (tensor<1x16x16x16xf32> {spyre.name = "y"}) {
+  %0 = "spyre.conv2d"(%x, %w1, %b1) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x3x32x32xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<1x16x32x32xf32>
+  %1 = "spyre.pool2d"(%0) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x16x32x32xf32>) -> tensor<1x16x16x16xf32>
+  %2 = "spyre.conv2d"(%1, %w2, %b2) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x16x16x16xf32>, tensor<16x16x3x3xf32>, tensor<16xf32>) -> tensor<1x16x16x16xf32>
+  return %2 : tensor<1x16x16x16xf32>
+}
+
+// -----
+
+// The pooled rows are also a result of the function: they must reach device memory, so the second conv loads them.
+// CHECK-LABEL: func.func @two_readers
+// CHECK-NOT: spyre.ring_input
+// CHECK: return
+func.func @two_readers(%x: tensor<1x3x32x32xf32> {spyre.name = "x"}, %w1: tensor<16x3x3x3xf32> {spyre.param = "c1.weight", spyre.value = dense<0.5> : tensor<16x3x3x3xf32>}, %b1: tensor<16xf32> {spyre.param = "c1.bias", spyre.value = dense<0.25> : tensor<16xf32>}, %w2: tensor<16x16x3x3xf32> {spyre.param = "c2.weight", spyre.value = dense<-0.5> : tensor<16x16x3x3xf32>}, %b2: tensor<16xf32> {spyre.param = "c2.bias", spyre.value = dense<0.125> : tensor<16xf32>}) -> (tensor<1x16x16x16xf32> {spyre.name = "p"}, tensor<1x16x16x16xf32> {spyre.name = "y"}) {
+  %0 = "spyre.conv2d"(%x, %w1, %b1) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x3x32x32xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<1x16x32x32xf32>
+  %1 = "spyre.pool2d"(%0) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x16x32x32xf32>) -> tensor<1x16x16x16xf32>
+  %2 = "spyre.conv2d"(%1, %w2, %b2) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x16x16x16xf32>, tensor<16x16x3x3xf32>, tensor<16xf32>) -> tensor<1x16x16x16xf32>
+  return %1, %2 : tensor<1x16x16x16xf32>, tensor<1x16x16x16xf32>
+}
+
+// -----
+
+// Three convs in a row: the second and third patches are both alive while the second conv runs (it receives one
+// and sends the other), so they take different bytes; the first chain's patch sits at the peak.
+// CHECK-LABEL: func.func @three
+// CHECK: "spyre.conv2d"
+// CHECK: "spyre.conv2d"
+// CHECK-SAME: spyre.ring_input = true
+// CHECK-SAME: spyre.scratchpad = {a0 = [[A:[0-9]+]] : i64
+// CHECK: "spyre.conv2d"
+// CHECK-SAME: spyre.ring_input = true
+// CHECK-NOT: a0 = [[A]] : i64
+// CHECK-SAME: spyre.scratchpad_bytes
+func.func @three(%x: tensor<1x8x16x16xf32> {spyre.name = "x"}, %w: tensor<8x8x3x3xf32> {spyre.param = "w", spyre.value = dense<0.125> : tensor<8x8x3x3xf32>}) -> (tensor<1x8x16x16xf32> {spyre.name = "y"}) {
+  %0 = "spyre.conv2d"(%x, %w) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x8x16x16xf32>, tensor<8x8x3x3xf32>) -> tensor<1x8x16x16xf32>
+  %1 = "spyre.conv2d"(%0, %w) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x8x16x16xf32>, tensor<8x8x3x3xf32>) -> tensor<1x8x16x16xf32>
+  %2 = "spyre.conv2d"(%1, %w) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x8x16x16xf32>, tensor<8x8x3x3xf32>) -> tensor<1x8x16x16xf32>
+  return %2 : tensor<1x8x16x16xf32>
+}

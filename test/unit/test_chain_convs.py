@@ -1,0 +1,97 @@
+"""spyre-chain-convs end to end: a conv's output rows sent over the ring into the next conv's input patches move the
+same bytes as a store and a load, so the results are bit for bit those without it, with less DRAM traffic; the
+emitter follows the plan or fails at the op."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import spyre_mlir  # noqa: E402
+import spyre_mlir.pipeline as pipeline  # noqa: E402
+from spyre_mlir.runtime.isa import Op  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+
+
+class Convs(torch.nn.Module):
+    """conv + ReLU + max pool, a conv without a pool (its padding rows are the patch's zero fill), a strided conv
+    with a sigmoid: every kind of stored value (pool, epilogue map, plain) feeds the next conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(16, 16, 3, padding=1, stride=2)
+        self.c4 = torch.nn.Conv2d(16, 8, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool2d(torch.relu(self.c1(x)), 2)
+        x = self.c2(x)
+        x = torch.sigmoid(self.c3(x))
+        return self.c4(x)
+
+
+def _without_chains(monkeypatch):
+    kernel = pipeline.kernel_pipeline
+    monkeypatch.setattr(pipeline, "kernel_pipeline",
+                        lambda *a, **k: re.sub(r",spyre-chain-convs(\{[^}]*\})?", "", kernel(*a, **k)))
+
+
+def _stored_and_loaded(exe):
+    """Bytes each device buffer gets from DMA stores and gives to DMA loads, by name."""
+    prog = exe.program
+    spans = [(b.addr, b.addr + b.nbytes, b.name) for b in prog.buffers]
+    moved = {}
+    for code in prog.code:
+        for r in code[np.isin(code["op"], (Op.DMA_LOAD, Op.DMA_STORE))]:
+            name = next((n for lo, hi, n in spans if lo <= int(r["dev"]) < hi), None)
+            moved.setdefault(name, set()).add(Op(int(r["op"])).name)
+    return moved
+
+
+@pytest.mark.parametrize("cores,precision", [(32, "dlf16"), (4, "fp8"), (8, "fp32-reference")])
+def test_chains_move_bytes_not_results(monkeypatch, cores, precision):
+    torch.manual_seed(0)
+    model, x = Convs().eval(), torch.randn(2, 3, 32, 32)
+    exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    (y,) = exe(x)
+    with monkeypatch.context() as m:
+        _without_chains(m)
+        base = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    (y0,) = base(x)
+    np.testing.assert_array_equal(y.view(np.uint32), y0.view(np.uint32))
+    with torch.no_grad():
+        np.testing.assert_allclose(y, model(x).numpy(), rtol=0.05, atol=0.05)
+    p, p0 = exe.profile, base.profile
+    assert p.dram_read_bytes < p0.dram_read_bytes and p.dram_write_bytes < p0.dram_write_bytes
+    assert p.ring_bytes > p0.ring_bytes and p.cycles < p0.cycles
+    # Some intermediate activations are never stored nor loaded: they only crossed the ring.
+    assert len(_stored_and_loaded(exe)) < len(_stored_and_loaded(base))
+
+
+def test_emit_fails_on_a_ring_input_it_cannot_follow(tmp_path):
+    """A hand-edited plan asking the first conv (whose input is the model's) to receive its patches: a located
+    error, no binary."""
+    torch.manual_seed(0)
+    model, x = Convs().eval(), torch.randn(2, 3, 32, 32)
+    torch.export.save(torch.export.export(model, (x,)), str(tmp_path / "m.pt2"))
+    r = subprocess.run([os.path.join(BIN, "spyre-compile"), "m.pt2", "--emit=kernel", "-o", "k.mlir"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "k.mlir").read_text()
+    assert "spyre.ring_input = true" in text
+    first = text.index('"spyre.conv2d"')
+    text = text[:first] + text[first:].replace('spyre.kernel = "conv2d"',
+                                               'spyre.kernel = "conv2d", spyre.ring_input = true', 1)
+    (tmp_path / "bad.mlir").write_text(text)
+    r = subprocess.run([os.path.join(BIN, "spyre-opt"), "bad.mlir", "-p", "builtin.module(spyre-emit{output=b.spyre})"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "spyre.ring_input" in r.stderr and "conv" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "b.spyre").exists()
