@@ -3,7 +3,8 @@
 Each device op gets `spyre.scratchpad = {name = offset : i64, ...}` and `spyre.scratchpad_bytes = N : i64` (its
 peak); the module gets `spyre.scratchpad_peak = N : i64`, the largest of them (a core runs one kernel at a
 time, so kernels reuse the whole scratchpad; spyre-prefetch later moves the buffers a kernel loads during the one
-before it clear of that one's). Offsets are 128-byte aligned (the target's alignment); buffers
+before it clear of that one's, and spyre-chain-convs moves the patch a conv receives over the ring above every
+kernel's). Offsets are 128-byte aligned (the target's alignment); buffers
 share bytes when their lifetimes within the kernel do not overlap; the total never exceeds the usable
 scratchpad (an error otherwise). Every core of an op uses the same offsets, which is what a ring reduce-sum
 needs. The buffers are exactly those spyre-tile fitted (`passes.op_model.plan`, from `spyre_mlir.cost`).

@@ -10,7 +10,8 @@ plan the kernel passes wrote on it:
   stored in pieces of whole PT row blocks; conv2d: the core's images x filter tiles x output-row tiles, one
   tile possibly in pieces of output rows);
 * every scratchpad byte it touches lies in one of its planned buffers (``spyre.scratchpad`` offsets, sizes
-  from the kernel's one buffer description);
+  from the kernel's one buffer description), or, for a conv whose rows go over the ring (spyre-chain-convs), in
+  its consumer's input patch ``a0``, and then it stores nothing and every core sends;
 * the loaded program's scratchpad peak is the module's ``spyre.scratchpad_peak``.
 """
 
@@ -54,7 +55,8 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
         program = emit(module, target).b.program()
         ops = device_ops(module.operation)
         keys = collections.Counter(_key(o) for o in ops)
-        plans = [(_key(o), KernelPlan.of(o, target), _store_tiles(o)) for o in ops if keys[_key(o)] == 1]
+        plans = [(_key(o), KernelPlan.of(o, target), _store_tiles(o), _ring_patch(o, target)) for o in ops
+                 if keys[_key(o)] == 1]
         peak = ir.IntegerAttr(module.operation.attributes["spyre.scratchpad_peak"]).value
     exe = load_bytes(program_to_bytes(program))
     by_key = collections.defaultdict(list)
@@ -62,7 +64,7 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
         if hasattr(s, "loc") and s.op not in (Op.BARRIER, Op.END):
             by_key[s.loc].append(s)
     checked, problems = collections.Counter(), []
-    for key, plan, tiles in plans:
+    for key, plan, tiles, patch in plans:
         ins = by_key.get(key, [])
         if not ins:
             continue                     # folded at compile time or an alias: no kernel ran
@@ -71,14 +73,25 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
         used = sorted({s.core for s in ins})
         if used != list(range(plan.cores)):
             problems.append(f"{where}: runs on cores {used}, its grid has {plan.cores}")
-        spans = [(off // STICK_BYTES, -(-(off + size) // STICK_BYTES)) for off, size in plan.buffers.values()]
+        spans = [(off // STICK_BYTES, -(-(off + size) // STICK_BYTES))
+                 for off, size in [*plan.buffers.values(), *([patch] if patch else [])]]
         outside = next(((s, stick) for s in ins for stick in set(s.sp_reads.tolist()) | set(s.sp_writes.tolist())
+                        | (set(s.peer_sticks.tolist()) if s.op is Op.RING_SEND else set())
                         if not any(lo <= stick < hi for lo, hi in spans)), None)
         if outside is not None:
             s, stick = outside
             problems.append(f"{where}: core {s.core} {s.name} touches scratchpad byte {stick * STICK_BYTES}, "
                             f"outside its planned buffers {plan.buffers}")
-        if tiles is not None:
+        if patch is not None:
+            stores = collections.Counter(s.core for s in ins if s.op is Op.DMA_STORE)
+            lo, hi = patch[0] // STICK_BYTES, -(-sum(patch) // STICK_BYTES)
+            sends = collections.Counter(s.core for s in ins if s.op is Op.RING_SEND and
+                                        ((s.peer_sticks >= lo) & (s.peer_sticks < hi)).all() or
+                                        s.op is Op.SFU and ((s.sp_writes >= lo) & (s.sp_writes < hi)).all())
+            if stores or any(not sends[c] for c in range(plan.cores)):
+                problems.append(f"{where}: its rows go over the ring, yet stores per core "
+                                f"{[stores[c] for c in range(plan.cores)]}, sends {[sends[c] for c in range(plan.cores)]}")
+        elif tiles is not None:
             stores = collections.Counter(s.core for s in ins if s.op is Op.DMA_STORE)
             want = tiles(plan)
             pieces = (-(-plan.tile[-3] // target.pt_rows) - 1 if plan.op_name == "spyre.matmul" else
@@ -90,6 +103,14 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
         problems.append(f"the program's scratchpad peak is {exe.static_profile.scratchpad_peak_bytes} B, the "
                         f"module's spyre.scratchpad_peak {peak} B")
     return checked, problems
+
+
+def _ring_patch(op, target):
+    """(offset, bytes) of the input patch ``a0`` of the conv this conv's kernel sends its rows to, or None."""
+    from spyre_mlir.codegen.kernels.conv import ring_consumer
+
+    to = ring_consumer(op) if op.name == "spyre.conv2d" else None
+    return None if to is None else KernelPlan.of(to, target).buffers["a0"]
 
 
 def _store_tiles(op):

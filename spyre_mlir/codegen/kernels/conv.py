@@ -7,7 +7,9 @@ kernel column's sub-stick shift, the stride and the zero padding; MATMUL ``WINDO
 per tap. Max/avg pool2d without padding gathers input rows per kernel row, picks columns with exact 0/1
 selection matmuls and combines the window on the SFU. A non-overlapping pool of a conv's output (after its
 epilogue map) is applied by the conv kernel to each output tile before the store (its kernel is ``epilogue``,
-:func:`pool_source`): the conv's full-size output never goes to device memory.
+:func:`pool_source`): the conv's full-size output never goes to device memory. A conv marked ``spyre.ring_input``
+by spyre-chain-convs receives its input patch from the kernel storing its input, which sends those rows over the
+ring instead of storing them (:func:`ring_consumer`).
 """
 
 from __future__ import annotations
