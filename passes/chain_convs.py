@@ -1,20 +1,22 @@
-"""spyre-chain-convs{target=PATH}: a conv's output rows go over the ring into the input patches of the conv reading them.
+"""spyre-chain-convs{target=PATH}: a conv's output rows go over the ring into the input patches of the conv reading
+them.
 
 A CNN's layers are convs (with their ReLU and pool) reading each other's outputs. Alone, each conv kernel stores
 its output tiles to device memory and the next one loads its input patches back from there (with their halo
 rows, read twice): the activations cross DRAM twice per layer, and DRAM is what bounds a small CNN. Here a conv2d
 whose input is the stored result of another conv2d's kernel (its own, its epilogue map's or its pool's;
-`codegen.kernels.conv.ring_source`), read by nothing else, gets `spyre.ring_input = true` when its plan has one
-tile per core: the producer's kernel sends each stored row over the ring to every core whose patch holds it,
-at its place in that core's `a0` (an SFU copy on its own core), instead of storing it; the sends land at the
-barrier after the producer (spyre-schedule's, which joins every core), and the conv only zero-fills its padding
-rows. The same bytes reach the patch, so the results are bit-identical; the DRAM buffer of the value is never
-written or read.
+`codegen.kernels.conv.ring_source`), read by nothing else, gets `spyre.ring_input = true` when all of a core's
+input patches fit the scratchpad at once: its `a0` then holds every patch of the core's tiles, one after another
+(`cost.ConvKernel.patches_per_core`: one per image and output-row tile, and per filter tile when depthwise), and the
+producer's kernel sends each stored row over the ring to every core whose patches hold it, at its place there (an
+SFU copy on its own core), instead of storing it. The sends land at the barrier after the producer (spyre-schedule's,
+which joins every core; two kernels on one core need none), and the conv only zero-fills its padding rows. The same
+bytes reach the patches, so the results are bit-identical; the DRAM buffer of the value is never written or read.
 
-The patch is written while the producer's kernel (and any kernel between the two) runs, so `a0` moves where none
-of them touches it: above every kernel's buffers (the module's `spyre.scratchpad_peak`, which covers the buffers
-spyre-prefetch hoisted too), first fit among the patches of other chains alive at the same time. The conv's
-`spyre.scratchpad_bytes` and the module's peak grow to match; a conv whose patch would not fit the usable
+The patches are written while the producer's kernel (and any kernel between the two) runs, so `a0` moves where
+none of them touches it: above every kernel's buffers (the module's `spyre.scratchpad_peak`, which covers the
+buffers spyre-prefetch hoisted too), first fit among the patches of other chains alive at the same time. The conv's
+`spyre.scratchpad_bytes` and the module's peak grow to match; a conv whose patches would not fit the usable
 scratchpad keeps its loads. Runs after spyre-prefetch (its placements are what the peak covers).
 
     %p = "spyre.pool2d"(%r) {spyre.kernel = "epilogue", ...}         // applied by the first conv's kernel
@@ -25,6 +27,7 @@ scratchpad keeps its loads. Runs after spyre-prefetch (its placements are what t
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from torch_mlir import ir
 
@@ -32,12 +35,6 @@ from spyre_mlir.passes.analysis import (BARRIER, GRID, KERNEL, RING_INPUT, SCRAT
                                         SCRATCHPAD_PEAK, TILE, function_ops, get_target, int_array)
 from spyre_mlir.passes.base import SpyrePass
 from spyre_mlir.passes.op_model import op_model, plan
-
-
-def _one_tile_per_core(op) -> bool:
-    k, grid, tile = op_model(op).conv, int_array(op, GRID), int_array(op, TILE)
-    return (grid is not None and tile is not None and k.n == grid[0] and k.f // grid[1] == tile[1]
-            and k.oh // grid[2] == tile[2])
 
 
 @dataclasses.dataclass
@@ -66,10 +63,13 @@ class ChainConvsPass(SpyrePass):
                         or ir.StringAttr(op.attributes[KERNEL]).value != "conv2d":
                     continue
                 src = ring_source(op)
-                if src is None or src not in at or BARRIER not in src.attributes or not _one_tile_per_core(op):
+                model, grid, tile = op_model(op), int_array(op, GRID), int_array(op, TILE)
+                # The barrier after the producer delivers the sends; on one core there are only SFU copies.
+                alone = math.prod(grid) == math.prod(int_array(src, GRID) or [1]) == 1 if src is not None else False
+                if src is None or src not in at or not (BARRIER in src.attributes or alone):
                     continue
-                grid, tile = int_array(op, GRID), int_array(op, TILE)
-                size = next(b.nbytes for b in plan(op_model(op), grid, tile, target)[1] if b.name == "a0")
+                size = next(b.nbytes for b in plan(model, grid, tile, target)[1] if b.name == "a0")
+                size *= model.conv.patches_per_core(grid, tile)
                 chains.append((func, at[src], i, op, -(-size // align) * align))
         placed = []             # (function, first op, last op, first byte, end)
         for func, first, last, op, size in chains:

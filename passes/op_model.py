@@ -15,8 +15,8 @@ from torch_mlir import ir
 
 from spyre_mlir import cost
 from spyre_mlir.dialects import spyre
-from spyre_mlir.passes.analysis import (DOUBLE_BUFFER, GRID, KERNEL, RESIDENT, SHARE_OF, TILE, int_array,
-                                        is_const_fold, producer)
+from spyre_mlir.passes.analysis import (DOUBLE_BUFFER, GRID, KERNEL, RESIDENT, RING_INPUT, SHARE_OF, TILE,
+                                        int_array, is_const_fold, producer)
 from spyre_mlir.passes.base import PassError
 from spyre_mlir.target import Target
 
@@ -339,6 +339,8 @@ def conv_kernel(op: ir.Operation, pool: ir.Operation | None = None) -> cost.Conv
     found = epilogue_of(op)
     if found is not None:
         k = dataclasses.replace(k, epi_ops=epilogue_classes(found[1]))
+    if RING_INPUT in op.attributes:
+        k = dataclasses.replace(k, patches=k.patches_per_core(int_array(op, GRID), int_array(op, TILE)))
     if pool is None:
         from spyre_mlir.codegen.kernels.conv import pool_of
 

@@ -961,6 +961,7 @@ class ConvKernel:
     pool_fmt: str = "dlf16"
     w_fmt: str | None = None         # the filters' format when not the input's (an f32 input converted on chip)
     epi_ops: tuple[str, ...] = ()    # the SFU classes of the epilogue map it applies to each tile (a ReLU)
+    patches: int = 1                 # input patches a0 holds at once (spyre-chain-convs: every one of a core's)
 
     @property
     def filter_fmt(self) -> str:
@@ -977,6 +978,14 @@ class ConvKernel:
 
     def in_rows(self, toh: int) -> int:
         return min(self.h, (toh - 1) * self.stride_h + self.dil_h * (self.kh - 1) + 1)
+
+    def patches_per_core(self, grid: Sequence[int], tile: Sequence[int]) -> int:
+        """The distinct input patches of a core's tiles: its images x output-row tiles, x its filter tiles when
+        groups > 1 (each reads other channels; with groups 1 every filter tile reads the same patch)."""
+        gn, gf, goh = grid
+        _, tf, toh = tile
+        per = _ceil(self.n, gn) * _ceil(_ceil(self.oh, goh), toh)
+        return per * (_ceil(_ceil(self.f, gf), tf) if self.groups > 1 else 1)
 
     def in_channels(self, tf: int) -> int:
         cg, fg = self.c // self.groups, self.f // self.groups
@@ -997,12 +1006,13 @@ def conv_buffers(k: ConvKernel, tile: Sequence[int], nbuf: int = 2) -> list[Buff
     """a0 a1: input patch [input rows x channels, w]; b0 b1: filters [products x tf, rows_per_product x
     channels] (one block per product); pa pb: their DLFloat16 copies when the data is in a format the PT array
     does not multiply; acc fp32 and out [toh x tf, ow] (rows (output row, filter)); bias fp32 [tf, 1]. All live
-    throughout."""
+    throughout. a0 holds ``k.patches`` patches one after another (spyre-chain-convs)."""
     _, tf, toh = tile
     cin = k.in_channels(tf)
     a = tile_bytes(cin * k.in_rows(toh), k.w, k.fmt)
     b = tile_bytes(k.products * tf, k.rows_per_product * cin, k.filter_fmt)
-    bufs = [Buffer(f"a{i}", a) for i in range(nbuf)] + [Buffer(f"b{i}", b) for i in range(nbuf)]
+    bufs = [Buffer(f"a{i}", a * (k.patches if i == 0 else 1)) for i in range(nbuf)]
+    bufs += [Buffer(f"b{i}", b) for i in range(nbuf)]
     if _pt_fmt(k.fmt) != k.fmt:
         bufs.append(Buffer("pa", tile_bytes(cin * k.in_rows(toh), k.w, "dlf16")))
     if _pt_fmt(k.filter_fmt) != k.filter_fmt:

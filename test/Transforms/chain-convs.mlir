@@ -14,9 +14,16 @@
 // CHECK-SAME: spyre.scratchpad = {a0 = 43008 : i64, acc = 18432 : i64, b0 = 34816 : i64, bias = 40960 : i64, out = 26624 : i64}
 // CHECK-SAME: spyre.scratchpad_bytes = 55296 : i64
 
-// On one core the second conv walks several tiles: each would need its own patch, so it loads them.
+// On one core the second conv walks four output-row tiles: a0 holds their four patches (4 x 12 KB), which the first
+// conv's kernel copies there on the SFU; no barrier is needed between two kernels on one core.
+// ONE: module attributes {{{.*}}spyre.scratchpad_peak = 140544 : i64}
 // ONE-LABEL: func.func @conv_pool_conv
-// ONE-NOT: spyre.ring_input
+// ONE: "spyre.conv2d"
+// ONE-NOT: spyre.barrier
+// ONE-SAME: spyre.scratchpad_bytes = 91392 : i64
+// ONE: "spyre.conv2d"
+// ONE-SAME: spyre.ring_input = true, spyre.scratchpad = {a0 = 91392 : i64
+// ONE-SAME: spyre.scratchpad_bytes = 140544 : i64, spyre.tile = array<i64: 1, 16, 4>
 func.func @conv_pool_conv(%x: tensor<1x3x32x32xf32> {spyre.name = "x"}, %w1: tensor<16x3x3x3xf32> {spyre.param = "c1.weight", spyre.value = dense<0.5> : tensor<16x3x3x3xf32>}, %b1: tensor<16xf32> {spyre.param = "c1.bias", spyre.value = dense<0.25> : tensor<16xf32>}, %w2: tensor<16x16x3x3xf32> {spyre.param = "c2.weight", spyre.value = dense<-0.5> : tensor<16x16x3x3xf32>}, %b2: tensor<16xf32> {spyre.param = "c2.bias", spyre.value = dense<0.125> : tensor<16xf32>}) -> (tensor<1x16x16x16xf32> {spyre.name = "y"}) {
   %0 = "spyre.conv2d"(%x, %w1, %b1) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x3x32x32xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<1x16x32x32xf32>
   %1 = "spyre.pool2d"(%0) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x16x32x32xf32>) -> tensor<1x16x16x16xf32>

@@ -55,7 +55,8 @@ def _stored_and_loaded(exe):
     return moved
 
 
-@pytest.mark.parametrize("cores,precision", [(32, "dlf16"), (4, "fp8"), (8, "fp32-reference")])
+# One core: several patches per core in a0, copied there on the SFU (no ring, no barrier).
+@pytest.mark.parametrize("cores,precision", [(32, "dlf16"), (4, "fp8"), (8, "fp32-reference"), (1, "dlf16")])
 def test_chains_move_bytes_not_results(monkeypatch, cores, precision):
     torch.manual_seed(0)
     model, x = Convs().eval(), torch.randn(2, 3, 32, 32)
@@ -70,7 +71,7 @@ def test_chains_move_bytes_not_results(monkeypatch, cores, precision):
         np.testing.assert_allclose(y, model(x).numpy(), rtol=0.05, atol=0.05)
     p, p0 = exe.profile, base.profile
     assert p.dram_read_bytes < p0.dram_read_bytes and p.dram_write_bytes < p0.dram_write_bytes
-    assert p.ring_bytes > p0.ring_bytes and p.cycles < p0.cycles
+    assert p.cycles < p0.cycles and (p.ring_bytes > p0.ring_bytes or cores == 1)
     # Some intermediate activations are never stored nor loaded: they only crossed the ring.
     assert len(_stored_and_loaded(exe)) < len(_stored_and_loaded(base))
 

@@ -90,7 +90,8 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
                                         s.op is Op.SFU and ((s.sp_writes >= lo) & (s.sp_writes < hi)).all())
             if stores or any(not sends[c] for c in range(plan.cores)):
                 problems.append(f"{where}: its rows go over the ring, yet stores per core "
-                                f"{[stores[c] for c in range(plan.cores)]}, sends {[sends[c] for c in range(plan.cores)]}")
+                                f"{[stores[c] for c in range(plan.cores)]}, "
+                                f"sends {[sends[c] for c in range(plan.cores)]}")
         elif tiles is not None:
             stores = collections.Counter(s.core for s in ins if s.op is Op.DMA_STORE)
             want = tiles(plan)

@@ -262,6 +262,20 @@ def _patch_origin(op, k, tile) -> tuple[int, int]:
     return (f0 // (k.f // k.groups)) * (k.c // k.groups), oh0 * sh - pt
 
 
+def _patches(op, kp, k) -> list[tuple[list[tuple[int, int, int]], list[int]]]:
+    """Per core, (the distinct (first channel, image, first input row) of its tiles' input patches in the order its
+    kernel first reads them, which of them each tile reads): with spyre.ring_input, patch j sits at row j x (its
+    rows) of a0, which the plan sized for ``k.patches``."""
+    out = []
+    for tiles in core_tiles(kp, k):
+        index = {}
+        which = [index.setdefault((c0, t[1], p0), len(index)) for t in tiles for c0, p0 in [_patch_origin(op, k, t)]]
+        if len(index) > k.patches:
+            kp.fail(f"spyre.ring_input: a core reads {len(index)} input patches, its a0 holds {k.patches}")
+        out.append((list(index), which))
+    return out
+
+
 def _ring_sender(em, op, kp, tf, loc):
     """For a conv whose result goes over the ring into its consumer's input patches (:func:`ring_consumer`),
     ``send(core, n, f0, T, lo, hi, base)``: rows [lo, hi) of the stored tile ``T`` (rows (row, filter): output row
@@ -273,31 +287,29 @@ def _ring_sender(em, op, kp, tf, loc):
     to = ring_consumer(op)
     if to is None:
         return None
-    if not _attr(op, BARRIER):
+    kp2, k2 = KernelPlan.of(to, em.target), op_model(to).conv
+    if not _attr(op, BARRIER) and not kp.cores == kp2.cores == 1:
         kp.fail("its result goes over the ring (spyre.ring_input on its reader), but no barrier follows it to "
                 "deliver the rows (spyre.barrier)")
-    kp2, k2 = KernelPlan.of(to, em.target), op_model(to).conv
-    tiles = core_tiles(kp2, k2)
-    if kp2.cores > em.cores or any(len(t) != 1 for t in tiles):
-        kp2.fail(f"spyre.ring_input needs one tile per core, not the plan's grid {list(kp2.grid)} and tile "
-                 f"{list(kp2.tile)}")
     (_, _, h2, w2), elt = _tensor_type(to.operands[0])
     cin, rows_in = k2.in_channels(kp2.tile[1]), k2.in_rows(kp2.tile[2])
-    A2 = kp2.tile_at("a0", cin * rows_in, w2, format_of(elt))
-    patches = [(c, t[0][1], *_patch_origin(to, k2, t[0])) for c, t in enumerate(tiles)]
+    A2 = kp2.tile_at("a0", cin * rows_in * k2.patches, w2, format_of(elt))
+    # (core, first row in a0, image, first channel, first input row) of every patch of the consumer
+    patches = [(c, j * cin * rows_in, key[1], key[0], key[2])
+               for c, (keys, _) in enumerate(_patches(to, kp2, k2)) for j, key in enumerate(keys)]
     b = em.b
 
     def send(core, n, f0, T, lo, hi, base):
         if T.pitch != A2.pitch or T.fmt != A2.fmt:
             kp.fail(f"its stored rows ({T.cols} {T.fmt.key} columns) are not its consumer's input rows")
-        for c, n2, c0, p0 in patches:
+        for c, at, n2, c0, p0 in patches:
             rlo, rhi = max(base + lo, p0, 0), min(base + hi, p0 + rows_in, h2)
             flo, fhi = max(f0, c0), min(f0 + tf, c0 + cin)
             if n2 != n or rlo >= rhi or flo >= fhi:
                 continue
             runs = []           # [source row, destination row, rows]
             for r in range(rlo, rhi):
-                src, dst = (r - base) * tf + flo - f0, (r - p0) * cin + flo - c0
+                src, dst = (r - base) * tf + flo - f0, at + (r - p0) * cin + flo - c0
                 if runs and runs[-1][0] + runs[-1][2] == src and runs[-1][1] + runs[-1][2] == dst:
                     runs[-1][2] += fhi - flo
                 else:
@@ -387,9 +399,18 @@ def emit_conv2d(em, op, loc):
 
     send = _ring_sender(em, op, kp, tf, loc)
     ring_in = bool(_attr(op, RING_INPUT))
-    if ring_in and (ring_source(op) is None or any(len(t) != 1 for t in core_tiles(kp, k))):
-        kp.fail("spyre.ring_input, but no conv kernel storing its input sends it, or its plan has more than one "
-                "tile on a core")
+    if ring_in:
+        if ring_source(op) is None:
+            kp.fail("spyre.ring_input, but no conv kernel storing its input sends it over the ring")
+        PATCHES = kp.tile_at("a0", cin * rows_in * k.patches, k.w, fmt)
+        which = [w for _, w in _patches(op, kp, k)]
+
+    def patch(core, i):
+        """(the input patch of the core's tile i, whether no earlier tile of the core read it)."""
+        if not ring_in:
+            return A[i % kp.nbuf], True
+        j, rows = which[core][i], cin * rows_in
+        return PATCHES.row_slice(j * rows, (j + 1) * rows), j not in which[core][:i]
 
     def store(core, n, f0, oh0, r0, r1):
         """Output rows [r0, r1) of the tile (whole pool windows) to device memory, pooled when it pools."""
@@ -432,7 +453,9 @@ def emit_conv2d(em, op, loc):
             f0, n, oh0 = tiles[i]
             if first[i] and not shared:
                 load_rows(b, core, B[wslot[i] % kp.nbuf], W, f0 // tf * nprod * tf, loc=loc)
-            a = A[i % kp.nbuf]
+            a, fresh = patch(core, i)
+            if not fresh:                       # a patch received over the ring that an earlier tile read
+                return
             p0 = oh0 * sh - pt                  # input row of the patch's first row (negative: padding)
             lo, hi = max(0, -p0), min(rows_in, H - p0)
             for r0, r1 in ((0, min(lo, rows_in)), (max(hi, 0), rows_in)):
@@ -448,7 +471,7 @@ def emit_conv2d(em, op, loc):
             f0, n, oh0 = tiles[i]
             if first[i] and BI is not None and not shared:
                 load_rows(b, core, BI, BC, f0, loc=loc)
-            a, wt = A[i % kp.nbuf], B[wslot[i] % kp.nbuf]
+            a, wt = patch(core, i)[0], B[wslot[i] % kp.nbuf]
             if convert_w:
                 if first[i]:
                     b.sfu(core, "cast", PB, wt, loc=loc)
