@@ -523,10 +523,11 @@ def emit_conv2d(em, op, loc):
         with em.prefetching(op) if prefetch else contextlib.nullcontext():
             for group, t, src, row0 in parts:
                 for q, (lo, hi) in enumerate(row_parts(t.rows, len(group))):
+                    others = [c for c in group if c != group[q]]
                     if hi > lo:
                         load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
-                        b.ring_send(group[q], [c for c in group if c != group[q]], t.row_slice(lo, hi).addr,
-                                    t.row_slice(lo, hi), loc=loc)
+                    if hi > lo and others:          # a filter block on one core (gn x goh = 1) shares nothing
+                        b.ring_send(group[q], others, t.row_slice(lo, hi).addr, t.row_slice(lo, hi), loc=loc)
         if early:
             for core, _, load, _ in cores:
                 load(0)
