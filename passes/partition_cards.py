@@ -240,8 +240,15 @@ class _Partition:
             return s.local[v]
         op = v.owner
         op = op.operation if isinstance(op, ir.OpView) else op
-        if isinstance(op, ir.Block):            # a parameter without a value: an input of the binary
-            return self.argument(s, ("input", v.arg_number), v.type)
+        if isinstance(op, ir.Block):
+            d = params.arg_dicts(self.main)[v.arg_number]
+            if params.VALUE_ATTR not in d:      # a parameter without a value: an input of the binary
+                return self.argument(s, ("input", v.arg_number), v.type)
+            # One with a value that a kernel reads as it is (a conv's fp32 bias): a constant of the step.
+            from torch_mlir.dialects import arith
+
+            s.local[v] = arith.ConstantOp(v.type, d[params.VALUE_ATTR]).result
+            return s.local[v]
         with op.location:
             operands = [self.constant(s, x) for x in op.operands]
             new = op.clone()

@@ -133,6 +133,23 @@ def test_one_two_four_cards_bit_identical(request, tmp_path, fast_link, which):
         assert 0 < max(p.link_utilization) < 1 and p.cycles >= max(p.card_busy)
 
 
+def test_a_kernel_reading_a_parameter_as_it_is_on_several_cards(tmp_path, fast_link):
+    """A conv's fp32 bias is read by the kernel as the parameter itself (no cast folds it into a constant): on
+    several cards it becomes a constant of the step that reads it (it used to be left an input no one fed, an
+    internal error), and the system gives the one-card outputs bit for bit."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    imported = _import(model, (x,))
+    y1 = load_bytes(_compile(imported, 1, target=fast_link), target=fast_link)(x.numpy())[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(y1, model(x).numpy(), rtol=0.05, atol=0.05)
+    exe = load_bytes(_compile(imported, 2, target=fast_link), target=fast_link)
+    assert isinstance(exe, SystemExecutable)
+    assert np.array_equal(exe(x.numpy())[0], y1)
+
+
 def test_quantized_weights_split_with_their_scales(decoder, tmp_path, fast_link):
     """int8 weights: a card's columns are its codes and their per-column scales; bit-identical on 2 cards."""
     imported, inputs, _ = decoder
