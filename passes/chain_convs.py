@@ -55,7 +55,7 @@ class ChainConvsPass(SpyrePass):
         base = -(-peak // align) * align
         # An Operation's hash covers its attributes: find every chain before changing any op.
         chains = []
-        for func in function_ops(module):
+        for fn, func in enumerate(function_ops(module)):
             ops = [op.operation for op in func.regions[0].blocks[0].operations]
             at = {op: i for i, op in enumerate(ops)}
             for i, op in enumerate(ops):
@@ -63,14 +63,15 @@ class ChainConvsPass(SpyrePass):
                         or ir.StringAttr(op.attributes[KERNEL]).value != "conv2d":
                     continue
                 src = ring_source(op)
+                if src is None or src not in at:
+                    continue
                 model, grid, tile = op_model(op), int_array(op, GRID), int_array(op, TILE)
-                # The barrier after the producer delivers the sends; on one core there are only SFU copies.
-                alone = math.prod(grid) == math.prod(int_array(src, GRID) or [1]) == 1 if src is not None else False
-                if src is None or src not in at or not (BARRIER in src.attributes or alone):
+                # The barrier after the producer delivers the sends; two kernels on one core only copy on the SFU.
+                if BARRIER not in src.attributes and not math.prod(grid) == math.prod(int_array(src, GRID)) == 1:
                     continue
                 size = next(b.nbytes for b in plan(model, grid, tile, target)[1] if b.name == "a0")
                 size *= model.conv.patches_per_core(grid, tile)
-                chains.append((func, at[src], i, op, -(-size // align) * align))
+                chains.append((fn, at[src], i, op, -(-size // align) * align))
         placed = []             # (function, first op, last op, first byte, end)
         for func, first, last, op, size in chains:
             lo = base
