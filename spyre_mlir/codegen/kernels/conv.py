@@ -362,7 +362,7 @@ def emit_conv2d(em, op, loc):
     BC = const("bias", np.asarray(em.known[o.operands[2]], np.float32).reshape(k.f, 1), "fp32") if k.bias else None
     sh, sw = _attr(op, "strides") or [1, 1]
     dh, dw = _attr(op, "dilations") or [1, 1]
-    pt, pl = (_attr(op, "padding") or [0, 0, 0, 0])[:2]
+    pl = (_attr(op, "padding") or [0, 0, 0, 0])[1]
     ki, cin, rows_in = k.rows_per_product, k.in_channels(tf), k.in_rows(toh)
     nig, nprod = k.kh // ki, k.products
     H, C, OH = g["h"], k.c, k.oh
@@ -404,13 +404,14 @@ def emit_conv2d(em, op, loc):
             kp.fail("spyre.ring_input, but no conv kernel storing its input sends it over the ring")
         PATCHES = kp.tile_at("a0", cin * rows_in * k.patches, k.w, fmt)
         which = [w for _, w in _patches(op, kp, k)]
+        first_read = [[j not in w[:i] for i, j in enumerate(w)] for w in which]
 
     def patch(core, i):
         """(the input patch of the core's tile i, whether no earlier tile of the core read it)."""
         if not ring_in:
             return A[i % kp.nbuf], True
         j, rows = which[core][i], cin * rows_in
-        return PATCHES.row_slice(j * rows, (j + 1) * rows), j not in which[core][:i]
+        return PATCHES.row_slice(j * rows, (j + 1) * rows), first_read[core][i]
 
     def store(core, n, f0, oh0, r0, r1):
         """Output rows [r0, r1) of the tile (whole pool windows) to device memory, pooled when it pools."""
@@ -450,19 +451,18 @@ def emit_conv2d(em, op, loc):
         wslot = np.cumsum(first) - 1            # which filter tile (weight buffer) each tile uses
 
         def load(i, core=core, tiles=tiles, first=first, wslot=wslot):
-            f0, n, oh0 = tiles[i]
+            f0, n, _ = tiles[i]
             if first[i] and not shared:
                 load_rows(b, core, B[wslot[i] % kp.nbuf], W, f0 // tf * nprod * tf, loc=loc)
             a, fresh = patch(core, i)
             if not fresh:                       # a patch received over the ring that an earlier tile read
                 return
-            p0 = oh0 * sh - pt                  # input row of the patch's first row (negative: padding)
+            c0, p0 = _patch_origin(op, k, tiles[i])     # p0 negative: the patch starts in the padding
             lo, hi = max(0, -p0), min(rows_in, H - p0)
             for r0, r1 in ((0, min(lo, rows_in)), (max(hi, 0), rows_in)):
                 if r1 > r0:
                     b.sfu(core, "fill", a.row_slice(r0 * cin, r1 * cin), imm=0.0, loc=loc)
             if hi > lo and not ring_in:         # else the producer's kernel sent those rows
-                c0 = (f0 // (k.f // k.groups)) * (C // k.groups)
                 pitch = a.pitch
                 b.dma_load(core, X.addr + ((n * C + c0) * H + p0 + lo) * pitch, a.addr + lo * cin * pitch,
                            (hi - lo, cin, pitch), (pitch, H * pitch), (cin * pitch, pitch), loc=loc)
