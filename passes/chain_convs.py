@@ -1,5 +1,5 @@
 """spyre-chain-convs{target=PATH}: a conv's output rows go over the ring into the input patches of the conv reading
-them.
+them, or into the input tiles of the flatten reading them.
 
 A CNN's layers are convs (with their ReLU and pool) reading each other's outputs. Alone, each conv kernel stores
 its output tiles to device memory and the next one loads its input patches back from there (with their halo
@@ -13,6 +13,10 @@ SFU copy on its own core), instead of storing it. The sends land at the barrier 
 which joins every core; two kernels on one core need none), and the conv only zero-fills its padding rows. The same
 bytes reach the patches, so the results are bit-identical; the DRAM buffer of the value is never written or read.
 
+A CNN's flatten (a `spyre.reshape` with kernel `select-cols` merging rows narrower than a stick into sticks,
+`codegen.kernels.move.ring_merges`) reading such a value is marked the same way: its `in0` then holds every row tile
+of its core (`move.ring_slots`), which the conv's kernel fills, and it loads nothing but its selection matrices.
+
 The patches are written while the producer's kernel (and any kernel between the two) runs, so `a0` moves where
 none of them touches it: above every kernel's buffers (the module's `spyre.scratchpad_peak`, which covers the
 buffers spyre-prefetch hoisted too), first fit among the patches of other chains alive at the same time. The conv's
@@ -22,6 +26,8 @@ scratchpad keeps its loads. Runs after spyre-prefetch (its placements are what t
     %p = "spyre.pool2d"(%r) {spyre.kernel = "epilogue", ...}         // applied by the first conv's kernel
     %c = "spyre.conv2d"(%p, %w, %b) {spyre.kernel = "conv2d", spyre.ring_input = true,
            spyre.scratchpad = {a0 = 43008 : i64, ...}, spyre.scratchpad_bytes = 55296 : i64, ...}
+    %f = "spyre.reshape"(%q) {spyre.kernel = "select-cols", spyre.ring_input = true,
+           spyre.scratchpad = {..., in0 = 155648 : i64, ...}, ...}        // a conv's pooled maps, flattened
 """
 
 from __future__ import annotations
@@ -40,12 +46,13 @@ from spyre_mlir.passes.op_model import op_model, plan
 @dataclasses.dataclass
 class ChainConvsPass(SpyrePass):
     NAME = "spyre-chain-convs"
-    SUMMARY = "Send a conv's output rows over the ring into the input patches of the conv reading them"
+    SUMMARY = "Send a conv's output rows over the ring into the input of the conv or flatten reading them"
 
     target: str = ""
 
     def run(self, module: ir.Operation) -> None:
-        from spyre_mlir.codegen.kernels.conv import ring_source
+        from spyre_mlir.codegen.kernels.conv import ring_buffer, ring_source
+        from spyre_mlir.codegen.kernels.move import ring_merges, ring_slots
 
         target = get_target(self.target, module)
         align, usable = target.scratchpad_alignment_bytes, target.scratchpad_usable_bytes
@@ -59,8 +66,9 @@ class ChainConvsPass(SpyrePass):
             ops = [op.operation for op in func.regions[0].blocks[0].operations]
             at = {op: i for i, op in enumerate(ops)}
             for i, op in enumerate(ops):
-                if op.name != "spyre.conv2d" or KERNEL not in op.attributes or SCRATCHPAD not in op.attributes \
-                        or ir.StringAttr(op.attributes[KERNEL]).value != "conv2d":
+                kernel = ir.StringAttr(op.attributes[KERNEL]).value if KERNEL in op.attributes else None
+                conv = op.name == "spyre.conv2d" and kernel == "conv2d"
+                if SCRATCHPAD not in op.attributes or not (conv or kernel == "select-cols" and ring_merges(op)):
                     continue
                 src = ring_source(op)
                 if src is None or src not in at:
@@ -69,11 +77,13 @@ class ChainConvsPass(SpyrePass):
                 # The barrier after the producer delivers the sends; two kernels on one core only copy on the SFU.
                 if BARRIER not in src.attributes and not math.prod(grid) == math.prod(int_array(src, GRID)) == 1:
                     continue
-                size = next(b.nbytes for b in plan(model, grid, tile, target)[1] if b.name == "a0")
-                size *= model.conv.patches_per_core(grid, tile)
-                chains.append((fn, at[src], i, op, -(-size // align) * align))
+                buf = ring_buffer(op)
+                size = next(b.nbytes for b in plan(model, grid, tile, target)[1] if b.name == buf)
+                size *= model.conv.patches_per_core(grid, tile) if model.conv is not None else \
+                    ring_slots(grid, tile, model.rows.rows)
+                chains.append((fn, at[src], i, op, buf, -(-size // align) * align))
         placed = []             # (function, first op, last op, first byte, end)
-        for func, first, last, op, size in chains:
+        for func, first, last, op, buf, size in chains:
             lo = base
             for f, a, z, plo, phi in sorted(placed, key=lambda p: p[3]):
                 if f == func and a <= last and first <= z and lo < phi and plo < lo + size:
@@ -82,7 +92,7 @@ class ChainConvsPass(SpyrePass):
                 continue
             placed.append((func, first, last, lo, lo + size))
             offsets = {a.name: ir.IntegerAttr(a.attr).value for a in ir.DictAttr(op.attributes[SCRATCHPAD])}
-            offsets["a0"] = lo
+            offsets[buf] = lo
             used = max(ir.IntegerAttr(op.attributes[SCRATCHPAD_BYTES]).value, lo + size)
             op.attributes[SCRATCHPAD] = ir.DictAttr.get({k: ir.IntegerAttr.get(i64, v) for k, v in offsets.items()})
             op.attributes[SCRATCHPAD_BYTES] = ir.IntegerAttr.get(i64, used)

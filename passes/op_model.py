@@ -562,7 +562,8 @@ def _movement(op: ir.Operation) -> OpModel:
     * `select-cols`, selection matmuls inside the innermost dim: the 0/1 matrices stacked in `sel`, loaded once;
       per row tile and group, each term's source rows gathered into `in0`, `inb0`... (all into `in0`, term after
       term, when they read one operand: move.merged_terms), multiplied into the fp32 `acc` and rounded into
-      `out0`. Loads happen inside the work (a gather per group)."""
+      `out0`. Loads happen inside the work (a gather per group); with `spyre.ring_input` (a flatten of a conv's
+      rows, spyre-chain-convs) `in0` holds every row tile of the core, filled over the ring, and nothing loads."""
     rs = _shape(op.results[0])
     rows = _lead(rs, len(rs) - 1)
     kernel = _kernel(op)
@@ -585,7 +586,7 @@ def _movement(op: ir.Operation) -> OpModel:
 
 
 def _select_cols(op: ir.Operation) -> OpModel:
-    from spyre_mlir.codegen.kernels.move import col_terms, merged_terms, out_width, term_cols
+    from spyre_mlir.codegen.kernels.move import col_terms, merged_terms, out_width, ring_slots, term_cols
 
     groups = col_terms(op)
     if groups is None:
@@ -597,7 +598,10 @@ def _select_cols(op: ir.Operation) -> OpModel:
     cols = term_cols(op, groups)
     merged = merged_terms(groups)
     # Terms gathered together (one tile, one DMA) or each into its own tile.
-    ins = ((cost.RowOperand("in", merged * cols[0], cols[0], fmt),) if merged else
+    # With spyre.ring_input (spyre-chain-convs) `in0` holds every row tile of the core at once.
+    slots = ring_slots(int_array(op, GRID), int_array(op, TILE), len(groups[0][0])) if RING_INPUT in op.attributes \
+        else 1
+    ins = ((cost.RowOperand("in", slots * merged * cols[0], cols[0], fmt),) if merged else
            tuple(cost.RowOperand(_role(t), c, c, fmt) for t, c in enumerate(cols)))
     k = cost.RowKernel(rows=len(groups[0][0]), inputs=ins + sels, outputs=(cost.RowOperand("out", cout, cout, fmt),),
                        temps=(_fp32_temp("acc", cout, cout, 1, 2),), sfu=(("simple", len(mats)),), steps=3,

@@ -63,3 +63,36 @@ func.func @three(%x: tensor<1x8x16x16xf32> {spyre.name = "x"}, %w: tensor<8x8x3x
   %2 = "spyre.conv2d"(%1, %w) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x8x16x16xf32>, tensor<8x8x3x3xf32>) -> tensor<1x8x16x16xf32>
   return %2 : tensor<1x8x16x16xf32>
 }
+
+// -----
+
+// A CNN's flatten: the pooled rows, 16 of one channel's 64 values each, merge into sticks on the PT array (select-cols).
+// The conv's kernel sends them over the ring into the flatten's in0 (every row tile of its cores), which moves above
+// the peak (the conv's buffers) like a patch: 32 rows x 8 terms of a stick, 32 KB.
+// CHECK: module attributes {{{.*}}spyre.scratchpad_peak = 188416 : i64}
+// CHECK-LABEL: func.func @conv_pool_flatten
+// CHECK: "spyre.conv2d"
+// CHECK-SAME: spyre.barrier = true
+// CHECK-NOT: spyre.ring_input
+// CHECK-SAME: spyre.scratchpad_bytes = 155648 : i64
+// CHECK: "spyre.reshape"
+// CHECK-SAME: spyre.kernel = "select-cols", spyre.ring_input = true, spyre.scratchpad = {{{.*}}in0 = 155648 : i64
+// CHECK-SAME: spyre.scratchpad_bytes = 188416 : i64
+func.func @conv_pool_flatten(%x: tensor<1x8x16x16xf32> {spyre.name = "x"}, %w: tensor<64x8x3x3xf32> {spyre.param = "w", spyre.value = dense<0.125> : tensor<64x8x3x3xf32>}) -> (tensor<1x4096xf32> {spyre.name = "y"}) {
+  %0 = "spyre.conv2d"(%x, %w) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x8x16x16xf32>, tensor<64x8x3x3xf32>) -> tensor<1x64x16x16xf32>
+  %1 = "spyre.pool2d"(%0) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x64x16x16xf32>) -> tensor<1x64x8x8xf32>
+  %2 = "spyre.reshape"(%1) : (tensor<1x64x8x8xf32>) -> tensor<1x4096xf32>
+  return %2 : tensor<1x4096xf32>
+}
+
+// -----
+
+// The flatten of a plain conv (no pool): 16-wide rows, four to a stick, reach in0 from the conv's own result.
+// CHECK-LABEL: func.func @conv_flatten
+// CHECK: "spyre.reshape"
+// CHECK-SAME: spyre.kernel = "select-cols", spyre.ring_input = true
+func.func @conv_flatten(%x: tensor<2x4x16x16xf32> {spyre.name = "x"}, %w: tensor<16x4x3x3xf32> {spyre.param = "w", spyre.value = dense<0.125> : tensor<16x4x3x3xf32>}) -> (tensor<2x4096xf32> {spyre.name = "y"}) {
+  %0 = "spyre.conv2d"(%x, %w) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<2x4x16x16xf32>, tensor<16x4x3x3xf32>) -> tensor<2x16x16x16xf32>
+  %1 = "spyre.reshape"(%0) : (tensor<2x16x16x16xf32>) -> tensor<2x4096xf32>
+  return %1 : tensor<2x4096xf32>
+}

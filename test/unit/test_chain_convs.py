@@ -76,6 +76,41 @@ def test_chains_move_bytes_not_results(monkeypatch, cores, precision):
     assert len(_stored_and_loaded(exe)) < len(_stored_and_loaded(base))
 
 
+class Head(torch.nn.Module):
+    """A CNN's classifier head: conv + ReLU + pool (or a plain conv: 16-wide rows, four to a stick) flattened into
+    a Linear; the flatten merges the conv's rows into sticks on the PT array."""
+
+    def __init__(self, pool):
+        super().__init__()
+        self.pool = pool
+        self.conv = torch.nn.Conv2d(8, 64 if pool else 16, 3, padding=1)
+        self.fc = torch.nn.Linear(4096, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        return self.fc((torch.nn.functional.max_pool2d(x, 2) if self.pool else x).flatten(1))
+
+
+@pytest.mark.parametrize("pool,cores,precision", [(True, 32, "dlf16"), (True, 2, "fp8"), (True, 1, "dlf16"),
+                                                  (False, 8, "dlf16")])
+def test_a_flatten_takes_the_conv_rows_over_the_ring(monkeypatch, pool, cores, precision):
+    torch.manual_seed(0)
+    model, x = Head(pool).eval(), torch.randn(1 if pool else 2, 8, 16, 16)
+    exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    (y,) = exe(x)
+    with monkeypatch.context() as m:
+        _without_chains(m)
+        base = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    (y0,) = base(x)
+    np.testing.assert_array_equal(y.view(np.uint32), y0.view(np.uint32))
+    with torch.no_grad():
+        np.testing.assert_allclose(y, model(x).numpy(), rtol=0.05, atol=0.05 if precision == "dlf16" else 0.3)
+    p, p0 = exe.profile, base.profile
+    assert p.dram_read_bytes < p0.dram_read_bytes and p.dram_write_bytes < p0.dram_write_bytes
+    # The conv's stored value (the flatten's input) is neither stored nor loaded: only the flatten's result is.
+    assert len(_stored_and_loaded(exe)) == len(_stored_and_loaded(base)) - 1
+
+
 def test_emit_fails_on_a_ring_input_it_cannot_follow(tmp_path):
     """A hand-edited plan asking the first conv (whose input is the model's) to receive its patches: a located
     error, no binary."""

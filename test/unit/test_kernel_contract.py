@@ -11,7 +11,8 @@ plan the kernel passes wrote on it:
   tile possibly in pieces of output rows);
 * every scratchpad byte it touches lies in one of its planned buffers (``spyre.scratchpad`` offsets, sizes
   from the kernel's one buffer description), or, for a conv whose rows go over the ring (spyre-chain-convs), in
-  its consumer's input patch ``a0``, and then it stores nothing and every core sends;
+  its consumer's input buffer (a conv's patches ``a0``, a flatten's ``in0``), and then it stores nothing and every
+  core sends;
 * the loaded program's scratchpad peak is the module's ``spyre.scratchpad_peak``.
 """
 
@@ -107,11 +108,12 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
 
 
 def _ring_patch(op, target):
-    """(offset, bytes) of the input patch ``a0`` of the conv this conv's kernel sends its rows to, or None."""
-    from spyre_mlir.codegen.kernels.conv import ring_consumer
+    """(offset, bytes) of the buffer (a conv's input patches, a flatten's ``in0``) this conv's kernel sends its rows
+    to, or None."""
+    from spyre_mlir.codegen.kernels.conv import ring_buffer, ring_consumer
 
     to = ring_consumer(op) if op.name == "spyre.conv2d" else None
-    return None if to is None else KernelPlan.of(to, target).buffers["a0"]
+    return None if to is None else KernelPlan.of(to, target).buffers[ring_buffer(to)]
 
 
 def _store_tiles(op):
@@ -190,7 +192,7 @@ class Pool(torch.nn.Module):
 
 
 class Conv(torch.nn.Module):
-    """conv2d, groups 1 and depthwise."""
+    """conv2d, groups 1 and depthwise, then ReLU, a pool and a flatten (which may take its rows over the ring)."""
 
     def __init__(self):
         super().__init__()
@@ -198,7 +200,7 @@ class Conv(torch.nn.Module):
         self.dw = torch.nn.Conv2d(16, 16, 3, groups=16)
 
     def forward(self, img):
-        return self.dw(self.conv(img))
+        return torch.nn.functional.max_pool2d(torch.relu(self.dw(self.conv(img))), 2).flatten(1)
 
 
 CASES = {
@@ -207,7 +209,7 @@ CASES = {
     "movement": (Movement, (torch.randn(64, 256),), {"spyre.concat", "spyre.slice", "spyre.transpose"}),
     "tiny-batch": (TinyBatch, (torch.randn(9, 5, 5),), {"spyre.batch_matmul"}),
     "pool": (Pool, (torch.randn(2, 8, 32, 32),), {"spyre.pool2d"}),
-    "conv": (Conv, (torch.randn(2, 4, 34, 34),), {"spyre.conv2d"}),
+    "conv": (Conv, (torch.randn(2, 4, 36, 36),), {"spyre.conv2d", "spyre.reshape"}),
 }
 
 @pytest.mark.parametrize("cores", [1, 8])

@@ -9,7 +9,7 @@ selection matmuls and combines the window on the SFU. A non-overlapping pool of 
 epilogue map) is applied by the conv kernel to each output tile before the store (its kernel is ``epilogue``,
 :func:`pool_source`): the conv's full-size output never goes to device memory. A conv marked ``spyre.ring_input``
 by spyre-chain-convs receives its input patch from the kernel storing its input, which sends those rows over the
-ring instead of storing them (:func:`ring_consumer`).
+ring instead of storing them (:func:`ring_consumer`; a flatten marked so receives its input rows the same way).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .move import column_selections
 from .rows import apply_epilogue, epilogue_of, planned
 
 __all__ = ["select", "why_not", "pool_source", "pool_of", "prefetchable", "core_tiles", "stored_value",
-           "ring_source", "ring_consumer", "EMITTERS"]
+           "ring_source", "ring_consumer", "ring_buffer", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -221,13 +221,13 @@ def stored_value(conv):
     return (found[0] if found is not None else conv).operation.results[0]
 
 
-def ring_source(conv):
-    """The conv2d (kernel ``conv2d``) whose kernel stores operand 0 of ``conv`` (through the pool or map it
-    applies), when ``conv`` is that value's only reader: the producer spyre-chain-convs may let send ``conv``'s
-    input patches over the ring. None otherwise."""
+def ring_source(op):
+    """The conv2d (kernel ``conv2d``) whose kernel stores operand 0 of ``op`` (through the pool or map it applies),
+    when ``op`` (a conv2d, or a flatten on the PT array: :func:`move.ring_merges`) is that value's only reader:
+    the producer spyre-chain-convs may let send ``op``'s input rows over the ring. None otherwise."""
     from .rows import epilogue
 
-    v = conv.operation.operands[0]
+    v = op.operation.operands[0]
     p = _owner(v)
     if p is None or not _single_use(v):
         return None
@@ -242,15 +242,22 @@ def ring_source(conv):
 
 
 def ring_consumer(conv):
-    """The conv2d whose input patches the kernel of ``conv`` sends over the ring instead of storing its result:
-    that result's only reader, marked ``spyre.ring_input`` by spyre-chain-convs. None otherwise."""
+    """The op whose input rows the kernel of ``conv`` sends over the ring instead of storing its result: that
+    result's only reader, a conv2d or a select-cols flatten marked ``spyre.ring_input`` by spyre-chain-convs.
+    None otherwise."""
     uses = list(stored_value(conv).uses)
     if len(uses) != 1:
         return None
     user = uses[0].owner.operation
-    if user.name != "spyre.conv2d" or uses[0].operand_number != 0 or not _attr(user, RING_INPUT):
+    if user.name not in ("spyre.conv2d", "spyre.reshape") or uses[0].operand_number != 0 \
+            or not _attr(user, RING_INPUT):
         return None
     return user
+
+
+def ring_buffer(op) -> str:
+    """The buffer of ``op``'s plan its input rows arrive in over the ring: a conv's patches, a flatten's ``in0``."""
+    return "a0" if op.name == "spyre.conv2d" else "in0"
 
 
 def _patch_origin(op, k, tile) -> tuple[int, int]:
@@ -276,49 +283,61 @@ def _patches(op, kp, k) -> list[tuple[list[tuple[int, int, int]], list[int]]]:
     return out
 
 
-def _ring_sender(em, op, kp, tf, loc):
-    """For a conv whose result goes over the ring into its consumer's input patches (:func:`ring_consumer`),
-    ``send(core, n, f0, T, lo, hi, base)``: rows [lo, hi) of the stored tile ``T`` (rows (row, filter): output row
-    base + r of filters f0.. f0 + tf of image n) to every consumer core whose patch holds some of them, at their
-    place in its ``a0`` (rows (input row, channel)); a RING_SEND per run of rows contiguous on both sides, an SFU
-    copy on the sending core itself. None for a conv that stores its result."""
+def _patch_rows(to, target):
+    """The input patches of conv ``to`` marked spyre.ring_input: (its ``a0`` tile, {row of its input (n, c, h) as
+    stored: [(core, row of a0)]})."""
     from spyre_mlir.passes.op_model import op_model
+
+    kp, k = KernelPlan.of(to, target), op_model(to).conv
+    (_, c_, h, w), elt = _tensor_type(to.operands[0])
+    cin, rows_in = k.in_channels(kp.tile[1]), k.in_rows(kp.tile[2])
+    dest = {}
+    for core, (keys, _) in enumerate(_patches(to, kp, k)):
+        for j, (c0, n, p0) in enumerate(keys):
+            at = j * cin * rows_in
+            for r in range(max(p0, 0), min(p0 + rows_in, h)):
+                for c in range(c0, c0 + cin):
+                    dest.setdefault((n * c_ + c) * h + r, []).append((core, at + (r - p0) * cin + c - c0))
+    return kp.tile_at("a0", cin * rows_in * k.patches, w, format_of(elt)), dest
+
+
+def _ring_sender(em, op, kp, tf, loc):
+    """For a conv whose result goes over the ring into its consumer's input rows (:func:`ring_consumer`),
+    ``send(core, n, f0, T, lo, hi, base)``: rows [lo, hi) of the stored tile ``T`` (rows (row, filter): stored
+    row base + r of filters f0.. f0 + tf of image n) to every consumer core that reads them, at their place in
+    its buffer (:func:`ring_buffer`); a RING_SEND per run of rows contiguous on both sides, an SFU copy on the
+    sending core itself. None for a conv that stores its result."""
+    from .move import ring_rows
 
     to = ring_consumer(op)
     if to is None:
         return None
-    kp2, k2 = KernelPlan.of(to, em.target), op_model(to).conv
+    kp2 = KernelPlan.of(to, em.target)
     if not _attr(op, BARRIER) and not kp.cores == kp2.cores == 1:
         kp.fail("its result goes over the ring (spyre.ring_input on its reader), but no barrier follows it to "
                 "deliver the rows (spyre.barrier)")
-    (_, _, h2, w2), elt = _tensor_type(to.operands[0])
-    cin, rows_in = k2.in_channels(kp2.tile[1]), k2.in_rows(kp2.tile[2])
-    A2 = kp2.tile_at("a0", cin * rows_in * k2.patches, w2, format_of(elt))
-    # (core, first row in a0, image, first channel, first input row) of every patch of the consumer
-    patches = [(c, j * cin * rows_in, key[1], key[0], key[2])
-               for c, (keys, _) in enumerate(_patches(to, kp2, k2)) for j, key in enumerate(keys)]
+    IN, dest = _patch_rows(to, em.target) if to.name == "spyre.conv2d" else ring_rows(to, em.target)
+    (_, F, H, _), _ = _tensor_type(stored_value(op))
     b = em.b
 
     def send(core, n, f0, T, lo, hi, base):
-        if T.pitch != A2.pitch or T.fmt != A2.fmt:
+        if T.pitch != IN.pitch or T.fmt != IN.fmt:
             kp.fail(f"its stored rows ({T.cols} {T.fmt.key} columns) are not its consumer's input rows")
-        for c, at, n2, c0, p0 in patches:
-            rlo, rhi = max(base + lo, p0, 0), min(base + hi, p0 + rows_in, h2)
-            flo, fhi = max(f0, c0), min(f0 + tf, c0 + cin)
-            if n2 != n or rlo >= rhi or flo >= fhi:
-                continue
-            runs = []           # [source row, destination row, rows]
-            for r in range(rlo, rhi):
-                src, dst = (r - base) * tf + flo - f0, at + (r - p0) * cin + flo - c0
-                if runs and runs[-1][0] + runs[-1][2] == src and runs[-1][1] + runs[-1][2] == dst:
-                    runs[-1][2] += fhi - flo
-                else:
-                    runs.append([src, dst, fhi - flo])
-            for src, dst, rows in runs:
-                if c == core:
-                    b.sfu(core, "cast", A2.row_slice(dst, dst + rows), T.row_slice(src, src + rows), loc=loc)
-                else:
-                    b.ring_send(core, c, A2.row_slice(dst, dst + rows).addr, T.row_slice(src, src + rows), loc=loc)
+        runs = {}               # (core, destination - source row): [[source row, destination row, rows]]
+        for r in range(lo, hi):
+            for f in range(tf):
+                src = r * tf + f
+                for c, dst in dest.get(((n * F + f0 + f) * H + base + r), ()):
+                    run = runs.setdefault((c, dst - src), [])
+                    if run and run[-1][0] + run[-1][2] == src:
+                        run[-1][2] += 1
+                    else:
+                        run.append([src, dst, 1])
+        for c, dst, src, rows in sorted((c, d, s, k) for (c, _), run in runs.items() for s, d, k in run):
+            if c == core:
+                b.sfu(core, "cast", IN.row_slice(dst, dst + rows), T.row_slice(src, src + rows), loc=loc)
+            else:
+                b.ring_send(core, c, IN.row_slice(dst, dst + rows).addr, T.row_slice(src, src + rows), loc=loc)
     return send
 
 

@@ -18,15 +18,17 @@ import math
 
 import numpy as np
 
-from spyre_mlir.passes.analysis import KERNEL
+from spyre_mlir.passes.analysis import KERNEL, RING_INPUT
 from spyre_mlir.runtime.assembler import Tile
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 
 from ..common import EmitError, _attr, _sub, _tb, _tensor_type
+from ..plan import KernelPlan
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .rows import _role, planned, run_tiles
 
-__all__ = ["restick", "col_terms", "out_width", "term_cols", "column_selections", "row_sources", "select", "EMITTERS"]
+__all__ = ["restick", "col_terms", "out_width", "term_cols", "column_selections", "row_sources", "ring_merges",
+           "ring_slots", "ring_rows", "select", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -478,6 +480,37 @@ def term_cols(op, groups) -> list[int]:
     return [max(cols[terms[t][0]] for _, terms in groups if t < len(terms)) for t in range(width)]
 
 
+def ring_merges(op) -> bool:
+    """Whether select-cols ``op`` can take its input rows over the ring (spyre-chain-convs): a reshape merging rows
+    (one group, its terms all reading operand 0 into ``in0``: :func:`merged_terms`), so a tile loads nothing else."""
+    groups = col_terms(op) if op.name == "spyre.reshape" else None
+    return groups is not None and len(groups) == 1 and merged_terms(groups) > 0
+
+
+def ring_slots(grid, tile, rows: int) -> int:
+    """The row tiles of one core (KernelPlan.row_tiles): with spyre.ring_input ``in0`` holds all of them at once."""
+    return -(-(rows // grid[-1]) // tile[-1])
+
+
+def ring_rows(op, target):
+    """The input rows of select-cols ``op`` marked spyre.ring_input: (its ``in0`` tile, {row of its operand as
+    stored: [(core, row of in0)]}). A core's tile i sits at row i x (terms x tile rows) of ``in0``, term after
+    term as :func:`_emit_cols` reads them."""
+    (_, terms), = col_terms(op)
+    kp = KernelPlan.of(op, target)
+    rows, tr, k = len(terms[0][1]), kp.tile[-1], len(terms)
+    S = _tensor_type(op.operands[0])
+    slots = ring_slots(kp.grid, kp.tile, rows)
+    dest, seen = {}, {}
+    for core, r0, n in kp.row_tiles(rows):
+        at = seen.setdefault(core, 0) * k * tr
+        seen[core] += 1
+        for t, (_, src, _) in enumerate(terms):
+            for i, s in enumerate(src[r0:r0 + n].tolist()):
+                dest.setdefault(s, []).append((core, at + t * n + i))
+    return kp.tile_at("in0", slots * k * tr, S[0][-1], format_of(S[1])), dest
+
+
 def _emit_cols(em, op, loc):
     """Movement inside the innermost dim as its plan says: the selection matrices loaded once per core, by one
     DMA (stacked in ``sel``), then per row tile and group the terms' source rows gathered (``in0``, ``inb0``...;
@@ -498,27 +531,36 @@ def _emit_cols(em, op, loc):
     const, sel_row = _stacked(em, f"select{em._op_index}", [P for _, _, P in mats], fmt)
     kp, plan = planned(em, op, len(groups[0][0]))
     tr = kp.tile[-1]
+    ring_in = bool(_attr(op, RING_INPUT))
+    if ring_in:
+        from .conv import ring_source
+
+        if not ring_merges(op) or ring_source(op) is None:
+            kp.fail("spyre.ring_input, but it is no flatten whose input a conv kernel sends over the ring")
     for core in range(kp.cores):
         whole = kp.tile_at("sel", sel_row[-1], cout, fmt)
         load_rows(b, core, whole, const, 0, loc=loc)
         sel = {(gi, ti): whole.row_slice(sel_row[j], sel_row[j + 1]) for j, (gi, ti, _) in enumerate(mats)}
         merged = merged_terms(groups)
-        if merged:
+        if ring_in:                     # every tile's rows arrive over the ring (ring_rows)
+            whole_in = kp.tile_at("in0", ring_slots(kp.grid, kp.tile, len(groups[0][0])) * merged * tr,
+                                  srcs[0].cols, fmt)
+        elif merged:
             whole_in = kp.tile_at("in0", merged * tr, srcs[groups[0][1][0][0]].cols, fmt)
         else:
             ins = [kp.tile_at(_role(t) + "0", tr, c, fmt) for t, c in enumerate(term_cols(op, groups))]
         acc, out = kp.tile_at("acc", tr, cout, "fp32"), kp.tile_at("out0", tr, cout, fmt)
-        for c2, r0, n in plan:
-            if c2 != core:
-                continue
+        for i, (r0, n) in enumerate((r0, n) for c2, r0, n in plan if c2 == core):
             for gi, (dst, terms) in enumerate(groups):
-                if merged:
+                if ring_in:
+                    both = whole_in.row_slice(i * merged * tr, i * merged * tr + merged * n)
+                elif merged:
                     S = srcs[terms[0][0]]
                     both = _sub(whole_in, merged * n, S.cols)
                     load_gather(b, core, both, S, np.concatenate([rows[r0:r0 + n] for _, rows, _ in terms]),
                                 loc=loc)
                 for ti, (s, rows, _) in enumerate(terms):
-                    if merged:
+                    if merged or ring_in:
                         At = both.row_slice(ti * n, (ti + 1) * n)
                     else:
                         At = _sub(ins[ti], n, srcs[s].cols)
