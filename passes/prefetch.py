@@ -1,10 +1,10 @@
 """spyre-prefetch{target=PATH}: load a kernel's constants while an earlier kernel computes.
 
 A kernel that loads constants once before its work (``codegen.kernels.prefetchable``: a conv2d sharing its
-filters, bias and pool selections over the ring; a K-split matmul's one constant B tile per core) starts with DRAM
-reads while its PT array and SFU wait. The constants depend on nothing, and an earlier kernel may leave its DMA
-unit idle while it computes, so those loads can run then: the next layer's weights arrive while this layer
-computes. Only into idle time, and only where it pays (``codegen.kernels.last_segment``, the cost model on the
+filters, bias and pool selections over the ring; a K-split matmul's one constant B tile per core; a flatten's
+selection matrices, select-cols) starts with DRAM reads while its PT array and SFU wait. The constants depend on
+nothing, and an earlier kernel may leave its DMA unit idle while it computes, so those loads can run then: the next
+layer's weights arrive while this layer computes. Only into idle time, and only where it pays (``codegen.kernels.last_segment``, the cost model on the
 plans): the host is the nearest of the last MAX_DISTANCE kernels whose last segment loads nothing (a phased conv,
 a matmul with one tile per core) and computes there at least as long as the loads take (less what earlier
 prefetches took), and the cycles the loads keep this kernel from its work exceed what they cost the host: the

@@ -43,6 +43,25 @@ func.func @host_between(%x: tensor<1x3x32x32xf32> {spyre.name = "x"}, %w1: tenso
 
 // -----
 
+// A flatten (select-cols) loads its selection matrices once per core before its work: they load while the conv
+// before computes, above every byte of both kernels (the conv's 40960).
+// CHECK: module attributes {{{.*}}spyre.scratchpad_peak = 49152 : i64}
+// CHECK-LABEL: func.func @conv_flatten_selections
+// CHECK: "spyre.conv2d"
+// CHECK-SAME: spyre.scratchpad_bytes = 40960 : i64
+// CHECK: "spyre.reshape"
+// CHECK-SAME: spyre.kernel = "select-cols", spyre.prefetch = ["sel"], spyre.prefetch_distance = 1 : i64
+// CHECK-SAME: sel = 40960 : i64
+// CHECK-SAME: spyre.scratchpad_bytes = 49152 : i64
+func.func @conv_flatten_selections(%x: tensor<2x16x8x8xf32> {spyre.name = "x"}, %w: tensor<16x16x3x3xf32> {spyre.param = "c.weight", spyre.value = dense<0.01> : tensor<16x16x3x3xf32>}, %b: tensor<16xf32> {spyre.param = "c.bias", spyre.value = dense<0.5> : tensor<16xf32>}) -> (tensor<2x256xf32> {spyre.name = "y"}) {
+  %0 = "spyre.conv2d"(%x, %w, %b) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<2x16x8x8xf32>, tensor<16x16x3x3xf32>, tensor<16xf32>) -> tensor<2x16x8x8xf32>
+  %1 = "spyre.pool2d"(%0) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<2x16x8x8xf32>) -> tensor<2x16x4x4xf32>
+  %2 = "spyre.reshape"(%1) : (tensor<2x16x4x4xf32>) -> tensor<2x256xf32>
+  return %2 : tensor<2x256xf32>
+}
+
+// -----
+
 // conv -> max pool -> flatten -> Linear: the flatten (select-cols) is DMA-bound, so the classifier's one B tile
 // per core (split along K) loads two kernels back, while the conv computes. Its bytes clear both kernels.
 // CHECK-LABEL: func.func @conv_flatten_linear

@@ -78,9 +78,11 @@ def test_emit_fails_on_a_prefetch_it_cannot_follow(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "k.mlir").read_text()
-    # The second and third convs load their constants during the conv before; the classifier (split along K, one
-    # B tile per core) two kernels back, during the last conv: the flatten between is DMA-bound.
-    assert text.count("spyre.prefetch = [") == 3
+    # The second and third convs load their constants during the conv before, and so does the flatten (its
+    # selection matrices); the classifier (split along K, one B tile per core) two kernels back, during the last
+    # conv (the flatten is no host: no kernel model says how long it computes without loading).
+    assert text.count("spyre.prefetch = [") == 4
+    assert 'spyre.prefetch = ["sel"], spyre.prefetch_distance = 1' in text
     assert 'spyre.prefetch = ["b0"], spyre.prefetch_distance = 2' in text
     first = text.index('"spyre.conv2d"')
     text = text[:first] + text[first:].replace("spyre.kernel = \"conv2d\"",

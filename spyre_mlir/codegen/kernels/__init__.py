@@ -50,7 +50,7 @@ def applied_by(op):
     return rows.epilogue(op)
 
 
-_PREFETCHING = {"conv2d": conv, "matmul": matmul}     # kernels with prefetchable and last_segment
+_PREFETCHING = {"conv2d": conv, "matmul": matmul, "select-cols": move}   # kernels with prefetchable and last_segment
 
 
 def _kernel(op):

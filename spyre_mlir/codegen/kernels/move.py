@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -28,7 +29,7 @@ from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, s
 from .rows import _role, planned, run_tiles
 
 __all__ = ["restick", "col_terms", "out_width", "term_cols", "column_selections", "row_sources", "ring_merges",
-           "ring_slots", "ring_rows", "select", "EMITTERS"]
+           "ring_slots", "ring_rows", "prefetchable", "last_segment", "select", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -480,6 +481,19 @@ def term_cols(op, groups) -> list[int]:
     return [max(cols[terms[t][0]] for _, terms in groups if t < len(terms)) for t in range(width)]
 
 
+def prefetchable(op, target) -> tuple[tuple[str, ...], float, float]:
+    """``("sel",)``: the selection matrices select-cols loads once per core before its work, with the cycles
+    those loads take (every core loading its copy) and keep it from its work (the same)."""
+    kp = KernelPlan.of(op, target)
+    load = kp.buffers["sel"][1] * kp.cores / (target.dram_read_gbps / target.clock_ghz) + target.dma_latency_cycles
+    return ("sel",), load, load
+
+
+def last_segment(op, target) -> None:
+    """None: select-cols loads in its last segment (a gather per row tile)."""
+    return None
+
+
 def ring_merges(op) -> bool:
     """Whether select-cols ``op`` can take its input rows over the ring (spyre-chain-convs): a reshape merging rows
     (one group, its terms all reading operand 0 into ``in0``: :func:`merged_terms`), so a tile loads nothing else."""
@@ -537,9 +551,12 @@ def _emit_cols(em, op, loc):
 
         if not ring_merges(op) or ring_source(op) is None:
             kp.fail("spyre.ring_input, but it is no flatten whose input a conv kernel sends over the ring")
+    whole = kp.tile_at("sel", sel_row[-1], cout, fmt)
+    # spyre-prefetch may have planned the selections' loads during an earlier kernel.
+    with em.prefetching(op) if em.prefetched(op, prefetchable) else contextlib.nullcontext():
+        for core in range(kp.cores):
+            load_rows(b, core, whole, const, 0, loc=loc)
     for core in range(kp.cores):
-        whole = kp.tile_at("sel", sel_row[-1], cout, fmt)
-        load_rows(b, core, whole, const, 0, loc=loc)
         sel = {(gi, ti): whole.row_slice(sel_row[j], sel_row[j + 1]) for j, (gi, ti, _) in enumerate(mats)}
         merged = merged_terms(groups)
         if ring_in:                     # every tile's rows arrive over the ring (ring_rows)
