@@ -27,7 +27,7 @@ scratchpad keeps its loads. Runs after spyre-prefetch (its placements are what t
     %c = "spyre.conv2d"(%p, %w, %b) {spyre.kernel = "conv2d", spyre.ring_input = true,
            spyre.scratchpad = {a0 = 43008 : i64, ...}, spyre.scratchpad_bytes = 55296 : i64, ...}
     %f = "spyre.reshape"(%q) {spyre.kernel = "select-cols", spyre.ring_input = true,
-           spyre.scratchpad = {..., in0 = 155648 : i64, ...}, ...}        // a conv's pooled maps, flattened
+           spyre.scratchpad = {..., in0 = 94208 : i64, ...}, ...}         // a conv's pooled maps, flattened
 """
 
 from __future__ import annotations

@@ -1068,8 +1068,12 @@ def conv_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int] | None, 
         if conv_phased(k, grid, tile):
             # The patch loads with the constants (reads only), the segment after the barrier stores (writes only).
             # The tile is computed and stored in pieces (conv_pieces), each piece's store behind the next one's work.
+            # Rows the patches share are loaded once and sent on (conv_patch_sharing); a patch that arrives over
+            # the ring whole (spyre-chain-convs) is priced as loaded (the cost model does not know chains).
             share = max(1, active or cores) / target.clock_ghz
-            loads = (consts / g + sel / cores + bufs["a0"]) * share / target.dram_read_gbps
+            patch, passed, sends = conv_patch_sharing(k, grid, tile)
+            ring += passed / target.ring_bytes_per_cycle + sends * target.hop_latency_cycles
+            loads = (consts / g + sel / cores + patch) * share / target.dram_read_gbps
             pre = loads + (parts + 1) * target.dma_latency_cycles + ring + target.barrier_latency_cycles
             q = len(conv_pieces(k, (1, tf, toh), target, active or cores))
             work, store = _conv_piece_spans(k, tf, toh, target, active or cores, q)
@@ -1151,6 +1155,57 @@ def conv_phased(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> bool
     gn, gf, goh = grid
     _, tf, toh = tile
     return conv_shares(k, grid, tile) and _ceil(k.n, gn) * _ceil(_ceil(k.f, gf), tf) * _ceil(_ceil(k.oh, goh), toh) == 1
+
+
+def shared_rows(ranges: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Who loads which rows when several cores need overlapping row ranges [lo, hi) of one tensor (the input
+    patches of a phased conv's cores, :func:`conv_patch_sharing`): each needed row is loaded by one core that needs
+    it and sent to the others. The rows, in order, are cut into len(ranges) even runs, the i-th taken by the i-th
+    range in (lo, index) order when that range holds it (else by the first range holding it), so neighbours' halo
+    rows are loaded once and cores with the same range split it. Returns each range's loaded runs [(lo, hi)]."""
+    order = sorted(range(len(ranges)), key=lambda i: (ranges[i][0], i))
+    rows = sorted({r for lo, hi in ranges for r in range(lo, hi)})
+    owned: list[list[tuple[int, int]]] = [[] for _ in ranges]
+    for n, r in enumerate(rows):
+        i = order[n * len(order) // len(rows)]
+        if not ranges[i][0] <= r < ranges[i][1]:
+            i = next(j for j in order if ranges[j][0] <= r < ranges[j][1])
+        runs = owned[i]
+        if runs and runs[-1][1] == r:
+            runs[-1] = (runs[-1][0], r + 1)
+        else:
+            runs.append((r, r + 1))
+    return owned
+
+
+def conv_patch_groups(grid: Sequence[int]) -> list[list[int]]:
+    """The cores of a phased conv (:func:`conv_phased`: one tile each) that share their patches' halo rows: those of
+    one image and filter block, along the output rows. (Filter blocks of a groups-1 conv read the same rows too,
+    but a conv sharing them gets picked wide where its input then crosses the ring once per filter block:
+    spyre-chain-convs, which the cost model does not see.)"""
+    gn, gf, goh = grid
+    return [list(range(b * goh, (b + 1) * goh)) for b in range(gn * gf)]
+
+
+def conv_patch_sharing(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> tuple[float, float, int]:
+    """For a phased conv reading its input from device memory, whose cores load the rows their patches share once
+    (:func:`shared_rows`) and pass them on over the ring before its barrier: (patch bytes a core loads, bytes it
+    receives, on average over the cores; the most sends a core makes). Rows counted with the padding's (an
+    upper bound: a core zero-fills those)."""
+    goh, ohb, sh = grid[2], _ceil(k.oh, grid[2]), k.stride_h
+    row = tile_bytes(k.in_channels(tile[1]), k.w, k.fmt)
+    loaded = received = sends = 0
+    for cores in conv_patch_groups(grid):
+        ranges = [((c % goh) * ohb * sh, min(k.h, (c % goh) * ohb * sh + k.in_rows(ohb))) for c in cores]
+        owned = shared_rows(ranges)
+        for (lo, hi), runs in zip(ranges, owned):
+            mine = sum(b - a for a, b in runs)
+            loaded += mine
+            received += hi - lo - sum(max(0, min(b, hi) - max(a, lo)) for a, b in runs)
+            sends = max(sends, sum(1 for a, b in runs for lo2, hi2 in ranges if (lo2, hi2) != (lo, hi)
+                                   and min(b, hi2) > max(a, lo2)))
+    cores = grid[0] * grid[1] * grid[2]
+    return loaded * row / cores, received * row / cores, sends
 
 
 def conv_constants_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: Target) -> float:

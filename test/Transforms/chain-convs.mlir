@@ -4,15 +4,15 @@
 // conv -> max pool -> conv: the first conv's kernel applies the pool and the second has one tile per core, so the
 // pooled rows go over the ring into its input patches. Its a0 moves to the module's peak (above every kernel's
 // buffers, the constants spyre-prefetch hoisted into the first conv included), and both peaks grow by the patch.
-// CHECK: module attributes {{{.*}}spyre.scratchpad_peak = 55296 : i64}
+// CHECK: module attributes {{{.*}}spyre.scratchpad_peak = 50176 : i64}
 // CHECK-LABEL: func.func @conv_pool_conv
 // CHECK: "spyre.conv2d"
 // CHECK-NOT: spyre.ring_input
 // CHECK-SAME: spyre.scratchpad_bytes = 33792 : i64
 // CHECK: "spyre.conv2d"
 // CHECK-SAME: spyre.prefetch = ["b0", "bias"], spyre.prefetch_distance = 1 : i64, spyre.ring_input = true
-// CHECK-SAME: spyre.scratchpad = {a0 = 43008 : i64, acc = 18432 : i64, b0 = 34816 : i64, bias = 40960 : i64, out = 26624 : i64}
-// CHECK-SAME: spyre.scratchpad_bytes = 55296 : i64
+// CHECK-SAME: spyre.scratchpad = {a0 = 41984 : i64, acc = 14336 : i64, b0 = 33792 : i64, bias = 39936 : i64, out = 18432 : i64}
+// CHECK-SAME: spyre.scratchpad_bytes = 50176 : i64
 
 // On one core the second conv walks four output-row tiles: a0 holds their four patches (4 x 12 KB), which the first
 // conv's kernel copies there on the SFU; no barrier is needed between two kernels on one core.
@@ -69,15 +69,15 @@ func.func @three(%x: tensor<1x8x16x16xf32> {spyre.name = "x"}, %w: tensor<8x8x3x
 // A CNN's flatten: the pooled rows, 16 of one channel's 64 values each, merge into sticks on the PT array (select-cols).
 // The conv's kernel sends them over the ring into the flatten's in0 (every row tile of its cores), which moves above
 // the peak (the conv's buffers) like a patch: 32 rows x 8 terms of a stick, 32 KB.
-// CHECK: module attributes {{{.*}}spyre.scratchpad_peak = 188416 : i64}
+// CHECK: module attributes {{{.*}}spyre.scratchpad_peak = 126976 : i64}
 // CHECK-LABEL: func.func @conv_pool_flatten
 // CHECK: "spyre.conv2d"
 // CHECK-SAME: spyre.barrier = true
 // CHECK-NOT: spyre.ring_input
-// CHECK-SAME: spyre.scratchpad_bytes = 155648 : i64
+// CHECK-SAME: spyre.scratchpad_bytes = 94208 : i64
 // CHECK: "spyre.reshape"
-// CHECK-SAME: spyre.kernel = "select-cols", spyre.ring_input = true, spyre.scratchpad = {{{.*}}in0 = 155648 : i64
-// CHECK-SAME: spyre.scratchpad_bytes = 188416 : i64
+// CHECK-SAME: spyre.kernel = "select-cols", spyre.ring_input = true, spyre.scratchpad = {{{.*}}in0 = 94208 : i64
+// CHECK-SAME: spyre.scratchpad_bytes = 126976 : i64
 func.func @conv_pool_flatten(%x: tensor<1x8x16x16xf32> {spyre.name = "x"}, %w: tensor<64x8x3x3xf32> {spyre.param = "w", spyre.value = dense<0.125> : tensor<64x8x3x3xf32>}) -> (tensor<1x4096xf32> {spyre.name = "y"}) {
   %0 = "spyre.conv2d"(%x, %w) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x8x16x16xf32>, tensor<64x8x3x3xf32>) -> tensor<1x64x16x16xf32>
   %1 = "spyre.pool2d"(%0) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x64x16x16xf32>) -> tensor<1x64x8x8xf32>

@@ -71,7 +71,8 @@ def test_chains_move_bytes_not_results(monkeypatch, cores, precision):
         np.testing.assert_allclose(y, model(x).numpy(), rtol=0.05, atol=0.05)
     p, p0 = exe.profile, base.profile
     assert p.dram_read_bytes < p0.dram_read_bytes and p.dram_write_bytes < p0.dram_write_bytes
-    assert p.cycles < p0.cycles and (p.ring_bytes > p0.ring_bytes or cores == 1)
+    # (Ring bytes are no witness: without chains, phased convs pass their halo rows over the ring instead.)
+    assert p.cycles < p0.cycles
     # Some intermediate activations are never stored nor loaded: they only crossed the ring.
     assert len(_stored_and_loaded(exe)) < len(_stored_and_loaded(base))
 

@@ -283,6 +283,30 @@ def _patches(op, kp, k) -> list[tuple[list[tuple[int, int, int]], list[int]]]:
     return out
 
 
+def _shared_loads(op, kp, k, H: int, rows_in: int) -> list[tuple[int, list[tuple[int, int]], list[tuple]]]:
+    """For a phased conv (one tile a core) loading its patches from device memory: per core, its patch's first
+    input row (negative in the padding), the runs of input rows [lo, hi) it loads (``cost.shared_rows``: the halo
+    rows the cores of ``cost.conv_patch_groups`` share are loaded once, by one of them) and its sends of them
+    [(destination cores, first input row, rows, their first row in the destinations' patches)]: one RING_SEND per
+    run and destination place (a multicast when several cores take the rows at the same place)."""
+    tiles = [ts[0] for ts in core_tiles(kp, k)]
+    origin = [_patch_origin(op, k, t) for t in tiles]
+    need = [(max(p0, 0), min(p0 + rows_in, H)) for _, p0 in origin]
+    out = [(p0, [], []) for _, p0 in origin]
+    for cores in cost.conv_patch_groups(kp.grid):
+        if len({(tiles[c][1], origin[c][0]) for c in cores}) != 1:
+            kp.fail("the cores of cost.conv_patch_groups read different images or channels")
+        for c, runs in zip(cores, cost.shared_rows([need[c] for c in cores])):
+            by_place = {}
+            for a, z in runs:
+                for d in cores:
+                    lo, hi = max(a, need[d][0]), min(z, need[d][1])
+                    if d != c and hi > lo:
+                        by_place.setdefault((lo, hi, lo - origin[d][1]), []).append(d)
+            out[c] = (origin[c][1], runs, [(dests, lo, hi - lo, place) for (lo, hi, place), dests in by_place.items()])
+    return out
+
+
 def _patch_rows(to, target):
     """The input patches of conv ``to`` marked spyre.ring_input: (its ``a0`` tile, {row of its input (n, c, h) as
     stored: [(core, row of a0)]})."""
@@ -469,7 +493,9 @@ def emit_conv2d(em, op, loc):
         first = [i == 0 or tiles[i - 1][0] != t[0] for i, t in enumerate(tiles)]
         wslot = np.cumsum(first) - 1            # which filter tile (weight buffer) each tile uses
 
-        def load(i, core=core, tiles=tiles, first=first, wslot=wslot):
+        def load(i, runs=None, core=core, tiles=tiles, first=first, wslot=wslot):
+            """The tile's filters (unshared) and patch: its padding rows zero-filled, its input rows loaded (only
+            ``runs`` of them when its cores share their patches' rows: _shared_loads)."""
             f0, n, _ = tiles[i]
             if first[i] and not shared:
                 load_rows(b, core, B[wslot[i] % kp.nbuf], W, f0 // tf * nprod * tf, loc=loc)
@@ -483,8 +509,9 @@ def emit_conv2d(em, op, loc):
                     b.sfu(core, "fill", a.row_slice(r0 * cin, r1 * cin), imm=0.0, loc=loc)
             if hi > lo and not ring_in:         # else the producer's kernel sent those rows
                 pitch = a.pitch
-                b.dma_load(core, X.addr + ((n * C + c0) * H + p0 + lo) * pitch, a.addr + lo * cin * pitch,
-                           (hi - lo, cin, pitch), (pitch, H * pitch), (cin * pitch, pitch), loc=loc)
+                for r0, r1 in runs if runs is not None else [(p0 + lo, p0 + hi)]:
+                    b.dma_load(core, X.addr + ((n * C + c0) * H + r0) * pitch, a.addr + (r0 - p0) * cin * pitch,
+                               (r1 - r0, cin, pitch), (pitch, H * pitch), (cin * pitch, pitch), loc=loc)
 
         def work(i, pieces=((0, toh),), core=core, tiles=tiles, first=first, wslot=wslot):
             f0, n, oh0 = tiles[i]
@@ -547,7 +574,15 @@ def emit_conv2d(em, op, loc):
                         load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
                     if hi > lo and others:          # a filter block on one core (gn x goh = 1) shares nothing
                         b.ring_send(group[q], others, t.row_slice(lo, hi).addr, t.row_slice(lo, hi), loc=loc)
-        if early:
+        if early and not ring_in:
+            # The rows neighbouring cores' patches share (the halo; the whole patch for cores of other filter
+            # blocks) are read from device memory once and sent on, delivered at the barrier below.
+            for (core, _, load, _), (p0, runs, sends) in zip(cores, _shared_loads(op, kp, k, H, rows_in)):
+                load(0, runs)
+                for dests, r0, rows, place in sends:
+                    src = A[0].row_slice((r0 - p0) * cin, (r0 - p0 + rows) * cin)
+                    b.ring_send(core, dests, A[0].row_slice(place * cin, (place + rows) * cin).addr, src, loc=loc)
+        elif early:
             for core, _, load, _ in cores:
                 load(0)
         b.barrier(range(kp.cores), loc=loc)
