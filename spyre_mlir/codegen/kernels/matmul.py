@@ -190,6 +190,11 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             _multiply(b, core, t, At, Bts, rows, cols, depth, s > 0, fin, scale, loc, sib)
                             if fin and chain is not None:
                                 _chained(b, core, t, rows, cols, bi_, loc)
+                        if gk > 1 and core == root:     # the root's write-back operands load during the products
+                            if t["CS"] is not None:
+                                load_rows(b, root, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
+                            if t["BI"] is not None:
+                                load_rows(b, root, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
                     t = T[root]
                     if gk > 1:
                         R, C = _sub(t["R"], rows, cols), _sub(t["C"], rows, cols)
@@ -201,12 +206,10 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                         if sib is not None:
                             _finish_sibling(b, root, t, rows, cols, c0, sib, loc)
                         if t["CS"] is not None:
-                            load_rows(b, root, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
                             b.sfu(root, "mul", R, R, _sub(t["CS"], 1, cols), loc=loc)
                         if scale is not None:
                             b.sfu(root, "mul", R, R, float(scale), loc=loc)
                         if t["BI"] is not None:
-                            load_rows(b, root, _sub(t["BI"], 1, cols), bias, 0, c0, loc=loc)
                             b.sfu(root, "add", R, R, _sub(t["BI"], 1, cols), loc=loc)
                         _load_extra(b, root, t, X, o0 + r0, c0, rows, cols, loc)
                         b.sfu(root, "cast", _sub(t["O"], rows, cols), R, loc=loc)
