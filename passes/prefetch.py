@@ -18,8 +18,9 @@ kernel's last segment, on each core after its last load there; `spyre.prefetch_d
 (1: the one just before). Their `spyre.scratchpad` offsets move to bytes none of the kernels from there to this op
 touches: at or above all their other buffers, clear of the prefetched buffers alive meanwhile. The op's
 `spyre.scratchpad_bytes` and the module's `spyre.scratchpad_peak` grow to match; an op whose buffers would not fit
-the usable scratchpad keeps its plan. The multicasts land at the next barrier (the earlier kernel's, or the
-conv's own before its work), which joins every core.
+the usable scratchpad keeps its plan. A conv's multicasts of those rows go with the loads when the next barrier
+there joins their destinations (they land at it), else before the conv's own barrier, which joins all its cores
+(a phased row-wise kernel or a K-split matmul group in between meets on fewer).
 
     %c = "spyre.conv2d"(%x, %w, %b) {spyre.kernel = "conv2d", spyre.prefetch = ["b0", "bias"],
            spyre.prefetch_distance = 1 : i64, spyre.scratchpad = {a0 = 0, b0 = 40960, bias = 43008, ...}, ...}

@@ -191,6 +191,14 @@ class ProgramBuilder:
         finally:
             self._at = None
 
+    def next_barrier(self, core: int) -> int | None:
+        """The mask of the first barrier ``core`` meets after the instructions emitted now (inside
+        :meth:`inserting`, after its insertion point), or None when none follows yet."""
+        at = self._at.get(core) if self._at is not None else None
+        if at is None:
+            return None
+        return next((r["mask"] for r in self._records[core][at:] if r["op"] == int(Op.BARRIER)), None)
+
     def stream_length(self, core: int) -> int:
         return len(self._records[core])
 

@@ -93,3 +93,30 @@ def test_emit_fails_on_a_prefetch_it_cannot_follow(tmp_path):
     assert r.returncode != 0
     assert "spyre.prefetch" in r.stderr and "conv" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "b.spyre").exists()
+
+
+class NarrowBetween(torch.nn.Module):
+    """A 1x1 conv on three cores (one image each), its GELU a phased row-wise kernel on three cores, then a
+    depthwise conv on nine sharing its filters: spyre-prefetch loads those during the 1x1 conv, where the next
+    barrier (the GELU's) joins only three cores."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(1, 4, 3, stride=2, padding=1, dilation=2)
+        self.b = torch.nn.Conv2d(4, 4, 1)
+        self.c = torch.nn.Conv2d(4, 4, 3, groups=4)
+
+    def forward(self, x):
+        f = torch.nn.functional
+        return torch.relu(self.c(f.gelu(self.b(f.gelu(self.a(x))))))
+
+
+def test_prefetched_multicasts_reach_cores_the_host_barrier_leaves_out():
+    """Used to multicast the prefetched filters in the 1x1 conv's segment, before a barrier that does not join the
+    destinations: the loader rejected the binary. The multicasts now wait for the depthwise conv's own barrier."""
+    torch.manual_seed(338)
+    model, x = NarrowBetween().eval(), torch.randn(3, 1, 24, 20)
+    exe = spyre_mlir.compile(model, (x,), precision="dlf16", cores=32, cache_dir=False)
+    (y,) = exe(x)
+    with torch.no_grad():
+        np.testing.assert_allclose(y, model(x).numpy(), rtol=0.05, atol=0.05)

@@ -564,8 +564,10 @@ def emit_conv2d(em, op, loc):
             if BI is not None:
                 parts.append((group, BI, BC, bj * fb))
         parts += [(list(range(kp.cores)), PSELS, psel, 0)] if pool is not None else []
-        # spyre-prefetch may have planned these loads during the kernel before (its multicasts land at the
-        # barrier after it).
+        # spyre-prefetch may have planned these loads during an earlier kernel. A multicast goes with its load
+        # when the first barrier after it there joins its destinations (it lands there), else before this kernel's
+        # own barrier below (a phased row-wise kernel or a K-split group between may meet on fewer cores).
+        later = []
         with em.prefetching(op) if prefetch else contextlib.nullcontext():
             for group, t, src, row0 in parts:
                 for q, (lo, hi) in enumerate(row_parts(t.rows, len(group))):
@@ -573,7 +575,13 @@ def emit_conv2d(em, op, loc):
                     if hi > lo:
                         load_rows(b, group[q], t.row_slice(lo, hi), src, row0 + lo, loc=loc)
                     if hi > lo and others:          # a filter block on one core (gn x goh = 1) shares nothing
-                        b.ring_send(group[q], others, t.row_slice(lo, hi).addr, t.row_slice(lo, hi), loc=loc)
+                        mask = b.next_barrier(group[q]) if prefetch else None
+                        if mask is None or all(mask >> c & 1 for c in others):
+                            b.ring_send(group[q], others, t.row_slice(lo, hi).addr, t.row_slice(lo, hi), loc=loc)
+                        else:
+                            later.append((group[q], others, t.row_slice(lo, hi)))
+        for core, others, t in later:
+            b.ring_send(core, others, t.addr, t, loc=loc)
         if early and not ring_in:
             # The rows neighbouring cores' patches share (the halo; the whole patch for cores of other filter
             # blocks) are read from device memory once and sent on, delivered at the barrier below.
