@@ -1,5 +1,5 @@
 """spyre-chain-convs{target=PATH}: a conv's output rows go over the ring into the input patches of the conv reading
-them, or into the input tiles of the flatten reading them.
+them, or into the input tiles of the flatten reading them, and a flatten's into the A tiles of its classifier.
 
 A CNN's layers are convs (with their ReLU and pool) reading each other's outputs. Alone, each conv kernel stores
 its output tiles to device memory and the next one loads its input patches back from there (with their halo
@@ -16,6 +16,9 @@ bytes reach the patches, so the results are bit-identical; the DRAM buffer of th
 A CNN's flatten (a `spyre.reshape` with kernel `select-cols` merging rows narrower than a stick into sticks,
 `codegen.kernels.move.ring_merges`) reading such a value is marked the same way: its `in0` then holds every row tile
 of its core (`move.ring_slots`), which the conv's kernel fills, and it loads nothing but its selection matrices.
+And the classifier reading the flatten's result (rows of whole sticks, `move.ring_sends`), a matmul whose cores
+each hold one A tile loaded in one K step (`codegen.kernels.matmul.ring_takes`: a K-split classifier), is marked so
+that the flatten sends each core the sticks of its A tile (`matmul.ring_sticks`) instead of storing its result.
 
 The patches are written while the producer's kernel (and any kernel between the two) runs, so `a0` moves where
 none of them touches it: above every kernel's buffers (the module's `spyre.scratchpad_peak`, which covers the
@@ -46,13 +49,14 @@ from spyre_mlir.passes.op_model import op_model, plan
 @dataclasses.dataclass
 class ChainConvsPass(SpyrePass):
     NAME = "spyre-chain-convs"
-    SUMMARY = "Send a conv's output rows over the ring into the input of the conv or flatten reading them"
+    SUMMARY = "Send a conv's (a flatten's) output rows over the ring into the input of the op reading them"
 
     target: str = ""
 
     def run(self, module: ir.Operation) -> None:
+        from spyre_mlir.codegen.kernels import move
         from spyre_mlir.codegen.kernels.conv import ring_buffer, ring_source
-        from spyre_mlir.codegen.kernels.move import ring_merges, ring_slots
+        from spyre_mlir.codegen.kernels.matmul import ring_takes
 
         target = get_target(self.target, module)
         align, usable = target.scratchpad_alignment_bytes, target.scratchpad_usable_bytes
@@ -67,10 +71,16 @@ class ChainConvsPass(SpyrePass):
             at = {op: i for i, op in enumerate(ops)}
             for i, op in enumerate(ops):
                 kernel = ir.StringAttr(op.attributes[KERNEL]).value if KERNEL in op.attributes else None
-                conv = op.name == "spyre.conv2d" and kernel == "conv2d"
-                if SCRATCHPAD not in op.attributes or not (conv or kernel == "select-cols" and ring_merges(op)):
+                if SCRATCHPAD not in op.attributes:
                     continue
-                src = ring_source(op)
+                if op.name == "spyre.conv2d" and kernel == "conv2d" or kernel == "select-cols" and \
+                        move.ring_merges(op):
+                    src = ring_source(op)
+                elif kernel == "matmul" and ring_takes(op, target):
+                    src = move.ring_source(op)
+                    src = src if src is not None and move.ring_sends(src) else None
+                else:
+                    continue
                 if src is None or src not in at:
                     continue
                 model, grid, tile = op_model(op), int_array(op, GRID), int_array(op, TILE)
@@ -79,8 +89,10 @@ class ChainConvsPass(SpyrePass):
                     continue
                 buf = ring_buffer(op)
                 size = next(b.nbytes for b in plan(model, grid, tile, target)[1] if b.name == buf)
-                size *= model.conv.patches_per_core(grid, tile) if model.conv is not None else \
-                    ring_slots(grid, tile, model.rows.rows)
+                if model.conv is not None:
+                    size *= model.conv.patches_per_core(grid, tile)
+                elif model.rows is not None:
+                    size *= move.ring_slots(grid, tile, model.rows.rows)
                 chains.append((fn, at[src], i, op, buf, -(-size // align) * align))
         placed = []             # (function, first op, last op, first byte, end)
         for func, first, last, op, buf, size in chains:

@@ -84,8 +84,8 @@ def kernel_pipeline(precision: str = "dlf16", cores: int | None = None, target: 
         "spyre-schedule",
         # Constants a kernel loads once, loaded while the kernel before it computes (the DMA unit is idle then).
         "spyre-prefetch" + opts(target=target),
-        # A conv's output rows go over the ring into the next conv's patches (or a flatten's input): activations
-        # skip DRAM.
+        # A conv's output rows go over the ring into the next conv's patches (or a flatten's input, and the
+        # flatten's into its classifier's A tiles): activations skip DRAM.
         "spyre-chain-convs" + opts(target=target),
     ]
     return f"builtin.module({','.join(steps)})"

@@ -96,3 +96,25 @@ func.func @conv_flatten(%x: tensor<2x4x16x16xf32> {spyre.name = "x"}, %w: tensor
   %1 = "spyre.reshape"(%0) : (tensor<2x16x16x16xf32>) -> tensor<2x4096xf32>
   return %1 : tensor<2x4096xf32>
 }
+
+// -----
+
+// The flatten's result goes on to the classifier, split along K over 8 cores with one A tile each (512 columns, 1 KB):
+// the flatten sends each core its sticks, so the classifier loads no A. Its a0 moves above the peak, past the
+// flatten's in0 (both chains are alive while the flatten runs).
+// CHECK: module attributes {{{.*}}spyre.scratchpad_peak = 128000 : i64}
+// CHECK-LABEL: func.func @conv_flatten_classifier
+// CHECK: "spyre.reshape"
+// CHECK-SAME: spyre.barrier = true
+// CHECK-SAME: spyre.ring_input = true, spyre.scratchpad = {{{.*}}in0 = 94208 : i64
+// CHECK: "spyre.matmul"
+// CHECK-SAME: spyre.grid = array<i64: 1, 1, 8>, spyre.kernel = "matmul"
+// CHECK-SAME: spyre.ring_input = true, spyre.scratchpad = {a0 = 126976 : i64
+// CHECK-SAME: spyre.scratchpad_bytes = 128000 : i64, spyre.tile = array<i64: 1, 10, 512>
+func.func @conv_flatten_classifier(%x: tensor<1x8x16x16xf32> {spyre.name = "x"}, %w: tensor<64x8x3x3xf32> {spyre.param = "w", spyre.value = dense<0.125> : tensor<64x8x3x3xf32>}, %fw: tensor<10x4096xf32> {spyre.param = "fc.weight", spyre.value = dense<0.01> : tensor<10x4096xf32>}, %fb: tensor<10xf32> {spyre.param = "fc.bias", spyre.value = dense<0.5> : tensor<10xf32>}) -> (tensor<1x10xf32> {spyre.name = "y"}) {
+  %0 = "spyre.conv2d"(%x, %w) {dilations = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<1x8x16x16xf32>, tensor<64x8x3x3xf32>) -> tensor<1x64x16x16xf32>
+  %1 = "spyre.pool2d"(%0) {kernel = array<i64: 2, 2>, kind = "max", padding = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>} : (tensor<1x64x16x16xf32>) -> tensor<1x64x8x8xf32>
+  %2 = "spyre.reshape"(%1) : (tensor<1x64x8x8xf32>) -> tensor<1x4096xf32>
+  %3 = "spyre.matmul"(%2, %fw, %fb) {operandSegmentSizes = array<i32: 1, 1, 1>, transpose_rhs = true} : (tensor<1x4096xf32>, tensor<10x4096xf32>, tensor<10xf32>) -> tensor<1x10xf32>
+  return %3 : tensor<1x10xf32>
+}

@@ -11,8 +11,8 @@ plan the kernel passes wrote on it:
   tile possibly in pieces of output rows);
 * every scratchpad byte it touches lies in one of its planned buffers (``spyre.scratchpad`` offsets, sizes
   from the kernel's one buffer description), or, for a conv whose rows go over the ring (spyre-chain-convs), in
-  its consumer's input buffer (a conv's patches ``a0``, a flatten's ``in0``), and then it stores nothing and every
-  core sends;
+  its consumer's input buffer (a conv's patches ``a0``, a flatten's ``in0``; a flatten's rows sent on to a matmul's
+  A tile ``a0``), and then it stores nothing and every core sends;
 * the loaded program's scratchpad peak is the module's ``spyre.scratchpad_peak``.
 """
 
@@ -93,7 +93,7 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
                 problems.append(f"{where}: its rows go over the ring, yet stores per core "
                                 f"{[stores[c] for c in range(plan.cores)]}, "
                                 f"sends {[sends[c] for c in range(plan.cores)]}")
-        elif tiles is not None:
+        elif tiles is not None and tiles(plan) is not None:       # (a K-split matmul: stores on its roots)
             stores = collections.Counter(s.core for s in ins if s.op is Op.DMA_STORE)
             want = tiles(plan)
             pieces = (-(-plan.tile[-3] // target.pt_rows) - 1 if plan.op_name == "spyre.matmul" else
@@ -108,12 +108,13 @@ def _checked(model, example_inputs, cores=8, precision="dlf16"):
 
 
 def _ring_patch(op, target):
-    """(offset, bytes) of the buffer (a conv's input patches, a flatten's ``in0``) this conv's kernel sends its rows
-    to, or None."""
-    from spyre_mlir.codegen.kernels.conv import ring_buffer, ring_consumer
+    """(offset, bytes) of the buffer (a conv's input patches, a flatten's ``in0``, a matmul's A tile) this conv's or
+    flatten's kernel sends its rows to, or None."""
+    from spyre_mlir.codegen.kernels import conv, move
 
-    to = ring_consumer(op) if op.name == "spyre.conv2d" else None
-    return None if to is None else KernelPlan.of(to, target).buffers[ring_buffer(to)]
+    to = (conv.ring_consumer(op) if op.name == "spyre.conv2d" else
+          move.ring_consumer(op) if op.name == "spyre.reshape" else None)
+    return None if to is None else KernelPlan.of(to, target).buffers[conv.ring_buffer(to)]
 
 
 def _store_tiles(op):
@@ -192,15 +193,17 @@ class Pool(torch.nn.Module):
 
 
 class Conv(torch.nn.Module):
-    """conv2d, groups 1 and depthwise, then ReLU, a pool and a flatten (which may take its rows over the ring)."""
+    """conv2d, groups 1 and depthwise, then ReLU, a pool, a flatten and a classifier (the flatten may take its rows
+    over the ring, and send its result so to the classifier's A tiles)."""
 
     def __init__(self):
         super().__init__()
         self.conv = torch.nn.Conv2d(4, 16, 3)
         self.dw = torch.nn.Conv2d(16, 16, 3, groups=16)
+        self.fc = torch.nn.Linear(4096, 10)
 
     def forward(self, img):
-        return torch.nn.functional.max_pool2d(torch.relu(self.dw(self.conv(img))), 2).flatten(1)
+        return self.fc(torch.nn.functional.max_pool2d(torch.relu(self.dw(self.conv(img))), 2).flatten(1))
 
 
 CASES = {
@@ -209,7 +212,7 @@ CASES = {
     "movement": (Movement, (torch.randn(64, 256),), {"spyre.concat", "spyre.slice", "spyre.transpose"}),
     "tiny-batch": (TinyBatch, (torch.randn(9, 5, 5),), {"spyre.batch_matmul"}),
     "pool": (Pool, (torch.randn(2, 8, 32, 32),), {"spyre.pool2d"}),
-    "conv": (Conv, (torch.randn(2, 4, 36, 36),), {"spyre.conv2d", "spyre.reshape"}),
+    "conv": (Conv, (torch.randn(2, 4, 36, 36),), {"spyre.conv2d", "spyre.reshape", "spyre.matmul"}),
 }
 
 @pytest.mark.parametrize("cores", [1, 8])

@@ -256,8 +256,9 @@ def ring_consumer(conv):
 
 
 def ring_buffer(op) -> str:
-    """The buffer of ``op``'s plan its input rows arrive in over the ring: a conv's patches, a flatten's ``in0``."""
-    return "a0" if op.name == "spyre.conv2d" else "in0"
+    """The buffer of ``op``'s plan its input rows arrive in over the ring: a conv's patches ``a0``, a flatten's
+    ``in0``, a matmul's A tile ``a0``."""
+    return "in0" if op.name == "spyre.reshape" else "a0"
 
 
 def _patch_origin(op, k, tile) -> tuple[int, int]:

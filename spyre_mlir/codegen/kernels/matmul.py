@@ -27,7 +27,7 @@ import numpy as np
 
 from spyre_mlir.cost import (CHAIN_V, b_first, finish_cycles, last_pieces, n_block, prologue_rows, prologue_sfu,
                              softmax_stats, store_parts)
-from spyre_mlir.passes.analysis import NORMS
+from spyre_mlir.passes.analysis import NORMS, RING_INPUT
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
 from spyre_mlir.runtime.isa import PT_FORMATS
 
@@ -39,7 +39,7 @@ from .rows import (_one_use, _owner, _precedes, _row_view, _viewed, apply_epilog
                    softmax_kind, softmax_of, widened_by)
 
 __all__ = ["matmul", "select", "prefetchable", "sibling_of", "sibling_applier", "chained_of", "chain_applier",
-           "prologue_of", "prologue_applier", "EMITTERS"]
+           "prologue_of", "prologue_applier", "ring_takes", "ring_sticks", "EMITTERS"]
 
 
 def _stick_elems(*fmts) -> int:
@@ -48,7 +48,7 @@ def _stick_elems(*fmts) -> int:
 
 def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int, bias=None, colscale=None,
            scale=None, plan=None, batches=((0, 0, 0),), loc=None, round_fmt=None, epi=None, trans_b=False,
-           sm=None, widen_last=False, sib=None, chain=None, pro=None, prefetch=None):
+           sm=None, widen_last=False, sib=None, chain=None, pro=None, prefetch=None, ring_a=False):
     """O[M,N] = A[M,K] @ B[K,N] (+ bias[N]) for every (a_row0, b_row0, o_row0) in ``batches``. ``trans_b``: B is
     stored transposed, [N, K] (sticks along K; MATMUL TRANS_B), and its B tiles are [tn, tk]. ``sm``: a
     softmax (rows.softmax_of) applied to each finished tile after the epilogue, in the accumulator, with the
@@ -84,7 +84,7 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
     round-trips device memory.
 
     ``prefetch``: the op, when spyre-prefetch planned each core's one B tile (:func:`prefetchable`) to load during
-    the kernel before."""
+    the kernel before. ``ring_a``: each core's one A tile arrives over the ring (:func:`ring_takes`): not loaded."""
     b, cores = em.b, em.cores
     fa, fb, fo = A.fmt, B.fmt, O.fmt
     se_n, se_k = (_stick_elems(fo), _stick_elems(fa, fb)) if trans_b else (_stick_elems(fb, fo), _stick_elems(fa))
@@ -181,7 +181,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             At = _sub(t["A"][step % nbuf], rows, depth)
                             Bts = [_b_sub(t, t[key][step % nbuf], depth, cols) for key in ("B", "G")[:len(Bs)]]
                             step += 1
-                            _load_a(b, core, At, A, a0 + r0, k0, pro, loc)
+                            if not ring_a:
+                                _load_a(b, core, At, A, a0 + r0, k0, pro, loc)
                             with em.prefetching(prefetch) if prefetch is not None else contextlib.nullcontext():
                                 for Bt, Bx in zip(Bts, Bs):
                                     load_rows(b, core, Bt, Bx, *((b0 + c0, k0) if trans_b else (b0 + k0, c0)),
@@ -751,6 +752,47 @@ def last_segment(op, target) -> tuple[float, float] | None:
     return c.pt + c.sfu, store
 
 
+def ring_takes(op, target) -> bool:
+    """Whether matmul ``op`` can take its A over the ring (spyre-chain-convs, from the flatten computing it): a
+    2-D matmul without a norm prologue whose cores each hold one A tile, loaded in one K step into one buffer, on
+    the kernel's loop over K-split groups (not the A-sharing path of an M/N split: gk = 1 and gm x gn > 1)."""
+    o = op.operation if hasattr(op, "operation") else op
+    if o.name != "spyre.matmul" or _attr(o, "spyre.kernel") != "matmul" or prologue_of(o) is not None:
+        return False
+    kp = KernelPlan.of(o, target)
+    if len(kp.grid) != 3 or kp.has("ares"):
+        return False
+    (gm, gn, gk), (tm, _, tk) = kp.grid, kp.tile
+    (M, K), _ = _tensor_type(o.operands[0])
+    return not (gk == 1 and gm * gn > 1) and kp.nbuf == 1 and M % gm == K % gk == 0 and (tm, tk) == (M // gm,
+                                                                                                       K // gk)
+
+
+def ring_sticks(op, target) -> dict[int, list[tuple[int, int]]]:
+    """The A tiles of matmul ``op`` marked spyre.ring_input (:func:`ring_takes`): {element of A (row-major) that
+    starts a stick: [(core, scratchpad address of that stick in the core's A tile)]}; the cores of one M block and
+    K-split slice (one per N block) hold the same tile."""
+    o = op.operation if hasattr(op, "operation") else op
+    kp = KernelPlan.of(o, target)
+    (gm, gn, gk), (tm, _, tk) = kp.grid, kp.tile
+    (M, K), elt = _tensor_type(o.operands[0])
+    fmt = format_of(elt)
+    At = kp.tile_at("a0", tm, tk, fmt)
+    unit = STICK_BYTES // fmt.nbytes(1)
+    if tk % unit:
+        kp.fail(f"spyre.ring_input: its A tiles ({tk} columns) are not whole sticks")
+    dest: dict[int, list[tuple[int, int]]] = {}
+    for blk in range(gm * gn):
+        bm = blk // gn
+        for kk in range(gk):
+            core = blk * gk + kk
+            for r in range(tm):
+                for s in range(0, tk, unit):
+                    dest.setdefault((bm * tm + r) * K + kk * tk + s, []).append(
+                        (core, At.addr + r * At.pitch + s * fmt.nbytes(1)))
+    return dest
+
+
 def emit_matmul(em, op, loc):
     o = op.operation
     lhs, rhs = o.operands[0], o.operands[1]
@@ -780,9 +822,16 @@ def emit_matmul(em, op, loc):
                             loc)
     plan = KernelPlan.of(op, em.target)
     prefetch = em.prefetched(op, prefetchable)
+    ring = bool(_attr(op, RING_INPUT))
+    if ring:
+        from .move import ring_source
+
+        if ring_source(op) is None or not ring_takes(op, em.target):
+            plan.fail("spyre.ring_input, but no flatten sends its A over the ring, or its cores do not each hold "
+                      "one A tile loaded in one step")
     used, g, _ = matmul(em, A, B, O, M, N, K, bias=bias_t, colscale=colscale, scale=scale, plan=plan, loc=loc,
                         round_fmt=rnd, epi=epi, trans_b=trans, sm=softmax_of(op), widen_last=wide, sib=sib,
-                        chain=chain, pro=pro, prefetch=op if prefetch else None)
+                        chain=chain, pro=pro, prefetch=op if prefetch else None, ring_a=ring)
     return len(used)
 
 

@@ -29,7 +29,8 @@ from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, s
 from .rows import _role, planned, run_tiles
 
 __all__ = ["restick", "col_terms", "out_width", "term_cols", "column_selections", "row_sources", "ring_merges",
-           "ring_slots", "ring_rows", "prefetchable", "last_segment", "select", "EMITTERS"]
+           "ring_slots", "ring_rows", "ring_source", "ring_sends", "ring_consumer", "prefetchable", "last_segment",
+           "select", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -525,6 +526,74 @@ def ring_rows(op, target):
     return kp.tile_at("in0", slots * k * tr, S[0][-1], format_of(S[1])), dest
 
 
+def ring_source(op):
+    """The select-cols flatten (:func:`ring_merges`) computing the A operand of matmul ``op`` when the matmul is its
+    only reader: the producer spyre-chain-convs may let send ``op``'s A tiles over the ring. None otherwise."""
+    o = op.operation if hasattr(op, "operation") else op
+    v = o.operands[0]
+    p = v.owner.operation if hasattr(v.owner, "operation") else None
+    if p is None or p.name != "spyre.reshape" or _attr(p, KERNEL) != "select-cols" or len(list(v.uses)) != 1:
+        return None
+    return p
+
+
+def ring_sends(op) -> bool:
+    """Whether select-cols ``op`` writes rows of whole sticks, which it can send into a matmul's A tiles."""
+    return (out_width(op) * format_of(_tensor_type(op.results[0])[1]).nbytes(1)) % STICK_BYTES == 0
+
+
+def ring_consumer(op):
+    """The matmul whose A tiles select-cols ``op`` sends over the ring instead of storing its result: that result's
+    only reader, marked spyre.ring_input by spyre-chain-convs. None otherwise."""
+    uses = list(op.results[0].uses)
+    if len(uses) != 1:
+        return None
+    user = uses[0].owner.operation
+    if user.name != "spyre.matmul" or uses[0].operand_number != 0 or not _attr(user, RING_INPUT):
+        return None
+    return user
+
+
+def _ring_sender(em, op, kp, cout: int, fmt, loc):
+    """For a flatten whose result goes over the ring into its matmul's A tiles (:func:`ring_consumer`),
+    ``send(core, T, rows)``: the rows of the finished tile ``T`` (result rows ``rows``, as rows of ``cout``) to every
+    core whose A tile holds them, at their place there (matmul.ring_sticks), a RING_SEND per run of sticks
+    contiguous on both sides (an SFU copy on the sending core itself). None for a flatten that stores it."""
+    from .matmul import ring_sticks
+
+    to = ring_consumer(op)
+    if to is None:
+        return None
+    if not _attr(op, "spyre.barrier") and not kp.cores == KernelPlan.of(to, em.target).cores == 1:
+        kp.fail("its result goes over the ring (spyre.ring_input on its reader), but no barrier follows it to "
+                "deliver the rows (spyre.barrier)")
+    dest = ring_sticks(to, em.target)
+    unit = STICK_BYTES // fmt.nbytes(1)
+    if not ring_sends(op):
+        kp.fail("its rows are not whole sticks of its matmul's A")
+    b = em.b
+
+    def send(core, T, rows):
+        runs = {}               # destination core: [[source address, destination address, bytes]]
+        for i, d in enumerate(rows):
+            for s in range(0, cout, unit):
+                src = T.addr + i * T.pitch + s * fmt.nbytes(1)
+                for c, dst in dest.get(int(d) * cout + s, ()):
+                    run = runs.setdefault(c, [])
+                    if run and run[-1][0] + run[-1][2] == src and run[-1][1] + run[-1][2] == dst:
+                        run[-1][2] += STICK_BYTES
+                    else:
+                        run.append([src, dst, STICK_BYTES])
+        for c in sorted(runs):
+            for src, dst, n in runs[c]:
+                if c == core:
+                    rows_ = n // STICK_BYTES
+                    b.sfu(core, "cast", Tile(dst, rows_, unit, fmt), Tile(src, rows_, unit, fmt), loc=loc)
+                else:
+                    b.ring_send(core, c, dst, src, n, loc=loc)
+    return send
+
+
 def _emit_cols(em, op, loc):
     """Movement inside the innermost dim as its plan says: the selection matrices loaded once per core, by one
     DMA (stacked in ``sel``), then per row tile and group the terms' source rows gathered (``in0``, ``inb0``...;
@@ -547,10 +616,11 @@ def _emit_cols(em, op, loc):
     tr = kp.tile[-1]
     ring_in = bool(_attr(op, RING_INPUT))
     if ring_in:
-        from .conv import ring_source
+        from .conv import ring_source as conv_source
 
-        if not ring_merges(op) or ring_source(op) is None:
+        if not ring_merges(op) or conv_source(op) is None:
             kp.fail("spyre.ring_input, but it is no flatten whose input a conv kernel sends over the ring")
+    send = _ring_sender(em, op.operation, kp, cout, fmt, loc)
     whole = kp.tile_at("sel", sel_row[-1], cout, fmt)
     # spyre-prefetch may have planned the selections' loads during an earlier kernel.
     with em.prefetching(op) if em.prefetched(op, prefetchable) else contextlib.nullcontext():
@@ -585,7 +655,10 @@ def _emit_cols(em, op, loc):
                     last = ti == len(terms) - 1
                     b.matmul(core, At, sel[gi, ti], _sub(acc, n, cout), accumulate=ti > 0,
                              out=_sub(out, n, cout) if last else None, loc=loc)
-                store_scatter(b, core, _sub(out, n, cout), O, dst[r0:r0 + n], loc=loc)
+                if send is not None:
+                    send(core, _sub(out, n, cout), dst[r0:r0 + n])
+                else:
+                    store_scatter(b, core, _sub(out, n, cout), O, dst[r0:r0 + n], loc=loc)
     return kp.cores
 
 
