@@ -599,7 +599,9 @@ def _emit_cols(em, op, loc):
     DMA (stacked in ``sel``), then per row tile and group the terms' source rows gathered (``in0``, ``inb0``...;
     all of a group's terms into ``in0`` at once when they read one operand, :func:`merged_terms`), multiplied
     into the fp32 ``acc`` (accumulating over a group's terms) and rounded into ``out0``, scattered to the
-    group's destination rows."""
+    group's destination rows. With spyre.ring_input the rows are in ``in0`` already (:func:`ring_rows`, sent by
+    the conv storing them); a result whose matmul takes its A over the ring is sent there instead of stored
+    (:func:`_ring_sender`)."""
     groups = col_terms(op)
     if groups is None:
         raise ValueError("it is no slice, concat or reshape inside the innermost dim")
@@ -647,7 +649,7 @@ def _emit_cols(em, op, loc):
                     load_gather(b, core, both, S, np.concatenate([rows[r0:r0 + n] for _, rows, _ in terms]),
                                 loc=loc)
                 for ti, (s, rows, _) in enumerate(terms):
-                    if merged or ring_in:
+                    if merged:
                         At = both.row_slice(ti * n, (ti + 1) * n)
                     else:
                         At = _sub(ins[ti], n, srcs[s].cols)
