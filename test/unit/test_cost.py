@@ -1,9 +1,12 @@
 """The analytical cost model (spyre_mlir/cost.py): packing, work division, tiles, and agreement with the
 runtime's cycle model on the reference matmul kernel."""
 
+import collections
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spyre_mlir import cost
 from spyre_mlir.runtime.isa import tile_bytes
@@ -362,3 +365,22 @@ def test_resident_a_when_a_row_has_several_tiles():
         cost.matmul_cycles(*args, double_buffer=nbuf == 2, **kw).total
     # One tile per core (1024^3 on 32 cores): nothing to keep.
     assert cost.best_tile(512, 64, 1024, T, active=32, grid=(2, 16))[2] is None
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12)), min_size=1, max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_shared_rows_load_every_needed_row_once_by_a_core_needing_it(spans):
+    """cost.shared_rows, any row ranges (a phased conv's patches, halos, duplicates): every row some range needs is
+    loaded by exactly one range that needs it, in runs."""
+    ranges = [(lo, lo + n) for lo, n in spans]
+    owned = cost.shared_rows(ranges)
+    loads = collections.Counter(r for runs in owned for a, z in runs for r in range(a, z))
+    assert set(loads) == {r for lo, hi in ranges for r in range(lo, hi)} and set(loads.values()) == {1}
+    assert all(lo <= a < z <= hi for (lo, hi), runs in zip(ranges, owned) for a, z in runs)
+
+
+def test_shared_rows_give_each_core_its_own_rows_and_split_duplicates():
+    """A 3x3 conv's patches on 4 cores of 4 output rows (halo 1 above and below): each core loads its own 4 rows,
+    one run; two cores with the same patch split it."""
+    assert cost.shared_rows([(0, 5), (3, 9), (7, 13), (11, 16)]) == [[(0, 4)], [(4, 8)], [(8, 12)], [(12, 16)]]
+    assert cost.shared_rows([(0, 6), (0, 6)]) == [[(0, 3)], [(3, 6)]]
