@@ -55,11 +55,8 @@ def _stored_and_loaded(exe):
     return moved
 
 
-# One core: several patches per core in a0, copied there on the SFU (no ring, no barrier).
-@pytest.mark.parametrize("cores,precision", [(32, "dlf16"), (4, "fp8"), (8, "fp32-reference"), (1, "dlf16")])
-def test_chains_move_bytes_not_results(monkeypatch, cores, precision):
-    torch.manual_seed(0)
-    model, x = Convs().eval(), torch.randn(2, 3, 32, 32)
+def _with_and_without(monkeypatch, model, x, precision, cores, atol=0.05):
+    """The model compiled with and without spyre-chain-convs; checks both give the same bits, near PyTorch's."""
     exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
     (y,) = exe(x)
     with monkeypatch.context() as m:
@@ -68,7 +65,15 @@ def test_chains_move_bytes_not_results(monkeypatch, cores, precision):
     (y0,) = base(x)
     np.testing.assert_array_equal(y.view(np.uint32), y0.view(np.uint32))
     with torch.no_grad():
-        np.testing.assert_allclose(y, model(x).numpy(), rtol=0.05, atol=0.05)
+        np.testing.assert_allclose(y, model(x).numpy(), rtol=0.05, atol=atol)
+    return exe, base
+
+
+# One core: several patches per core in a0, copied there on the SFU (no ring, no barrier).
+@pytest.mark.parametrize("cores,precision", [(32, "dlf16"), (4, "fp8"), (8, "fp32-reference"), (1, "dlf16")])
+def test_chains_move_bytes_not_results(monkeypatch, cores, precision):
+    torch.manual_seed(0)
+    exe, base = _with_and_without(monkeypatch, Convs().eval(), torch.randn(2, 3, 32, 32), precision, cores)
     p, p0 = exe.profile, base.profile
     assert p.dram_read_bytes < p0.dram_read_bytes and p.dram_write_bytes < p0.dram_write_bytes
     # (Ring bytes are no witness: without chains, phased convs pass their halo rows over the ring instead.)
@@ -97,16 +102,8 @@ class Head(torch.nn.Module):
                                                        (True, 1, "dlf16", 1), (False, 8, "dlf16", 2)])
 def test_a_flatten_takes_the_conv_rows_over_the_ring(monkeypatch, pool, cores, precision, want):
     torch.manual_seed(0)
-    model, x = Head(pool).eval(), torch.randn(1 if pool else 2, 8, 16, 16)
-    exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
-    (y,) = exe(x)
-    with monkeypatch.context() as m:
-        _without_chains(m)
-        base = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
-    (y0,) = base(x)
-    np.testing.assert_array_equal(y.view(np.uint32), y0.view(np.uint32))
-    with torch.no_grad():
-        np.testing.assert_allclose(y, model(x).numpy(), rtol=0.05, atol=0.05 if precision == "dlf16" else 0.3)
+    exe, base = _with_and_without(monkeypatch, Head(pool).eval(), torch.randn(1 if pool else 2, 8, 16, 16), precision,
+                                  cores, atol=0.05 if precision == "dlf16" else 0.3)
     p, p0 = exe.profile, base.profile
     assert p.dram_read_bytes < p0.dram_read_bytes and p.dram_write_bytes < p0.dram_write_bytes
     # The conv's stored value (the flatten's input) is neither stored nor loaded, nor is the flatten's result when
