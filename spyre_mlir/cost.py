@@ -1190,22 +1190,17 @@ def conv_patch_groups(grid: Sequence[int]) -> list[list[int]]:
 def conv_patch_sharing(k: ConvKernel, grid: Sequence[int], tile: Sequence[int]) -> tuple[float, float, int]:
     """For a phased conv reading its input from device memory, whose cores load the rows their patches share once
     (:func:`shared_rows`) and pass them on over the ring before its barrier: (patch bytes a core loads, bytes it
-    receives, on average over the cores; the most sends a core makes). Rows counted with the padding's (an
-    upper bound: a core zero-fills those)."""
+    receives, on average over the cores; the most sends a core makes). Every group of :func:`conv_patch_groups`
+    has the same patches. Rows counted with the padding's (an upper bound: a core zero-fills those)."""
     goh, ohb, sh = grid[2], _ceil(k.oh, grid[2]), k.stride_h
+    ranges = [(l * ohb * sh, min(k.h, l * ohb * sh + k.in_rows(ohb))) for l in range(goh)]
+    owned = shared_rows(ranges)
+    loaded = sum(b - a for runs in owned for a, b in runs)
+    received = sum(hi - lo for lo, hi in ranges) - loaded
+    sends = max(sum(1 for a, b in runs for j, (lo, hi) in enumerate(ranges) if j != i and min(b, hi) > max(a, lo))
+                for i, runs in enumerate(owned))
     row = tile_bytes(k.in_channels(tile[1]), k.w, k.fmt)
-    loaded = received = sends = 0
-    for cores in conv_patch_groups(grid):
-        ranges = [((c % goh) * ohb * sh, min(k.h, (c % goh) * ohb * sh + k.in_rows(ohb))) for c in cores]
-        owned = shared_rows(ranges)
-        for (lo, hi), runs in zip(ranges, owned):
-            mine = sum(b - a for a, b in runs)
-            loaded += mine
-            received += hi - lo - sum(max(0, min(b, hi) - max(a, lo)) for a, b in runs)
-            sends = max(sends, sum(1 for a, b in runs for lo2, hi2 in ranges if (lo2, hi2) != (lo, hi)
-                                   and min(b, hi2) > max(a, lo2)))
-    cores = grid[0] * grid[1] * grid[2]
-    return loaded * row / cores, received * row / cores, sends
+    return loaded * row / goh, received * row / goh, sends
 
 
 def conv_constants_cycles(k: ConvKernel, grid: Sequence[int], tile: Sequence[int], target: Target) -> float:

@@ -112,45 +112,46 @@ def test_a_flatten_takes_the_conv_rows_over_the_ring(monkeypatch, pool, cores, p
     assert set(moved) < set(moved0) and len(moved0) - len(moved) == want
 
 
+def _kernel_ir(tmp_path, model, x, *flags) -> str:
+    """The model's kernel IR, as spyre-compile --emit=kernel writes it."""
+    torch.export.save(torch.export.export(model, (x,)), str(tmp_path / "m.pt2"))
+    r = subprocess.run([os.path.join(BIN, "spyre-compile"), "m.pt2", "--emit=kernel", *flags, "-o", "k.mlir"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return (tmp_path / "k.mlir").read_text()
+
+
+def _emit_error(tmp_path, text: str) -> str:
+    """spyre-emit on the hand-edited kernel IR ``text``: it must fail without a traceback or a binary; its stderr."""
+    (tmp_path / "bad.mlir").write_text(text)
+    r = subprocess.run([os.path.join(BIN, "spyre-opt"), "bad.mlir", "-p", "builtin.module(spyre-emit{output=b.spyre})"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert not (tmp_path / "b.spyre").exists()
+    return r.stderr
+
+
 def test_emit_fails_on_a_ring_input_it_cannot_follow(tmp_path):
     """A hand-edited plan asking the first conv (whose input is the model's) to receive its patches: a located
     error, no binary."""
     torch.manual_seed(0)
-    model, x = Convs().eval(), torch.randn(2, 3, 32, 32)
-    torch.export.save(torch.export.export(model, (x,)), str(tmp_path / "m.pt2"))
-    r = subprocess.run([os.path.join(BIN, "spyre-compile"), "m.pt2", "--emit=kernel", "-o", "k.mlir"],
-                       cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    text = (tmp_path / "k.mlir").read_text()
+    text = _kernel_ir(tmp_path, Convs().eval(), torch.randn(2, 3, 32, 32))
     assert "spyre.ring_input = true" in text
     first = text.index('"spyre.conv2d"')
     text = text[:first] + text[first:].replace('spyre.kernel = "conv2d"',
                                                'spyre.kernel = "conv2d", spyre.ring_input = true', 1)
-    (tmp_path / "bad.mlir").write_text(text)
-    r = subprocess.run([os.path.join(BIN, "spyre-opt"), "bad.mlir", "-p", "builtin.module(spyre-emit{output=b.spyre})"],
-                       cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode != 0
-    assert "spyre.ring_input" in r.stderr and "conv" in r.stderr and "Traceback" not in r.stderr
-    assert not (tmp_path / "b.spyre").exists()
+    err = _emit_error(tmp_path, text)
+    assert "spyre.ring_input" in err and "conv" in err
 
 
 def test_emit_fails_on_a_classifier_ring_input_it_cannot_follow(tmp_path):
     """A hand-edited plan asking the one-core classifier (its K in several steps through one A buffer) to take its A
     over the ring: a located error, no binary."""
     torch.manual_seed(0)
-    model, x = Head(True).eval(), torch.randn(1, 8, 16, 16)
-    torch.export.save(torch.export.export(model, (x,)), str(tmp_path / "m.pt2"))
-    r = subprocess.run([os.path.join(BIN, "spyre-compile"), "m.pt2", "--emit=kernel", "--cores=1", "-o", "k.mlir"],
-                       cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    text = (tmp_path / "k.mlir").read_text()
+    text = _kernel_ir(tmp_path, Head(True).eval(), torch.randn(1, 8, 16, 16), "--cores=1")
     at = text.index('"spyre.matmul"')
     assert "spyre.ring_input" not in text[at:at + 2000]
     text = text[:at] + text[at:].replace('spyre.kernel = "matmul"',
                                          'spyre.kernel = "matmul", spyre.ring_input = true', 1)
-    (tmp_path / "bad.mlir").write_text(text)
-    r = subprocess.run([os.path.join(BIN, "spyre-opt"), "bad.mlir", "-p", "builtin.module(spyre-emit{output=b.spyre})"],
-                       cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode != 0
-    assert "spyre.ring_input" in r.stderr and "spyre.matmul" in r.stderr and "Traceback" not in r.stderr
-    assert not (tmp_path / "b.spyre").exists()
+    err = _emit_error(tmp_path, text)
+    assert "spyre.ring_input" in err and "spyre.matmul" in err
