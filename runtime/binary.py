@@ -29,7 +29,8 @@ import numpy as np
 from spyre_mlir.errors import SpyreError
 
 from .formats import STICK_BYTES, Format
-from .isa import INSTR_BYTES, INSTR_DTYPE
+from .isa import INSTR_BYTES, INSTR_DTYPE, describe
+from .loops import MAX_UNROLLED, LoopError, roll_streams, unroll
 
 __all__ = [
     "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "Entry", "BUFFER_KINDS",
@@ -38,13 +39,14 @@ __all__ = [
 ]
 
 MAGIC = b"SPYREBIN"
-VERSION = (1, 9)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
+VERSION = (1, 10)  # 1.1: RESTICK, host op eval, metadata numerics; 1.2: host code, host formats, buffer dtype;
 #                  1.3: state buffers, entries (several programs sharing constants and state); 1.4: MATMUL
 #                  WINDOW (a column window on B), DMA blocks whose rows interleave; 1.5: systems of several
 #                  cards (header flag SYSTEM: the schedule as metadata, one CARD section per card); 1.6:
 #                  RING_SEND multicast (a mask of destination cores); 1.7: MATMUL TRANS_B (B stored [N, K]);
 #                  1.8: GATHER (rows of a table picked by indices on the scratchpad); 1.9: the debug section
-#                  as a table of distinct (op, location) pairs and per record an index into it
+#                  as a table of distinct (op, location) pairs and per record an index into it; 1.10: LOOP
+#                  and STEP records (a run of instructions stored once with a trip count and strides)
 _HEADER = struct.Struct("<8sHHIII32sQII8x")      # 80 bytes
 _CRC_OFFSET = 64                                 # where the header checksum sits
 _ENTRY = struct.Struct("<IIQQII")                # 32 bytes
@@ -140,13 +142,16 @@ class Entry:
     code: list[np.ndarray]
     debug: list[list[tuple[str, str]]] | None = None
     host_code: str = ""
+    origin: list[np.ndarray] | None = None
 
 
 @dataclasses.dataclass
 class Program:
-    """A whole program as the file holds it. ``code[c]`` is core c's instruction array (INSTR_DTYPE);
-    ``constants`` maps buffer name to its device image (exactly ``nbytes`` bytes); ``debug[c][i]`` is
-    (op name, source location) of core c's instruction i."""
+    """A whole program as the file holds it. ``code[c]`` is core c's instruction array (INSTR_DTYPE) in the
+    order the instructions run (the file stores it with loops, :mod:`.loops`); ``constants`` maps buffer name
+    to its device image (exactly ``nbytes`` bytes); ``debug[c][i]`` is (op name, source location) of core c's
+    instruction i; ``origin[c][i]``, for a program read from a file, the stored record instruction i came from
+    (None: as it runs)."""
 
     num_cores: int
     fingerprint: str
@@ -166,6 +171,7 @@ class Program:
     # Several programs over shared constants and state (1.3): then inputs, outputs, host_ops and code are
     # empty and each entry has its own. Programs are called by entry name.
     entries: list[Entry] = dataclasses.field(default_factory=list)
+    origin: list[np.ndarray] | None = None
 
     def entry_program(self, name: str) -> "Program":
         """The single-entry program an entry runs: the shared buffers plus the entry's own, named without
@@ -181,7 +187,7 @@ class Program:
                      "outputs": [strip(n) for n in h.get("outputs", [])]} for h in e.host_ops]
         return dataclasses.replace(self, buffers=bufs, inputs=[strip(n) for n in e.inputs],
                                    outputs=[strip(n) for n in e.outputs], host_ops=host_ops, code=e.code,
-                                   debug=e.debug, host_code=e.host_code, entries=[])
+                                   debug=e.debug, host_code=e.host_code, entries=[], origin=e.origin)
 
     def buffer(self, name: str) -> Buffer:
         """The buffer called ``name`` (KeyError if there is none)."""
@@ -345,25 +351,36 @@ def program_to_bytes(prog: Program) -> bytearray:
         "outputs": list(prog.outputs), "constants": const_table, "host_ops": prog.host_ops,
         **({"host_code": prog.host_code} if prog.host_code else {}),
     }
-    codes = [(c, code) for c, code in enumerate(prog.code)]
-    debug = prog.debug
+    streams, debug = [prog.code], [prog.debug]
     if prog.entries:
         meta["entries"] = [{"name": e.name, "inputs": list(e.inputs), "outputs": list(e.outputs),
                             "host_ops": e.host_ops, **({"host_code": e.host_code} if e.host_code else {})}
                            for e in prog.entries]
-        codes = [(j * 256 + c, code) for j, e in enumerate(prog.entries) for c, code in enumerate(e.code)]
-        debug = None if any(e.debug is None for e in prog.entries) else [e.debug for e in prog.entries]
+        streams, debug = [e.code for e in prog.entries], [e.debug for e in prog.entries]
+    if any(d is None for d in debug):
+        debug = None
     sections = [(Section.METADATA, 0, json.dumps(meta, separators=(",", ":")).encode()),
                 (Section.CONSTANTS, 0, (pos, blobs))]
-    for index, code in codes:
-        sections.append((Section.CODE, index, np.ascontiguousarray(code, dtype=INSTR_DTYPE).tobytes()))
+    # A table of the distinct (op, location) pairs and each stored record's index into it (1.9): a program
+    # repeats a few dozen pairs over up to millions of instructions. LOOP and STEP records have no location.
+    table: dict[tuple[str, str], int] = {}
+    records = []
+    for j, codes in enumerate(streams):
+        keys = None if debug is None else [[table.setdefault(tuple(d), len(table)) for d in core]
+                                           for core in debug[j]]
+        codes = [np.ascontiguousarray(c, dtype=INSTR_DTYPE) for c in codes]
+        if keys is None or all(len(k) == len(c) for k, c in zip(keys, codes)):
+            rolled = roll_streams(codes, keys)
+        else:       # debug info that does not match the code is written as it is (the loader rejects it)
+            rolled = [(c, np.arange(len(k))) for c, k in zip(codes, keys)]
+        for c, (stored, origin) in enumerate(rolled):
+            sections.append((Section.CODE, j * 256 + c, stored.tobytes()))
+        if keys is not None:
+            none = table.setdefault(("", ""), len(table)) if any((o < 0).any() for _, o in rolled) else 0
+            records.append([np.where(o >= 0, np.asarray(k, dtype=np.int64)[np.maximum(o, 0)], none).tolist()
+                            for k, (_, o) in zip(keys, rolled)])
     if debug is not None:
-        # A table of the distinct (op, location) pairs and each record's index into it (1.9): a program repeats a
-        # few dozen pairs over up to millions of records.
-        table: dict[tuple[str, str], int] = {}
-        index = lambda core: [table.setdefault(tuple(d), len(table)) for d in core]   # noqa: E731
-        records = [[index(core) for core in e] for e in debug] if prog.entries else [index(core) for core in debug]
-        payload = {"locations": [list(d) for d in table], "records": records}
+        payload = {"locations": [list(d) for d in table], "records": records if prog.entries else records[0]}
         sections.append((Section.DEBUG, 0, json.dumps(payload, separators=(",", ":")).encode()))
     return write_container(prog.num_cores, prog.fingerprint, sections)
 
@@ -516,12 +533,13 @@ def program_from_bytes(data: bytes | memoryview) -> Program:
     host_ops = _get(meta, "host_ops", list, "metadata")
     entries_meta = meta.get("entries")
     if entries_meta is None:
-        code = _parse_code(by_kind, ncores, 0)
-        debug = _parse_debug(by_kind, code) if (Section.DEBUG, 0) in by_kind else None
+        stored = _parse_code(by_kind, ncores, 0)
+        debug = _parse_debug(by_kind, stored) if (Section.DEBUG, 0) in by_kind else None
+        code, debug, origin = _unroll(stored, debug)
         entries = []
     else:
         entries = _parse_entries(entries_meta, by_kind, ncores, by_name, io, host_ops)
-        code, debug = [], None
+        code, debug, origin = [], None, None
     entry_state = [b.name for b in buffers if b.kind == "state" and ENTRY_SEP in b.name]
     if entry_state:
         raise BinaryFormatError(f"metadata.buffers: state buffer '{entry_state[0]}' belongs to one entry; "
@@ -534,7 +552,8 @@ def program_from_bytes(data: bytes | memoryview) -> Program:
     if not isinstance(host_code, str):
         raise BinaryFormatError("metadata.host_code: expected a string")
     return Program(ncores, fp, device_bytes, buffers, io["inputs"], io["outputs"], constants, host_ops,
-                   code, debug, producer if isinstance(producer, str) else "", numerics, host_code, entries)
+                   code, debug, producer if isinstance(producer, str) else "", numerics, host_code, entries,
+                   origin)
 
 
 def _parse_code(by_kind, ncores: int, base: int, where: str = "") -> list[np.ndarray]:
@@ -548,6 +567,26 @@ def _parse_code(by_kind, ncores: int, base: int, where: str = "") -> list[np.nda
                                     f"{INSTR_BYTES}")
         code.append(np.frombuffer(payload, dtype=INSTR_DTYPE))
     return code
+
+
+def _unroll(stored: list[np.ndarray], debug, where: str = ""):
+    """Each core's stored records as the instructions run (:func:`.loops.unroll`), with their debug pairs and
+    the stored record of each (None when no stream has a loop)."""
+    code, origin = [], []
+    left = MAX_UNROLLED        # for the whole program: a few damaged trip counts must not take all the memory
+    for c, recs in enumerate(stored):
+        try:
+            run, orig = unroll(recs, left)
+            left -= len(run)
+        except LoopError as e:
+            raise BinaryFormatError(f"code{where} core {c} record {e.record} "
+                                    f"({describe(recs[e.record])}): {e}") from None
+        code.append(run)
+        origin.append(orig)
+    if debug is not None:
+        debug = [d if len(o) == len(d) and run is recs else [d[i] for i in o.tolist()]
+                 for d, o, run, recs in zip(debug, origin, code, stored)]
+    return code, debug, (origin if any(r is not s for r, s in zip(code, stored)) else None)
 
 
 def _check_debug(dbg, code, where: str, pairs: list | None = None) -> list:
@@ -630,9 +669,11 @@ def _parse_entries(entries_meta, by_kind, ncores: int, by_name: dict, io: dict, 
         hc = e.get("host_code", "")
         if not isinstance(hc, str):
             raise BinaryFormatError(f"{w}.host_code: expected a string")
-        code = _parse_code(by_kind, ncores, j * 256, f" entry {j}")
+        stored = _parse_code(by_kind, ncores, j * 256, f" entry {j}")
+        debug = _check_debug(dbg[j], stored, f" entry {j}", pairs) if dbg is not None else None
+        code, debug, origin = _unroll(stored, debug, f" entry {j}")
         entries.append(Entry(name, lists["inputs"], lists["outputs"], _get(e, "host_ops", list, w), code,
-                             _check_debug(dbg[j], code, f" entry {j}", pairs) if dbg is not None else None, hc))
+                             debug, hc, origin))
     io_other = [b.name for b in by_name.values() if b.kind in ("input", "output") and ENTRY_SEP not in b.name]
     if io_other:
         raise BinaryFormatError(f"metadata.buffers: '{io_other[0]}' is an input/output of no entry")

@@ -56,6 +56,8 @@ class Op(enum.IntEnum):
     HOST = 10        # run entry k of the metadata host_ops table on the host (numpy)
     RESTICK = 11     # device memory -> device memory: swap the last two dims of [m, n, k] (DMA engine)
     GATHER = 12      # device rows picked by indices on the scratchpad -> scratchpad (an embedding lookup)
+    LOOP = 13        # the next n records run m times (then n STEP records): a stored form, see .loops
+    STEP = 14        # per trip, how far the matching body record's address fields move
 
 
 class SfuFn(enum.IntEnum):
@@ -190,6 +192,9 @@ FIELDS: dict[Op, dict[str, str]] = {
                  "k": "source cols (destination rows)", "f0": "format of both tensors"},
 }
 FIELDS[Op.DMA_STORE] = FIELDS[Op.DMA_LOAD]
+FIELDS[Op.LOOP] = {"m": "trip count (2..2^20)", "n": "body records that follow (then as many STEP records)"}
+FIELDS[Op.STEP] = {f: "advance per trip of the body record's field, modulo its width"
+                   for f in ("a0", "a1", "a2", "a3", "a4", "a5", "dev")}
 FIELDS[Op.GATHER] = {
     "dev": "device byte address of the table's first row (a constant or input buffer)",
     "a0": "scratchpad byte address of the first destination row (rows k bytes apart)",

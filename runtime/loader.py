@@ -107,7 +107,8 @@ class _Decoder:
     def fail(self, field: str, msg: str):
         """Reject the current instruction, naming it and the field."""
         c, i, name, loc = self.at
-        raise BinaryFormatError(f"code core {c} instruction {i} ({name}{' at ' + loc if loc else ''}): "
+        rec = f", record {self.prog.origin[c][i]}" if self.prog.origin and self.prog.origin[c][i] != i else ""
+        raise BinaryFormatError(f"code core {c} instruction {i}{rec} ({name}{' at ' + loc if loc else ''}): "
                                 f"field {field!r}: {msg}")
 
     def decode(self, c: int, i: int, rec: np.void, vals: tuple, fields_checked: bool = False) -> Ins:
@@ -196,6 +197,12 @@ class _Decoder:
 
     def _end(self, ins):
         pass
+
+    def _loop(self, ins):
+        self.fail("op", "a stored LOOP record: program_from_bytes unrolls loops (runtime.loops), a Program's code "
+                        "holds instructions as they run")
+
+    _step = _loop
 
     def _barrier(self, ins):
         self.cores_mask("mask", ins.core)

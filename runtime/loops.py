@@ -1,0 +1,270 @@
+"""Loop records (format 1.10): a stream stores a repeated run of instructions once, as a tile loop with strides
+and a trip count, the way DMA and systolic engines take their descriptors.
+
+A ``LOOP`` record (``m`` trips, ``n`` body records) is followed by its ``n`` body records, then ``n`` ``STEP``
+records: the ``j``-th STEP holds how much each address field (``dev``, ``a0``..``a5``) of the ``j``-th body
+record advances per trip, modulo the field's width (two's complement: a step may be negative). Trip ``t``
+runs the body with those fields advanced ``t`` times; every other field repeats as stored. Body records may be
+loops themselves (their STEP in the outer block is all zero, as is the STEP of a STEP record); the outer step
+of a nested loop's body records moves them in every one of its trips.
+
+:func:`roll` finds such runs in an instruction stream (the compiler writes every stream rolled);
+:func:`unroll` checks the loop structure and gives back the instructions in the order they run, with the
+stored record each one came from. The loader checks every unrolled instruction as before, so bounds hold for
+every trip of every loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .isa import INSTR_DTYPE, Op
+
+__all__ = ["STEPPED", "MAX_TRIPS", "MAX_UNROLLED", "LoopError", "roll", "roll_streams", "unroll"]
+
+STEPPED = ("dev", "a0", "a1", "a2", "a3", "a4", "a5")      # the fields a STEP record advances
+MAX_TRIPS = 1 << 20
+MAX_UNROLLED = 1 << 23          # instructions a program's streams may unroll to (512 MiB of records)
+MAX_PERIOD = 256                # the longest body :func:`roll` looks for
+_CANDIDATES = 4                 # body lengths tried per stream: the most common distances between equal records
+_MULTIPLES = 4                  # and their multiples (double-buffered steps alternate their buffers)
+
+_OFFSETS = {f: INSTR_DTYPE.fields[f][1] for f in INSTR_DTYPE.names}
+
+
+class LoopError(ValueError):
+    """A loop record that does not describe a well-formed loop; ``record`` is its index in the stored stream."""
+
+    def __init__(self, record: int, msg: str):
+        super().__init__(msg)
+        self.record = record
+
+
+def _fixed_mask() -> np.ndarray:
+    """[64] bytes: 0xFF on the bytes a loop repeats as stored, 0 on the stepped fields."""
+    mask = np.full(INSTR_DTYPE.itemsize, 0xFF, dtype=np.uint8)
+    for f in STEPPED:
+        dt, off = INSTR_DTYPE.fields[f][:2]
+        mask[off:off + dt.itemsize] = 0
+    return mask
+
+
+_FIXED = _fixed_mask()
+_WIDTH = np.array([0xFFFFFFFF] * 6 + [0xFFFFFFFFFFFFFFFF], dtype=np.uint64)     # of a0..a5, dev
+assert STEPPED == ("dev", "a0", "a1", "a2", "a3", "a4", "a5") and _OFFSETS["a0"] == 28 and _OFFSETS["dev"] == 52
+
+
+def _addr(recs: np.ndarray) -> np.ndarray:
+    """[n, 7] uint64: the stepped fields a0..a5, dev of each record (read as 32-bit words: dev is not 8-aligned,
+    and whole columns are faster than structured fields)."""
+    w = np.ascontiguousarray(recs).view(np.uint32).reshape(len(recs), 16)
+    out = w[:, 7:14].astype(np.uint64)
+    out[:, 6] |= w[:, 14].astype(np.uint64) << np.uint64(32)
+    return out
+
+
+def _set_addr(recs: np.ndarray, vals: np.ndarray) -> None:
+    """Write ``vals`` ([n, 7], as :func:`_addr` gives) into the stepped fields of contiguous ``recs``."""
+    w = recs.view(np.uint32).reshape(len(recs), 16)
+    w[:, 7:14] = vals & np.uint64(0xFFFFFFFF)
+    w[:, 14] = vals[:, 6] >> np.uint64(32)
+
+
+def _runs(ok: np.ndarray) -> np.ndarray:
+    """For each position, how many consecutive True values start there."""
+    n = ok.size
+    nxt = np.where(ok, n, np.arange(n))
+    nxt = np.minimum.accumulate(nxt[::-1])[::-1]        # the first False at or after each position
+    return nxt - np.arange(n)
+
+
+def _periods(keys: np.ndarray, heads: np.ndarray) -> list[int]:
+    """The body lengths worth trying: the most common distances from a record to the last equal one before it
+    (equal but for addresses), among all records and among LOOP records (loops of loops), and small multiples
+    of them."""
+    def common(idx):
+        order = idx[np.argsort(keys[idx], kind="stable")]
+        same = keys[order[1:]] == keys[order[:-1]]
+        dist = (order[1:] - order[:-1])[same]
+        dist = dist[dist <= MAX_PERIOD]
+        counts = np.bincount(dist) if dist.size else np.zeros(1, dtype=np.int64)
+        return [int(p) for p in np.argsort(counts)[::-1][:_CANDIDATES] if counts[p] > 0]
+    found = common(np.arange(keys.size)) + common(heads)
+    return sorted({k * p for p in found for k in range(1, _MULTIPLES + 1) if k * p <= MAX_PERIOD})
+
+
+def roll(code: np.ndarray, keys: np.ndarray | None = None, levels: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """``code`` (INSTR_DTYPE records, the order they run) stored with loops: (stored records, for each stored
+    record the instruction it stores, -1 for LOOP and STEP records). ``keys``: per instruction a value that
+    must repeat too (its source location), None: none. Greedy from the start: at each record the loop saving
+    the most records, if any saves one; then again over the result, ``levels`` times in all (loops of loops)."""
+    stored, origin = code, np.arange(len(code))
+    for _ in range(levels):
+        k = None if keys is None else np.where(origin >= 0, keys[np.maximum(origin, 0)], -1)
+        stored, o = _roll(stored, k)
+        origin = np.where(o >= 0, origin[np.maximum(o, 0)], -1)
+        if not (stored["op"] == Op.LOOP).any():
+            break
+    # What a loader reads back must be what ran (loops are found by hashes; a collision would store another
+    # program): else the stream is stored as it runs.
+    run, orig = unroll(stored)
+    if run.tobytes() != code.tobytes() or (keys is not None and not np.array_equal(keys[origin[orig]], keys)):
+        return code, np.arange(len(code))
+    return stored, origin
+
+
+def roll_streams(codes: list[np.ndarray], keys: list | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`roll` of several streams (one per core) at once, as one stream whose loops never cross from one
+    core's instructions to the next (numpy's per-call cost paid once, not per core)."""
+    if not codes:
+        return []
+    sizes = [len(c) for c in codes]
+    sid = np.repeat(np.arange(len(codes), dtype=np.int64), sizes)
+    k = sid if keys is None else np.concatenate([np.asarray(x, dtype=np.int64) for x in keys]) * len(codes) + sid
+    stored, origin = roll(np.concatenate(codes), k)
+    # Each stored record's stream: a body record's own; a LOOP record's, the next record's; a STEP record's,
+    # the one before (loops hold one stream's records).
+    ids = np.where(origin >= 0, sid[np.maximum(origin, 0)], -1)
+    for h in np.flatnonzero(stored["op"] == Op.LOOP)[::-1]:
+        ids[h] = ids[h + 1]
+    ids = np.maximum.accumulate(ids)
+    cuts = np.searchsorted(ids, np.arange(1, len(codes)))
+    base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return [(st, np.where(o >= 0, o - base[c], -1)) for c, (st, o) in
+            enumerate(zip(np.split(stored, cuts), np.split(origin, cuts)))]
+
+
+def _roll(code: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """One level of :func:`roll` over records that may hold loops already (a body holds whole loops, whose LOOP
+    and STEP records repeat as they are)."""
+    n = len(code)
+    raw = np.ascontiguousarray(code).view(np.uint8).reshape(n, INSTR_DTYPE.itemsize)
+    ops = code["op"]
+    looped = (ops == Op.LOOP) | (ops == Op.STEP)
+    words = np.where(looped[:, None], raw, raw & _FIXED).view("<u8")        # [n, 8]: what must repeat
+    if keys is not None:
+        words = np.concatenate([words, np.asarray(keys).astype(np.uint64)[:, None]], axis=1)
+    key = words[:, 0].copy()
+    for j in range(1, words.shape[1]):                   # a hash of each record's fixed part, to find periods
+        key = key * np.uint64(0x9E3779B97F4A7C15) + words[:, j]
+    # Records inside a stored loop after its LOOP record: no body starts or ends there.
+    inner = np.zeros(n + 1, dtype=bool)
+    for h in np.flatnonzero(ops == Op.LOOP)[::-1]:
+        if not inner[h]:
+            inner[h + 1:h + 1 + 2 * int(code["n"][h])] = True
+    vals = _addr(code)
+    # Equal hashes of the fixed parts, and of the address differences (a linear hash: the difference of two
+    # records' hashes is the hash of their differences), find the loops; :func:`roll` checks the result.
+    mult = np.uint64(0xD6E8FEB86659FD93) ** np.arange(1, 8, dtype=np.uint64)
+    addr = (vals * mult).sum(axis=1, dtype=np.uint64)
+    best_save = np.zeros(n, dtype=np.int64)
+    best_p = np.zeros(n, dtype=np.int64)
+    best_trips = np.zeros(n, dtype=np.int64)
+    for p in _periods(key, np.flatnonzero(ops == Op.LOOP)):
+        if 2 * p > n:
+            continue
+        eq = key[p:] == key[:-p]                                           # [n - p]
+        d = addr[p:] - addr[:-p]
+        cons = np.zeros(n - p, dtype=bool)                                 # record j + p continues the loop
+        cons[p:] = eq[p:] & (d[p:] == d[:-p])
+        e_run, c_run = _runs(eq), np.append(_runs(cons), 0)
+        starts = np.arange(n - 2 * p + 1)
+        good = (e_run[starts] >= p) & ~inner[starts] & ~inner[starts + p]
+        span = p + np.where(starts + p < n - p, c_run[np.minimum(starts + p, n - p)], 0)
+        trips = span // p + 1
+        save = np.where(good, trips * p - (2 * p + 1), 0)
+        better = save > best_save[starts]
+        best_save[starts] = np.where(better, save, best_save[starts])
+        best_p[starts] = np.where(better, p, best_p[starts])
+        best_trips[starts] = np.where(better, trips, best_trips[starts])
+    out, origin = [], []
+    i = 0
+    loops = np.flatnonzero(best_save > 0)
+    while True:
+        j = int(loops[np.searchsorted(loops, i)]) if loops.size and i <= loops[-1] else n
+        if j > i:                                        # records stored as they are
+            out.append(code[i:j])
+            origin.append(np.arange(i, j))
+        if j >= n:
+            break
+        p, t = int(best_p[j]), int(min(best_trips[j], MAX_TRIPS))
+        head = np.zeros(1, dtype=INSTR_DTYPE)
+        head["op"], head["m"], head["n"] = Op.LOOP, t, p
+        step = np.zeros(p, dtype=INSTR_DTYPE)
+        step["op"] = Op.STEP
+        _set_addr(step, (vals[j + p:j + 2 * p] - vals[j:j + p]) & _WIDTH)
+        out += [head, code[j:j + p], step]
+        origin += [np.array([-1]), np.arange(j, j + p), np.full(p, -1)]
+        i = j + t * p
+    return np.concatenate(out), np.concatenate(origin)
+
+
+def unroll(stored: np.ndarray, limit: int = MAX_UNROLLED) -> tuple[np.ndarray, np.ndarray]:
+    """The instructions of a stored stream in the order they run, and the stored record of each. Raises
+    :class:`LoopError` for a malformed loop (trips, body extent, STEP placement and fields) and for loops that
+    unroll to more than ``limit`` instructions."""
+    if not ((stored["op"] == Op.LOOP) | (stored["op"] == Op.STEP)).any():
+        return stored, np.arange(len(stored))           # already in memory as it runs: nothing to bound
+    return _unroll(stored, 0, len(stored), [0, limit])
+
+
+def _unroll(stored, lo: int, hi: int, total: list) -> tuple[np.ndarray, np.ndarray]:
+    """Unroll stored records [lo, hi) (``total``: instructions unrolled so far in the stream, and the limit)."""
+    pieces, origin = [], []
+    ops = stored["op"]
+    i = lo
+    while i < hi:
+        loops = np.flatnonzero((ops[i:hi] == Op.LOOP) | (ops[i:hi] == Op.STEP))
+        j = i + int(loops[0]) if loops.size else hi
+        if j > i:
+            pieces.append(stored[i:j])
+            origin.append(np.arange(i, j))
+            _count(total, j - i, i)
+        if j >= hi:
+            break
+        if ops[j] == Op.STEP:
+            raise LoopError(j, "a STEP record outside the step block of a loop")
+        head = stored[j]
+        trips, body = int(head["m"]), int(head["n"])
+        for f in INSTR_DTYPE.names:
+            if f not in ("op", "m", "n") and head[f] != 0:
+                raise LoopError(j, f"field {f!r} of a LOOP must be zero")
+        if not 2 <= trips <= MAX_TRIPS:
+            raise LoopError(j, f"trip count {trips} out of range 2..{MAX_TRIPS}")
+        if body < 1 or j + 1 + 2 * body > hi:
+            raise LoopError(j, f"body of {body} records and their {body} STEP records run past the end of "
+                               f"the {'enclosing loop' if hi < len(stored) else 'stream'}")
+        steps = stored[j + 1 + body:j + 1 + 2 * body]
+        bad = np.flatnonzero(steps["op"] != Op.STEP)
+        if bad.size:
+            raise LoopError(j + 1 + body + int(bad[0]), f"expected the STEP record of body record "
+                                                         f"{j + 1 + int(bad[0])} of the loop at record {j}")
+        raw = np.ascontiguousarray(steps).view(np.uint8).reshape(body, INSTR_DTYPE.itemsize)
+        fixed = raw & _FIXED
+        fixed[:, 0] = 0
+        bad = np.flatnonzero(fixed.any(axis=1))
+        if bad.size:
+            raise LoopError(j + 1 + body + int(bad[0]), f"a STEP record advances only {', '.join(STEPPED)}")
+        kinds = stored["op"][j + 1:j + 1 + body]
+        moved = np.flatnonzero(((kinds == Op.LOOP) | (kinds == Op.STEP)) & raw[:, 1:].any(axis=1))
+        if moved.size:
+            raise LoopError(j + 1 + body + int(moved[0]), "the STEP of a LOOP or STEP record must be zero")
+        start = total[0]
+        recs, orig = _unroll(stored, j + 1, j + 1 + body, total)
+        _count(total, (trips - 1) * (total[0] - start), j)
+        step = _addr(steps)[orig - (j + 1)]     # each unrolled body instruction's step, by its stored record
+        t = np.arange(trips, dtype=np.uint64)[:, None, None]
+        out = np.tile(recs, trips)
+        _set_addr(out, ((_addr(recs)[None] + t * step[None]) & _WIDTH).reshape(-1, 7))     # wraps at the width
+        pieces.append(out)
+        origin.append(np.tile(orig, trips))
+        i = j + 1 + 2 * body
+    if not pieces:
+        return stored[lo:lo], np.zeros(0, dtype=np.int64)
+    return np.concatenate(pieces), np.concatenate(origin)
+
+
+def _count(total: list, k: int, record: int) -> None:
+    total[0] += k
+    if total[0] > total[1]:
+        raise LoopError(record, f"unrolls to more than {total[1]} instructions")

@@ -1,0 +1,158 @@
+"""Loop records (format 1.10, runtime/loops.py): streams stored with loops read back as the instructions that run,
+malformed loops are load errors naming the record, and compiled kernels are stored rolled."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spyre_mlir.runtime import BinaryFormatError, load_bytes
+from spyre_mlir.runtime.binary import Section, program_from_bytes, program_to_bytes, read_container, write_container
+from spyre_mlir.runtime.isa import INSTR_DTYPE, Op
+from spyre_mlir.runtime.kernels import build_matmul
+from spyre_mlir.runtime.loops import STEPPED, LoopError, roll, roll_streams, unroll
+from spyre_mlir.target import load_target
+
+FIELDS = ("m", "n", "k", "a0", "a1", "a2", "a3", "a4", "a5", "dev")
+
+
+def _rec(op, **fields) -> np.ndarray:
+    r = np.zeros(1, dtype=INSTR_DTYPE)
+    r["op"] = op
+    for f, v in fields.items():
+        r[f] = v
+    return r
+
+
+def _loop(trips: int, body: list, steps: list[dict]) -> list:
+    """A stored loop: its LOOP record, body records and one STEP per body record (``steps``: field -> step)."""
+    return [_rec(Op.LOOP, m=trips, n=len(body)), *body, *(_rec(Op.STEP, **s) for s in steps)]
+
+
+record = st.builds(lambda op, vals: _rec(op, **dict(zip(FIELDS, vals))),
+                   st.sampled_from([Op.SFU, Op.DMA_LOAD, Op.MATMUL, Op.BARRIER]),
+                   st.lists(st.sampled_from([0, 1, 128, 4096, 2**31, 2**32 - 128]), min_size=10, max_size=10))
+segment = st.tuples(st.lists(record, min_size=1, max_size=5), st.integers(1, 9),
+                    st.lists(st.sampled_from([0, 128, 2**32 - 256, 8192]), min_size=7, max_size=7))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(segment, min_size=1, max_size=6), st.booleans())
+def test_a_rolled_stream_unrolls_to_what_runs(segments, with_keys):
+    """Bodies repeated with steps that may wrap (negative), and records that repeat without a loop: stored with
+    loops, read back record for record, each from the stored record that holds it, with its source location."""
+    parts = []
+    for body, trips, step in segments:
+        for t in range(trips):
+            for r in body:
+                r = r.copy()
+                for f, s in zip(STEPPED, step):
+                    r[f] = (int(r[f][0]) + t * s) % (1 << (64 if f == "dev" else 32))
+                parts.append(r)
+    code = np.concatenate(parts + [_rec(Op.END)])
+    keys = np.arange(len(code)) % 3 if with_keys else None
+    stored, origin = roll(code, keys)
+    assert len(stored) <= len(code)
+    run, orig = unroll(stored)
+    assert run.tobytes() == code.tobytes()
+    # Each instruction comes from a stored record of its own opcode, storing it or an earlier trip of it.
+    assert (stored["op"][orig] == code["op"]).all()
+    assert (0 <= origin[orig]).all() and (origin[orig] <= np.arange(len(code))).all()
+    if keys is not None:
+        assert (keys[origin[orig]] == keys).all()
+
+
+def test_a_repeated_step_is_stored_once():
+    """A body of 2 run 100 times with a double-buffered address is 5 records: LOOP, body, STEPs."""
+    code = np.concatenate([_rec(Op.SFU, m=8, n=8, a0=4096 * (t % 2), a1=128 * t) for t in range(100)]
+                          + [_rec(Op.DMA_LOAD, dev=128 * t, m=1, n=1, k=128) for t in range(0)] + [_rec(Op.END)])
+    stored, _ = roll(code)
+    assert [Op(o).name for o in stored["op"]] == ["LOOP", "SFU", "SFU", "STEP", "STEP", "END"]
+    assert (stored[0]["m"], stored[0]["n"]) == (50, 2)
+    assert (stored["a1"][3], stored["a0"][3]) == (256, 0)
+
+
+def test_nested_loops_unroll_inner_first():
+    """A loop of a loop: the outer step moves every trip of the inner loop."""
+    inner = _loop(3, [_rec(Op.SFU, a0=0, a1=1000)], [{"a0": 128}])
+    stored = np.concatenate(_loop(2, inner, [{}, {"a1": 10}, {}]) + [_rec(Op.END)])
+    run, orig = unroll(stored)
+    assert run["a0"].tolist() == [0, 128, 256, 0, 128, 256, 0]
+    assert run["a1"].tolist() == [1000] * 3 + [1010] * 3 + [0]
+    assert orig.tolist() == [2] * 6 + [7]
+
+
+def test_streams_roll_apart():
+    """Two cores with the same instructions: each stream's loops stay in it."""
+    code = np.concatenate([_rec(Op.SFU, a1=128 * t) for t in range(10)] + [_rec(Op.END)])
+    (s0, o0), (s1, o1) = roll_streams([code, code.copy()])
+    for s, o in ((s0, o0), (s1, o1)):
+        run, orig = unroll(s)
+        assert run.tobytes() == code.tobytes() and (o[orig] == [0] * 10 + [10]).all()
+        assert len(s) == 4
+
+
+BAD = {
+    "one trip": (lambda: _loop(1, [_rec(Op.SFU)], [{}]), 0, r"trip count 1 out of range"),
+    "past the end": (lambda: [_rec(Op.LOOP, m=2, n=3), _rec(Op.SFU), _rec(Op.STEP)], 0, r"run past the end"),
+    "stray step": (lambda: [_rec(Op.SFU), _rec(Op.STEP)], 1, r"STEP record outside"),
+    "not a step": (lambda: [_rec(Op.LOOP, m=2, n=1), _rec(Op.SFU), _rec(Op.SFU)], 2, r"expected the STEP record"),
+    "steps a size": (lambda: _loop(2, [_rec(Op.SFU)], [{"m": 1}]), 2, r"advances only dev, a0"),
+    "loop field": (lambda: [_rec(Op.LOOP, m=2, n=1, k=1), _rec(Op.SFU), _rec(Op.STEP)], 0, r"field 'k'"),
+    "moved loop": (lambda: _loop(2, _loop(2, [_rec(Op.SFU)], [{}]), [{"a0": 128}, {}, {}]), 4,
+                   r"STEP of a LOOP or STEP record must be zero"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_malformed_loops_are_named(case):
+    build, where, msg = BAD[case]
+    with pytest.raises(LoopError, match=msg) as e:
+        unroll(np.concatenate(build() + [_rec(Op.END)]))
+    assert e.value.record == where
+
+
+def test_unrolled_size_is_bounded():
+    """A few bytes of trip counts cannot make the loader allocate without limit."""
+    stored = np.concatenate(_loop(1 << 20, _loop(1 << 20, [_rec(Op.SFU)], [{}]), [{}, {}, {}]) + [_rec(Op.END)])
+    with pytest.raises(LoopError, match=r"unrolls to more than 1000 instructions"):
+        unroll(stored, limit=1000)
+
+
+def _matmul_program():
+    """One core walking a [64, 2048] x [2048, 256] matmul in 2 x 32 K steps: a stream with loops."""
+    w = np.random.default_rng(0).standard_normal((2048, 256)).astype(np.float32)
+    return build_matmul(load_target(cores=1), 64, 256, 2048, grid=(1, 1), tile_m=64, tile_n=128,
+                        tile_k=64, weights=w).program()
+
+
+def test_a_compiled_kernel_is_stored_rolled_and_runs_the_same():
+    prog = _matmul_program()
+    data = program_to_bytes(prog)
+    stored = [len(p) // INSTR_DTYPE.itemsize for k, i, p in read_container(data)[2] if k == Section.CODE]
+    assert stored[0] < len(prog.code[0]) / 2
+    back = program_from_bytes(data)
+    assert back.code[0].tobytes() == prog.code[0].tobytes()
+    assert back.debug == [list(map(tuple, d)) for d in prog.debug]
+    x = np.random.default_rng(1).standard_normal((64, 2048)).astype(np.float32)
+    assert np.array_equal(load_bytes(data)(x)[0], load_bytes(program_to_bytes(back))(x)[0])
+
+
+def test_a_bad_instruction_in_a_loop_names_its_record():
+    """An instruction unrolled from a loop body is checked in every trip; the error names the stored record."""
+    prog = _matmul_program()
+    data = bytearray(program_to_bytes(prog))
+    ncores, fp, secs = read_container(data)
+    secs = [[k, i, np.frombuffer(p, dtype=INSTR_DTYPE).copy() if k == Section.CODE else bytes(p)] for k, i, p in secs]
+    code = next(p for k, _, p in secs if k == Section.CODE)
+    head = int(np.flatnonzero(code["op"] == Op.LOOP)[0])
+    body = head + 1 + int(np.flatnonzero(code["op"][head + 1:] == Op.DMA_LOAD)[0])
+    step = head + 1 + int(code["n"][head]) + (body - head - 1)
+    code["dev"][step] = 1 << 40           # the second trip reads far outside device memory
+    secs = [[k, i, p.tobytes() if k == Section.CODE else p] for k, i, p in secs]
+    with pytest.raises(BinaryFormatError, match=re.escape(f", record {body} (dma_load")):
+        load_bytes(write_container(ncores, fp, secs))
