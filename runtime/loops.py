@@ -27,7 +27,7 @@ MAX_TRIPS = 1 << 20
 MAX_UNROLLED = 1 << 23          # instructions a program's streams may unroll to (512 MiB of records)
 MAX_PERIOD = 256                # the longest body :func:`roll` looks for
 _CANDIDATES = 4                 # body lengths tried per stream: the most common distances between equal records
-_MULTIPLES = 4                  # and their multiples (double-buffered steps alternate their buffers)
+_MULTIPLES = 2                  # and their multiples (double-buffered steps alternate their buffers)
 
 _OFFSETS = {f: INSTR_DTYPE.fields[f][1] for f in INSTR_DTYPE.names}
 
