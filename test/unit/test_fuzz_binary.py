@@ -16,7 +16,7 @@ import pytest
 
 from spyre_mlir.runtime import BinaryFormatError, InputError, ProgramBuilder, SpyreRuntimeError, load_bytes
 from spyre_mlir.runtime.binary import Section, program_to_bytes, read_container, write_container
-from spyre_mlir.runtime.isa import INSTR_DTYPE
+from spyre_mlir.runtime.isa import INSTR_DTYPE, Op
 from spyre_mlir.runtime.kernels import build_matmul, build_softmax
 from spyre_mlir.target import load_target
 
@@ -60,10 +60,14 @@ def _bases():
     mm = build_matmul(T2, 16, 64, 128, grid=(1, 1), split_k=2, weights=w)
     sm = build_softmax(T1, 8, 96)
     hr = _host_and_ring(T3)
+    # 16 K steps on one core: a stream stored with loops (LOOP and STEP records to damage).
+    lp = build_matmul(T1, 16, 64, 1024, grid=(1, 1), tile_k=64,
+                      weights=rng.standard_normal((1024, 64)).astype(np.float32))
     return [
         (mm, T2, [rng.standard_normal((16, 128)).astype(np.float32)]),
         (sm, T1, [rng.standard_normal((8, 96)).astype(np.float32)]),
         (hr, T3, [np.array([0, 3, 15, 7], np.int32)]),
+        (lp, T1, [rng.standard_normal((16, 1024)).astype(np.float32)]),
     ]
 
 
@@ -115,6 +119,25 @@ def _mutate_record(prog, rng):
     return program_to_bytes(prog)
 
 
+def _mutate_stored(data: bytes, rng) -> bytes:
+    """A field of a record as the file stores it (LOOP and STEP records included), resealed."""
+    ncores, fp, secs = read_container(data)
+    secs = [[k, i, bytes(p)] for k, i, p in secs]
+    sec = [s for s in secs if s[0] == Section.CODE][int(rng.integers(ncores))]
+    code = np.frombuffer(sec[2], dtype=INSTR_DTYPE).copy()
+    loops = np.flatnonzero(np.isin(code["op"], (Op.LOOP, Op.STEP)))
+    i = int(rng.choice(loops)) if loops.size and rng.random() < 0.7 else int(rng.integers(len(code)))
+    field = rng.choice(["op", "m", "n", "k", "a0", "a1", "a4", "dev", "mask", "flags"])
+    bits = 8 * INSTR_DTYPE.fields[field][0].itemsize
+    old = int(code[i][field])
+    choices = _U32 + [old + 1, max(old - 1, 0), old * 2, old + 128, Op.LOOP, Op.STEP, Op.END]
+    if bits == 64:
+        choices += [1 << 63, (1 << 64) - 128]
+    code[i][field] = int(choices[int(rng.integers(len(choices)))]) % (1 << bits)
+    sec[2] = code.tobytes()
+    return write_container(ncores, fp, secs)
+
+
 def _json_leaves(obj, path=()):
     if isinstance(obj, dict):
         for k, v in obj.items():
@@ -144,7 +167,7 @@ def _mutate_metadata(data: bytes, rng) -> bytes:
     return write_container(ncores, fp, secs)
 
 
-@pytest.mark.parametrize("base_index", [0, 1, 2])
+@pytest.mark.parametrize("base_index", [0, 1, 2, 3])
 def test_fuzz_binary(base_index):
     builder, target, inputs = _bases()[base_index]
     rng = np.random.default_rng(SEED + base_index)
@@ -167,6 +190,9 @@ def test_fuzz_binary(base_index):
         cases += 2
     for _ in range(500):                     # resealed instruction fields
         _check(_mutate_record(builder.program(), rng), target, inputs, stats)
+        cases += 1
+    for _ in range(300):                     # resealed stored records (loops)
+        _check(_mutate_stored(good, rng), target, inputs, stats)
         cases += 1
     for _ in range(150):                     # resealed metadata values
         _check(_mutate_metadata(good, rng), target, inputs, stats)
