@@ -29,6 +29,7 @@ from .binary import BUFFER_ALIGN, Buffer, Program, buffer_layout, program_to_byt
 from .formats import STICK_BYTES, Format, encode
 from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, describe, sfu_fn,
                   tile_bytes, tile_pitch)
+from .loops import roll_streams
 
 __all__ = ["ProgramBuilder", "Tile", "listing"]
 
@@ -461,8 +462,8 @@ class ProgramBuilder:
 
 
 def listing(prog: Program) -> str:
-    """A program as text: buffers, then per core one line per record (``core:index``, then
-    :func:`isa.describe`) with its source location, then the host ops. The one disassembler: what
+    """A program as text: buffers, then per core one line per record as the file stores it (``core:record``,
+    then :func:`isa.describe`, loop bodies and steps indented) with its source location, then the host ops. The one disassembler: what
     ``spyre-run --disassemble`` and ``spyre-compile --emit=program`` print. Reads only the container (no
     semantic checks), so half-valid files can be inspected too."""
     lines = [f"// program: {prog.num_cores} core(s), {prog.device_bytes} B device memory, "
@@ -470,11 +471,21 @@ def listing(prog: Program) -> str:
     for buf in prog.buffers:
         lines.append(f"// buffer {buf.name}: {buf.kind} {buf.fmt.key}{list(buf.shape)} @ {buf.addr} "
                      f"({buf.nbytes} B)")
-    for c, code in enumerate(prog.code):
-        lines.append(f"core {c}: {len(code)} instructions")
-        for i, rec in enumerate(code):
-            dbg = prog.debug[c][i][1] if prog.debug and c < len(prog.debug) else ""
-            lines.append(f"  {c}:{i:<5d} {describe(rec, 12)}" + (f"  // {dbg}" if dbg else ""))
+    debug = prog.debug if prog.debug and len(prog.debug) == len(prog.code) and all(
+        len(d) == len(c) for d, c in zip(prog.debug, prog.code)) else None
+    table: dict = {}
+    keys = None if debug is None else [[table.setdefault(tuple(d), len(table)) for d in core] for core in debug]
+    for c, (code, (stored, origin)) in enumerate(zip(prog.code, roll_streams(list(prog.code), keys))):
+        lines.append(f"core {c}: {len(code)} instructions"
+                     + (f" stored in {len(stored)} records" if len(stored) != len(code) else ""))
+        ends: list[int] = []            # where each enclosing loop's records end: the indentation
+        for r, rec in enumerate(stored):
+            while ends and ends[-1] <= r:
+                ends.pop()
+            dbg = debug[c][origin[r]][1] if debug is not None and origin[r] >= 0 else ""
+            lines.append(f"  {c}:{r:<5d} {'  ' * len(ends)}{describe(rec, 12)}" + (f"  // {dbg}" if dbg else ""))
+            if rec["op"] == Op.LOOP:
+                ends.append(r + 1 + 2 * int(rec["n"]))
     for k, h in enumerate(prog.host_ops):
         attrs = h.get("attrs") or {}
         steps = attrs.get("program", {}).get("steps") if h["op"] == "eval" else None

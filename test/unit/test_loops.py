@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spyre_mlir.runtime import BinaryFormatError, load_bytes
+from spyre_mlir.runtime.assembler import listing
 from spyre_mlir.runtime.binary import Section, program_from_bytes, program_to_bytes, read_container, write_container
 from spyre_mlir.runtime.isa import INSTR_DTYPE, Op
 from spyre_mlir.runtime.kernels import build_matmul
@@ -156,3 +157,18 @@ def test_a_bad_instruction_in_a_loop_names_its_record():
     secs = [[k, i, p.tobytes() if k == Section.CODE else p] for k, i, p in secs]
     with pytest.raises(BinaryFormatError, match=re.escape(f", record {body} (dma_load")):
         load_bytes(write_container(ncores, fp, secs))
+
+
+def test_the_listing_shows_loops_as_stored():
+    """``spyre-run --disassemble``: records as the file stores them, loop bodies and steps indented, each record
+    numbered as load errors name it."""
+    prog = _matmul_program()
+    data = program_to_bytes(prog)
+    stored = np.frombuffer(next(p for k, _, p in read_container(data)[2] if k == Section.CODE), dtype=INSTR_DTYPE)
+    lines = listing(program_from_bytes(data)).splitlines()
+    assert f"core 0: {len(prog.code[0])} instructions stored in {len(stored)} records" in lines
+    head = int(np.flatnonzero(stored["op"] == Op.LOOP)[0])
+    at = lines.index(next(line for line in lines if line.startswith(f"  0:{head:<5d} loop")))
+    assert lines[at].split()[2:] == [f"m={stored['m'][head]}", f"n={stored['n'][head]}"]
+    assert lines[at + 1].startswith(f"  0:{head + 1:<5d}   ")          # the body, indented
+    assert lines[-1].split() == [f"0:{len(stored) - 1}", "end"]
