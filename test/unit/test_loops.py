@@ -172,3 +172,17 @@ def test_the_listing_shows_loops_as_stored():
     assert lines[at].split()[2:] == [f"m={stored['m'][head]}", f"n={stored['n'][head]}"]
     assert lines[at + 1].startswith(f"  0:{head + 1:<5d}   ")          # the body, indented
     assert lines[-1].split() == [f"0:{len(stored) - 1}", "end"]
+
+
+def test_a_malformed_loop_in_a_file_is_a_format_error():
+    data = program_to_bytes(_matmul_program())
+    ncores, fp, secs = read_container(data)
+    secs = [[k, i, bytes(p)] for k, i, p in secs]
+    sec = next(s for s in secs if s[0] == Section.CODE)
+    code = np.frombuffer(sec[2], dtype=INSTR_DTYPE).copy()
+    head = int(np.flatnonzero(code["op"] == Op.LOOP)[0])
+    code["m"][head] = 1
+    sec[2] = code.tobytes()
+    with pytest.raises(BinaryFormatError, match=re.escape(f"code core 0 record {head} (loop m=1 n={code['n'][head]})"
+                                                          f": trip count 1 out of range 2..")):
+        load_bytes(write_container(ncores, fp, secs))
