@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import enum
+import hashlib
 import json
 import os
 import struct
@@ -35,7 +36,7 @@ from .loops import MAX_UNROLLED, LoopError, roll_streams, unroll
 __all__ = [
     "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "Entry", "BUFFER_KINDS",
     "CONST_ALIGN", "BUFFER_ALIGN", "buffer_layout", "program_to_bytes", "program_from_bytes",
-    "write_program", "read_container", "write_container", "atomic_write",
+    "write_program", "read_container", "write_container", "atomic_write", "code_digest",
 ]
 
 MAGIC = b"SPYREBIN"
@@ -236,6 +237,26 @@ def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, 
     for off, data in chunks:
         out[off:off + len(data)] = data
     return out
+
+
+def code_digest(data: bytes | memoryview) -> bytes:
+    """A digest of an image read by :func:`read_container` that leaves out the constants (hashing a model's
+    weights is most of the work, and nothing derived from the code depends on their values): the header and
+    section table without the checksums that cover the constants, and every other section."""
+    data = memoryview(data)
+    nsec = _HEADER.unpack_from(data, 0)[3]
+    head = bytearray(data[:HEADER_BYTES + nsec * _ENTRY.size])
+    head[_CRC_OFFSET:_CRC_OFFSET + 4] = bytes(4)
+    h = hashlib.blake2b(digest_size=16)
+    for i in range(nsec):
+        at = HEADER_BYTES + i * _ENTRY.size
+        kind, index, off, length, _, _ = _ENTRY.unpack_from(data, at)
+        if kind == Section.CONSTANTS:
+            _ENTRY.pack_into(head, at, kind, index, off, length, 0, 0)
+        else:
+            h.update(data[off:off + length])
+    h.update(head)
+    return h.digest()
 
 
 def is_system(data: bytes | memoryview) -> bool:

@@ -22,7 +22,6 @@ import bisect
 import collections
 import dataclasses
 import functools
-import hashlib
 import os
 import time
 import warnings
@@ -31,7 +30,7 @@ import numpy as np
 
 from spyre_mlir.errors import SpyreError
 
-from .binary import BinaryFormatError, Buffer, Program, is_system, program_from_bytes
+from .binary import BinaryFormatError, Buffer, Program, code_digest, is_system, program_from_bytes
 from .collector import collector_paused
 from .cycles import Profile, model_program
 from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread
@@ -768,7 +767,7 @@ def _load_bytes(data, target, numerics):
         raise BinaryFormatError(f"metadata.device_bytes: {prog.device_bytes} is not a stick multiple or "
                                 f"exceeds the limit {min(target.dram_bytes, limit)} (target DRAM or "
                                 f"SPYRE_EMU_MAX_DEVICE_BYTES)")
-    digest = hashlib.blake2b(data, digest_size=16).digest()
+    digest = code_digest(data)
     if prog.entries:
         exes, device = {}, None
         for e in prog.entries:
@@ -784,10 +783,11 @@ def _load_bytes(data, target, numerics):
     return Executable(prog, target, numerics, streams, steps, host_code)
 
 
-# Programs this process validated: (image digest, entry, target fingerprint) -> (streams, schedule). The decoded
-# instructions and their schedule (with its batches, emulator.segments) are read-only: loading the same bytes
-# again (a compile-cache hit, a second Executable of one file) reuses them instead of checking every instruction
-# again. Host code is compiled at each load: its functions keep per-call state.
+# Programs this process validated: (code digest, entry, target fingerprint) -> (streams, schedule). The decoded
+# instructions and their schedule (with its batches, emulator.segments) are read-only and do not depend on the
+# constants' values (binary.code_digest leaves their payload out: hashing a model's weights took half a second
+# a load): loading the same code again (a compile-cache hit, a second Executable of one file, other weights)
+# reuses them instead of checking every instruction again. Host code is compiled at each load: its functions keep per-call state.
 _VALIDATED: collections.OrderedDict = collections.OrderedDict()
 VALIDATED_KEEP = 100_000       # instructions kept over all programs (about 1 KB each, decoded and scheduled)
 

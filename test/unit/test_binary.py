@@ -581,8 +581,9 @@ def test_cross_core_access_needs_a_barrier():
 
 
 def test_the_same_bytes_are_validated_once_per_process(prog, monkeypatch):
-    """A second load of the same image (a compile-cache hit) reuses the decoded, scheduled program: each
-    Executable still has memories of its own and computes the same; other bytes are validated in full."""
+    """A second load of the same image (a compile-cache hit) or of the same code with other constants reuses the
+    decoded, scheduled program: each Executable still has memories and constants of its own and computes what a
+    fully validated load computes; other code is validated in full."""
     from collections import OrderedDict
 
     from spyre_mlir.runtime import loader
@@ -597,6 +598,12 @@ def test_the_same_bytes_are_validated_once_per_process(prog, monkeypatch):
     x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
     (ya,), (yb,) = a(x), b(x)
     assert np.array_equal(ya, yb) and np.array_equal(ya, a(x)[0])
+    # Other weights, the same code: validated once, each Executable computing with its own constants.
+    other = dataclasses.replace(prog, constants={k: bytes(np.frombuffer(v, np.uint8)[::-1]) for k, v in
+                                                 prog.constants.items()})
+    c = load_bytes(program_to_bytes(other), T2)
+    (yc,) = c(x)
+    assert len(checks) == 1 and c.steps is a.steps and not np.array_equal(yc, ya)
     with pytest.raises(BinaryFormatError, match="unknown format code 77"):
         load_bytes(_set(0, Op.MATMUL, "f0", 77)(prog), T2)
     assert len(checks) == 2
@@ -605,3 +612,4 @@ def test_the_same_bytes_are_validated_once_per_process(prog, monkeypatch):
     load_bytes(data, T2)
     load_bytes(data, T2)
     assert len(checks) == 4
+    assert np.array_equal(load_bytes(program_to_bytes(other), T2)(x)[0], yc)      # validated in full: the same
