@@ -50,22 +50,30 @@ def _fixed_mask() -> np.ndarray:
 
 
 _FIXED = _fixed_mask()
+_LOOP, _STEP = int(Op.LOOP), int(Op.STEP)
+_LOOP_OTHER = np.full(16, 0xFFFFFFFF, dtype=np.uint32)      # the 32-bit words of a LOOP but op, m, n
+_LOOP_OTHER[[0, 4, 5]] = 0xFFFFFF00, 0, 0
 _WIDTH = np.array([0xFFFFFFFF] * 6 + [0xFFFFFFFFFFFFFFFF], dtype=np.uint64)     # of a0..a5, dev
 assert STEPPED == ("dev", "a0", "a1", "a2", "a3", "a4", "a5") and _OFFSETS["a0"] == 28 and _OFFSETS["dev"] == 52
+assert _OFFSETS["m"] == 16 and _OFFSETS["n"] == 20
 
 
-def _addr(recs: np.ndarray) -> np.ndarray:
-    """[n, 7] uint64: the stepped fields a0..a5, dev of each record (read as 32-bit words: dev is not 8-aligned,
-    and whole columns are faster than structured fields)."""
-    w = np.ascontiguousarray(recs).view(np.uint32).reshape(len(recs), 16)
+def _words(recs: np.ndarray) -> np.ndarray:
+    """Records as [n, 16] 32-bit words (whole columns are faster than structured fields, and arrays of plain
+    words concatenate without a dtype promotion each)."""
+    return np.ascontiguousarray(recs).view(np.uint32).reshape(len(recs), 16)
+
+
+def _addr(w: np.ndarray) -> np.ndarray:
+    """[n, 7] uint64: the stepped fields a0..a5, dev of records given as :func:`_words` (dev is not 8-aligned:
+    two words)."""
     out = w[:, 7:14].astype(np.uint64)
     out[:, 6] |= w[:, 14].astype(np.uint64) << np.uint64(32)
     return out
 
 
-def _set_addr(recs: np.ndarray, vals: np.ndarray) -> None:
-    """Write ``vals`` ([n, 7], as :func:`_addr` gives) into the stepped fields of contiguous ``recs``."""
-    w = recs.view(np.uint32).reshape(len(recs), 16)
+def _set_words(w: np.ndarray, vals: np.ndarray) -> None:
+    """Write ``vals`` ([n, 7], as :func:`_addr` gives) into the stepped fields of records given as words."""
     w[:, 7:14] = vals & np.uint64(0xFFFFFFFF)
     w[:, 14] = vals[:, 6] >> np.uint64(32)
 
@@ -103,7 +111,7 @@ def roll(code: np.ndarray, keys: np.ndarray | None = None, levels: int = 2) -> t
         k = None if keys is None else np.where(origin >= 0, keys[np.maximum(origin, 0)], -1)
         stored, o = _roll(stored, k)
         origin = np.where(o >= 0, origin[np.maximum(o, 0)], -1)
-        if not (stored["op"] == Op.LOOP).any():
+        if not (stored["op"] == _LOOP).any():
             break
     # What a loader reads back must be what ran (loops are found by hashes; a collision would store another
     # program): else the stream is stored as it runs.
@@ -125,7 +133,7 @@ def roll_streams(codes: list[np.ndarray], keys: list | None = None) -> list[tupl
     # Each stored record's stream: a body record's own; a LOOP record's, the next record's; a STEP record's,
     # the one before (loops hold one stream's records).
     ids = np.where(origin >= 0, sid[np.maximum(origin, 0)], -1)
-    for h in np.flatnonzero(stored["op"] == Op.LOOP)[::-1]:
+    for h in np.flatnonzero(stored["op"] == _LOOP)[::-1]:
         ids[h] = ids[h + 1]
     ids = np.maximum.accumulate(ids)
     cuts = np.searchsorted(ids, np.arange(1, len(codes)))
@@ -139,8 +147,8 @@ def _roll(code: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.nda
     and STEP records repeat as they are)."""
     n = len(code)
     raw = np.ascontiguousarray(code).view(np.uint8).reshape(n, INSTR_DTYPE.itemsize)
-    ops = code["op"]
-    looped = (ops == Op.LOOP) | (ops == Op.STEP)
+    ops, nbody = code["op"], code["n"]
+    looped = (ops == _LOOP) | (ops == _STEP)
     words = np.where(looped[:, None], raw, raw & _FIXED).view("<u8")        # [n, 8]: what must repeat
     if keys is not None:
         words = np.concatenate([words, np.asarray(keys).astype(np.uint64)[:, None]], axis=1)
@@ -149,10 +157,10 @@ def _roll(code: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.nda
         key = key * np.uint64(0x9E3779B97F4A7C15) + words[:, j]
     # Records inside a stored loop after its LOOP record: no body starts or ends there.
     inner = np.zeros(n + 1, dtype=bool)
-    for h in np.flatnonzero(ops == Op.LOOP)[::-1]:
+    for h in np.flatnonzero(ops == _LOOP)[::-1]:
         if not inner[h]:
-            inner[h + 1:h + 1 + 2 * int(code["n"][h])] = True
-    vals = _addr(code)
+            inner[h + 1:h + 1 + 2 * int(nbody[h])] = True
+    vals = _addr(_words(code))
     # Equal hashes of the fixed parts, and of the address differences (a linear hash: the difference of two
     # records' hashes is the hash of their differences), find the loops; :func:`roll` checks the result.
     mult = np.uint64(0xD6E8FEB86659FD93) ** np.arange(1, 8, dtype=np.uint64)
@@ -160,7 +168,7 @@ def _roll(code: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.nda
     best_save = np.zeros(n, dtype=np.int64)
     best_p = np.zeros(n, dtype=np.int64)
     best_trips = np.zeros(n, dtype=np.int64)
-    for p in _periods(key, np.flatnonzero(ops == Op.LOOP)):
+    for p in _periods(key, np.flatnonzero(ops == _LOOP)):
         if 2 * p > n:
             continue
         eq = key[p:] == key[:-p]                                           # [n - p]
@@ -177,90 +185,95 @@ def _roll(code: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.nda
         best_save[starts] = np.where(better, save, best_save[starts])
         best_p[starts] = np.where(better, p, best_p[starts])
         best_trips[starts] = np.where(better, trips, best_trips[starts])
-    out, origin = [], []
-    i = 0
+    # The stored stream as rows of the input (0..n-1) and of the new LOOP and STEP records (n..), all as 32-bit
+    # words: concatenating structured arrays costs a dtype promotion each.
+    rows, extra, origin = [], [], []
+    i, m = 0, n
     loops = np.flatnonzero(best_save > 0)
     while True:
         j = int(loops[np.searchsorted(loops, i)]) if loops.size and i <= loops[-1] else n
         if j > i:                                        # records stored as they are
-            out.append(code[i:j])
+            rows.append(np.arange(i, j))
             origin.append(np.arange(i, j))
         if j >= n:
             break
         p, t = int(best_p[j]), int(min(best_trips[j], MAX_TRIPS))
-        head = np.zeros(1, dtype=INSTR_DTYPE)
-        head["op"], head["m"], head["n"] = Op.LOOP, t, p
-        step = np.zeros(p, dtype=INSTR_DTYPE)
-        step["op"] = Op.STEP
-        _set_addr(step, (vals[j + p:j + 2 * p] - vals[j:j + p]) & _WIDTH)
-        out += [head, code[j:j + p], step]
+        words = np.zeros((p + 1, 16), dtype=np.uint32)       # the LOOP record, then the STEP records
+        words[0, [0, 4, 5]] = _LOOP, t, p                    # op (byte 0), m, n
+        words[1:, 0] = _STEP
+        _set_words(words[1:], (vals[j + p:j + 2 * p] - vals[j:j + p]) & _WIDTH)
+        extra.append(words)
+        rows += [np.arange(m, m + 1), np.arange(j, j + p), np.arange(m + 1, m + 1 + p)]
         origin += [np.array([-1]), np.arange(j, j + p), np.full(p, -1)]
+        m += p + 1
         i = j + t * p
-    return np.concatenate(out), np.concatenate(origin)
+    table = np.concatenate([_words(code)] + extra)
+    return table[np.concatenate(rows)].view(INSTR_DTYPE).ravel(), np.concatenate(origin)
 
 
 def unroll(stored: np.ndarray, limit: int = MAX_UNROLLED) -> tuple[np.ndarray, np.ndarray]:
     """The instructions of a stored stream in the order they run, and the stored record of each. Raises
     :class:`LoopError` for a malformed loop (trips, body extent, STEP placement and fields) and for loops that
     unroll to more than ``limit`` instructions."""
-    if not ((stored["op"] == Op.LOOP) | (stored["op"] == Op.STEP)).any():
+    if not np.isin(stored["op"], (_LOOP, _STEP)).any():
         return stored, np.arange(len(stored))           # already in memory as it runs: nothing to bound
-    return _unroll(stored, 0, len(stored), [0, limit])
+    words, origin = _unroll(_words(stored), np.ascontiguousarray(stored["op"]), 0, len(stored), [0, limit])
+    return words.view(INSTR_DTYPE).ravel(), origin
 
 
-def _unroll(stored, lo: int, hi: int, total: list) -> tuple[np.ndarray, np.ndarray]:
-    """Unroll stored records [lo, hi) (``total``: instructions unrolled so far in the stream, and the limit)."""
+def _unroll(w, ops, lo: int, hi: int, total: list) -> tuple[np.ndarray, np.ndarray]:
+    """Unroll stored records [lo, hi) given as :func:`_words` (``ops``: their opcodes; ``total``: instructions
+    unrolled so far in the stream, and the limit)."""
     pieces, origin = [], []
-    ops = stored["op"]
     i = lo
     while i < hi:
-        loops = np.flatnonzero((ops[i:hi] == Op.LOOP) | (ops[i:hi] == Op.STEP))
+        loops = np.flatnonzero((ops[i:hi] == _LOOP) | (ops[i:hi] == _STEP))
         j = i + int(loops[0]) if loops.size else hi
         if j > i:
-            pieces.append(stored[i:j])
+            pieces.append(w[i:j])
             origin.append(np.arange(i, j))
             _count(total, j - i, i)
         if j >= hi:
             break
-        if ops[j] == Op.STEP:
+        if ops[j] == _STEP:
             raise LoopError(j, "a STEP record outside the step block of a loop")
-        head = stored[j]
-        trips, body = int(head["m"]), int(head["n"])
-        for f in INSTR_DTYPE.names:
-            if f not in ("op", "m", "n") and head[f] != 0:
-                raise LoopError(j, f"field {f!r} of a LOOP must be zero")
+        trips, body = int(w[j, 4]), int(w[j, 5])
+        if (w[j] & _LOOP_OTHER).any():
+            rec = w[j:j + 1].view(INSTR_DTYPE)[0]
+            f = next(f for f in INSTR_DTYPE.names if f not in ("op", "m", "n") and rec[f] != 0)
+            raise LoopError(j, f"field {f!r} of a LOOP must be zero")
         if not 2 <= trips <= MAX_TRIPS:
             raise LoopError(j, f"trip count {trips} out of range 2..{MAX_TRIPS}")
         if body < 1 or j + 1 + 2 * body > hi:
             raise LoopError(j, f"body of {body} records and their {body} STEP records run past the end of "
-                               f"the {'enclosing loop' if hi < len(stored) else 'stream'}")
-        steps = stored[j + 1 + body:j + 1 + 2 * body]
-        bad = np.flatnonzero(steps["op"] != Op.STEP)
+                               f"the {'enclosing loop' if hi < len(w) else 'stream'}")
+        steps = w[j + 1 + body:j + 1 + 2 * body]
+        bad = np.flatnonzero(ops[j + 1 + body:j + 1 + 2 * body] != _STEP)
         if bad.size:
             raise LoopError(j + 1 + body + int(bad[0]), f"expected the STEP record of body record "
                                                          f"{j + 1 + int(bad[0])} of the loop at record {j}")
-        raw = np.ascontiguousarray(steps).view(np.uint8).reshape(body, INSTR_DTYPE.itemsize)
+        raw = steps.view(np.uint8)
         fixed = raw & _FIXED
         fixed[:, 0] = 0
         bad = np.flatnonzero(fixed.any(axis=1))
         if bad.size:
             raise LoopError(j + 1 + body + int(bad[0]), f"a STEP record advances only {', '.join(STEPPED)}")
-        kinds = stored["op"][j + 1:j + 1 + body]
-        moved = np.flatnonzero(((kinds == Op.LOOP) | (kinds == Op.STEP)) & raw[:, 1:].any(axis=1))
+        kinds = ops[j + 1:j + 1 + body]
+        moved = np.flatnonzero(((kinds == _LOOP) | (kinds == _STEP)) & raw[:, 1:].any(axis=1))
         if moved.size:
             raise LoopError(j + 1 + body + int(moved[0]), "the STEP of a LOOP or STEP record must be zero")
         start = total[0]
-        recs, orig = _unroll(stored, j + 1, j + 1 + body, total)
+        recs, orig = _unroll(w, ops, j + 1, j + 1 + body, total)
         _count(total, (trips - 1) * (total[0] - start), j)
         step = _addr(steps)[orig - (j + 1)]     # each unrolled body instruction's step, by its stored record
         t = np.arange(trips, dtype=np.uint64)[:, None, None]
-        out = np.tile(recs, trips)
-        _set_addr(out, ((_addr(recs)[None] + t * step[None]) & _WIDTH).reshape(-1, 7))     # wraps at the width
+        out = np.tile(recs, (trips, 1))
+        _set_words(out, ((_addr(recs)[None] + t * step[None]) & _WIDTH).reshape(-1, 7))     # wraps at the width
         pieces.append(out)
         origin.append(np.tile(orig, trips))
         i = j + 1 + 2 * body
     if not pieces:
-        return stored[lo:lo], np.zeros(0, dtype=np.int64)
+        return w[lo:lo], np.zeros(0, dtype=np.int64)
     return np.concatenate(pieces), np.concatenate(origin)
 
 
