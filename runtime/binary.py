@@ -390,10 +390,12 @@ def program_to_bytes(prog: Program) -> bytearray:
         keys = None if debug is None else [[table.setdefault(tuple(d), len(table)) for d in core]
                                            for core in debug[j]]
         codes = [np.ascontiguousarray(c, dtype=INSTR_DTYPE) for c in codes]
-        if keys is None or all(len(k) == len(c) for k, c in zip(keys, codes)):
-            rolled = roll_streams(codes, keys)
-        else:       # debug info that does not match the code is written as it is (the loader rejects it)
-            rolled = [(c, np.arange(len(k))) for c, k in zip(codes, keys)]
+        if keys is not None and (len(keys) != len(codes) or any(len(k) != len(c) for k, c in zip(keys, codes))):
+            # Debug info that does not match the code: written as it is, unrolled (the loader rejects it).
+            sections += [(Section.CODE, j * 256 + c, code.tobytes()) for c, code in enumerate(codes)]
+            records.append(keys)
+            continue
+        rolled = roll_streams(codes, keys)
         for c, (stored, origin) in enumerate(rolled):
             sections.append((Section.CODE, j * 256 + c, stored.tobytes()))
         if keys is not None:
