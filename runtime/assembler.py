@@ -463,9 +463,9 @@ class ProgramBuilder:
 
 def listing(prog: Program) -> str:
     """A program as text: buffers, then per core one line per record as the file stores it (``core:record``,
-    then :func:`isa.describe`, loop bodies and steps indented) with its source location, then the host ops. The one disassembler: what
-    ``spyre-run --disassemble`` and ``spyre-compile --emit=program`` print. Reads only the container (no
-    semantic checks), so half-valid files can be inspected too."""
+    then :func:`isa.describe`, loop bodies and steps indented) with its source location, then the host ops.
+    The one disassembler: what ``spyre-run --disassemble`` and ``spyre-compile --emit=program`` print. Reads
+    only the container and the loop structure (no semantic checks), so half-valid files can be inspected too."""
     lines = [f"// program: {prog.num_cores} core(s), {prog.device_bytes} B device memory, "
              f"{len(prog.host_ops)} host op(s)"]
     for buf in prog.buffers:

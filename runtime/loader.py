@@ -787,7 +787,8 @@ def _load_bytes(data, target, numerics):
 # instructions and their schedule (with its batches, emulator.segments) are read-only and do not depend on the
 # constants' values (binary.code_digest leaves their payload out: hashing a model's weights took half a second
 # a load): loading the same code again (a compile-cache hit, a second Executable of one file, other weights)
-# reuses them instead of checking every instruction again. Host code is compiled at each load: its functions keep per-call state.
+# reuses them instead of checking every instruction again. Host code is compiled at each load: its functions
+# keep per-call state.
 _VALIDATED: collections.OrderedDict = collections.OrderedDict()
 VALIDATED_KEEP = 100_000       # instructions kept over all programs (about 1 KB each, decoded and scheduled)
 
