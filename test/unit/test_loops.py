@@ -186,3 +186,19 @@ def test_a_malformed_loop_in_a_file_is_a_format_error():
     with pytest.raises(BinaryFormatError, match=re.escape(f"code core 0 record {head} (loop m=1 n={code['n'][head]})"
                                                           f": trip count 1 out of range 2..")):
         load_bytes(write_container(ncores, fp, secs))
+
+
+def test_loops_of_loops_are_found():
+    """Tiles of 300 K steps (a body longer than roll looks for at once): the K loop, then around it the loop over
+    the tiles (an output store after each)."""
+    code = []
+    for tile in range(4):
+        code += [_rec(Op.MATMUL, m=8, n=8, k=64, a0=128 * k, a1=8192 + 65536 * tile + 128 * k) for k in range(300)]
+        code.append(_rec(Op.DMA_STORE, dev=1 << 20 | 1024 * tile, a0=65536, m=1, n=1, k=128))
+    code = np.concatenate(code + [_rec(Op.END)])
+    stored, _ = roll(code)
+    # LOOP(tiles) [LOOP(K) matmul STEP] store, the 4 STEPs of the tile loop, END
+    assert [Op(o).name for o in stored["op"]] == ["LOOP", "LOOP", "MATMUL", "STEP", "DMA_STORE"] + ["STEP"] * 4 + [
+        "END"]
+    assert (stored["m"][:2] == [4, 300]).all() and (stored["a1"][6], stored["dev"][8]) == (65536, 1024)
+    assert unroll(stored)[0].tobytes() == code.tobytes()
