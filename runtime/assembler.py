@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from .binary import BUFFER_ALIGN, Buffer, Program, buffer_layout, program_to_bytes, write_program
+from .binary import BUFFER_ALIGN, Buffer, Program, buffer_layout, program_to_bytes, rolled_code, write_program
 from .formats import STICK_BYTES, Format, encode
 from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, describe, sfu_fn,
                   tile_bytes, tile_pitch)
@@ -471,11 +471,11 @@ def listing(prog: Program) -> str:
     for buf in prog.buffers:
         lines.append(f"// buffer {buf.name}: {buf.kind} {buf.fmt.key}{list(buf.shape)} @ {buf.addr} "
                      f"({buf.nbytes} B)")
-    debug = prog.debug if prog.debug and len(prog.debug) == len(prog.code) and all(
-        len(d) == len(c) for d, c in zip(prog.debug, prog.code)) else None
-    table: dict = {}
-    keys = None if debug is None else [[table.setdefault(tuple(d), len(table)) for d in core] for core in debug]
-    for c, (code, (stored, origin)) in enumerate(zip(prog.code, roll_streams(list(prog.code), keys))):
+    debug = prog.debug or None
+    rolled, _ = rolled_code(list(prog.code), debug, {})
+    if rolled is None:              # debug info that does not match the code: left out
+        rolled, debug = roll_streams(list(prog.code)), None
+    for c, (code, (stored, origin)) in enumerate(zip(prog.code, rolled)):
         lines.append(f"core {c}: {len(code)} instructions"
                      + (f" stored in {len(stored)} records" if len(stored) != len(code) else ""))
         ends: list[int] = []            # where each enclosing loop's records end: the indentation

@@ -36,7 +36,7 @@ from .loops import MAX_UNROLLED, LoopError, roll_streams, unroll
 __all__ = [
     "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "Entry", "BUFFER_KINDS",
     "CONST_ALIGN", "BUFFER_ALIGN", "buffer_layout", "program_to_bytes", "program_from_bytes",
-    "write_program", "read_container", "write_container", "atomic_write", "code_digest",
+    "write_program", "read_container", "write_container", "atomic_write", "code_digest", "rolled_code",
 ]
 
 MAGIC = b"SPYREBIN"
@@ -387,15 +387,13 @@ def program_to_bytes(prog: Program) -> bytearray:
     table: dict[tuple[str, str], int] = {}
     records = []
     for j, codes in enumerate(streams):
-        keys = None if debug is None else [[table.setdefault(tuple(d), len(table)) for d in core]
-                                           for core in debug[j]]
         codes = [np.ascontiguousarray(c, dtype=INSTR_DTYPE) for c in codes]
-        if keys is not None and (len(keys) != len(codes) or any(len(k) != len(c) for k, c in zip(keys, codes))):
+        rolled, keys = rolled_code(codes, None if debug is None else debug[j], table)
+        if rolled is None:
             # Debug info that does not match the code: written as it is, unrolled (the loader rejects it).
             sections += [(Section.CODE, j * 256 + c, code.tobytes()) for c, code in enumerate(codes)]
             records.append(keys)
             continue
-        rolled = roll_streams(codes, keys)
         for c, (stored, origin) in enumerate(rolled):
             sections.append((Section.CODE, j * 256 + c, stored.tobytes()))
         if keys is not None:
@@ -406,6 +404,17 @@ def program_to_bytes(prog: Program) -> bytearray:
         payload = {"locations": [list(d) for d in table], "records": records if prog.entries else records[0]}
         sections.append((Section.DEBUG, 0, json.dumps(payload, separators=(",", ":")).encode()))
     return write_container(prog.num_cores, prog.fingerprint, sections)
+
+
+def rolled_code(codes: list[np.ndarray], debug, table: dict) -> tuple[list | None, list | None]:
+    """Each core's instructions as a file stores them (:func:`.loops.roll_streams`; a loop's trips share their
+    source location), and the index of each instruction's (op, location) pair in ``table`` (distinct pair ->
+    index, grown here; None without ``debug``). The rolled streams are None when ``debug`` does not match the
+    code (a core or an instruction more or less)."""
+    keys = None if debug is None else [[table.setdefault(tuple(d), len(table)) for d in core] for core in debug]
+    if keys is not None and (len(keys) != len(codes) or any(len(k) != len(c) for k, c in zip(keys, codes))):
+        return None, keys
+    return roll_streams(codes, keys), keys
 
 
 def write_program(prog: Program, path: str | os.PathLike) -> None:
@@ -607,7 +616,7 @@ def _unroll(stored: list[np.ndarray], debug, where: str = ""):
         code.append(run)
         origin.append(orig)
     if debug is not None:
-        debug = [d if len(o) == len(d) and run is recs else [d[i] for i in o.tolist()]
+        debug = [d if run is recs else [d[i] for i in o.tolist()]
                  for d, o, run, recs in zip(debug, origin, code, stored)]
     return code, debug, (origin if any(r is not s for r, s in zip(code, stored)) else None)
 

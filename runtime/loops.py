@@ -187,37 +187,37 @@ def _roll(code: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.nda
         best_trips[starts] = np.where(better, trips, best_trips[starts])
     # The stored stream as rows of the input (0..n-1) and of the new LOOP and STEP records (n..), all as 32-bit
     # words: concatenating structured arrays costs a dtype promotion each.
-    rows, extra, origin = [], [], []
+    rows, extra = [], []
     i, m = 0, n
     loops = np.flatnonzero(best_save > 0)
     while True:
         j = int(loops[np.searchsorted(loops, i)]) if loops.size and i <= loops[-1] else n
         if j > i:                                        # records stored as they are
             rows.append(np.arange(i, j))
-            origin.append(np.arange(i, j))
         if j >= n:
             break
         p, t = int(best_p[j]), int(min(best_trips[j], MAX_TRIPS))
-        words = np.zeros((p + 1, 16), dtype=np.uint32)       # the LOOP record, then the STEP records
-        words[0, [0, 4, 5]] = _LOOP, t, p                    # op (byte 0), m, n
-        words[1:, 0] = _STEP
-        _set_words(words[1:], (vals[j + p:j + 2 * p] - vals[j:j + p]) & _WIDTH)
-        extra.append(words)
+        new = np.zeros((p + 1, 16), dtype=np.uint32)         # the LOOP record, then the STEP records
+        new[0, [0, 4, 5]] = _LOOP, t, p                      # op (byte 0), m, n
+        new[1:, 0] = _STEP
+        _set_words(new[1:], (vals[j + p:j + 2 * p] - vals[j:j + p]) & _WIDTH)
+        extra.append(new)
         rows += [np.arange(m, m + 1), np.arange(j, j + p), np.arange(m + 1, m + 1 + p)]
-        origin += [np.array([-1]), np.arange(j, j + p), np.full(p, -1)]
         m += p + 1
         i = j + t * p
+    rows = np.concatenate(rows)
     table = np.concatenate([_words(code)] + extra)
-    return table[np.concatenate(rows)].view(INSTR_DTYPE).ravel(), np.concatenate(origin)
+    return table[rows].view(INSTR_DTYPE).ravel(), np.where(rows < n, rows, -1)
 
 
 def unroll(stored: np.ndarray, limit: int = MAX_UNROLLED) -> tuple[np.ndarray, np.ndarray]:
     """The instructions of a stored stream in the order they run, and the stored record of each. Raises
     :class:`LoopError` for a malformed loop (trips, body extent, STEP placement and fields) and for loops that
     unroll to more than ``limit`` instructions."""
-    if not np.isin(stored["op"], (_LOOP, _STEP)).any():
+    ops = np.ascontiguousarray(stored["op"])
+    if not np.isin(ops, (_LOOP, _STEP)).any():
         return stored, np.arange(len(stored))           # already in memory as it runs: nothing to bound
-    words, origin = _unroll(_words(stored), np.ascontiguousarray(stored["op"]), 0, len(stored), [0, limit])
+    words, origin = _unroll(_words(stored), ops, 0, len(stored), [0, limit])
     return words.view(INSTR_DTYPE).ravel(), origin
 
 
