@@ -80,6 +80,7 @@ class InputError(SpyreError, ValueError):
 
 # Opcodes whose checks and decoded operands do not depend on the issuing core: the identical records of an SPMD
 # program (the same tile operation on every core) are checked and decoded once, then copied to each core's place.
+# A record of any other opcode is decoded once per core (a barrier, the same ring send in several loop trips).
 _CORE_FREE = frozenset({Op.SFU, Op.MATMUL, Op.REDUCE, Op.DMA_LOAD, Op.DMA_STORE})
 
 
@@ -90,7 +91,7 @@ class _Decoder:
         self.prog, self.target = prog, target
         self.usable = target.scratchpad_usable_bytes
         self._pt_fmts: dict = {}
-        self._decoded: dict = {}        # record values -> its Ins, for _CORE_FREE opcodes
+        self._decoded: dict = {}        # record values (with the core, unless _CORE_FREE) -> its Ins
         # Containment queries for DMA ranges. Non-scratch buffers are disjoint: binary search. Scratch buffers
         # may alias each other: sorted by start with a running maximum of their ends.
         fixed = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(prog.buffers) if b.kind != "scratch")
@@ -118,10 +119,11 @@ class _Decoder:
         op = _OPS.get(vals[0])
         if op is None:
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': unknown opcode {vals[0]}")
-        free = op in _CORE_FREE
-        if free and vals in self._decoded:      # the same record passed every check already
+        key = vals if op in _CORE_FREE else (c, vals)
+        seen = self._decoded.get(key)
+        if seen is not None:            # the same record passed every check already
             ins = object.__new__(Ins)       # a shallow copy, without copy.copy's generic protocol
-            ins.__dict__.update(self._decoded[vals].__dict__)
+            ins.__dict__.update(seen.__dict__)
             ins.core, ins.idx, ins.rec, ins.loc = c, i, rec, loc
             return ins
         name = _NAMES[op]
@@ -133,8 +135,7 @@ class _Decoder:
                 if self.vals[f] != 0:
                     self.fail(f, f"must be zero for {name} (is {self.vals[f]})")
         getattr(self, "_" + name)(ins)
-        if free:
-            self._decoded[vals] = ins
+        self._decoded[key] = ins
         return ins
 
     # ---- field helpers ----------------------------------------------------------------------------------
