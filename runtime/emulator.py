@@ -564,16 +564,23 @@ class Copy:
             runs = _shift_runs(src_offs, dst_offs)
             if len(runs) > _RUNS and len(runs) * _PIECE_BYTES > len(src_offs) * m * n * k:
                 runs = []
+        def view(a, off, count, step, strides):
+            return _strided(a, off, (count, m, n, k), (step, strides[0], strides[1], 1))
+
         if runs:
+            # Each run steps evenly in both memories (by construction): one strided view pair.
             self.index = None
-            self.pairs = [p for idx in runs for p in Copy(src, [src_offs[i] for i in idx], src_strides, dst,
-                                                          [dst_offs[i] for i in idx], dst_strides, shape).pairs]
+            self.pairs = []
+            for idx in runs:
+                i, count = idx[0], len(idx)
+                rs, rd = ((src_offs[idx[1]] - src_offs[i], dst_offs[idx[1]] - dst_offs[i]) if count > 1
+                          else (0, 0))
+                self.pairs += [(view(d, dst_offs[i], count, rd, dst_strides),
+                                view(s, src_offs[i], count, rs, src_strides)) for s, d in arrays]
         elif ss is not None and ds is not None:
-            def view(a, off, step, strides):
-                return _strided(a, off, (len(src_offs), m, n, k), (step, strides[0], strides[1], 1))
             self.index = None
-            self.pairs = [(view(d, dst_offs[0], ds, dst_strides), view(s, src_offs[0], ss, src_strides))
-                          for s, d in arrays]
+            self.pairs = [(view(d, dst_offs[0], len(src_offs), ds, dst_strides),
+                           view(s, src_offs[0], len(src_offs), ss, src_strides)) for s, d in arrays]
         else:
             # Each row moves as one opaque element (one memcpy in numpy's fancy indexing; bytes as columns are
             # several times slower), indexed in a view whose elements are rows starting at every multiple of
