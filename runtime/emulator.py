@@ -455,16 +455,18 @@ class Staging:
 
 
 class Once:
-    """A step whose effect lasts: it runs at the first call only (constants loaded into scratchpad bytes that
-    nothing else writes hold the same bytes at every later call)."""
+    """A step whose effect lasts: it runs at the first call only (constants loaded into scratchpad ``sticks``
+    that nothing else writes hold the same bytes at every later call), unless the plan finds another writer of
+    those sticks (``always``)."""
 
-    def __init__(self, step):
-        self.step = step
+    def __init__(self, step, sticks):
+        self.step, self.sticks, self.always = step, sticks, False
 
     def __call__(self) -> None:
         if self.step is not None:
             self.step()
-            self.step = None
+            if not self.always:
+                self.step = None
 
 
 # Host threads a run uses: a big batch splits into two halves of its cores, the second on a worker thread.
@@ -772,7 +774,6 @@ _EXACT = frozenset({SfuFn.CAST, SfuFn.NEG, SfuFn.ABS, SfuFn.SQRT, SfuFn.RSQRT, S
                     SfuFn.LT, SfuFn.LE, SfuFn.GT, SfuFn.GE, SfuFn.SELECT})
 
 
-_FEW = 256     # Machine.plan counts the writers of sets of up to this many sticks one by one
 
 
 def _f32(x) -> np.ndarray:
@@ -825,40 +826,6 @@ def _batches(seg: list) -> list[list]:
         out.append([queues[c].popleft() for c, k in heads.items() if k == best])
         queues = {c: q for c, q in queues.items() if q}
     return out
-
-
-def writer_counts(steps, per_core: int, n: int, tile_sticks) -> np.ndarray:
-    """How many instructions write each of the ``n`` scratchpad sticks (core c's at offset ``c * per_core``)
-    over the whole schedule. Sets of up to _FEW sticks count stick by stick, gathered per core and offset once;
-    larger runs of consecutive sticks (tiles, ring copies) at their two ends, summed once (a program's tiles
-    hold far more sticks than it has instructions); other large sets stick by stick."""
-    starts, ends, few = [], [], [[] for _ in range(n // per_core)]
-    scattered = [EMPTY]
-
-    def count(core: int, st: np.ndarray) -> None:
-        if st.size <= _FEW:
-            few[core].append(st)
-        elif st[-1] - st[0] + 1 == st.size and (np.diff(st) == 1).all():
-            starts.append(core * per_core + int(st[0]))
-            ends.append(core * per_core + int(st[-1]) + 1)
-        else:
-            scattered.append(core * per_core + st)
-    for s in steps:
-        if isinstance(s, Sync):
-            for group in s.reduces:
-                mask, root, dst, _ = group[0].reduce
-                for r in bits(mask) if root == ROOT_ALL else [root]:
-                    count(r, tile_sticks(0, dst))
-        else:
-            count(s.core, s.sp_writes)
-            if s.op is Op.RING_SEND:         # the same run of sticks on every destination
-                lo, hi = int(s.peer_sticks[0]), int(s.peer_sticks[-1]) + 1
-                starts += [p * per_core + lo for p in s.send[0]]
-                ends += [p * per_core + hi for p in s.send[0]]
-    scattered += [np.concatenate(sts) + c * per_core for c, sts in enumerate(few) if sts]
-    edges = (np.bincount(np.array(starts, dtype=np.int64), minlength=n + 1)
-             - np.bincount(np.array(ends, dtype=np.int64), minlength=n + 1))
-    return (np.cumsum(edges[:n]) + np.bincount(np.concatenate(scattered), minlength=n)).astype(np.int32)
 
 
 def segments(steps) -> list[tuple[list[list], "Sync | None"]]:
@@ -915,16 +882,10 @@ class Machine:
         self._reads = {}         # (addresses, tile shape) -> (stick ids, Decoded) of the last read view there
         self._frozen = {}        # (addresses, tile shape) -> (stick ids, Frozen) of constant bytes read there
         self._next_id, self._loads = self._csp.size + 1, 0
-        # How many instructions write each scratchpad stick over the whole plan (a load of constants into sticks
-        # nothing else writes leaves the same bytes there for every later run: it runs once).
-        per_core, n = self.stride // STICK_BYTES, self._csp.size
-        key = ("writers", per_core, n)
-        if memo is not None and key in memo:
-            self._writers = memo[key]
-        else:
-            self._writers = writer_counts(steps, per_core, n, self._tile_sticks)
-            if memo is not None:
-                memo[key] = self._writers
+        # How many instructions write each scratchpad stick: a load of constants into sticks nothing else writes
+        # over the whole plan leaves the same bytes there for every later run, and runs once (decided at the end).
+        self._writes = np.zeros(self._csp.size, dtype=np.int32)
+        self._lasting: list[Once] = []
         slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
         if memo is not None and "segments" not in memo:
@@ -934,6 +895,8 @@ class Machine:
             plan += [self._prepare_split(b) for b in batches]
             if sync is not None and (f := self._prepare_sync(sync)) is not None:
                 plan.append(f)
+        for s in self._lasting:
+            s.always = bool((self._writes[s.sticks] > 1).any())
         return plan
 
     def _prepare_split(self, batch):
@@ -1014,9 +977,10 @@ class Machine:
         return bool((orig == orig[0]).all())
 
     def _fresh(self, st) -> None:
-        """Sticks ``st`` get bytes of their own (ids nothing else has)."""
+        """Sticks ``st`` get bytes of their own (ids nothing else has), written by one more instruction."""
         self._orig[st] = -np.arange(self._next_id, self._next_id + st.size)
         self._next_id += st.size
+        self._writes[st] += 1
 
     def _prepare(self, batch):
         s = batch[0]
@@ -1030,8 +994,12 @@ class Machine:
                 const = self._csp[dst] = self._cdev[src]
                 self._loads += 1
                 self._orig[dst] = self._loads * self._cdev.size + src
+                self._writes[dst] += 1
                 copy = Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
-                return Once(copy) if const.all() and (self._writers[dst] == 1).all() else copy
+                if not const.all():
+                    return copy
+                self._lasting.append(Once(copy, dst))
+                return self._lasting[-1]
             self._cdev[block_sticks(dev, dstr, shape)] = self._csp[block_sticks(sp, sstr, shape)]
             return Copy(self.sp, sp, sstr, self.device, dev, dstr, shape)
         if s.op is Op.MATMUL:
@@ -1205,6 +1173,7 @@ class Machine:
         for snd, d in zip(s.sends, landed):             # in issue order, as they land
             x = self._staged[snd]
             self._csp[d], self._orig[d] = x.const, x.ids      # the bytes the send read, and their ids
+            self._writes[d] += 1
         ranges = sorted((lo, lo + snd.send[3]) for snd, lo in copies)
         alone = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
         groups: dict = {}
