@@ -865,7 +865,7 @@ class Machine:
         """The steps of the static schedule as closures, in schedule order: each segment between barrier
         releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
         delivered). ``constants``: (addr, nbytes) of the constant buffers; ``memo``: what the plan derives from
-        ``steps`` alone (their batches, the writers of each stick), kept there for the next plan of them."""
+        ``steps`` alone (their batches), kept there for the next plan of them."""
         # Which sticks hold bytes copied from constants only, at this point of the plan: the same at every run.
         # Faithful tiles read from them are decoded once (:class:`Frozen`); the fp32-reference shadow is read
         # as a strided view, and numpy's elementwise kernels may differ between layouts, so it is left alone.

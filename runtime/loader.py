@@ -818,7 +818,7 @@ def _validate(prog: Program, target, key: tuple | None = None):
 
 class _Schedule(list):
     """A validated program's static schedule, with what loads derive from it alone (``memo``: the emulator's
-    batches and stick writers, each core's scratchpad extent), made once."""
+    batches, each core's scratchpad extent), made once."""
 
     def __init__(self, steps, streams):
         super().__init__(steps)
