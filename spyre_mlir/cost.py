@@ -629,8 +629,9 @@ def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, 
 
 
 def clear_cache() -> None:
-    """Forget the remembered buffer counts (a benchmark timing cold compiles of the same model twice)."""
+    """Forget the remembered buffer counts and tiles (a benchmark timing cold compiles of the same model twice)."""
     _buffer_count.cache_clear()
+    _best_tile.cache_clear()
 
 
 def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out_fmt: str | None = None, *,
@@ -649,7 +650,16 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
     (costed as that kernel, A resident when a row has several output tiles); None or a split-K block: the
     block as a one-core problem.
     """
-    out_fmt = out_fmt or fmt
+    return _best_tile(mb, nb, kb, target, fmt, out_fmt or fmt, batch, split_k, bias, active, tuple(force),
+                      tuple(grid) if grid else None, b_fmt, round_fmt, colscale, tuple(epi_in), trans_b, softmax,
+                      epi_temps, sibling)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _best_tile(mb, nb, kb, target, fmt, out_fmt, batch, split_k, bias, active, force, grid, b_fmt, round_fmt,
+               colscale, epi_in, trans_b, softmax, epi_temps, sibling):
+    """:func:`best_tile`, remembered: the passes ask for the same blocks again (spyre-divide-work's grid search,
+    spyre-siblings' comparison, spyre-tile, the op model's cost of a grid), and a model's layers share shapes."""
     cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt, b_fmt, trans_b)
     cands = [[f] if f else c for f, c in zip(force, cands)]
     gm, gn = grid if grid and split_k == 1 else (1, 1)
