@@ -213,7 +213,7 @@ class SystemEmitter:
         if sorted(per_card) != list(range(ncards)):
             raise PassError(f"the schedule uses cards {sorted(per_card)}: cards 0..{max(per_card)} must each run "
                             f"something", main.location)
-        from spyre_mlir.runtime.binary import program_to_bytes
+        from spyre_mlir.runtime.binary import program_layout
         from spyre_mlir.runtime.system import FORMAT, System
 
         self.cards = [link(per_card[c], producer="spyre_mlir") for c in range(ncards)]
@@ -222,7 +222,7 @@ class SystemEmitter:
                 "link": {"bytes_per_cycle": target.card_link_bytes_per_cycle,
                          "latency_cycles": target.card_link_latency_cycles},
                 "inputs": inputs, "calls": calls, "outputs": outputs}
-        self.sys = System(meta, [program_to_bytes(p) for p in self.cards], first.num_cores,
+        self.sys = System(meta, [program_layout(p) for p in self.cards], first.num_cores,
                           target.with_cards(ncards).fingerprint())
 
     def to_bytes(self) -> bytes:
@@ -232,8 +232,9 @@ class SystemEmitter:
 
     def write(self, path) -> None:
         from spyre_mlir.runtime.binary import atomic_write
+        from spyre_mlir.runtime.system import system_layout
 
-        atomic_write(path, self.to_bytes())
+        atomic_write(path, system_layout(self.sys))
 
     def listing(self) -> str:
         from spyre_mlir import codegen

@@ -36,7 +36,8 @@ from .loops import MAX_UNROLLED, LoopError, roll_streams, unroll
 __all__ = [
     "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "Entry", "BUFFER_KINDS",
     "CONST_ALIGN", "BUFFER_ALIGN", "buffer_layout", "program_to_bytes", "program_from_bytes",
-    "write_program", "read_container", "write_container", "atomic_write", "code_digest", "rolled_code",
+    "write_program", "read_container", "write_container", "container_layout", "program_layout", "atomic_write",
+    "code_digest", "rolled_code",
 ]
 
 MAGIC = b"SPYREBIN"
@@ -209,9 +210,24 @@ def _align(x: int, a: int) -> int:
 
 def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, int, Any]],
                     flags: int = 0) -> bytearray:
-    """Lay out (kind, index, payload) sections after the header and table, with alignment and checksums. A
-    payload is bytes-like, or ``(length, [(offset, bytes-like), ...])``: pieces at offsets with zeros between
-    (the constants section), copied once, straight into the image (a real model's weights are hundreds of MB)."""
+    """The image of a container (:func:`container_layout`) in memory."""
+    return _image(container_layout(num_cores, fingerprint, sections, flags))
+
+
+def _image(layout: tuple[int, list[tuple[int, Any]]]) -> bytearray:
+    size, pieces = layout
+    out = bytearray(size)
+    for off, data in pieces:
+        out[off:off + len(data)] = data
+    return out
+
+
+def container_layout(num_cores: int, fingerprint: str, sections: list[tuple[int, int, Any]],
+                     flags: int = 0) -> tuple[int, list[tuple[int, Any]]]:
+    """Lay out (kind, index, payload) sections after the header and table, with alignment and checksums: the
+    image as ``(size, [(offset, bytes-like), ...])``, its pieces in file order with zeros between. A payload is
+    bytes-like, or such a ``(length, pieces)`` itself (the constants section): a real model's weights are
+    hundreds of MB, copied once, into the image or straight into the file (:func:`atomic_write`)."""
     table_end = HEADER_BYTES + _ENTRY.size * len(sections)
     pos = table_end
     entries, chunks = [], []
@@ -225,18 +241,14 @@ def write_container(num_cores: int, fingerprint: str, sections: list[tuple[int, 
         entries.append((kind, index, pos, length, zlib.crc32(bytes(length - at), crc), 0))
         chunks += [(pos + off, data) for off, data in pieces]
         pos += length
-    out = bytearray(pos)
     fp = bytes.fromhex(fingerprint)
     if len(fp) != 32:
         raise BinaryFormatError("header: target fingerprint must be 32 bytes (sha256)")
     table = b"".join(_ENTRY.pack(*e) for e in entries)
     head0 = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, flags, fp, pos, 0, 0)
     crc = zlib.crc32(head0 + table)
-    out[:HEADER_BYTES] = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, flags, fp, pos, crc, 0)
-    out[HEADER_BYTES:table_end] = table
-    for off, data in chunks:
-        out[off:off + len(data)] = data
-    return out
+    head = _HEADER.pack(MAGIC, *VERSION, len(sections), num_cores, flags, fp, pos, crc, 0)
+    return pos, [(0, head + table)] + chunks
 
 
 def code_digest(data: bytes | memoryview) -> bytes:
@@ -354,8 +366,13 @@ def read_container(data: bytes | memoryview) -> tuple[int, str, list[tuple[int, 
 
 
 def program_to_bytes(prog: Program) -> bytearray:
-    """Serialize a program (the image, bytes-like). Constants are placed 4096-aligned inside the constants
-    section."""
+    """Serialize a program (the image, bytes-like; :func:`program_layout`)."""
+    return _image(program_layout(prog))
+
+
+def program_layout(prog: Program) -> tuple[int, list[tuple[int, Any]]]:
+    """A program's image as its pieces (:func:`container_layout`). Constants are placed 4096-aligned inside the
+    constants section."""
     const_table, blobs, pos = [], [], 0
     for name in sorted(prog.constants):
         buf = prog.buffer(name)
@@ -403,7 +420,7 @@ def program_to_bytes(prog: Program) -> bytearray:
     if debug is not None:
         payload = {"locations": [list(d) for d in table], "records": records if prog.entries else records[0]}
         sections.append((Section.DEBUG, 0, json.dumps(payload, separators=(",", ":")).encode()))
-    return write_container(prog.num_cores, prog.fingerprint, sections)
+    return container_layout(prog.num_cores, prog.fingerprint, sections)
 
 
 def rolled_code(codes: list[np.ndarray], debug, table: dict) -> tuple[list | None, list | None]:
@@ -418,18 +435,26 @@ def rolled_code(codes: list[np.ndarray], debug, table: dict) -> tuple[list | Non
 
 
 def write_program(prog: Program, path: str | os.PathLike) -> None:
-    """Write a program to a .spyre file atomically (see :func:`atomic_write`)."""
-    atomic_write(path, program_to_bytes(prog))
+    """Write a program to a .spyre file atomically (see :func:`atomic_write`), its pieces straight into the
+    file."""
+    atomic_write(path, program_layout(prog))
 
 
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write atomically: a temp file in the same directory, fsync, then os.replace. A failed write leaves
-    the old file (or nothing), never half a file."""
+def atomic_write(path: str | os.PathLike, data) -> None:
+    """Write ``data`` (bytes-like, or an image as ``(size, pieces)``, :func:`container_layout`) atomically: a
+    temp file in the same directory, fsync, then os.replace. A failed write leaves the old file (or nothing),
+    never half a file."""
     path = os.fspath(path)
+    size, pieces = data if isinstance(data, tuple) else (len(data), [(0, data)])
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path) or ".")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            at = 0
+            for off, piece in pieces:
+                f.write(bytes(off - at))            # alignment: a few KB at most
+                f.write(piece)
+                at = off + len(piece)
+            f.write(bytes(size - at))
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)

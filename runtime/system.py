@@ -35,11 +35,11 @@ import time
 
 import numpy as np
 
-from .binary import (FLAG_SYSTEM, BinaryFormatError, Program, Section, _get, _json, program_from_bytes,
-                     read_container, write_container)
+from .binary import (FLAG_SYSTEM, BinaryFormatError, Program, Section, _get, _json, container_layout,
+                     program_from_bytes, read_container, write_container)
 from .hostjit import host_dtype
 
-__all__ = ["System", "SystemExecutable", "SystemProfile", "system_to_bytes", "system_from_bytes"]
+__all__ = ["System", "SystemExecutable", "SystemProfile", "system_to_bytes", "system_layout", "system_from_bytes"]
 
 FORMAT = "spyre-system"
 
@@ -49,15 +49,24 @@ class System:
     """A system file in memory: the schedule (metadata) and each card's program image."""
 
     meta: dict
-    cards: list[bytes]          # card c's .spyre image
+    cards: list                 # card c's .spyre image: bytes-like, or its pieces (binary.program_layout)
     num_cores: int
     fingerprint: str
 
 
 def system_to_bytes(sys_: System) -> bytes:
+    return write_container(*_system_container(sys_))
+
+
+def system_layout(sys_: System) -> tuple[int, list]:
+    """A system file's image as its pieces (:func:`.binary.container_layout`): written without making it."""
+    return container_layout(*_system_container(sys_))
+
+
+def _system_container(sys_: System) -> tuple:
     sections = [(Section.METADATA, 0, json.dumps(sys_.meta, separators=(",", ":")).encode())]
-    sections += [(Section.CARD, c, bytes(img)) for c, img in enumerate(sys_.cards)]
-    return write_container(sys_.num_cores, sys_.fingerprint, sections, flags=FLAG_SYSTEM)
+    sections += [(Section.CARD, c, img) for c, img in enumerate(sys_.cards)]
+    return sys_.num_cores, sys_.fingerprint, sections, FLAG_SYSTEM
 
 
 def system_from_bytes(data) -> tuple[System, list[Program]]:

@@ -115,6 +115,7 @@ def test_write_is_atomic(tmp_path, prog, monkeypatch):
     path = tmp_path / "m.spyre"
     write_program(prog, path)
     good = path.read_bytes()
+    assert good == program_to_bytes(prog)       # the pieces streamed into the file are the image
     assert load(path)  # loads
 
     def boom(fd):
@@ -124,6 +125,21 @@ def test_write_is_atomic(tmp_path, prog, monkeypatch):
         write_program(prog, path)
     assert path.read_bytes() == good
     assert os.listdir(tmp_path) == ["m.spyre"]     # no temp file left behind
+
+
+def test_system_of_layouts_writes_its_image(tmp_path, prog):
+    """A system file whose cards are programs' pieces (as the compiler makes it) streams into the file as the
+    image system_to_bytes makes, and each card reads back as the program."""
+    from spyre_mlir.runtime.binary import atomic_write, program_layout
+    from spyre_mlir.runtime.system import System, system_layout, system_to_bytes
+
+    sys_ = System({"format": "spyre-system", "cards": 2}, [program_layout(prog), program_to_bytes(prog)],
+                  prog.num_cores, prog.fingerprint)
+    atomic_write(tmp_path / "s.spyre", system_layout(sys_))
+    data = (tmp_path / "s.spyre").read_bytes()
+    assert data == system_to_bytes(sys_)
+    _, _, secs = read_container(data)
+    assert [bytes(p) for k, _, p in secs if k == Section.CARD] == [bytes(program_to_bytes(prog))] * 2
 
 
 def _raw(fn):
