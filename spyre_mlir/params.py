@@ -116,7 +116,7 @@ def constant_attr(values, type_, key: str):
         dtype = _dtype(elt)
         if dtype is None:
             raise ParamError(f"no storage for a constant of element type {elt}")
-        arr = np.asarray(values).astype(dtype)
+        arr = np.asarray(values).astype(dtype, copy=False)      # a folded weight is hundreds of MB
     return storage_attr(arr.reshape(shape), type_, key)
 
 
