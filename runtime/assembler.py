@@ -166,9 +166,8 @@ class ProgramBuilder:
 
     def emit(self, core: int, op: Op, loc: str | None = None, /, **fields) -> int:
         """Append one raw record to ``core``'s stream; returns its index. Fields are INSTR_DTYPE names."""
-        unknown = fields.keys() - _FIELDS
-        if unknown:
-            raise ValueError(f"unknown instruction field(s) {sorted(unknown)}")
+        if not _FIELDS.issuperset(fields):
+            raise ValueError(f"unknown instruction field(s) {sorted(fields.keys() - _FIELDS)}")
         rec, dbg = {"op": int(op), **fields}, (_MNEMONIC[op], loc if loc is not None else _caller_loc())
         if self._at is None:
             self._records[core].append(rec)

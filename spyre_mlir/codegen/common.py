@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 
 from spyre_mlir.errors import SpyreError
+from spyre_mlir.runtime.assembler import Tile
+from spyre_mlir.runtime.isa import tile_bytes
 
 
 class EmitError(SpyreError):
@@ -69,15 +71,11 @@ def _divisors(n: int) -> list[int]:
 
 
 def _tb(rows, cols, fmt):
-    from spyre_mlir.runtime.isa import tile_bytes
-
     return tile_bytes(rows, cols, fmt)
 
 
 def _sub(tile, rows, cols):
     """The top-left [rows, cols] of a tile, as a dense tile (a smaller edge tile reuses the big one)."""
-    from spyre_mlir.runtime.assembler import Tile
-
     if tile is None:
         return None
     if rows == tile.rows and cols == tile.cols:
