@@ -494,15 +494,16 @@ def listing(prog: Program) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _to_device_image(buf: Buffer, bits: np.ndarray) -> bytes:
-    """Lay a storage array out in the buffer's stick layout (innermost rows padded with zeros)."""
+def _to_device_image(buf: Buffer, bits: np.ndarray) -> np.ndarray:
+    """Lay a storage array out in the buffer's stick layout (innermost rows padded with zeros), as bytes (uint8):
+    the array itself when its rows are whole sticks (a model's weights are not copied once more)."""
     raw = np.ascontiguousarray(bits).view(np.uint8)
     rows = buf.rows
     raw = raw.reshape(rows, buf.row_bytes if raw.size == 0 else -1)   # an empty constant has no bytes to infer
     if raw.shape[1] != buf.row_bytes:
         raise ValueError(f"constant '{buf.name}': {raw.shape[1]} bytes per row, expected {buf.row_bytes}")
     if buf.pitch == buf.row_bytes:
-        return raw.tobytes()          # rows of whole sticks: the array is the image
+        return raw.reshape(-1)          # rows of whole sticks: the array is the image
     img = np.zeros((rows, buf.pitch), dtype=np.uint8)
     img[:, :buf.row_bytes] = raw
-    return img.tobytes()
+    return img.reshape(-1)

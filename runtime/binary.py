@@ -161,7 +161,7 @@ class Program:
     buffers: list[Buffer]
     inputs: list[str]
     outputs: list[str]
-    constants: dict[str, bytes | memoryview]
+    constants: dict[str, bytes | memoryview | np.ndarray]       # bytes-like (uint8 arrays too)
     host_ops: list[dict]
     code: list[np.ndarray]
     debug: list[list[tuple[str, str]]] | None = None
