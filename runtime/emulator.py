@@ -35,7 +35,7 @@ from . import native
 from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
-from .schedule import EMPTY, Sync, bits, sticks
+from .schedule import Sync, bits, sticks
 
 __all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Restick", "Machine", "to_storage",
            "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Shared", "Once", "block_sticks",
@@ -566,6 +566,7 @@ class Copy:
             runs = _shift_runs(src_offs, dst_offs)
             if len(runs) > _RUNS and len(runs) * _PIECE_BYTES > len(src_offs) * m * n * k:
                 runs = []
+
         def view(a, off, count, step, strides):
             return _strided(a, off, (count, m, n, k), (step, strides[0], strides[1], 1))
 
@@ -772,8 +773,6 @@ _WHAT = {op: _mask(where) for op, where in _WHERE.items()}
 _EXACT = frozenset({SfuFn.CAST, SfuFn.NEG, SfuFn.ABS, SfuFn.SQRT, SfuFn.RSQRT, SfuFn.RECIP, SfuFn.RELU, SfuFn.FILL,
                     SfuFn.ADD, SfuFn.SUB, SfuFn.MUL, SfuFn.DIV, SfuFn.MAX, SfuFn.MIN, SfuFn.EQ, SfuFn.NE,
                     SfuFn.LT, SfuFn.LE, SfuFn.GT, SfuFn.GE, SfuFn.SELECT})
-
-
 
 
 def _f32(x) -> np.ndarray:
