@@ -91,11 +91,18 @@ class ConvertLinalgPass(SpyrePass):
                     why = table[op.name](op)
                 if why:
                     op.attributes[UNCONVERTED_ATTR] = ir.StringAttr.get(why)
-        # A fusion erases the chain it replaces, so the op list is collected again after each success.
         # Last op first: a chain is matched from its end, before its own prefix could match a shorter pattern.
+        # A fusion replaces its root and the root's producer chain, so the ops after the root are untouched (and
+        # were tried): the list is collected again (erased ops leave it) and the scan goes on at the root's place.
+        # A last scan from the end finds nothing left, or goes on from what it finds.
         for fuse in _FUSIONS:
-            while any(fuse(op) for op in reversed(_collect(module, ("spyre.map",)))):
-                pass
+            start = 0
+            while True:
+                ops = _collect(module, ("spyre.map",))[::-1]
+                hit = next((i for i in range(start, len(ops)) if fuse(ops[i])), None)
+                if hit is None and start == 0:
+                    break
+                start = 0 if hit is None else hit
 
 
 _NORM_ARITH = ("arith.extf", "arith.truncf", "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "math.sqrt",
@@ -108,14 +115,16 @@ def _norm_arith(op: ir.Operation) -> bool:
 
 
 def _collect(module: ir.Operation, names) -> list[ir.Operation]:
+    """The ops named ``names``, in order; their bodies are not searched (scalar ops only)."""
     todo: list[ir.Operation] = []
 
     def visit(op):
         if op.name in names:
             todo.append(op)
+            return ir.WalkResult.SKIP
         return ir.WalkResult.ADVANCE
 
-    module.walk(visit)
+    module.walk(visit, ir.WalkOrder.PRE_ORDER)
     return todo
 
 
