@@ -283,6 +283,29 @@ def test_elementwise_chain_is_bit_exact(targets):
     assert np.allclose(yr, exact, rtol=REF_RTOL, atol=1e-6)
 
 
+def test_a_constant_load_into_bytes_the_program_overwrites_runs_at_every_call(targets):
+    """The plan runs a load of constants at the first call only when nothing else writes its scratchpad bytes
+    (``kept``); a tile the program overwrites after the load (``reused``, with exp of itself) is loaded again at
+    every call, so what a store copies from it is the constant at every call."""
+    w = _rng(7).standard_normal((8, 64)).astype(np.float32)
+    b = ProgramBuilder(targets[1])
+    c = b.constant("w", w, "dlf16")
+    y1, y2, y3 = (b.output(f"y{i}", (8, 64), "dlf16") for i in (1, 2, 3))
+    kept, reused = (b.alloc(0, 8, 64, "dlf16") for _ in range(2))
+    b.load_tile(0, kept, c)
+    b.store_tile(0, kept, y1)
+    b.load_tile(0, reused, c)
+    b.store_tile(0, reused, y2)
+    b.sfu(0, "exp", reused, reused)
+    b.store_tile(0, reused, y3)
+    exe = b.load()
+    first, second = exe(), exe()
+    wr = dlf16_round(w)
+    assert np.array_equal(first[0], wr) and np.array_equal(first[1], wr)
+    assert np.array_equal(first[2], dlf16_round(np.exp(wr)))
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+
+
 def test_softmax(targets):
     """fp32 inside, one rounding of the input and one of the output. With dx_i <= U |x_i|,
     |d softmax_i| <= s_i (|dx_i| + sum_j s_j |dx_j|) <= 2 U max|x| s_i, plus U s_i for the output."""
