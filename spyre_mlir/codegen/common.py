@@ -7,7 +7,6 @@ import functools
 
 from spyre_mlir.errors import SpyreError
 from spyre_mlir.runtime.assembler import Tile
-from spyre_mlir.runtime.isa import tile_bytes
 
 
 class EmitError(SpyreError):
@@ -68,10 +67,6 @@ def _loc(op) -> str:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _tb(rows, cols, fmt):
-    return tile_bytes(rows, cols, fmt)
 
 
 def _sub(tile, rows, cols):

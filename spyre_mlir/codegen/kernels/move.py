@@ -22,8 +22,9 @@ import numpy as np
 from spyre_mlir.passes.analysis import KERNEL, RING_INPUT
 from spyre_mlir.runtime.assembler import Tile
 from spyre_mlir.runtime.formats import STICK_BYTES, Format
+from spyre_mlir.runtime.isa import tile_bytes
 
-from ..common import EmitError, _attr, _sub, _tb, _tensor_type
+from ..common import EmitError, _attr, _sub, _tensor_type
 from ..plan import KernelPlan
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .rows import _role, planned, run_tiles
@@ -72,7 +73,7 @@ def _gathers(op, known, target) -> bool:
     if not (table in known and tshape is not None and len(tshape) == 2 and str(telt) in _GATHER_TABLES
             and str(ielt) in ("i32", "i64") and ishape is not None and not _is_view(ids)):
         return False
-    return target is None or _tb(tshape[0], tshape[1], format_of(telt)) <= target.core_span_bytes
+    return target is None or tile_bytes(tshape[0], tshape[1], format_of(telt)) <= target.core_span_bytes
 
 
 def emit_gather(em, op, loc):
@@ -328,7 +329,7 @@ def _restick_shape(op, target):
         return None
     n, k = ishape[-2], ishape[-1]
     span = target.core_span_bytes
-    if n * _tb(1, k, fmt) > span or k * _tb(1, n, fmt) > span:     # one batch per instruction at least
+    if n * tile_bytes(1, k, fmt) > span or k * tile_bytes(1, n, fmt) > span:     # one batch per instruction at least
         return None
     return math.prod(ishape[:-2]), n, k
 
@@ -337,7 +338,7 @@ def restick(em, S: DevTensor, O: DevTensor, m: int, n: int, k: int, loc) -> None
     """O[b] = S[b]^T for b < m, by RESTICK on core 0's DMA engine, in batch chunks a core can address.
     The caller fences it with barriers (it reads what other cores wrote and is read by them)."""
     fmt = S.fmt
-    sb, db = n * _tb(1, k, fmt), k * _tb(1, n, fmt)
+    sb, db = n * tile_bytes(1, k, fmt), k * tile_bytes(1, n, fmt)
     per = max(1, em.target.core_span_bytes // max(sb, db))
     for b0 in range(0, m, per):
         nb = min(per, m - b0)
@@ -442,7 +443,7 @@ def _selections_fit(op, target) -> bool:
     if groups is None:
         return False
     fmt = format_of(_tensor_type(op.operation.results[0])[1])
-    need = sum(_tb(p.shape[0], p.shape[1], fmt) for _, terms in groups for _, _, p in terms)
+    need = sum(tile_bytes(p.shape[0], p.shape[1], fmt) for _, terms in groups for _, _, p in terms)
     return need <= target.scratchpad_usable_bytes // 4
 
 
