@@ -148,9 +148,10 @@ def test_matches_independent_reference_on_random_fp32_bits():
             assert np.array_equal(dlf16_encode(v, saturate=sat), reference_encode(v, sat))
 
 
-def test_large_arrays_by_row_blocks_match_the_definitions():
-    """Arrays larger than a chunk (weights) encode and decode a block of rows at a time, through lookup tables:
-    the same bits as the arithmetic definitions, for transposed (strided) and 3-D inputs, every pattern."""
+def test_large_arrays_by_blocks_match_the_definitions():
+    """Arrays larger than a chunk (weights) encode and decode a block at a time (rows, or tiles of a transposed
+    view, ragged at its edges), through lookup tables: the same bits as the arithmetic definitions, for
+    transposed (strided) and 3-D inputs, every pattern."""
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((700, 300)) * np.exp2(rng.uniform(-40, 40, (700, 300)))).astype(np.float32)
     x[0, :3] = [np.nan, np.inf, -np.inf]
