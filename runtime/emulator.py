@@ -511,6 +511,12 @@ def _rows(a: np.ndarray, unit: int, k: int) -> np.ndarray:
     return np.ndarray(((a.size - k) // unit + 1,), np.dtype((np.void, k * f)), buffer=a, strides=(unit * f,))
 
 
+def _ragged_arange(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``starts[i] + arange(counts[i])`` for every i, concatenated."""
+    total = int(counts.sum())
+    return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total, dtype=np.int64)
+
+
 def _runs(src_offs, dst_offs) -> list[tuple[int, int]]:
     """[start, end) runs of consecutive (source, destination) pairs whose offsets both step evenly and upwards."""
     runs, i = [], 0
@@ -1143,19 +1149,20 @@ class Machine:
                 v.write(np.asarray(r).reshape(v.rows, v.cols))
         return host
 
-    def _direct(self, sends, landed) -> bool:
-        """Whether a barrier's sends can land straight from the bytes they read: none of those was written since
-        its send (equal ids) and no send lands on them. Then their staging copies at the sends are left out."""
-        sent = [self._staged[snd] for snd in sends]
-        if not sent or any(not np.array_equal(self._orig[x.sticks], x.ids) for x in sent):
+    def _direct(self, sent, landed) -> bool:
+        """Whether a barrier's sends (``sent``: what each read) can land straight from the bytes they read: none
+        of those was written since its send (equal ids) and no send lands on them (``landed``: the sticks).
+        Then their staging copies at the sends are left out."""
+        if not sent:
+            return False
+        read = np.concatenate([x.sticks for x in sent])
+        if not np.array_equal(self._orig[read], np.concatenate([x.ids for x in sent])):
             return False
         # A mark per stick instead of a sorted intersection: linear in the sticks, with many sends a barrier.
         mark = self._mark
-        for x in sent:
-            mark[x.sticks] = True
-        hit = any(mark[d].any() for d in landed)
-        for x in sent:
-            mark[x.sticks] = False
+        mark[read] = True
+        hit = mark[landed].any()
+        mark[read] = False
         if hit:
             return False
         for x in sent:
@@ -1164,30 +1171,43 @@ class Machine:
 
     def _prepare_sync(self, s: Sync):
         deliveries = []
-        # Sends whose destinations overlap land one by one in issue order (the last one wins); otherwise the
-        # sends of one batch land together.
-        copies = [(x, p * self.stride + x.send[1]) for x in s.sends for p in x.send[0]]   # (send, destination)
-        per_core = self.stride // STICK_BYTES
-        # Each send's destination sticks (a multicast's copies).
-        landed = [np.array(peers)[:, None] * per_core + sticks(dst, dst + k)[None, :] for peers, dst, _, k in
-                  (snd.send for snd in s.sends)]
-        direct = self._direct(s.sends, landed)
-        for snd, d in zip(s.sends, landed):             # in issue order, as they land
-            x = self._staged[snd]
-            self._csp[d], self._orig[d] = x.const, x.ids      # the bytes the send read, and their ids
-            self._writes[d] += 1
-        ranges = sorted((lo, lo + snd.send[3]) for snd, lo in copies)
-        alone = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
-        groups: dict = {}
-        for snd, lo in copies:
-            groups.setdefault(snd if alone else snd.send[3], []).append((snd, lo))     # one copy per size
-        for group in groups.values():
-            k = group[0][0].send[3]
-            sent = [self._staged[g] for g, _ in group]
-            offs = tuple(x.src for x in sent) if direct else tuple(x.slot for x in sent)
-            key = (direct, offs, tuple(lo for _, lo in group), k)
+        sends = s.sends
+        sent = [self._staged[snd] for snd in sends]
+        # Every copy (a send to one of its cores), in issue order, as arrays: a barrier of a 32-core matmul
+        # delivers hundreds.
+        which = np.repeat(np.arange(len(sends)), [len(snd.send[0]) for snd in sends])
+        lo = (np.fromiter((p for snd in sends for p in snd.send[0]), np.int64, which.size) * self.stride
+              + np.array([snd.send[1] for snd in sends], np.int64)[which])
+        size = np.array([snd.send[3] for snd in sends], np.int64)[which]
+        order = np.argsort(lo, kind="stable")
+        overlap = bool((lo[order[1:]] < (lo + size)[order[:-1]]).any())
+        # The sticks every copy lands on, in issue order, and the send sticks each one is a copy of.
+        n = size // STICK_BYTES
+        every = _ragged_arange(lo // STICK_BYTES, n)
+        count = np.array([x.sticks.size for x in sent], np.int64)
+        read = _ragged_arange((np.cumsum(count) - count)[which], n)
+        const = np.concatenate([x.const for x in sent]) if sends else np.zeros(0, bool)
+        ids = np.concatenate([x.ids for x in sent]) if sends else np.zeros(0, np.int64)
+        direct = self._direct(sent, every)
+        # What each send read (which sticks held constants' bytes, their ids) lands in issue order: where sends
+        # overlap, the last one wins.
+        if overlap:
+            cuts = np.cumsum(n)[:-1]
+            for d, r in zip(np.split(every, cuts), np.split(read, cuts)):
+                self._csp[d], self._orig[d] = const[r], ids[r]
+                self._writes[d] += 1
+        else:
+            self._csp[every], self._orig[every] = const[read], ids[read]
+            self._writes[every] += 1
+        # Overlapping sends land one by one; otherwise the sends of one barrier land together, one copy per size.
+        src = np.array([x.src if direct else x.slot for x in sent], np.int64)[which]
+        keys = which if overlap else size
+        for first in np.sort(np.unique(keys, return_index=True)[1]):
+            sel = np.flatnonzero(keys == keys[first])
+            k = int(size[first])
+            key = (direct, tuple(src[sel].tolist()), tuple(lo[sel].tolist()), k)
             if (copy := self._deliveries.get(key)) is None:
-                copy = self._deliveries[key] = Copy(self.sp if direct else self._stage, offs, (0, 0), self.sp,
+                copy = self._deliveries[key] = Copy(self.sp if direct else self._stage, key[1], (0, 0), self.sp,
                                                     key[2], (0, 0), (1, 1, k))
             deliveries.append(copy)
         for group in s.reduces:

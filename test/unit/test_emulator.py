@@ -532,6 +532,12 @@ def test_batched_cores_compute_what_the_schedule_order_computes(targets):
         b.ring_send(c, 0, T[0].addr, T[c], nbytes=T[c].nbytes // 2 if c == 2 else None)
     b.barrier()
     b.store_tile(0, T[0], z)
+    # Cores 0 and 1 hold equal bytes only if core 1's send had landed last: an exact op computed once for both
+    # (equal bytes on every core) would give core 1 core 3's values.
+    u = b.output("u", (2, 8, 64))
+    for c in (0, 1):
+        b.sfu(c, "neg", T[c], T[c])
+        b.store_tile(c, T[c], u, index=(c,))
     b.barrier()
     # The same op on every core, core 2's tile at another address.
     U2 = b.alloc(2, 8, 64)
@@ -543,8 +549,9 @@ def test_batched_cores_compute_what_the_schedule_order_computes(targets):
     x_val = _rng(12).standard_normal((4, 8, 64)).astype(np.float32)
     exe = b.load()
     for _ in range(2):                 # the second call runs what the first one cached
-        z_out, w_out = exe(x_val)
+        z_out, w_out, u_out = exe(x_val)
         assert np.array_equal(z_out, dlf16_round(x_val[3]))
+        assert np.array_equal(u_out, -dlf16_round(x_val[[3, 1]]))
         assert np.array_equal(w_out, dlf16_round(np.exp(dlf16_round(x_val))))
 
 
