@@ -1202,6 +1202,7 @@ class Machine:
         # Overlapping sends land one by one; otherwise the sends of one barrier land together, one copy per size.
         src = np.array([x.src if direct else x.slot for x in sent], np.int64)[which]
         keys = which if overlap else size
+        starts = np.cumsum(n) - n
         for first in np.sort(np.unique(keys, return_index=True)[1]):
             sel = np.flatnonzero(keys == keys[first])
             k = int(size[first])
@@ -1209,6 +1210,12 @@ class Machine:
             if (copy := self._deliveries.get(key)) is None:
                 copy = self._deliveries[key] = Copy(self.sp if direct else self._stage, key[1], (0, 0), self.sp,
                                                     key[2], (0, 0), (1, 1, k))
+            # Constants' bytes land the same at every call: where nothing else writes them over the whole plan,
+            # they stay from the first call on (as a constant load does).
+            part = _ragged_arange(starts[sel], n[sel])
+            if const[read[part]].all():
+                self._lasting.append(Once(copy, every[part]))
+                copy = self._lasting[-1]
             deliveries.append(copy)
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce

@@ -306,6 +306,35 @@ def test_a_constant_load_into_bytes_the_program_overwrites_runs_at_every_call(ta
     assert all(np.array_equal(a, b) for a, b in zip(first, second))
 
 
+def test_a_delivery_of_constants_lands_once_unless_the_program_overwrites_it(targets):
+    """Ring deliveries of constants' bytes are planned like constant loads: into bytes nothing else writes
+    (``kept``) they land at the first call only; into a tile the program overwrites after (``reused``, with exp
+    of itself) they land at every call, so what a store copies from it is the constant at every call."""
+    w = _rng(8).standard_normal((8, 64)).astype(np.float32)
+    b = ProgramBuilder(targets[2])
+    c = b.constant("w", w, "dlf16")
+    y1 = b.output("y1", (4, 64), "dlf16")
+    y2, y3 = (b.output(f"y{i}", (8, 64), "dlf16") for i in (2, 3))
+    t = b.alloc(0, 8, 64, "dlf16")
+    kept, reused = b.alloc(1, 4, 64, "dlf16"), b.alloc(1, 8, 64, "dlf16")
+    b.load_tile(0, t, c)
+    b.ring_send(0, 1, kept.addr, t, nbytes=kept.nbytes)      # a size of its own: a delivery of its own
+    b.ring_send(0, 1, reused.addr, t)
+    b.barrier()
+    b.store_tile(1, kept, y1)
+    b.store_tile(1, reused, y2)
+    b.sfu(1, "exp", reused, reused)
+    b.store_tile(1, reused, y3)
+    exe = b.load()
+    first, second = exe(), exe()
+    wr = dlf16_round(w)
+    assert np.array_equal(first[0], wr[:4]) and np.array_equal(first[1], wr)
+    assert np.array_equal(first[2], dlf16_round(np.exp(wr)))
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    # The load and the delivery into `kept` once, the delivery into `reused` at every call.
+    assert sorted(s.always for s in exe.machine._lasting) == [False, False, True]
+
+
 def test_softmax(targets):
     """fp32 inside, one rounding of the input and one of the output. With dx_i <= U |x_i|,
     |d softmax_i| <= s_i (|dx_i| + sum_j s_j |dx_j|) <= 2 U max|x| s_i, plus U s_i for the output."""
