@@ -22,6 +22,7 @@ import bisect
 import collections
 import dataclasses
 import functools
+import operator
 import os
 import time
 import warnings
@@ -84,6 +85,10 @@ class InputError(SpyreError, ValueError):
 _CORE_FREE = frozenset({Op.SFU, Op.MATMUL, Op.REDUCE, Op.DMA_LOAD, Op.DMA_STORE})
 
 
+# An Ins's fields after (core, idx, op, rec, name, loc): what decoding a record gives.
+_DECODED = operator.attrgetter(*[f.name for f in dataclasses.fields(Ins)][6:])
+
+
 class _Decoder:
     """Validates records of one program against a target and turns them into :class:`Ins`."""
 
@@ -122,10 +127,7 @@ class _Decoder:
         key = vals if op in _CORE_FREE else (c, vals)
         seen = self._decoded.get(key)
         if seen is not None:            # the same record passed every check already
-            ins = object.__new__(Ins)       # a shallow copy, without copy.copy's generic protocol
-            ins.__dict__.update(seen.__dict__)
-            ins.core, ins.idx, ins.rec, ins.loc = c, i, rec, loc
-            return ins
+            return Ins(c, i, op, rec, seen.name, loc, *_DECODED(seen))     # a shallow copy in its own place
         name = _NAMES[op]
         ins = Ins(c, i, op, rec, name, loc, EMPTY, EMPTY, EMPTY, EMPTY)
         self.at = (c, i, name, loc)

@@ -25,7 +25,7 @@ from .isa import ROOT_ALL, Op, tile_pitch
 __all__ = ["Ins", "Sync", "schedule", "sticks", "bits", "EMPTY"]
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Ins:
     """One validated instruction with everything later stages need: the raw record, the stick indices it
     reads and writes (own scratchpad and device memory), and cost facts for the cycle model."""
