@@ -225,6 +225,7 @@ def measure(name: str, args) -> dict:
     import spyre_mlir
     from spyre_mlir import cost
     from spyre_mlir.frontend import import_model
+    from spyre_mlir.runtime import loader
     from spyre_mlir.target import load_target
 
     model, inputs = build(name)
@@ -238,7 +239,8 @@ def measure(name: str, args) -> dict:
     imported = import_model(model, inputs)
 
     def from_linalg():
-        cost.clear_cache()
+        cost.clear_cache()          # cold each time: no remembered tile searches, no validated code to reuse
+        loader.clear_cache()
         spyre_mlir.compile(imported, precision=PRECISION, cores=CORES, cache_dir=False)
     r["compile_linalg_s"] = best_of(from_linalg)
     (y,) = exe(*inputs)
@@ -367,7 +369,8 @@ def write_doc(results, path: str, plots: list[str], args, first: dict) -> None:
              "*spyre compile* starts from the PyTorch module (torch.export, Torch-MLIR, our passes, the binary, "
              "the loader); *from linalg* starts from the linalg IR Torch-MLIR gives, the IR IREE compiles, so "
              f"that pair of compile times is like for like (each the best of {COMPILES} compiles, as a garbage "
-             "collection or another job on the host can land in one). Compile times are each model's own: a "
+             "collection or another job on the host can land in one; each of ours cold: the cost model's "
+             "remembered searches and the loader's validated programs are cleared first). Compile times are each model's own: a "
              "warm-up compile of a Linear(8) runs first in the process, as "
              "the first compile also imports and sets up the compiler (that first compile took: spyre-mlir "
              f"{first['spyre']:.2f} s{iree_first}).",

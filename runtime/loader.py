@@ -796,6 +796,11 @@ _VALIDATED: collections.OrderedDict = collections.OrderedDict()
 VALIDATED_KEEP = 100_000       # instructions kept over all programs (about 1 KB each, decoded and scheduled)
 
 
+def clear_cache() -> None:
+    """Forget the programs this process validated (a benchmark timing cold loads of the same bytes)."""
+    _VALIDATED.clear()
+
+
 def _validate(prog: Program, target, key: tuple | None = None):
     """Decode and check one program's host work and code, and order it as the emulator runs it. ``key``
     identifies the image it came from (:data:`_VALIDATED`)."""
