@@ -437,6 +437,28 @@ class _Sent(NamedTuple):
     staging: "Staging"     # the step copying it into the staging memory
 
 
+class _Pieces(NamedTuple):
+    """Ring deliveries of one size at a barrier, one piece each (a send landing on one core), before the plan
+    knows which are read (Machine._land)."""
+
+    pieces: np.ndarray     # their ids (Machine._live)
+    src: np.ndarray        # where each copies from (the bytes the send read, or its staging slot)
+    dst: np.ndarray        # where it lands (scratchpad memory)
+    nbytes: int
+    const: bool            # all of them carry constants' bytes
+    first: np.ndarray      # the first stick each lands on
+    sticks: np.ndarray     # and how many
+
+
+class _Landing(NamedTuple):
+    """A barrier release's deliveries as planned: its copies (:class:`_Pieces`, ``direct``: from the bytes the
+    sends read rather than their staging slots), then its reduce-sums."""
+
+    direct: bool
+    copies: list
+    reduces: list
+
+
 class Staging:
     """The copy of a batch of ring sends' bytes into the staging memory, where the barrier that delivers them reads
     them; left out once each of its ``pending`` sends is delivered from the bytes it read (Machine._direct)."""
@@ -774,6 +796,10 @@ def _mask(where) -> int:
 
 _WHAT = {op: _mask(where) for op, where in _WHERE.items()}
 
+# Ops whose scratchpad reads all go through Machine._tiles, which knows which cores' copies a step really reads
+# (Machine._use); any other op's step counts every stick its instructions read.
+_PRECISE_READS = frozenset({Op.MATMUL, Op.SFU, Op.REDUCE, Op.RING_REDUCE})
+
 
 # SFU functions that are exactly rounded IEEE operations (or exact): the same bits whatever the operands' layout.
 _EXACT = frozenset({SfuFn.CAST, SfuFn.NEG, SfuFn.ABS, SfuFn.SQRT, SfuFn.RSQRT, SfuFn.RECIP, SfuFn.RELU, SfuFn.FILL,
@@ -894,15 +920,25 @@ class Machine:
         # Ring deliveries by (direct, source offsets, destination offsets, bytes): a loop's barriers deliver
         # between the same double buffers again and again (the 4096^3 matmul: 1,024 copies, 66 distinct).
         self._deliveries: dict[tuple, Copy] = {}
-        slots = sum(s.send[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND)
+        # Dead deliveries: a ring delivery is planned as its pieces (one send landing on one core) and copied at
+        # the end only where a later step reads the bytes before they are written again. A matmul whose cores
+        # all received the same tile reads the first core's copy (Shared), so the multicast's other copies are
+        # never read. _pending: the piece whose bytes a stick holds, unread so far (-1: none); _live: pieces read
+        # (and a last entry that the sticks holding none mark).
+        self._pending = np.full(self._csp.size, -1, dtype=np.int32)
+        sends = [s.send for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND]
+        self._live = np.zeros(sum(len(x[0]) for x in sends) + 1, dtype=bool)
+        self._pieces = 0
+        slots = sum(x[3] for x in sends)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
         if memo is not None and "segments" not in memo:
             memo["segments"] = segments(steps)
         plan = []
         for batches, sync in memo["segments"] if memo is not None else segments(steps):
             plan += [self._prepare_split(b) for b in batches]
-            if sync is not None and (f := self._prepare_sync(sync)) is not None:
-                plan.append(f)
+            if sync is not None:
+                plan.append(self._prepare_sync(sync))
+        plan = [f for f in (self._land(f) if isinstance(f, _Landing) else f for f in plan) if f is not None]
         for s in self._lasting:
             s.always = bool((self._writes[s.sticks] > 1).any())
         return plan
@@ -942,35 +978,40 @@ class Machine:
         if write:
             self._csp[st] = False
             self._fresh(st)
-        elif self.numerics == "faithful" and self._csp[st].all():
+            return view
+        if self.numerics == "faithful" and self._csp[st].all():
             return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view))
-        elif _lut(t[3]) is not None and self._same(batch, tile, st2):
+        if _lut(t[3]) is not None and self._same(batch, tile, st2):
+            self._use(st2[0])
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
-        elif self.numerics == "faithful" and _lut(t[3]) is not None:
-            view = self._grouped(view, addrs, t, st2)
-            return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead)
+        if self.numerics == "faithful" and _lut(t[3]) is not None:
+            view, read = self._grouped(view, addrs, t, st2)
+            return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead, read)
+        self._use(st)
         return view
 
     def _grouped(self, view, addrs, t, st2):
         """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids, as
-        for :class:`Shared`): the cores of one head of an attention all loaded its K and V."""
+        for :class:`Shared`): the cores of one head of an attention all loaded its K and V. Also the sticks it
+        reads: the first core's of each group."""
         first: dict[bytes, int] = {}
         index = np.array([first.setdefault(row.tobytes(), len(first)) for row in self._orig[st2]], dtype=np.intp)
         if not 1 < len(first) < len(addrs):
-            return view
+            return view, st2.ravel()
         firsts = np.unique(index, return_index=True)[1]        # each group's first core
-        return Grouped(tiles(self.sp, [addrs[i] for i in firsts], *t[1:]), index)
+        return Grouped(tiles(self.sp, [addrs[i] for i in firsts], *t[1:]), index), st2[firsts].ravel()
 
-    def _once(self, memo, addrs, shape, st, make, again=None, first=None):
+    def _once(self, memo, addrs, shape, st, make, again=None, first=None, read=None):
         """The holder (``make()``) of the values read at these addresses, kept in ``memo`` for later reads of
         the same bytes (equal stick ids): each such read gets ``again(holder)``, the first ``first(holder)``
-        (None: the holder itself).
+        (None: the holder itself). Only the first reads memory: sticks ``read`` (None: ``st``).
         Constants (:class:`Frozen`, decoded once per load) and a run's rereads (:class:`Decoded`) so decode
         once, and hand the same array to every reader (the pieces of one output tile multiply the same B)."""
         ids = self._orig[st]
         seen = memo.get((addrs, shape))
         if seen is not None and np.array_equal(seen[0], ids):
             return seen[1] if again is None else again(seen[1])
+        self._use(st if read is None else read)
         holder = make()
         memo[addrs, shape] = (ids.copy(), holder)
         return holder if first is None else first(holder)
@@ -989,9 +1030,22 @@ class Machine:
         self._orig[st] = -np.arange(self._next_id, self._next_id + st.size)
         self._next_id += st.size
         self._writes[st] += 1
+        self._pending[st] = -1
+
+    def _use(self, st) -> None:
+        """A step reads sticks ``st``: the deliveries whose bytes they hold are live."""
+        if self._live.size == 1:          # no ring sends
+            return
+        p = self._pending[st]
+        if p.size and p.max() >= 0:
+            # A piece holds runs of sticks: mark each run's piece once (-1 marks the spare last entry).
+            self._live[p[0]] = True
+            self._live[p[1:][p[1:] != p[:-1]]] = True
 
     def _prepare(self, batch):
         s = batch[0]
+        if s.op not in _PRECISE_READS and s.op not in (Op.DMA_LOAD, Op.RING_SEND):
+            self._use(np.concatenate([i.core * self.stride // STICK_BYTES + i.sp_reads for i in batch]))
         if s.op in (Op.DMA_LOAD, Op.DMA_STORE):
             _, dstr, _, sstr, shape = s.dma
             dev = [i.dma[0] for i in batch]
@@ -1003,6 +1057,7 @@ class Machine:
                 self._loads += 1
                 self._orig[dst] = self._loads * self._cdev.size + src
                 self._writes[dst] += 1
+                self._pending[dst] = -1
                 copy = Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
                 if not const.all():
                     return copy
@@ -1076,10 +1131,12 @@ class Machine:
             step = Staging(Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
                                 self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k)),
                            len(batch))
+            read = []
             for j, i in enumerate(batch):
                 src = i.core * self.stride + i.send[2]
-                st = sticks(src, src + k)
+                read.append(st := sticks(src, src + k))
                 self._staged[i] = _Sent(base + j * k, self._csp[st], self._orig[st], src, st, step)
+            self._use(np.concatenate(read))
             return step
         if s.op is Op.RING_REDUCE:
             S = self._tiles(batch, lambda i: i.reduce[3])
@@ -1112,6 +1169,9 @@ class Machine:
         first = batch[0].core * self.stride
         S0, S1 = (None if t is None else TileView(self.sp, first + t[0], *t[1:], count=1)
                   for t in batch[0].sfu[4:6])
+        for t in batch[0].sfu[4:6]:
+            if t is not None:
+                self._use(self._tile_sticks(first, t))
         D = self._tiles(batch, lambda i: i.sfu[3], write=True)
         # Every core's result has the bytes of the first core's: the same ids.
         one = self._tile_sticks(first, dst)
@@ -1169,12 +1229,11 @@ class Machine:
             x.staging.landed()
         return True
 
-    def _prepare_sync(self, s: Sync):
-        deliveries = []
+    def _prepare_sync(self, s: Sync) -> "_Landing":
         sends = s.sends
         sent = [self._staged[snd] for snd in sends]
-        # Every copy (a send to one of its cores), in issue order, as arrays: a barrier of a 32-core matmul
-        # delivers hundreds.
+        # Every copy (a send to one of its cores, a piece), in issue order, as arrays: a barrier of a 32-core
+        # matmul delivers hundreds.
         which = np.repeat(np.arange(len(sends)), [len(snd.send[0]) for snd in sends])
         lo = (np.fromiter((p for snd in sends for p in snd.send[0]), np.int64, which.size) * self.stride
               + np.array([snd.send[1] for snd in sends], np.int64)[which])
@@ -1189,34 +1248,30 @@ class Machine:
         const = np.concatenate([x.const for x in sent]) if sends else np.zeros(0, bool)
         ids = np.concatenate([x.ids for x in sent]) if sends else np.zeros(0, np.int64)
         direct = self._direct(sent, every)
+        pieces = self._pieces + np.arange(which.size)
+        self._pieces += which.size
         # What each send read (which sticks held constants' bytes, their ids) lands in issue order: where sends
         # overlap, the last one wins.
         if overlap:
             cuts = np.cumsum(n)[:-1]
-            for d, r in zip(np.split(every, cuts), np.split(read, cuts)):
-                self._csp[d], self._orig[d] = const[r], ids[r]
+            for d, r, p in zip(np.split(every, cuts), np.split(read, cuts), pieces):
+                self._csp[d], self._orig[d], self._pending[d] = const[r], ids[r], p
                 self._writes[d] += 1
         else:
             self._csp[every], self._orig[every] = const[read], ids[read]
+            self._pending[every] = np.repeat(pieces, n)
             self._writes[every] += 1
         # Overlapping sends land one by one; otherwise the sends of one barrier land together, one copy per size.
         src = np.array([x.src if direct else x.slot for x in sent], np.int64)[which]
         keys = which if overlap else size
         starts = np.cumsum(n) - n
+        copies = []
         for first in np.sort(np.unique(keys, return_index=True)[1]):
             sel = np.flatnonzero(keys == keys[first])
-            k = int(size[first])
-            key = (direct, tuple(src[sel].tolist()), tuple(lo[sel].tolist()), k)
-            if (copy := self._deliveries.get(key)) is None:
-                copy = self._deliveries[key] = Copy(self.sp if direct else self._stage, key[1], (0, 0), self.sp,
-                                                    key[2], (0, 0), (1, 1, k))
-            # Constants' bytes land the same at every call: where nothing else writes them over the whole plan,
-            # they stay from the first call on (as a constant load does).
             part = _ragged_arange(starts[sel], n[sel])
-            if const[read[part]].all():
-                self._lasting.append(Once(copy, every[part]))
-                copy = self._lasting[-1]
-            deliveries.append(copy)
+            copies.append(_Pieces(pieces[sel], src[sel], lo[sel], int(size[first]),
+                                  bool(const[read[part]].all()), every[starts[sel]], n[sel]))
+        reduces = []
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
             receivers = bits(mask) if root == ROOT_ALL else [root]
@@ -1230,9 +1285,31 @@ class Machine:
                 for g in group[1:]:            # in core order, like the ring
                     total = total + g.slot[0]
                 view.write(total)
-            deliveries.append(reduce_sum)
-        if not deliveries:
+            reduces.append(reduce_sum)
+        return _Landing(direct, copies, reduces)
+
+    def _land(self, landing: "_Landing"):
+        """A barrier's deliveries as one step, once the whole plan is known: the copies of its live pieces only
+        (a piece no step reads before its bytes are written again is left out), then its reduce-sums. None when
+        nothing is left."""
+        steps = []
+        for c in landing.copies:
+            live = self._live[c.pieces]
+            if not live.any():
+                continue
+            key = (landing.direct, tuple(c.src[live].tolist()), tuple(c.dst[live].tolist()), c.nbytes)
+            if (copy := self._deliveries.get(key)) is None:
+                copy = self._deliveries[key] = Copy(self.sp if landing.direct else self._stage, key[1], (0, 0),
+                                                    self.sp, key[2], (0, 0), (1, 1, c.nbytes))
+            # Constants' bytes land the same at every call: where nothing else writes them over the whole plan,
+            # they stay from the first call on (as a constant load does).
+            if c.const:
+                self._lasting.append(Once(copy, _ragged_arange(c.first[live], c.sticks[live])))
+                copy = self._lasting[-1]
+            steps.append(copy)
+        steps += landing.reduces
+        if not steps:
             return None
-        if len(deliveries) == 1:
-            return deliveries[0]
-        return lambda: [d() for d in deliveries]
+        if len(steps) == 1:
+            return steps[0]
+        return lambda: [f() for f in steps]

@@ -335,6 +335,44 @@ def test_a_delivery_of_constants_lands_once_unless_the_program_overwrites_it(tar
     assert sorted(s.always for s in exe.machine._lasting) == [False, False, True]
 
 
+def test_a_delivery_no_step_reads_is_left_out(targets):
+    """Core 0 multicasts its A tile to cores 1..3, and all four multiply it: the plan reads core 0's copy once
+    for all of them (equal bytes), so the copies to cores 1 and 3 are never read and are left out. Core 2 also
+    negates its copy, a step of its own that reads it, so that copy is delivered; core 3's tile is then loaded
+    over, and its dead copy stays out. Every output is what the program computes with every copy delivered."""
+    rng = _rng(13)
+    a_val = rng.standard_normal((8, 64)).astype(np.float32)
+    w_val = rng.standard_normal((4, 64, 64)).astype(np.float32)
+    b = ProgramBuilder(targets[4])
+    a, w = b.input("a", (8, 64)), b.input("w", (4, 64, 64))
+    y, z, r = b.output("y", (4, 8, 64), "fp32"), b.output("z", (8, 64)), b.output("r", (8, 64))
+    A = [b.alloc(c, 8, 64) for c in range(4)]
+    W = [b.alloc(c, 64, 64) for c in range(4)]
+    C = [b.alloc(c, 8, 64, "fp32") for c in range(4)]
+    b.load_tile(0, A[0], a)
+    b.ring_send(0, [1, 2, 3], A[0].addr, A[0])
+    b.barrier()
+    for c in range(4):
+        b.load_tile(c, W[c], w, index=(c,))
+        b.matmul(c, A[c], W[c], C[c])
+        b.store_tile(c, C[c], y, index=(c,))
+    b.sfu(2, "neg", A[2], A[2])
+    b.store_tile(2, A[2], z)
+    b.load_tile(3, A[3], a)
+    b.sfu(3, "exp", A[3], A[3])
+    b.store_tile(3, A[3], r)
+    exe = b.load()
+    ar = dlf16_round(a_val)
+    for _ in range(2):
+        y_out, z_out, r_out = exe(a_val, w_val)
+        assert np.array_equal(y_out, np.stack([ar @ dlf16_round(w_val[c]) for c in range(4)]))
+        assert np.array_equal(z_out, -ar)
+        assert np.array_equal(r_out, dlf16_round(np.exp(ar)))
+    stride = exe.machine.stride
+    landed = {dst // stride for (_, _, dsts, _) in exe.machine._deliveries for dst in dsts}
+    assert landed == {2}
+
+
 def test_softmax(targets):
     """fp32 inside, one rounding of the input and one of the output. With dx_i <= U |x_i|,
     |d softmax_i| <= s_i (|dx_i| + sum_j s_j |dx_j|) <= 2 U max|x| s_i, plus U s_i for the output."""
