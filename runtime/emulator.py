@@ -435,6 +435,7 @@ class _Sent(NamedTuple):
     src: int               # the scratchpad-memory address it read
     sticks: np.ndarray     # the sticks there
     staging: "Staging"     # the step copying it into the staging memory
+    pieces: np.ndarray     # the pieces its bytes came from (Machine._live): read as its deliveries are
 
 
 class _Pieces(NamedTuple):
@@ -442,6 +443,7 @@ class _Pieces(NamedTuple):
     knows which are read (Machine._land)."""
 
     pieces: np.ndarray     # their ids (Machine._live)
+    sends: np.ndarray      # the send each one delivers (its index in _Landing.sent)
     src: np.ndarray        # where each copies from (the bytes the send read, or its staging slot)
     dst: np.ndarray        # where it lands (scratchpad memory)
     nbytes: int
@@ -455,6 +457,7 @@ class _Landing(NamedTuple):
     sends read rather than their staging slots), then its reduce-sums."""
 
     direct: bool
+    sent: list             # what each send read (_Sent)
     copies: list
     reduces: list
 
@@ -479,10 +482,11 @@ class Staging:
 class Once:
     """A step whose effect lasts: it runs at the first call only (constants loaded into scratchpad ``sticks``
     that nothing else writes hold the same bytes at every later call), unless the plan finds another writer of
-    those sticks (``always``)."""
+    those sticks and a step that reads the bytes at every call (``always``). ``pieces``: what it writes, as
+    Machine._live knows it."""
 
-    def __init__(self, step, sticks):
-        self.step, self.sticks, self.always = step, sticks, False
+    def __init__(self, step, sticks, pieces):
+        self.step, self.sticks, self.pieces, self.always = step, sticks, pieces, False
 
     def __call__(self) -> None:
         if self.step is not None:
@@ -920,14 +924,20 @@ class Machine:
         # Ring deliveries by (direct, source offsets, destination offsets, bytes): a loop's barriers deliver
         # between the same double buffers again and again (the 4096^3 matmul: 1,024 copies, 66 distinct).
         self._deliveries: dict[tuple, Copy] = {}
-        # Dead deliveries: a ring delivery is planned as its pieces (one send landing on one core) and copied at
-        # the end only where a later step reads the bytes before they are written again. A matmul whose cores
-        # all received the same tile reads the first core's copy (Shared), so the multicast's other copies are
-        # never read. _pending: the piece whose bytes a stick holds, unread so far (-1: none); _live: pieces read
-        # (and a last entry that the sticks holding none mark).
+        # Which writes a later step reads, decided at the end. A ring delivery is planned as its pieces (one send
+        # landing on one core), a constant load as one piece, and _pending holds the piece whose bytes a stick
+        # has, unread so far (-1: none). A read before the bytes are written again marks the piece in _live (read
+        # at every call) or, for constants decoded once (Frozen), in _first (read at the first call only). A
+        # delivery is copied only where it is read: a matmul whose cores all received the same tile reads the
+        # first core's copy (Shared), so a multicast's other copies are never read. A constant load or delivery
+        # that only Frozen reads runs at the first call only, even where other bytes are later written over it.
+        # Both arrays have a last entry that the sticks holding no piece mark.
         self._pending = np.full(self._csp.size, -1, dtype=np.int32)
+        ops = [s.op for s in steps if not isinstance(s, Sync)]
         sends = [s.send for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND]
-        self._live = np.zeros(sum(len(x[0]) for x in sends) + 1, dtype=bool)
+        loads = ops.count(Op.DMA_LOAD)
+        self._live = np.zeros(sum(len(x[0]) for x in sends) + loads + 1, dtype=bool)
+        self._first = np.zeros_like(self._live)
         self._pieces = 0
         slots = sum(x[3] for x in sends)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
@@ -938,9 +948,13 @@ class Machine:
             plan += [self._prepare_split(b) for b in batches]
             if sync is not None:
                 plan.append(self._prepare_sync(sync))
+        # A delivery's bytes are read when it is, and a send may forward bytes delivered before: last first.
+        for f in reversed(plan):
+            if isinstance(f, _Landing):
+                self._read_sent(f)
         plan = [f for f in (self._land(f) if isinstance(f, _Landing) else f for f in plan) if f is not None]
         for s in self._lasting:
-            s.always = bool((self._writes[s.sticks] > 1).any())
+            s.always = bool((self._writes[s.sticks] > 1).any() and self._live[s.pieces].any())
         return plan
 
     def _prepare_split(self, batch):
@@ -980,7 +994,7 @@ class Machine:
             self._fresh(st)
             return view
         if self.numerics == "faithful" and self._csp[st].all():
-            return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view))
+            return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view), first_call=True)
         if _lut(t[3]) is not None and self._same(batch, tile, st2):
             self._use(st2[0])
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
@@ -1001,17 +1015,18 @@ class Machine:
         firsts = np.unique(index, return_index=True)[1]        # each group's first core
         return Grouped(tiles(self.sp, [addrs[i] for i in firsts], *t[1:]), index), st2[firsts].ravel()
 
-    def _once(self, memo, addrs, shape, st, make, again=None, first=None, read=None):
+    def _once(self, memo, addrs, shape, st, make, again=None, first=None, read=None, first_call=False):
         """The holder (``make()``) of the values read at these addresses, kept in ``memo`` for later reads of
         the same bytes (equal stick ids): each such read gets ``again(holder)``, the first ``first(holder)``
-        (None: the holder itself). Only the first reads memory: sticks ``read`` (None: ``st``).
+        (None: the holder itself). Only the first reads memory: sticks ``read`` (None: ``st``), at every call or,
+        ``first_call``, at the first call only.
         Constants (:class:`Frozen`, decoded once per load) and a run's rereads (:class:`Decoded`) so decode
         once, and hand the same array to every reader (the pieces of one output tile multiply the same B)."""
         ids = self._orig[st]
         seen = memo.get((addrs, shape))
         if seen is not None and np.array_equal(seen[0], ids):
             return seen[1] if again is None else again(seen[1])
-        self._use(st if read is None else read)
+        self._use(st if read is None else read, first_call)
         holder = make()
         memo[addrs, shape] = (ids.copy(), holder)
         return holder if first is None else first(holder)
@@ -1032,15 +1047,16 @@ class Machine:
         self._writes[st] += 1
         self._pending[st] = -1
 
-    def _use(self, st) -> None:
-        """A step reads sticks ``st``: the deliveries whose bytes they hold are live."""
-        if self._live.size == 1:          # no ring sends
+    def _use(self, st, first_call: bool = False) -> None:
+        """A step reads sticks ``st`` at every call (or at the first call only): mark the pieces they hold."""
+        if not self._pieces:
             return
         p = self._pending[st]
         if p.size and p.max() >= 0:
             # A piece holds runs of sticks: mark each run's piece once (-1 marks the spare last entry).
-            self._live[p[0]] = True
-            self._live[p[1:][p[1:] != p[:-1]]] = True
+            read = self._first if first_call else self._live
+            read[p[0]] = True
+            read[p[1:][p[1:] != p[:-1]]] = True
 
     def _prepare(self, batch):
         s = batch[0]
@@ -1057,11 +1073,13 @@ class Machine:
                 self._loads += 1
                 self._orig[dst] = self._loads * self._cdev.size + src
                 self._writes[dst] += 1
-                self._pending[dst] = -1
                 copy = Copy(self.device, dev, dstr, self.sp, sp, sstr, shape)
                 if not const.all():
+                    self._pending[dst] = -1
                     return copy
-                self._lasting.append(Once(copy, dst))
+                self._pending[dst] = piece = self._pieces
+                self._pieces += 1
+                self._lasting.append(Once(copy, dst, np.array([piece])))
                 return self._lasting[-1]
             self._cdev[block_sticks(dev, dstr, shape)] = self._csp[block_sticks(sp, sstr, shape)]
             return Copy(self.sp, sp, sstr, self.device, dev, dstr, shape)
@@ -1131,12 +1149,12 @@ class Machine:
             step = Staging(Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
                                 self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k)),
                            len(batch))
-            read = []
+            # What a send reads is read as its deliveries are (Machine._land), not at every call.
             for j, i in enumerate(batch):
                 src = i.core * self.stride + i.send[2]
-                read.append(st := sticks(src, src + k))
-                self._staged[i] = _Sent(base + j * k, self._csp[st], self._orig[st], src, st, step)
-            self._use(np.concatenate(read))
+                st = sticks(src, src + k)
+                p = self._pending[st]
+                self._staged[i] = _Sent(base + j * k, self._csp[st], self._orig[st], src, st, step, p[p >= 0])
             return step
         if s.op is Op.RING_REDUCE:
             S = self._tiles(batch, lambda i: i.reduce[3])
@@ -1269,7 +1287,7 @@ class Machine:
         for first in np.sort(np.unique(keys, return_index=True)[1]):
             sel = np.flatnonzero(keys == keys[first])
             part = _ragged_arange(starts[sel], n[sel])
-            copies.append(_Pieces(pieces[sel], src[sel], lo[sel], int(size[first]),
+            copies.append(_Pieces(pieces[sel], which[sel], src[sel], lo[sel], int(size[first]),
                                   bool(const[read[part]].all()), every[starts[sel]], n[sel]))
         reduces = []
         for group in s.reduces:
@@ -1286,7 +1304,15 @@ class Machine:
                     total = total + g.slot[0]
                 view.write(total)
             reduces.append(reduce_sum)
-        return _Landing(direct, copies, reduces)
+        return _Landing(direct, sent, copies, reduces)
+
+    def _read_sent(self, landing: "_Landing") -> None:
+        """Mark what the barrier's sends read as their deliveries are read: at every call where one of a send's
+        pieces is, else at the first call where one is."""
+        for c in landing.copies:
+            for read in (self._first, self._live):
+                for j in np.unique(c.sends[read[c.pieces]]):
+                    read[landing.sent[j].pieces] = True
 
     def _land(self, landing: "_Landing"):
         """A barrier's deliveries as one step, once the whole plan is known: the copies of its live pieces only
@@ -1294,7 +1320,7 @@ class Machine:
         nothing is left."""
         steps = []
         for c in landing.copies:
-            live = self._live[c.pieces]
+            live = self._live[c.pieces] | self._first[c.pieces]
             if not live.any():
                 continue
             key = (landing.direct, tuple(c.src[live].tolist()), tuple(c.dst[live].tolist()), c.nbytes)
@@ -1304,7 +1330,7 @@ class Machine:
             # Constants' bytes land the same at every call: where nothing else writes them over the whole plan,
             # they stay from the first call on (as a constant load does).
             if c.const:
-                self._lasting.append(Once(copy, _ragged_arange(c.first[live], c.sticks[live])))
+                self._lasting.append(Once(copy, _ragged_arange(c.first[live], c.sticks[live]), c.pieces[live]))
                 copy = self._lasting[-1]
             steps.append(copy)
         steps += landing.reduces

@@ -335,6 +335,51 @@ def test_a_delivery_of_constants_lands_once_unless_the_program_overwrites_it(tar
     assert sorted(s.always for s in exe.machine._lasting) == [False, False, True]
 
 
+def test_constants_only_decoded_once_are_written_at_the_first_call_only(targets):
+    """A weight tile that only matmuls read is decoded at the first call and kept (Frozen), so its load, and its
+    delivery to the other core, run at the first call only, even though the program writes other bytes over the
+    tile afterwards. A tile a store reads (``kept``, every call) is loaded at every call, and so is one whose
+    delivery a store reads on the other core (``sent``, delivered at every call as bytes are written over it
+    too): a send reads its bytes as its delivery is read. The outputs are the same at every call."""
+    rng = _rng(14)
+    x_val = rng.standard_normal((8, 64)).astype(np.float32)
+    w_val = rng.standard_normal((64, 64)).astype(np.float32)
+    b = ProgramBuilder(targets[2])
+    x, w = b.input("x", (8, 64)), b.constant("w", w_val, "dlf16")
+    y, z, kept = b.output("y", (2, 8, 64), "fp32"), b.output("z", (2, 64, 64)), b.output("kept", (64, 64))
+    sent = b.output("sent", (32, 64))
+    W = [b.alloc(c, 64, 64) for c in range(2)]
+    X = [b.alloc(c, 8, 64) for c in range(2)]
+    C = [b.alloc(c, 8, 64, "fp32") for c in range(2)]
+    K, V, V1 = b.alloc(0, 64, 64), b.alloc(0, 32, 64), b.alloc(1, 32, 64)      # V: a delivery of its own size
+    b.load_tile(0, W[0], w)
+    b.load_tile(0, K, w)
+    b.load_tile(0, V, w)
+    b.ring_send(0, 1, W[1].addr, W[0])
+    b.ring_send(0, 1, V1.addr, V)
+    b.barrier()
+    b.store_tile(1, V1, sent)
+    b.sfu(0, "fill", V, imm=4.0)
+    b.sfu(1, "fill", V1, imm=5.0)
+    for c in range(2):
+        b.load_tile(c, X[c], x)
+        b.matmul(c, X[c], W[c], C[c])
+        b.store_tile(c, C[c], y, index=(c,))
+        b.sfu(c, "fill", W[c], imm=float(c + 1))         # other bytes over the weight tile
+        b.store_tile(c, W[c], z, index=(c,))
+    b.store_tile(0, K, kept)
+    b.sfu(0, "fill", K, imm=3.0)
+    exe = b.load()
+    wr = dlf16_round(w_val)
+    for _ in range(3):
+        y_out, z_out, kept_out, sent_out = exe(x_val)
+        assert np.array_equal(y_out, np.stack([dlf16_round(x_val) @ wr] * 2))
+        assert np.array_equal(z_out, np.stack([np.full((64, 64), 1.0), np.full((64, 64), 2.0)]))
+        assert np.array_equal(kept_out, wr) and np.array_equal(sent_out, wr[:32])
+    # The weight's load and delivery once; the loads of `kept` and `sent` and the delivery of `sent` at every call.
+    assert sorted(s.always for s in exe.machine._lasting) == [False, False, True, True, True]
+
+
 def test_a_delivery_no_step_reads_is_left_out(targets):
     """Core 0 multicasts its A tile to cores 1..3, and all four multiply it: the plan reads core 0's copy once
     for all of them (equal bytes), so the copies to cores 1 and 3 are never read and are left out. Core 2 also
