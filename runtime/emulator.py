@@ -35,7 +35,7 @@ from . import native
 from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
-from .schedule import Sync, bits, sticks
+from .schedule import EMPTY, Sync, bits, sticks
 
 __all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Restick", "Machine", "to_storage",
            "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Shared", "Once", "block_sticks",
@@ -435,7 +435,7 @@ class _Sent(NamedTuple):
     src: int               # the scratchpad-memory address it read
     sticks: np.ndarray     # the sticks there
     staging: "Staging"     # the step copying it into the staging memory
-    pieces: np.ndarray     # the pieces its bytes came from (Machine._live): read as its deliveries are
+    pieces: np.ndarray     # the piece each of its sticks held (Machine._live): read as its deliveries are
 
 
 class _Pieces(NamedTuple):
@@ -801,7 +801,8 @@ def _mask(where) -> int:
 _WHAT = {op: _mask(where) for op, where in _WHERE.items()}
 
 # Ops whose scratchpad reads all go through Machine._tiles, which knows which cores' copies a step really reads
-# (Machine._use); any other op's step counts every stick its instructions read.
+# (Machine._use); DMA and ring steps mark theirs where they find them; any other op's step counts every stick its
+# instructions read.
 _PRECISE_READS = frozenset({Op.MATMUL, Op.SFU, Op.REDUCE, Op.RING_REDUCE})
 
 
@@ -989,20 +990,33 @@ class Machine:
         addrs, st2 = self._batch_sticks(batch, tile)
         view = tiles(self.sp, addrs, *t[1:])
         st = st2.ravel()
+        held = self._held(st2)
         if write:
             self._csp[st] = False
-            self._fresh(st)
+            self._fresh(st, held)
             return view
+        unread = held is not None and held.max() < 0       # no piece there: the reads below mark none
         if self.numerics == "faithful" and self._csp[st].all():
-            return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view), first_call=True)
+            return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view),
+                              read=EMPTY if unread else None, first_call=True)
         if _lut(t[3]) is not None and self._same(batch, tile, st2):
-            self._use(st2[0])
+            self._use(EMPTY if unread else st2[0])
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         if self.numerics == "faithful" and _lut(t[3]) is not None:
             view, read = self._grouped(view, addrs, t, st2)
-            return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead, read)
-        self._use(st)
+            return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead,
+                              EMPTY if unread else read)
+        self._use(EMPTY if unread else st)
         return view
+
+    def _held(self, st2):
+        """The pieces (Machine._pending) sticks ``st2`` hold, [rows, sticks], as a strided view when each row is a
+        run and the rows are evenly spaced (a tile on each core), else None: testing it reads no index array."""
+        first = st2[:, 0]
+        step = int(first[1] - first[0]) if first.size > 1 else 0
+        if step < 0 or (first.size > 2 and (first[2:] - first[1:-1] != step).any()):
+            return None
+        return _strided(self._pending, int(first[0]), st2.shape, (step, 1))
 
     def _grouped(self, view, addrs, t, st2):
         """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids, as
@@ -1040,12 +1054,16 @@ class Machine:
         orig = self._orig[self._batch_sticks(batch, tile)[1] if st2 is None else st2]
         return bool((orig == orig[0]).all())
 
-    def _fresh(self, st) -> None:
-        """Sticks ``st`` get bytes of their own (ids nothing else has), written by one more instruction."""
+    def _fresh(self, st, held=None) -> None:
+        """Sticks ``st`` get bytes of their own (ids nothing else has), written by one more instruction.
+        ``held``: their :meth:`_held` view, when known."""
         self._orig[st] = -np.arange(self._next_id, self._next_id + st.size)
         self._next_id += st.size
         self._writes[st] += 1
-        self._pending[st] = -1
+        if held is None:
+            self._pending[st] = -1
+        elif held.max() >= 0:
+            held[...] = -1
 
     def _use(self, st, first_call: bool = False) -> None:
         """A step reads sticks ``st`` at every call (or at the first call only): mark the pieces they hold."""
@@ -1060,7 +1078,7 @@ class Machine:
 
     def _prepare(self, batch):
         s = batch[0]
-        if s.op not in _PRECISE_READS and s.op not in (Op.DMA_LOAD, Op.RING_SEND):
+        if s.op not in _PRECISE_READS and s.op not in (Op.DMA_LOAD, Op.DMA_STORE, Op.RING_SEND):
             self._use(np.concatenate([i.core * self.stride // STICK_BYTES + i.sp_reads for i in batch]))
         if s.op in (Op.DMA_LOAD, Op.DMA_STORE):
             _, dstr, _, sstr, shape = s.dma
@@ -1081,7 +1099,9 @@ class Machine:
                 self._pieces += 1
                 self._lasting.append(Once(copy, dst, np.array([piece])))
                 return self._lasting[-1]
-            self._cdev[block_sticks(dev, dstr, shape)] = self._csp[block_sticks(sp, sstr, shape)]
+            read = block_sticks(sp, sstr, shape)
+            self._use(read)
+            self._cdev[block_sticks(dev, dstr, shape)] = self._csp[read]
             return Copy(self.sp, sp, sstr, self.device, dev, dstr, shape)
         if s.op is Op.MATMUL:
             fl, _, b, _, _, _, _, imm, ints, window = s.mm
@@ -1149,12 +1169,15 @@ class Machine:
             step = Staging(Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
                                 self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k)),
                            len(batch))
-            # What a send reads is read as its deliveries are (Machine._land), not at every call.
+            # What a send reads is read as its deliveries are (Machine._read_sent), not at every call: the pieces
+            # its sticks hold now, one gather for the batch (-1 for none marks the spare entry).
+            n = k // STICK_BYTES
+            held = self._pending[np.add.outer([(i.core * self.stride + i.send[2]) // STICK_BYTES for i in batch],
+                                              np.arange(n))]
             for j, i in enumerate(batch):
                 src = i.core * self.stride + i.send[2]
                 st = sticks(src, src + k)
-                p = self._pending[st]
-                self._staged[i] = _Sent(base + j * k, self._csp[st], self._orig[st], src, st, step, p[p >= 0])
+                self._staged[i] = _Sent(base + j * k, self._csp[st], self._orig[st], src, st, step, held[j])
             return step
         if s.op is Op.RING_REDUCE:
             S = self._tiles(batch, lambda i: i.reduce[3])
@@ -1309,10 +1332,12 @@ class Machine:
     def _read_sent(self, landing: "_Landing") -> None:
         """Mark what the barrier's sends read as their deliveries are read: at every call where one of a send's
         pieces is, else at the first call where one is."""
-        for c in landing.copies:
-            for read in (self._first, self._live):
-                for j in np.unique(c.sends[read[c.pieces]]):
-                    read[landing.sent[j].pieces] = True
+        for read in (self._first, self._live):
+            hit = np.zeros(len(landing.sent), dtype=bool)
+            for c in landing.copies:
+                hit[c.sends[read[c.pieces]]] = True
+            if hit.any():
+                read[np.concatenate([landing.sent[j].pieces for j in np.flatnonzero(hit)])] = True
 
     def _land(self, landing: "_Landing"):
         """A barrier's deliveries as one step, once the whole plan is known: the copies of its live pieces only
