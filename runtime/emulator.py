@@ -934,9 +934,8 @@ class Machine:
         # that only Frozen reads runs at the first call only, even where other bytes are later written over it.
         # Both arrays have a last entry that the sticks holding no piece mark.
         self._pending = np.full(self._csp.size, -1, dtype=np.int32)
-        ops = [s.op for s in steps if not isinstance(s, Sync)]
         sends = [s.send for s in steps if not isinstance(s, Sync) and s.op is Op.RING_SEND]
-        loads = ops.count(Op.DMA_LOAD)
+        loads = sum(not isinstance(s, Sync) and s.op is Op.DMA_LOAD for s in steps)
         self._live = np.zeros(sum(len(x[0]) for x in sends) + loads + 1, dtype=bool)
         self._first = np.zeros_like(self._live)
         self._pieces = 0
@@ -1166,17 +1165,14 @@ class Machine:
         if s.op is Op.RING_SEND:
             k, base = s.send[3], self._stage_end
             self._stage_end += len(batch) * k
-            step = Staging(Copy(self.sp, [i.core * self.stride + i.send[2] for i in batch], (0, 0),
-                                self._stage, [base + j * k for j in range(len(batch))], (0, 0), (1, 1, k)),
-                           len(batch))
+            srcs = [i.core * self.stride + i.send[2] for i in batch]
+            step = Staging(Copy(self.sp, srcs, (0, 0), self._stage, [base + j * k for j in range(len(batch))], (0, 0),
+                                (1, 1, k)), len(batch))
             # What a send reads is read as its deliveries are (Machine._read_sent), not at every call: the pieces
             # its sticks hold now, one gather for the batch (-1 for none marks the spare entry).
-            n = k // STICK_BYTES
-            held = self._pending[np.add.outer([(i.core * self.stride + i.send[2]) // STICK_BYTES for i in batch],
-                                              np.arange(n))]
-            for j, i in enumerate(batch):
-                src = i.core * self.stride + i.send[2]
-                st = sticks(src, src + k)
+            st2 = np.add.outer(np.array(srcs, np.int64) // STICK_BYTES, np.arange(k // STICK_BYTES))
+            held = self._pending[st2]
+            for j, (i, src, st) in enumerate(zip(batch, srcs, st2)):
                 self._staged[i] = _Sent(base + j * k, self._csp[st], self._orig[st], src, st, step, held[j])
             return step
         if s.op is Op.RING_REDUCE:
@@ -1345,17 +1341,17 @@ class Machine:
         nothing is left."""
         steps = []
         for c in landing.copies:
-            live = self._live[c.pieces] | self._first[c.pieces]
-            if not live.any():
+            read = self._live[c.pieces] | self._first[c.pieces]
+            if not read.any():
                 continue
-            key = (landing.direct, tuple(c.src[live].tolist()), tuple(c.dst[live].tolist()), c.nbytes)
+            key = (landing.direct, tuple(c.src[read].tolist()), tuple(c.dst[read].tolist()), c.nbytes)
             if (copy := self._deliveries.get(key)) is None:
                 copy = self._deliveries[key] = Copy(self.sp if landing.direct else self._stage, key[1], (0, 0),
                                                     self.sp, key[2], (0, 0), (1, 1, c.nbytes))
             # Constants' bytes land the same at every call: where nothing else writes them over the whole plan,
             # they stay from the first call on (as a constant load does).
             if c.const:
-                self._lasting.append(Once(copy, _ragged_arange(c.first[live], c.sticks[live]), c.pieces[live]))
+                self._lasting.append(Once(copy, _ragged_arange(c.first[read], c.sticks[read]), c.pieces[read]))
                 copy = self._lasting[-1]
             steps.append(copy)
         steps += landing.reduces
