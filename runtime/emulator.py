@@ -285,6 +285,11 @@ class TileList:
             v.write(np.broadcast_to(values, (1,) + v.shape)[0])
 
 
+def _NO_GRID(a):
+    """:meth:`Machine._grid` of sticks no strided view holds."""
+    return None
+
+
 def _strided(a: np.ndarray, offset: int, shape, strides) -> np.ndarray:
     """A view of 1-D ``a`` from element ``offset`` with ``strides`` in elements. Unlike ``as_strided`` (several
     times slower to build, and the plan builds thousands), numpy checks that the view stays inside ``a``."""
@@ -855,6 +860,10 @@ def _batches(seg: list) -> list[list]:
     queues: dict[int, deque] = {}
     for s in seg:
         queues.setdefault(s.core, deque()).append(s)
+    # SPMD: every core runs the same operations, so each turn takes the next of every core.
+    runs = [[kind[s] for s in q] for q in queues.values()]
+    if all(r == runs[0] for r in runs[1:]):
+        return [list(b) for b in zip(*queues.values())]
     out = []
     while queues:
         heads = {c: kind[q[0]] for c, q in queues.items()}
@@ -989,13 +998,17 @@ class Machine:
         addrs, st2 = self._batch_sticks(batch, tile)
         view = tiles(self.sp, addrs, *t[1:])
         st = st2.ravel()
-        held = self._held(st2)
+        at = self._grid(st2)
+        held = at(self._pending)
         if write:
-            self._csp[st] = False
-            self._fresh(st, held)
+            if at is _NO_GRID:
+                self._csp[st] = False
+            else:
+                at(self._csp)[...] = False
+            self._fresh(st, held, at)
             return view
         unread = held is not None and held.max() < 0       # no piece there: the reads below mark none
-        if self.numerics == "faithful" and self._csp[st].all():
+        if self.numerics == "faithful" and (self._csp[st] if at is _NO_GRID else at(self._csp)).all():
             return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view),
                               read=EMPTY if unread else None, first_call=True)
         if _lut(t[3]) is not None and self._same(batch, tile, st2):
@@ -1008,14 +1021,17 @@ class Machine:
         self._use(EMPTY if unread else st)
         return view
 
-    def _held(self, st2):
-        """The pieces (Machine._pending) sticks ``st2`` hold, [rows, sticks], as a strided view when each row is a
-        run and the rows are evenly spaced (a tile on each core), else None: testing it reads no index array."""
+    def _grid(self, st2):
+        """For sticks ``st2`` ([rows, sticks], each row a run): a function giving them in a per-stick array of
+        the plan (``_pending``, ``_csp``, ...) as a strided [rows, sticks] view when the rows are evenly spaced
+        (a tile on each core), else :data:`_NO_GRID` (None for every array). Views read and write no index
+        array: a 64 KB accumulator tile on 32 cores is 65,536 sticks at every K step."""
         first = st2[:, 0]
         step = int(first[1] - first[0]) if first.size > 1 else 0
         if step < 0 or (first.size > 2 and (first[2:] - first[1:-1] != step).any()):
-            return None
-        return _strided(self._pending, int(first[0]), st2.shape, (step, 1))
+            return _NO_GRID
+        start, shape = int(first[0]), st2.shape
+        return lambda a: _strided(a, start, shape, (step, 1))
 
     def _grouped(self, view, addrs, t, st2):
         """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids, as
@@ -1053,12 +1069,18 @@ class Machine:
         orig = self._orig[self._batch_sticks(batch, tile)[1] if st2 is None else st2]
         return bool((orig == orig[0]).all())
 
-    def _fresh(self, st, held=None) -> None:
+    def _fresh(self, st, held=None, at=None) -> None:
         """Sticks ``st`` get bytes of their own (ids nothing else has), written by one more instruction.
-        ``held``: their :meth:`_held` view, when known."""
-        self._orig[st] = -np.arange(self._next_id, self._next_id + st.size)
+        ``held``, ``at``: their pieces (``_pending``) and :meth:`_grid`, when known."""
+        ids = -np.arange(self._next_id, self._next_id + st.size)
         self._next_id += st.size
-        self._writes[st] += 1
+        if at is None or at is _NO_GRID:
+            self._orig[st] = ids
+            self._writes[st] += 1
+        else:
+            orig = at(self._orig)
+            orig[...] = ids.reshape(orig.shape)
+            at(self._writes)[...] += 1
         if held is None:
             self._pending[st] = -1
         elif held.max() >= 0:

@@ -97,6 +97,7 @@ class _Decoder:
         self.usable = target.scratchpad_usable_bytes
         self._pt_fmts: dict = {}
         self._decoded: dict = {}        # record values (with the core, unless _CORE_FREE) -> its Ins
+        self._sp_blocks: dict = {}      # a DMA's scratchpad block (address, counts, strides) -> its sticks
         # Containment queries for DMA ranges. Non-scratch buffers are disjoint: binary search. Scratch buffers
         # may alias each other: sorted by start with a running maximum of their ends.
         fixed = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(prog.buffers) if b.kind != "scratch")
@@ -249,7 +250,12 @@ class _Decoder:
         if store and buf.kind not in ("output", "scratch", "state"):
             self.fail("dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
         S = STICK_BYTES
-        rel = _block_sticks(sp // S, m, n, k // S, ss2 // S, ss1 // S)
+        # One array per scratchpad block: a loop's trips load into the same buffers (the schedule tests each
+        # array once per core).
+        key = (sp, m, n, k, ss2, ss1)
+        rel = self._sp_blocks.get(key)
+        if rel is None:
+            rel = self._sp_blocks[key] = _block_sticks(sp // S, m, n, k // S, ss2 // S, ss1 // S)
         drel = _block_sticks(dev // S, m, n, k // S, ds2 // S, ds1 // S)
         if store:
             ins.sp_reads, ins.dev_writes = rel, drel
@@ -715,15 +721,16 @@ class Bundle:
 def _scratchpad_extents(streams, cores: int) -> list[int]:
     """The highest scratchpad byte each core's instructions (and the ring transfers landing there) touch."""
     sp_size = [STICK_BYTES] * cores
-    for ins in (i for s in streams for i in s):
-        sp_size[ins.core] = max(sp_size[ins.core], ins.sp_end)
-        if ins.op is Op.RING_SEND:
-            peers, dst, _, k = ins.send
+    for c, stream in enumerate(streams):
+        sp_size[c] = max(sp_size[c], max(i.sp_end for i in stream))
+        # Each distinct transfer once: the copies of one decoded record share its operands.
+        for send in {id(i.send): i.send for i in stream if i.send is not None}.values():
+            peers, dst, _, k = send
             for peer in peers:
                 sp_size[peer] = max(sp_size[peer], dst + k)
-        if ins.op is Op.RING_REDUCE:
-            for r in bits(ins.reduce[0]):
-                d = ins.reduce[2]
+        for red in {id(i.reduce): i.reduce for i in stream if i.reduce is not None}.values():
+            d = red[2]
+            for r in bits(red[0]):
                 sp_size[r] = max(sp_size[r], d[0] + d[1] * tile_pitch(d[2], d[3]))
     return sp_size
 
@@ -852,13 +859,32 @@ def _check(prog: Program, target, host_code):
             i = int(ends[0]) if ends.size else len(code) - 1
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': the stream must end with "
                                     f"exactly one END, as its last instruction")
-        checked = _unused_fields_zero(code)
-        # Plain Python values a column at a time (a structured array's own tolist is several times slower).
-        rows = zip(*(code[f].tolist() for f in INSTR_DTYPE.names))
-        streams.append([dec.decode(c, i, rec, vals, checked) for i, (rec, vals) in enumerate(zip(code, rows))])
+        streams.append(_decode_stream(dec, c, code))
     steps = schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
     return streams, steps
+
+
+def _decode_stream(dec: _Decoder, c: int, code: np.ndarray) -> list[Ins]:
+    """Core ``c``'s instructions, decoded and checked. A loop's trips repeat few distinct records: each is
+    decoded once, in the order of its first use (so the first bad instruction is the one named), and every
+    other instruction holding it is a copy in its own place."""
+    checked = _unused_fields_zero(code)
+    raw = np.ascontiguousarray(code).view(f"V{INSTR_DTYPE.itemsize}").ravel()
+    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    reps = first[order]
+    # Plain Python values a column at a time (a structured array's own tolist is several times slower).
+    rows = zip(*(code[f][reps].tolist() for f in INSTR_DTYPE.names))
+    decoded = [None] * len(first)
+    for u, i, vals in zip(order.tolist(), reps.tolist(), rows):
+        decoded[u] = dec.decode(c, i, code[i], vals, checked)
+    debug = dec.prog.debug[c] if dec.prog.debug else None
+    out = []
+    for i, (u, rec) in enumerate(zip(inv.ravel().tolist(), code)):
+        d = decoded[u]
+        out.append(d if d.idx == i else Ins(c, i, d.op, rec, d.name, debug[i][1] if debug else "", *_DECODED(d)))
+    return out
 
 
 def _unused_bytes() -> np.ndarray:

@@ -113,15 +113,24 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
     sends = [[] for _ in range(C)]
     reds = [[] for _ in range(C)]
     steps: list = []
+    # Per core, the stick arrays whose sticks are all initialized there. Written bits are never cleared, and
+    # the decoder hands one array to every instruction with the same operands (a loop's trips reuse its double
+    # buffers): each array is tested or set once per core, not once per trip.
+    done = [set() for _ in range(C)]
 
     def check(ins: Ins):
         # Empty sets skip their numpy calls: most instructions touch only the scratchpad.
-        s = _uninit(sp_init[ins.core], ins.sp_reads)
-        if s is not None:
-            raise BinaryFormatError(f"code {ins.label}: reads scratchpad bytes [{s * STICK_BYTES}, "
-                                    f"{(s + 1) * STICK_BYTES}) that were never written")
-        if ins.sp_writes.size:
-            sp_init[ins.core][ins.sp_writes] = True
+        ok = done[ins.core]
+        r, w = ins.sp_reads, ins.sp_writes
+        if r.size and id(r) not in ok:
+            s = _uninit(sp_init[ins.core], r)
+            if s is not None:
+                raise BinaryFormatError(f"code {ins.label}: reads scratchpad bytes [{s * STICK_BYTES}, "
+                                        f"{(s + 1) * STICK_BYTES}) that were never written")
+            ok.add(id(r))
+        if w.size and id(w) not in ok:
+            sp_init[ins.core][w] = True
+            ok.add(id(w))
         if ins.dev_reads.size or ins.dev_writes.size:
             s = _uninit(dev_init, ins.dev_reads)
             if s is not None:
@@ -157,7 +166,7 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
             members = bits(mask)
             if not all(m in waiting and int(waiting[m].rec["mask"]) == mask for m in members):
                 continue
-            steps.append(_release(members, waiting, sends, reds, sp_init))
+            steps.append(_release(members, waiting, sends, reds, sp_init, done))
             races.sync(members)
             for m in members:
                 pos[m] += 1
@@ -202,6 +211,8 @@ class _Races:
             if not st.size:
                 continue
             w = self.writer[st]
+            if w.max() < 0:         # bytes no core wrote (inputs, constants): nothing to order
+                continue
             bad = (w >= 0) & (w != c)
             if bad.any():
                 bad &= self.clock[c, np.where(bad, w, 0)] < self.interval[st]
@@ -224,8 +235,9 @@ class _Races:
             self.clock[m, m] += 1
 
 
-def _release(members, waiting, sends, reds, sp_init) -> Sync:
-    """Complete the ring transfers pending among ``members`` as their barrier releases."""
+def _release(members, waiting, sends, reds, sp_init, done) -> Sync:
+    """Complete the ring transfers pending among ``members`` as their barrier releases (``done``: per core,
+    the stick arrays known initialized there, as in :func:`schedule`)."""
     group = set(members)
     done_sends = []
     for m in members:
@@ -234,7 +246,9 @@ def _release(members, waiting, sends, reds, sp_init) -> Sync:
                 if peer not in group:
                     raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
                                             f"barrier of core {m}")
-                sp_init[peer][s.peer_sticks] = True
+                if id(s.peer_sticks) not in done[peer]:
+                    sp_init[peer][s.peer_sticks] = True
+                    done[peer].add(id(s.peer_sticks))
             done_sends.append(s)
         sends[m] = []
     done_reds = []
