@@ -289,6 +289,19 @@ def test_loader_rejects(prog, name):
         load_bytes(data, target=T2)
 
 
+def test_the_first_bad_instruction_is_named_when_records_repeat(prog):
+    """The loader decodes each distinct record once: the error still names the first bad instruction of the
+    stream, not a later one, nor a bad record that merely sorts first."""
+    code = prog.code[0] = np.array(prog.code[0], copy=True)
+    loads = [i for i, r in enumerate(code) if r["op"] == Op.DMA_LOAD]
+    code[loads[1]]["k"] = 100
+    code[loads[0]] = code[loads[1]]                       # the same bad record twice
+    code[_find(prog, 0, Op.BARRIER)]["a0"] = 128         # a bad barrier later (its opcode sorts first)
+    with pytest.raises(BinaryFormatError, match=rf"code core 0 instruction {loads[0]} \(dma_load at .*\): "
+                                                r"field 'k': row bytes 100"):
+        load_bytes(program_to_bytes(prog), target=T2)
+
+
 def test_fingerprint_mismatch(prog):
     data = program_to_bytes(prog)
     other = dataclasses.replace(T2, clock_ghz=2.0)
