@@ -851,7 +851,6 @@ def _check(prog: Program, target, host_code):
             dec.host_ops.append(check_host_op(entry, bufs, host_code.functions if host_code else frozenset()))
         except HostOpError as e:
             raise BinaryFormatError(f"metadata.host_ops[{j}]: {e}") from None
-    streams = []
     for c, code in enumerate(prog.code):
         ops = code["op"]
         ends = np.flatnonzero(ops == Op.END)
@@ -859,32 +858,46 @@ def _check(prog: Program, target, host_code):
             i = int(ends[0]) if ends.size else len(code) - 1
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': the stream must end with "
                                     f"exactly one END, as its last instruction")
-        streams.append(_decode_stream(dec, c, code))
+    streams = _decode_streams(dec, prog.code)
     steps = schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
     return streams, steps
 
 
-def _decode_stream(dec: _Decoder, c: int, code: np.ndarray) -> list[Ins]:
-    """Core ``c``'s instructions, decoded and checked. A loop's trips repeat few distinct records: each is
-    decoded once, in the order of its first use (so the first bad instruction is the one named), and every
-    other instruction holding it is a copy in its own place."""
-    checked = _unused_fields_zero(code)
-    raw = np.ascontiguousarray(code).view(f"V{INSTR_DTYPE.itemsize}").ravel()
-    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+def _decode_streams(dec: _Decoder, codes: list[np.ndarray]) -> list[list[Ins]]:
+    """Every core's instructions, decoded and checked. A loop's trips repeat few distinct records: each record
+    of a core is decoded once, in the order of its first use (so the first bad instruction is the one named),
+    and every other instruction holding it is a copy in its own place. All cores at once: numpy's per-call cost
+    is paid once, not per core."""
+    sizes = [len(c) for c in codes]
+    code = np.concatenate(codes)
+    core = np.repeat(np.arange(len(codes)), sizes)
+    local = np.arange(len(code)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    size = INSTR_DTYPE.itemsize
+    keyed = np.empty((len(code), 8 + size), np.uint8)         # (core, record): equal rows, equal instructions
+    keyed[:, :8] = core.astype("<u8")[:, None].view(np.uint8)
+    keyed[:, 8:] = np.ascontiguousarray(code).view(np.uint8).reshape(len(code), size)
+    _, first, inv = np.unique(keyed.view(f"V{8 + size}").ravel(), return_index=True, return_inverse=True)
     order = np.argsort(first)
     reps = first[order]
+    checked = [_unused_fields_zero(c) for c in codes]
     # Plain Python values a column at a time (a structured array's own tolist is several times slower).
     rows = zip(*(code[f][reps].tolist() for f in INSTR_DTYPE.names))
     decoded = [None] * len(first)
-    for u, i, vals in zip(order.tolist(), reps.tolist(), rows):
-        decoded[u] = dec.decode(c, i, code[i], vals, checked)
-    debug = dec.prog.debug[c] if dec.prog.debug else None
-    out = []
-    for i, (u, rec) in enumerate(zip(inv.ravel().tolist(), code)):
-        d = decoded[u]
-        out.append(d if d.idx == i else Ins(c, i, d.op, rec, d.name, debug[i][1] if debug else "", *_DECODED(d)))
-    return out
+    for u, c, i, vals in zip(order.tolist(), core[reps].tolist(), local[reps].tolist(), rows):
+        decoded[u] = dec.decode(c, i, codes[c][i], vals, checked[c])
+    streams, inv = [], inv.ravel().tolist()
+    at = 0
+    for c, stream in enumerate(codes):
+        debug = dec.prog.debug[c] if dec.prog.debug else None
+        out = []
+        for i, (u, rec) in enumerate(zip(inv[at:at + len(stream)], stream)):
+            d = decoded[u]
+            out.append(d if d.idx == i else
+                       Ins(c, i, d.op, rec, d.name, debug[i][1] if debug else "", *_DECODED(d)))
+        streams.append(out)
+        at += len(stream)
+    return streams
 
 
 def _unused_bytes() -> np.ndarray:
