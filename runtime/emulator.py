@@ -1011,13 +1011,15 @@ class Machine:
         if self.numerics == "faithful" and (self._csp[st] if at is _NO_GRID else at(self._csp)).all():
             return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view),
                               read=EMPTY if unread else None, first_call=True)
-        if _lut(t[3]) is not None and self._same(batch, tile, st2):
+        # The stick ids, [cores, sticks]: read here only, before this step writes anything.
+        ids2 = self._orig[st2] if at is _NO_GRID else at(self._orig)
+        if _lut(t[3]) is not None and self._same(batch, tile, st2, ids2):
             self._use(EMPTY if unread else st2[0])
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         if self.numerics == "faithful" and _lut(t[3]) is not None:
-            view, read = self._grouped(view, addrs, t, st2)
+            view, read = self._grouped(view, addrs, t, st2, ids2)
             return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead,
-                              EMPTY if unread else read)
+                              EMPTY if unread else read, ids=ids2.ravel())
         self._use(EMPTY if unread else st)
         return view
 
@@ -1033,25 +1035,26 @@ class Machine:
         start, shape = int(first[0]), st2.shape
         return lambda a: _strided(a, start, shape, (step, 1))
 
-    def _grouped(self, view, addrs, t, st2):
+    def _grouped(self, view, addrs, t, st2, ids2):
         """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids, as
         for :class:`Shared`): the cores of one head of an attention all loaded its K and V. Also the sticks it
-        reads: the first core's of each group."""
+        reads: the first core's of each group. ``ids2``: the ids of sticks ``st2``."""
         first: dict[bytes, int] = {}
-        index = np.array([first.setdefault(row.tobytes(), len(first)) for row in self._orig[st2]], dtype=np.intp)
+        index = np.array([first.setdefault(row.tobytes(), len(first)) for row in ids2], dtype=np.intp)
         if not 1 < len(first) < len(addrs):
             return view, st2.ravel()
         firsts = np.unique(index, return_index=True)[1]        # each group's first core
         return Grouped(tiles(self.sp, [addrs[i] for i in firsts], *t[1:]), index), st2[firsts].ravel()
 
-    def _once(self, memo, addrs, shape, st, make, again=None, first=None, read=None, first_call=False):
+    def _once(self, memo, addrs, shape, st, make, again=None, first=None, read=None, first_call=False, ids=None):
         """The holder (``make()``) of the values read at these addresses, kept in ``memo`` for later reads of
         the same bytes (equal stick ids): each such read gets ``again(holder)``, the first ``first(holder)``
         (None: the holder itself). Only the first reads memory: sticks ``read`` (None: ``st``), at every call or,
         ``first_call``, at the first call only.
         Constants (:class:`Frozen`, decoded once per load) and a run's rereads (:class:`Decoded`) so decode
-        once, and hand the same array to every reader (the pieces of one output tile multiply the same B)."""
-        ids = self._orig[st]
+        once, and hand the same array to every reader (the pieces of one output tile multiply the same B).
+        ``ids``: the ids of sticks ``st``, when known."""
+        ids = self._orig[st] if ids is None else ids
         seen = memo.get((addrs, shape))
         if seen is not None and np.array_equal(seen[0], ids):
             return seen[1] if again is None else again(seen[1])
@@ -1060,13 +1063,13 @@ class Machine:
         memo[addrs, shape] = (ids.copy(), holder)
         return holder if first is None else first(holder)
 
-    def _same(self, batch, tile, st2=None) -> bool:
+    def _same(self, batch, tile, st2=None, ids2=None) -> bool:
         """Whether tile ``tile(ins)`` holds the same bytes on every core of a batch, at this point of the plan
-        (faithful numerics only: the fp32-reference shadow is left as it is). ``st2``: its
-        :meth:`_batch_sticks`, when known."""
+        (faithful numerics only: the fp32-reference shadow is left as it is). ``st2``, ``ids2``: its
+        :meth:`_batch_sticks` and their ids, when known."""
         if self.numerics != "faithful" or len(batch) < 2 or tile(batch[0]) is None:
             return False
-        orig = self._orig[self._batch_sticks(batch, tile)[1] if st2 is None else st2]
+        orig = ids2 if ids2 is not None else self._orig[self._batch_sticks(batch, tile)[1] if st2 is None else st2]
         return bool((orig == orig[0]).all())
 
     def _fresh(self, st, held=None, at=None) -> None:
