@@ -285,11 +285,6 @@ class TileList:
             v.write(np.broadcast_to(values, (1,) + v.shape)[0])
 
 
-def _NO_GRID(a):
-    """:meth:`Machine._grid` of sticks no strided view holds."""
-    return None
-
-
 def _strided(a: np.ndarray, offset: int, shape, strides) -> np.ndarray:
     """A view of 1-D ``a`` from element ``offset`` with ``strides`` in elements. Unlike ``as_strided`` (several
     times slower to build, and the plan builds thousands), numpy checks that the view stays inside ``a``."""
@@ -580,6 +575,41 @@ def _shift_runs(src_offs, dst_offs) -> list[list[int]]:
         srcs = [src_offs[i] for i in idx]
         out += [idx[i:j] for i, j in _runs(srcs, srcs)]
     return out
+
+
+class _Sticks:
+    """The scratchpad sticks of one tile on each core of a batch, [cores, n], in the plan's per-stick arrays
+    (``_pending``, ``_csp``, ``_orig``, ``_writes``): a strided view when the cores' tiles are evenly spaced, as
+    most are (no index array: a 64 KB accumulator tile on 32 cores is 65,536 sticks at every K step), else
+    through an index array."""
+
+    __slots__ = ("shape", "_first", "_step", "_index")
+
+    def __init__(self, addrs: list[int], n: int):
+        self.shape = (len(addrs), n)
+        step = _step(addrs)
+        self._index = None if step is not None else np.add.outer(np.asarray(addrs, np.int64) // STICK_BYTES,
+                                                                 np.arange(n, dtype=np.int64))
+        self._first, self._step = addrs[0] // STICK_BYTES, (step or 0) // STICK_BYTES
+
+    def get(self, a: np.ndarray) -> np.ndarray:
+        """The sticks' entries of ``a``: a view, or a copy when indexed."""
+        if self._index is None:
+            return _strided(a, self._first, self.shape, (self._step, 1))
+        return a[self._index]
+
+    def put(self, a: np.ndarray, values) -> None:
+        if self._index is None:
+            _strided(a, self._first, self.shape, (self._step, 1))[...] = values
+        else:
+            a[self._index] = values
+
+    def add(self, a: np.ndarray, values) -> None:
+        """``a[sticks] += values`` (each stick once)."""
+        if self._index is None:
+            _strided(a, self._first, self.shape, (self._step, 1))[...] += values
+        else:
+            a[self._index] += values
 
 
 class Copy:
@@ -995,105 +1025,90 @@ class Machine:
         t = tile(batch[0])
         if t is None:
             return None
-        addrs, st2 = self._batch_sticks(batch, tile)
+        addrs = [i.core * self.stride + tile(i)[0] for i in batch]
         view = tiles(self.sp, addrs, *t[1:])
-        st = st2.ravel()
-        at = self._grid(st2)
-        held = at(self._pending)
+        at = _Sticks(addrs, t[1] * tile_pitch(t[2], t[3]) // STICK_BYTES)
+        pieces = at.get(self._pending)
         if write:
-            if at is _NO_GRID:
-                self._csp[st] = False
-            else:
-                at(self._csp)[...] = False
-            self._fresh(st, held, at)
+            # The sticks get bytes of their own (ids nothing else has), written by one more instruction.
+            at.put(self._csp, False)
+            ids = -np.arange(self._next_id, self._next_id + pieces.size)
+            self._next_id += pieces.size
+            at.put(self._orig, ids.reshape(at.shape))
+            at.add(self._writes, 1)
+            if pieces.max() >= 0:
+                at.put(self._pending, -1)
             return view
-        unread = held is not None and held.max() < 0       # no piece there: the reads below mark none
-        if self.numerics == "faithful" and (self._csp[st] if at is _NO_GRID else at(self._csp)).all():
-            return self._once(self._frozen, tuple(addrs), t[1:], st, lambda: Frozen(view),
-                              read=EMPTY if unread else None, first_call=True)
+        if pieces.max() < 0:
+            pieces = None           # no piece there: the reads below mark none
+        if self.numerics == "faithful" and at.get(self._csp).all():
+            return self._once(self._frozen, tuple(addrs), t[1:], at.get(self._orig).ravel(), lambda: Frozen(view),
+                              pieces=pieces, first_call=True)
         # The stick ids, [cores, sticks]: read here only, before this step writes anything.
-        ids2 = self._orig[st2] if at is _NO_GRID else at(self._orig)
-        if _lut(t[3]) is not None and self._same(batch, tile, st2, ids2):
-            self._use(EMPTY if unread else st2[0])
+        ids2 = at.get(self._orig)
+        if _lut(t[3]) is not None and self._same(batch, tile, ids2):
+            self._mark_read(None if pieces is None else pieces[0])
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         if self.numerics == "faithful" and _lut(t[3]) is not None:
-            view, read = self._grouped(view, addrs, t, st2, ids2)
-            return self._once(self._reads, tuple(addrs), t[1:], st, lambda: Decoded(view), Reread, FirstRead,
-                              EMPTY if unread else read, ids=ids2.ravel())
-        self._use(EMPTY if unread else st)
+            view, read = self._grouped(view, addrs, t, ids2, pieces)
+            return self._once(self._reads, tuple(addrs), t[1:], ids2.ravel(), lambda: Decoded(view), Reread,
+                              FirstRead, read)
+        self._mark_read(pieces)
         return view
 
-    def _grid(self, st2):
-        """For sticks ``st2`` ([rows, sticks], each row a run): a function giving them in a per-stick array of
-        the plan (``_pending``, ``_csp``, ...) as a strided [rows, sticks] view when the rows are evenly spaced
-        (a tile on each core), else :data:`_NO_GRID` (None for every array). Views read and write no index
-        array: a 64 KB accumulator tile on 32 cores is 65,536 sticks at every K step."""
-        first = st2[:, 0]
-        step = int(first[1] - first[0]) if first.size > 1 else 0
-        if step < 0 or (first.size > 2 and (first[2:] - first[1:-1] != step).any()):
-            return _NO_GRID
-        start, shape = int(first[0]), st2.shape
-        return lambda a: _strided(a, start, shape, (step, 1))
-
-    def _grouped(self, view, addrs, t, st2, ids2):
-        """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids, as
-        for :class:`Shared`): the cores of one head of an attention all loaded its K and V. Also the sticks it
-        reads: the first core's of each group. ``ids2``: the ids of sticks ``st2``."""
+    def _grouped(self, view, addrs, t, ids2, pieces):
+        """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids
+        ``ids2``, as for :class:`Shared`): the cores of one head of an attention all loaded its K and V. Also the
+        pieces it reads (of ``pieces``, by core): the first core's of each group."""
         first: dict[bytes, int] = {}
         index = np.array([first.setdefault(row.tobytes(), len(first)) for row in ids2], dtype=np.intp)
         if not 1 < len(first) < len(addrs):
-            return view, st2.ravel()
+            return view, pieces
         firsts = np.unique(index, return_index=True)[1]        # each group's first core
-        return Grouped(tiles(self.sp, [addrs[i] for i in firsts], *t[1:]), index), st2[firsts].ravel()
+        return (Grouped(tiles(self.sp, [addrs[i] for i in firsts], *t[1:]), index),
+                None if pieces is None else pieces[firsts])
 
-    def _once(self, memo, addrs, shape, st, make, again=None, first=None, read=None, first_call=False, ids=None):
+    def _once(self, memo, addrs, shape, ids, make, again=None, first=None, pieces=None, first_call=False):
         """The holder (``make()``) of the values read at these addresses, kept in ``memo`` for later reads of
-        the same bytes (equal stick ids): each such read gets ``again(holder)``, the first ``first(holder)``
-        (None: the holder itself). Only the first reads memory: sticks ``read`` (None: ``st``), at every call or,
-        ``first_call``, at the first call only.
+        the same bytes (equal stick ids ``ids``): each such read gets ``again(holder)``, the first
+        ``first(holder)`` (None: the holder itself). Only the first reads memory, marking ``pieces`` (as
+        :meth:`_mark_read`) read at every call or, ``first_call``, at the first call only.
         Constants (:class:`Frozen`, decoded once per load) and a run's rereads (:class:`Decoded`) so decode
-        once, and hand the same array to every reader (the pieces of one output tile multiply the same B).
-        ``ids``: the ids of sticks ``st``, when known."""
-        ids = self._orig[st] if ids is None else ids
+        once, and hand the same array to every reader (the pieces of one output tile multiply the same B)."""
         seen = memo.get((addrs, shape))
         if seen is not None and np.array_equal(seen[0], ids):
             return seen[1] if again is None else again(seen[1])
-        self._use(st if read is None else read, first_call)
+        self._mark_read(pieces, first_call)
         holder = make()
         memo[addrs, shape] = (ids.copy(), holder)
         return holder if first is None else first(holder)
 
-    def _same(self, batch, tile, st2=None, ids2=None) -> bool:
+    def _same(self, batch, tile, ids2=None) -> bool:
         """Whether tile ``tile(ins)`` holds the same bytes on every core of a batch, at this point of the plan
-        (faithful numerics only: the fp32-reference shadow is left as it is). ``st2``, ``ids2``: its
-        :meth:`_batch_sticks` and their ids, when known."""
+        (faithful numerics only: the fp32-reference shadow is left as it is). ``ids2``: its sticks' ids by core,
+        when known."""
         if self.numerics != "faithful" or len(batch) < 2 or tile(batch[0]) is None:
             return False
-        orig = ids2 if ids2 is not None else self._orig[self._batch_sticks(batch, tile)[1] if st2 is None else st2]
+        orig = ids2 if ids2 is not None else self._orig[self._batch_sticks(batch, tile)[1]]
         return bool((orig == orig[0]).all())
 
-    def _fresh(self, st, held=None, at=None) -> None:
-        """Sticks ``st`` get bytes of their own (ids nothing else has), written by one more instruction.
-        ``held``, ``at``: their pieces (``_pending``) and :meth:`_grid`, when known."""
-        ids = -np.arange(self._next_id, self._next_id + st.size)
+    def _fresh(self, st) -> None:
+        """Sticks ``st`` get bytes of their own (ids nothing else has), written by one more instruction."""
+        self._orig[st] = -np.arange(self._next_id, self._next_id + st.size)
         self._next_id += st.size
-        if at is None or at is _NO_GRID:
-            self._orig[st] = ids
-            self._writes[st] += 1
-        else:
-            orig = at(self._orig)
-            orig[...] = ids.reshape(orig.shape)
-            at(self._writes)[...] += 1
-        if held is None:
-            self._pending[st] = -1
-        elif held.max() >= 0:
-            held[...] = -1
+        self._writes[st] += 1
+        self._pending[st] = -1
 
     def _use(self, st, first_call: bool = False) -> None:
         """A step reads sticks ``st`` at every call (or at the first call only): mark the pieces they hold."""
-        if not self._pieces:
+        self._mark_read(self._pending[st], first_call)
+
+    def _mark_read(self, pieces, first_call: bool = False) -> None:
+        """Mark read the pieces of ``pieces`` (what sticks hold, Machine._pending; None: none) at every call, or at
+        the first call only."""
+        if not self._pieces or pieces is None:
             return
-        p = self._pending[st]
+        p = pieces.ravel()
         if p.size and p.max() >= 0:
             # A piece holds runs of sticks: mark each run's piece once (-1 marks the spare last entry).
             read = self._first if first_call else self._live
