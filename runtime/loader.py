@@ -869,6 +869,8 @@ def _decode_streams(dec: _Decoder, codes: list[np.ndarray]) -> list[list[Ins]]:
     of a core is decoded once, in the order of its first use (so the first bad instruction is the one named),
     and every other instruction holding it is a copy in its own place. All cores at once: numpy's per-call cost
     is paid once, not per core."""
+    if not codes:
+        return []
     sizes = [len(c) for c in codes]
     code = np.concatenate(codes)
     core = np.repeat(np.arange(len(codes)), sizes)
