@@ -35,7 +35,7 @@ from . import native
 from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
-from .schedule import EMPTY, Sync, bits, sticks
+from .schedule import Sync, bits, sticks
 
 __all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Restick", "Machine", "to_storage",
            "INT_RANGE", "sfu_eval", "reduce_eval", "NUMERICS", "Frozen", "Shared", "Once", "block_sticks",
