@@ -592,22 +592,30 @@ class _Sticks:
                                                                  np.arange(n, dtype=np.int64))
         self._first, self._step = addrs[0] // STICK_BYTES, (step or 0) // STICK_BYTES
 
+    @classmethod
+    def of(cls, st: np.ndarray) -> "_Sticks":
+        """Sticks ``st`` as they are, through the index array."""
+        self = cls.__new__(cls)
+        self.shape, self._index = st.shape, st
+        return self
+
+    def _view(self, a: np.ndarray) -> np.ndarray:
+        return _strided(a, self._first, self.shape, (self._step, 1))
+
     def get(self, a: np.ndarray) -> np.ndarray:
         """The sticks' entries of ``a``: a view, or a copy when indexed."""
-        if self._index is None:
-            return _strided(a, self._first, self.shape, (self._step, 1))
-        return a[self._index]
+        return self._view(a) if self._index is None else a[self._index]
 
     def put(self, a: np.ndarray, values) -> None:
         if self._index is None:
-            _strided(a, self._first, self.shape, (self._step, 1))[...] = values
+            self._view(a)[...] = values
         else:
             a[self._index] = values
 
     def add(self, a: np.ndarray, values) -> None:
         """``a[sticks] += values`` (each stick once)."""
         if self._index is None:
-            _strided(a, self._first, self.shape, (self._step, 1))[...] += values
+            self._view(a)[...] += values
         else:
             a[self._index] += values
 
@@ -1028,17 +1036,10 @@ class Machine:
         addrs = [i.core * self.stride + tile(i)[0] for i in batch]
         view = tiles(self.sp, addrs, *t[1:])
         at = _Sticks(addrs, t[1] * tile_pitch(t[2], t[3]) // STICK_BYTES)
-        pieces = at.get(self._pending)
         if write:
-            # The sticks get bytes of their own (ids nothing else has), written by one more instruction.
-            at.put(self._csp, False)
-            ids = -np.arange(self._next_id, self._next_id + pieces.size)
-            self._next_id += pieces.size
-            at.put(self._orig, ids.reshape(at.shape))
-            at.add(self._writes, 1)
-            if pieces.max() >= 0:
-                at.put(self._pending, -1)
+            self._fresh(at)
             return view
+        pieces = at.get(self._pending)
         if pieces.max() < 0:
             pieces = None           # no piece there: the reads below mark none
         if self.numerics == "faithful" and at.get(self._csp).all():
@@ -1092,12 +1093,16 @@ class Machine:
         orig = ids2 if ids2 is not None else self._orig[self._batch_sticks(batch, tile)[1]]
         return bool((orig == orig[0]).all())
 
-    def _fresh(self, st) -> None:
-        """Sticks ``st`` get bytes of their own (ids nothing else has), written by one more instruction."""
-        self._orig[st] = -np.arange(self._next_id, self._next_id + st.size)
-        self._next_id += st.size
-        self._writes[st] += 1
-        self._pending[st] = -1
+    def _fresh(self, at: _Sticks) -> None:
+        """Sticks ``at`` get bytes of their own (ids nothing else has, not constants'), written by one more
+        instruction."""
+        at.put(self._csp, False)
+        n = math.prod(at.shape)
+        at.put(self._orig, -np.arange(self._next_id, self._next_id + n).reshape(at.shape))
+        self._next_id += n
+        at.add(self._writes, 1)
+        if at.get(self._pending).max() >= 0:
+            at.put(self._pending, -1)
 
     def _use(self, st, first_call: bool = False) -> None:
         """A step reads sticks ``st`` at every call (or at the first call only): mark the pieces they hold."""
@@ -1230,8 +1235,7 @@ class Machine:
             return Restick(self.device, src, dst, shape, fmt)
         if s.op is Op.GATHER:
             st = s.core * self.stride // STICK_BYTES + s.sp_writes
-            self._csp[st] = False
-            self._fresh(st)
+            self._fresh(_Sticks.of(st))
             return Gather(self.device, self.sp, s.gather, s.core * self.stride, s.label)
         if s.op is Op.HOST:
             self._cdev[s.dev_writes] = False
@@ -1354,8 +1358,7 @@ class Machine:
             receivers = bits(mask) if root == ROOT_ALL else [root]
             view = tiles(self.sp, [r * self.stride + dst[0] for r in receivers], *dst[1:])
             for r in receivers:
-                self._csp[self._tile_sticks(r * self.stride, dst)] = False
-                self._fresh(self._tile_sticks(r * self.stride, dst))
+                self._fresh(_Sticks.of(self._tile_sticks(r * self.stride, dst)))
 
             def reduce_sum(group=group, view=view):
                 total = group[0].slot[0]
