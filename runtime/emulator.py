@@ -31,7 +31,7 @@ import numpy as np
 
 from spyre_mlir.errors import SpyreError
 
-from . import native
+from . import lanes as _lanes_mod, native
 from .formats import STICK_BYTES, Format, decode, dlf16_encode, encode
 from .hostops import run_host_op
 from .isa import INSTR_DTYPE, ROOT_ALL, MatmulFlag, Op, ReduceFn, SfuFn, tile_pitch
@@ -68,8 +68,9 @@ class Memory:
     """A byte-addressed memory with an optional float32 shadow (fp32-reference mode)."""
 
     def __init__(self, nbytes: int, shadow: bool):
-        self.bytes = np.zeros(nbytes, dtype=np.uint8)
-        self.shadow = np.zeros(nbytes, dtype=np.float32) if shadow else None
+        # Shared with a run's worker process where there may be one (runtime/lanes.py).
+        self.bytes = _lanes_mod.zeros(nbytes, np.uint8)
+        self.shadow = _lanes_mod.zeros(nbytes, np.float32) if shadow else None
 
     def part(self, start: int, nbytes: int) -> "Memory":
         """Bytes [start, start + nbytes) as a memory of their own (views, not copies)."""
@@ -524,6 +525,50 @@ class Parallel:
             pending.result()
 
 
+# A segment runs as two lanes (runtime/lanes.py) when its work (elements, or MACs / 64, or bytes / 4, as
+# _SPLIT_WORK) reaches this: below, the handoff to the worker costs about what the second lane saves.
+_LANE_WORK = 1 << 16
+# Operations that run in this process only: host code (Python objects, user functions), data-dependent device
+# reads (an embedding's rows) and device-to-device moves (rare, and outside the DMA batches the lanes split).
+_MAIN_ONLY = frozenset({Op.HOST, Op.GATHER, Op.RESTICK})
+
+
+def _work(s) -> int:
+    return max(s.useful_macs // 64, s.elems, s.nbytes // 4)
+
+
+def _lane_split(batches) -> tuple[list, list] | None:
+    """A segment's batches as two lanes, every other core of those it runs on (a regular set of cores stays
+    regular in each, so its tiles stay one strided view), or None when it should run as it is: too little work,
+    one core, or an operation that runs in this process only."""
+    if any(b[0].op in _MAIN_ONLY for b in batches) or sum(_work(i) for b in batches for i in b) < _LANE_WORK:
+        return None
+    lane = {c: k % 2 for k, c in enumerate(sorted({i.core for b in batches for i in b}))}
+    lanes = tuple([x for x in ([i for i in b if lane[i.core] == odd] for b in batches) if x] for odd in (0, 1))
+    return lanes if all(lanes) else None
+
+
+class Lanes:
+    """A segment as two lanes of cores: the second runs in the machine's worker process (``lanes.Worker``,
+    ``k``-th lane it knows) while this process runs the first; without a worker, one after the other."""
+
+    def __init__(self, machine, k: int, first: list, second: list):
+        self.machine, self.k, self.first, self.second = machine, k, first, second
+
+    def __call__(self) -> None:
+        worker = self.machine.worker
+        if worker is None:
+            for f in self.first + self.second:
+                f()
+            return
+        worker.go(self.k)
+        try:
+            for f in self.first:
+                f()
+        finally:
+            worker.wait()
+
+
 def _row_starts(offsets, strides, m: int, n: int) -> np.ndarray:
     """Where each row of (m, n) strided blocks at ``offsets`` starts, in copy order."""
     one = (np.arange(m)[:, None] * strides[0] + np.arange(n)[None, :] * strides[1]).ravel()
@@ -939,16 +984,20 @@ class Machine:
         # are one copy.
         self._staged = {}
         self._stage, self._stage_end = None, 0
+        self.lanes: list[Lanes] = []     # the plan's Lanes steps, in order (the worker runs their second lanes)
+        self.worker = None               # a run's worker process (runtime/lanes.py), set by the executable
+        self._lane = None                # the lane being planned (0, 1) or None
 
     def buffer_view(self, b) -> TileView:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
         return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
 
-    def plan(self, steps, constants=(), memo: dict | None = None) -> list:
+    def plan(self, steps, constants=(), memo: dict | None = None, lanes: bool = False) -> list:
         """The steps of the static schedule as closures, in schedule order: each segment between barrier
         releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
         delivered). ``constants``: (addr, nbytes) of the constant buffers; ``memo``: what the plan derives from
-        ``steps`` alone (their batches), kept there for the next plan of them."""
+        ``steps`` alone (their batches), kept there for the next plan of them. ``lanes``: big segments as
+        :class:`Lanes` (for a worker process, runtime/lanes.py)."""
         # Which sticks hold bytes copied from constants only, at this point of the plan: the same at every run.
         # Faithful tiles read from them are decoded once (:class:`Frozen`); the fp32-reference shadow is read
         # as a strided view, and numpy's elementwise kernels may differ between layouts, so it is left alone.
@@ -988,11 +1037,23 @@ class Machine:
         self._pieces = 0
         slots = sum(x[3] for x in sends)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
+        reds = [s.reduce[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_REDUCE]
+        self._sums, self._sums_end = _lanes_mod.zeros(sum(t[1] * t[2] for t in reds), np.float32), 0
+        self._parts = {}         # RING_REDUCE -> its part of _sums
         if memo is not None and "segments" not in memo:
             memo["segments"] = segments(steps)
-        plan = []
+        plan, self.lanes = [], []
         for batches, sync in memo["segments"] if memo is not None else segments(steps):
-            plan += [self._prepare_split(b) for b in batches]
+            split = _lane_split(batches) if lanes else None
+            if split is None:
+                plan += [self._prepare_split(b) for b in batches]
+            else:
+                parts = []
+                for self._lane, part in enumerate(split):
+                    parts.append([self._prepare(b) for b in part])
+                self._lane = None
+                self.lanes.append(Lanes(self, len(self.lanes), *parts))
+                plan.append(self.lanes[-1])
             if sync is not None:
                 plan.append(self._prepare_sync(sync))
         # A delivery's bytes are read when it is, and a send may forward bytes delivered before: last first.
@@ -1052,8 +1113,9 @@ class Machine:
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         if self.numerics == "faithful" and _lut(t[3]) is not None:
             view, read = self._grouped(view, addrs, t, ids2, pieces)
-            return self._once(self._reads, tuple(addrs), t[1:], ids2.ravel(), lambda: Decoded(view), Reread,
-                              FirstRead, read)
+            # Keyed by lane too: the values a first read keeps live in the process that read them.
+            return self._once(self._reads, (self._lane, *addrs), t[1:], ids2.ravel(), lambda: Decoded(view),
+                              Reread, FirstRead, read)
         self._mark_read(pieces)
         return view
 
@@ -1222,12 +1284,15 @@ class Machine:
             return step
         if s.op is Op.RING_REDUCE:
             S = self._tiles(batch, lambda i: i.reduce[3])
-            for i in batch:
-                i.slot = [None]
+            # Each core's part, as fp32, in shared memory: the barrier's sum reads it in this process.
+            _, rows, cols, _ = s.reduce[3]
+            n = len(batch) * rows * cols
+            parts = self._sums[self._sums_end:self._sums_end + n].reshape(len(batch), rows, cols)
+            self._sums_end += n
+            self._parts.update(zip(batch, parts))
 
             def contribute():
-                for i, v in zip(batch, np.array(S.read(), dtype=np.float32)):
-                    i.slot[0] = v
+                parts[...] = S.read()
             return contribute
         if s.op is Op.RESTICK:
             src, dst, shape, fmt, _, _ = s.restick
@@ -1360,10 +1425,10 @@ class Machine:
             for r in receivers:
                 self._fresh(_Sticks.of(self._tile_sticks(r * self.stride, dst)))
 
-            def reduce_sum(group=group, view=view):
-                total = group[0].slot[0]
-                for g in group[1:]:            # in core order, like the ring
-                    total = total + g.slot[0]
+            def reduce_sum(parts=[self._parts[g] for g in group], view=view):
+                total = parts[0]
+                for p in parts[1:]:            # in core order, like the ring
+                    total = total + p
                 view.write(total)
             reduces.append(reduce_sum)
         return _Landing(direct, sent, copies, reduces)

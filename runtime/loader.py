@@ -31,6 +31,7 @@ import numpy as np
 
 from spyre_mlir.errors import SpyreError
 
+from . import lanes, native
 from .binary import BinaryFormatError, Buffer, Program, code_digest, is_system, program_from_bytes
 from .collector import collector_paused
 from .cycles import Profile, model_program
@@ -581,7 +582,7 @@ class Executable:
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
         self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"],
-                                       getattr(steps, "memo", None))
+                                       getattr(steps, "memo", None), lanes=lanes.available())
         self._sp_peak = max(sp_size)
         self._wall: float | None = None
 
@@ -652,13 +653,22 @@ class Executable:
             v.write(a.reshape(v.rows, v.cols))
         with np.errstate(all="ignore"), warnings.catch_warnings(), one_blas_thread():
             warnings.simplefilter("ignore", RuntimeWarning)
+            worker = self._worker()
             try:
+                if worker is not None:
+                    worker.begin()
                 for step in self._plan:
                     step()
-            except SpyreError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a defect of the runtime: one error family for callers
-                raise SpyreRuntimeError(f"internal error while running: {type(e).__name__}: {e}") from e
+                if worker is not None:
+                    worker.end()
+            except BaseException as e:
+                if worker is not None:      # stopped wherever it was; the next run starts another
+                    worker.close()
+                    self.machine.worker = None
+                if isinstance(e, (SpyreError, KeyboardInterrupt, SystemExit)):
+                    raise
+                where = "in the emulator's worker process" if isinstance(e, lanes.WorkerError) else "while running"
+                raise SpyreRuntimeError(f"internal error {where}: {type(e).__name__}: {e}") from e
         outs = []
         for v, b in zip(self._out_views, self.output_buffers):
             r = v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()
@@ -666,6 +676,29 @@ class Executable:
             outs.append(r.astype(host_dtype(b.dtype)) if b.dtype else r)
         self._wall = time.perf_counter() - t0
         return tuple(outs)
+
+    def _worker(self) -> lanes.Worker | None:
+        """The process that runs the second lane of the plan's :class:`~.emulator.Lanes` steps, forked at the first
+        run that has some (runtime/lanes.py), again after one failed or was stopped for another executable's."""
+        m = self.machine
+        if not m.lanes:
+            return None
+        if m.worker is None or not m.worker.alive:
+            if native.available():
+                native.warm()           # compiled once, here, not in each process at its first conversion
+            try:
+                m.worker = lanes.Worker([x.second for x in m.lanes])
+            except OSError as e:        # no process to be had (limits, memory): both lanes run here
+                warnings.warn(f"spyre emulator: runs in one process ({e})", stacklevel=3)
+                m.worker, m.lanes = None, []
+        return m.worker
+
+    @property
+    def worker_cpu_seconds(self) -> float:
+        """CPU time this executable's worker process has used in runs (0 without one): a run's CPU cost is this
+        process's plus the worker's."""
+        w = self.machine.worker
+        return 0.0 if w is None else w.cpu_seconds
 
     def run(self, *args, **named) -> dict[str, np.ndarray]:
         """Like calling, but returns {output name: array}."""

@@ -149,6 +149,11 @@ def _kernels() -> _Kernels:
     return kernels
 
 
+def warm() -> None:
+    """Compile the kernels now (before a worker process is forked: compiled once, and no lock held there)."""
+    _kernels()
+
+
 def descriptor(a: np.ndarray, shape: tuple | None = None) -> list[int]:
     """The memref descriptor fields of ``a`` (at most 4-D) as a 4-D memref, outer unit dimensions added; with
     ``shape``, of ``a`` broadcast to it (numpy's rules, by zero strides: no view is made)."""

@@ -58,10 +58,6 @@ class Ins:
     host: tuple | None = None      # (op, input buffers, output buffers, attrs)
     restick: tuple | None = None   # (src addr, dst addr, (m, n, k), Format, src bytes, dst bytes)
     gather: tuple | None = None    # (table addr, row stride, dst addr, indices addr, index Format, m, n, k)
-    # Per-executable state of ring instructions: the bytes in flight, the contribution to a reduce.
-    stage: np.ndarray | None = None
-    stage_shadow: np.ndarray | None = None
-    slot: list | None = None
 
     @property
     def label(self) -> str:

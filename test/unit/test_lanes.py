@@ -1,0 +1,165 @@
+"""The emulator's worker process (runtime/lanes.py): a big segment runs as two lanes of cores, the odd cores' in
+a forked process. The outputs are the bits one process computes; the worker lives as long as its executable,
+and a failed or killed worker costs one run at most."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import spyre_mlir
+from spyre_mlir.runtime import emulator, lanes
+from spyre_mlir.runtime.emulator import SpyreRuntimeError
+from spyre_mlir.runtime.isa import Op
+from spyre_mlir.runtime.kernels import build_matmul
+from spyre_mlir.target import load_target
+
+pytestmark = pytest.mark.skipif(not lanes.available(), reason="worker processes need Linux on x86-64, 2 CPUs")
+
+
+@pytest.fixture(scope="module")
+def target():
+    return load_target().with_cores(32)
+
+
+def _matmul(target, workers: bool, monkeypatch, numerics="faithful"):
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "1" if workers else "0")
+    return build_matmul(target, 256, 512, 128, grid=(4, 8), tile_k=64).load(numerics=numerics)
+
+
+def _inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((256, 128)).astype(np.float32), rng.standard_normal((128, 512)).astype(np.float32)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("numerics", ["faithful", "fp32-reference"])
+def test_two_lanes_give_the_bits_of_one_process(target, monkeypatch, numerics):
+    one = _matmul(target, False, monkeypatch, numerics)
+    two = _matmul(target, True, monkeypatch, numerics)
+    assert not one.machine.lanes and two.machine.lanes
+    for seed in range(3):           # and again: the worker's state carries over between runs correctly
+        x, w = _inputs(seed)
+        (a,), (b,) = one(x, w), two(x, w)
+        assert np.array_equal(a, b)
+    assert _alive(two.machine.worker.pid)
+
+
+class _Attention(nn.Module):
+    """Causal attention with an MLP: shared and reread operands, rereads across lanes, casts on every core."""
+
+    def __init__(self, d=256, heads=4):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        s, d = x.shape
+        q, k, v = (t.reshape(s, self.heads, -1).transpose(0, 1) for t in self.qkv(x).chunk(3, dim=-1))
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(0, 1).reshape(s, d))
+        return x + self.down(nn.functional.silu(self.up(x)))
+
+
+def test_a_compiled_model_gives_the_same_bits_with_a_worker(monkeypatch):
+    torch.manual_seed(0)
+    model, x = _Attention().eval(), torch.randn(128, 256)
+    outs = {}
+    for workers in (False, True):
+        monkeypatch.setenv("SPYRE_EMU_WORKERS", "1" if workers else "0")
+        exe = spyre_mlir.compile(model, (x,), cores=32, cache_dir=False)
+        assert bool(exe.machine.lanes) == workers
+        outs[workers] = [exe(x)[0] for _ in range(2)]
+    for a, b in zip(outs[False], outs[True]):
+        assert np.array_equal(a, b)
+
+
+def test_the_worker_stops_with_its_executable(target, monkeypatch):
+    exe = _matmul(target, True, monkeypatch)
+    exe(*_inputs())
+    pid = exe.machine.worker.pid
+    assert _alive(pid)
+    del exe
+    gc.collect()
+    assert not _alive(pid)
+
+
+def test_a_failing_lane_fails_the_run_and_the_next_run_recovers(target, monkeypatch):
+    exe = _matmul(target, True, monkeypatch)
+    x, w = _inputs()
+    (want,) = _matmul(target, False, monkeypatch)(x, w)
+    lane = exe.machine.lanes[-1]
+    good = lane.second[0]
+
+    def boom():
+        raise ValueError("boom")
+    lane.second[0] = boom           # the worker forked at the first run holds this plan
+    with pytest.raises(SpyreRuntimeError, match=r"worker process: .*ValueError: boom"):
+        exe(x, w)
+    assert exe.machine.worker is None
+    lane.second[0] = good
+    (y,) = exe(x, w)
+    assert np.array_equal(y, want)
+
+
+def test_a_killed_worker_is_replaced_before_the_next_run(target, monkeypatch):
+    exe = _matmul(target, True, monkeypatch)
+    x, w = _inputs()
+    (want,) = exe(x, w)
+    pid = exe.machine.worker.pid
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)              # gone for sure before the run
+    (y,) = exe(x, w)
+    assert exe.machine.worker.pid != pid and np.array_equal(y, want)
+
+
+def test_workers_are_capped_and_a_stopped_one_comes_back(target, monkeypatch):
+    x, w = _inputs()
+    exes = [_matmul(target, True, monkeypatch) for _ in range(lanes._LIVE_MAX + 1)]
+    outs = [exe(x, w)[0] for exe in exes]
+    assert len(lanes._LIVE) <= lanes._LIVE_MAX
+    assert not exes[0].machine.worker.alive           # the least recently used one was stopped
+    assert np.array_equal(exes[0](x, w)[0], outs[0]) and exes[0].machine.worker.alive
+    assert all(np.array_equal(o, outs[0]) for o in outs)
+
+
+def test_split_k_sums_parts_made_in_both_lanes(target, monkeypatch):
+    x = np.random.default_rng(1).standard_normal((256, 512)).astype(np.float32)
+    w = np.random.default_rng(2).standard_normal((512, 256)).astype(np.float32)
+    outs = []
+    for workers in (False, True):
+        monkeypatch.setenv("SPYRE_EMU_WORKERS", "1" if workers else "0")
+        exe = build_matmul(target, 256, 256, 512, grid=(2, 2), split_k=8).load()
+        reducing = [any(b[0].op is Op.RING_REDUCE for b in batches) for batches, _ in emulator.segments(exe.steps)]
+        assert reducing[0] and bool(exe.machine.lanes) == workers
+        outs.append(exe(x, w)[0])
+    assert np.array_equal(*outs)
+
+
+def _ins(core, op=Op.MATMUL, work=1 << 16):
+    return SimpleNamespace(core=core, op=op, useful_macs=work * 64, elems=0, nbytes=0)
+
+
+def test_which_segments_run_as_lanes():
+    big = [[_ins(c) for c in range(0, 32, 8)]]
+    first, second = emulator._lane_split(big)       # every other core of those the segment runs on
+    assert [i.core for i in first[0]] == [0, 16] and [i.core for i in second[0]] == [8, 24]
+    assert emulator._lane_split([[_ins(0, work=1 << 20)]]) is None                  # one core
+    assert emulator._lane_split([[_ins(c, work=100) for c in range(32)]]) is None    # too little work
+    for op in (Op.HOST, Op.GATHER, Op.RESTICK):                                     # this process only
+        assert emulator._lane_split(big + [[_ins(0, op, 0)]]) is None
