@@ -67,14 +67,18 @@ class SpyreRuntimeError(SpyreError, RuntimeError):
 class Memory:
     """A byte-addressed memory with an optional float32 shadow (fp32-reference mode)."""
 
-    def __init__(self, nbytes: int, shadow: bool):
-        # Shared with a run's worker process where there may be one (runtime/lanes.py).
-        self.bytes = _lanes_mod.zeros(nbytes, np.uint8)
-        self.shadow = _lanes_mod.zeros(nbytes, np.float32) if shadow else None
+    def __init__(self, nbytes: int, shadow: bool, shared: bool = False):
+        # ``shared``: with a worker process (runtime/lanes.py); private memory is faster where there is none (it
+        # may get huge pages: the 1024^3 matmul ran 26 -> 32 ms a call in shared memory).
+        zeros = _lanes_mod.shared_zeros if shared else np.zeros
+        self.shared = shared
+        self.bytes = zeros(nbytes, np.uint8)
+        self.shadow = zeros(nbytes, np.float32) if shadow else None
 
     def part(self, start: int, nbytes: int) -> "Memory":
         """Bytes [start, start + nbytes) as a memory of their own (views, not copies)."""
         m = Memory.__new__(Memory)
+        m.shared = self.shared
         m.bytes = self.bytes[start:start + nbytes]
         m.shadow = None if self.shadow is None else self.shadow[start:start + nbytes]
         return m
@@ -528,6 +532,9 @@ class Parallel:
 # A segment runs as two lanes (runtime/lanes.py) when its work (elements, or MACs / 64, or bytes / 4, as
 # _SPLIT_WORK) reaches this: below, the handoff to the worker costs about what the second lane saves.
 _LANE_WORK = 1 << 16
+# ... and a program uses a worker when its lanes hold this much work (about a millisecond a run): a run wakes the
+# worker from its pipe and waits for it to go back, ~0.1-0.2 ms.
+_LANE_PROGRAM_WORK = 1 << 20
 # Operations that run in this process only: host code (Python objects, user functions), data-dependent device
 # reads (an embedding's rows) and device-to-device moves (rare, and outside the DMA batches the lanes split).
 _MAIN_ONLY = frozenset({Op.HOST, Op.GATHER, Op.RESTICK})
@@ -541,11 +548,33 @@ def _lane_split(batches) -> tuple[list, list] | None:
     """A segment's batches as two lanes, every other core of those it runs on (a regular set of cores stays
     regular in each, so its tiles stay one strided view), or None when it should run as it is: too little work,
     one core, or an operation that runs in this process only."""
-    if any(b[0].op in _MAIN_ONLY for b in batches) or sum(_work(i) for b in batches for i in b) < _LANE_WORK:
+    if any(b[0].op in _MAIN_ONLY for b in batches):
+        return None
+    work = sum(len(b) * _work(b[0]) for b in batches)     # a batch's instructions are of one kind: one size
+    # Mostly batches big enough for two threads (Machine._prepare_split): those already use both CPUs, and their
+    # halves would each read what the cores share (a multicast tile: the 1024^3 matmul took 26 -> 38 ms).
+    threaded = sum(len(b) * _work(b[0]) for b in batches if _threaded(b))
+    if work < _LANE_WORK or 2 * threaded >= work:
         return None
     lane = {c: k % 2 for k, c in enumerate(sorted({i.core for b in batches for i in b}))}
     lanes = tuple([x for x in ([i for i in b if lane[i.core] == odd] for b in batches) if x] for odd in (0, 1))
     return lanes if all(lanes) else None
+
+
+def _threaded(batch) -> bool:
+    """Whether Machine._prepare_split runs ``batch`` as two halves on two threads."""
+    s = batch[0]
+    return _THREADS >= 2 and len(batch) >= 2 and len(batch) * _work(s) >= _SPLIT_WORK and s.op is not Op.RING_REDUCE
+
+
+def lane_splits(segs) -> list | None:
+    """Each segment's lanes (:func:`_lane_split`, None for one that runs as it is), or None when the program's
+    lanes hold too little work for a worker process (``_LANE_PROGRAM_WORK``)."""
+    splits = [_lane_split(batches) for batches, _ in segs]
+    if sum(len(b) * _work(b[0]) for split, (batches, _) in zip(splits, segs) if split for b in batches) \
+            < _LANE_PROGRAM_WORK:
+        return None
+    return splits
 
 
 class Lanes:
@@ -992,12 +1021,12 @@ class Machine:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
         return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
 
-    def plan(self, steps, constants=(), memo: dict | None = None, lanes: bool = False) -> list:
+    def plan(self, steps, constants=(), memo: dict | None = None, splits: list | None = None) -> list:
         """The steps of the static schedule as closures, in schedule order: each segment between barrier
         releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
         delivered). ``constants``: (addr, nbytes) of the constant buffers; ``memo``: what the plan derives from
-        ``steps`` alone (their batches), kept there for the next plan of them. ``lanes``: big segments as
-        :class:`Lanes` (for a worker process, runtime/lanes.py)."""
+        ``steps`` alone (their batches), kept there for the next plan of them. ``splits``: the segments' lanes
+        (:func:`lane_splits`), planned as :class:`Lanes` for a worker process (runtime/lanes.py)."""
         # Which sticks hold bytes copied from constants only, at this point of the plan: the same at every run.
         # Faithful tiles read from them are decoded once (:class:`Frozen`); the fp32-reference shadow is read
         # as a strided view, and numpy's elementwise kernels may differ between layouts, so it is left alone.
@@ -1036,15 +1065,16 @@ class Machine:
         self._first = np.zeros_like(self._live)
         self._pieces = 0
         slots = sum(x[3] for x in sends)
-        self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None), 0
+        self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None, bool(splits)), 0
         reds = [s.reduce[3] for s in steps if not isinstance(s, Sync) and s.op is Op.RING_REDUCE]
-        self._sums, self._sums_end = _lanes_mod.zeros(sum(t[1] * t[2] for t in reds), np.float32), 0
+        n = sum(t[1] * t[2] for t in reds)
+        self._sums, self._sums_end = (_lanes_mod.shared_zeros if splits else np.zeros)(n, np.float32), 0
         self._parts = {}         # RING_REDUCE -> its part of _sums
         if memo is not None and "segments" not in memo:
             memo["segments"] = segments(steps)
         plan, self.lanes = [], []
-        for batches, sync in memo["segments"] if memo is not None else segments(steps):
-            split = _lane_split(batches) if lanes else None
+        segs = memo["segments"] if memo is not None else segments(steps)
+        for (batches, sync), split in zip(segs, splits or [None] * len(segs)):
             if split is None:
                 plan += [self._prepare_split(b) for b in batches]
             else:
@@ -1067,9 +1097,7 @@ class Machine:
 
     def _prepare_split(self, batch):
         """A big batch as two halves run at once (:class:`Parallel`), else as one step."""
-        s = batch[0]
-        work = len(batch) * max(s.useful_macs // 64, s.elems, s.nbytes // 4)
-        if _THREADS < 2 or len(batch) < 2 or work < _SPLIT_WORK or s.op is Op.RING_REDUCE:
+        if not _threaded(batch):
             return self._prepare(batch)
         h = len(batch) // 2
         return Parallel(self._prepare(batch[:h]), self._prepare(batch[h:]))

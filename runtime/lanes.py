@@ -4,7 +4,7 @@ run as two lanes, the odd cores' steps in a worker process forked from this one.
 Why a process: a plan's steps are many small numpy calls (a tile per call), and two Python threads running
 them hand the GIL back and forth at every call: measured slower than one thread (the decoder block of
 ``bench/peers.py``: 5.9 -> 7.5 ms). A forked process holds its own copy of the plan (the closures) and shares the
-memories (:func:`zeros`: anonymous shared mappings), so each lane runs without the other's GIL.
+memories (:func:`shared_zeros`: anonymous shared mappings), so each lane runs without the other's GIL.
 
 Why this is the same computation: in a segment, cores meet nowhere (the loader proves no two cores touch the same
 device bytes unordered, :class:`~.schedule._Races`, and scratchpads are per core), so the cores of one lane never
@@ -36,11 +36,13 @@ import weakref
 
 import numpy as np
 
-__all__ = ["available", "zeros", "Worker", "WorkerError"]
+__all__ = ["available", "shared_zeros", "Worker", "WorkerError"]
 
 _GO, _DONE, _FAILED, _CPU = range(4)
 _IDLE = (1 << 20) - 1           # the lane index that ends a run: the worker goes back to the pipe
 _MSG = 4096                     # bytes of the failure message area
+_SPINS = 256                    # tries a wait spins (~0.1-0.3 ms) before it naps
+_NAP = 20e-6                    # seconds a nap asks for (the kernel's timer slack makes it ~60-80 us)
 _LIVE_MAX = 4                   # workers alive at once; the least recently used is stopped for a new one
 _LIVE: collections.OrderedDict = collections.OrderedDict()     # pid -> weakref to Worker, least recently used first
 
@@ -57,22 +59,24 @@ def available() -> bool:
             and len(os.sched_getaffinity(0)) >= 2)
 
 
-def zeros(n: int, dtype) -> np.ndarray:
-    """``n`` zeros of ``dtype``, in memory a forked worker shares when workers are :func:`available`."""
-    if not available():
-        return np.zeros(n, dtype=dtype)
+def shared_zeros(n: int, dtype) -> np.ndarray:
+    """``n`` zeros of ``dtype`` in anonymous shared memory: a worker forked later sees the same bytes."""
     nbytes = n * np.dtype(dtype).itemsize
     return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), np.uint8, count=nbytes).view(dtype)
 
 
 def _spin(ready, alive) -> None:
-    """Wait until ``ready()``; every few thousand tries check ``alive()`` (raises or exits when it fails). Yields
-    the CPU at each try: a host with more runnable work than CPUs still runs it."""
+    """Wait until ``ready()``: spinning first (yielding the CPU at each try), then in short sleeps, so that a
+    waiter sharing a CPU with the process it waits for does not take that CPU's time from it. Every thousand
+    tries or so, check ``alive()`` (raises or exits when it fails)."""
     n = 0
     while not ready():
-        os.sched_yield()
         n += 1
-        if n & 4095 == 0:
+        if n < _SPINS:
+            os.sched_yield()
+        else:
+            time.sleep(_NAP)
+        if n & 1023 == 0:
             alive()
 
 

@@ -35,7 +35,8 @@ from . import lanes, native
 from .binary import BinaryFormatError, Buffer, Program, code_digest, is_system, program_from_bytes
 from .collector import collector_paused
 from .cycles import Profile, model_program
-from .emulator import INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, one_blas_thread
+from .emulator import (INT_RANGE, NUMERICS, Machine, Memory, SpyreRuntimeError, TileView, lane_splits,
+                       one_blas_thread, segments)
 from .formats import STICK_BYTES, Format
 from .hostjit import HostCode, HostCodeError, host_dtype
 from .hostops import HostOpError, check_host_op
@@ -553,7 +554,8 @@ class Executable:
     """A loaded, validated, prepared program. Call it with inputs (positional in declaration order, or by
     name); it returns a tuple of numpy outputs and sets :attr:`profile`. Not thread-safe: one machine."""
 
-    def __init__(self, prog: Program, target, numerics: str, streams, steps, host_code=None, device=None):
+    def __init__(self, prog: Program, target, numerics: str, streams, steps, host_code=None, device=None,
+                 share_device: bool = False):
         self.program, self.target, self.numerics = prog, target, numerics
         self.host_code = host_code
         self.input_buffers = [prog.buffer(n) for n in prog.inputs]
@@ -561,19 +563,28 @@ class Executable:
         self.state_buffers = [b for b in prog.buffers if b.kind == "state"]
         self.steps = steps
         shadow = numerics == "fp32-reference"
-        # Entries of one file share device memory (constants written once, state kept between them).
-        shared = device is not None
-        self.device = device if shared else Memory(prog.device_bytes, shadow)
         memo = getattr(steps, "memo", {})
+        if "segments" not in memo:
+            memo["segments"] = segments(steps)
+        # Big segments as lanes for a worker process (runtime/lanes.py), which then shares the memories.
+        if lanes.available() and "lanes" not in memo:
+            memo["lanes"] = lane_splits(memo["segments"])
+        splits = memo.get("lanes") if lanes.available() else None
+        # Entries of one file share device memory (constants written once, state kept between them); a file's
+        # first entry shares it with the worker processes of all (``share_device``) when workers are at hand.
+        if device is not None and not device.shared:
+            splits = None
+        self.device = device if device is not None else Memory(prog.device_bytes, shadow,
+                                                               splits is not None or share_device)
         if "sp_size" not in memo:
             memo["sp_size"] = _scratchpad_extents(streams, prog.num_cores)
         sp_size = memo["sp_size"]
         # All scratchpads in one memory, equally spaced, so that one tile of many cores is one strided view.
         stride = -(-max(sp_size) // STICK_BYTES) * STICK_BYTES
-        sp = Memory(prog.num_cores * stride, shadow)
+        sp = Memory(prog.num_cores * stride, shadow, splits is not None)
         self.sp = [sp.part(c * stride, stride) for c in range(prog.num_cores)]
         self.machine = Machine(self.device, sp, stride, numerics, host_code)
-        for name, blob in ({} if shared else prog.constants).items():
+        for name, blob in ({} if device is not None else prog.constants).items():
             b = prog.buffer(name)
             self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
             v = self._buffer_view(b)
@@ -582,7 +593,7 @@ class Executable:
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
         self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"],
-                                       getattr(steps, "memo", None), lanes=lanes.available())
+                                       memo, splits)
         self._sp_peak = max(sp_size)
         self._wall: float | None = None
 
@@ -819,7 +830,8 @@ def _load_bytes(data, target, numerics):
                 streams, steps, host_code = _validate(view, target, (digest, e.name))
             except BinaryFormatError as err:
                 raise BinaryFormatError(f"entry '{e.name}': {err}") from None
-            exes[e.name] = Executable(view, target, numerics, streams, steps, host_code, device=device)
+            exes[e.name] = Executable(view, target, numerics, streams, steps, host_code, device=device,
+                                      share_device=lanes.available())
             device = exes[e.name].device      # the first entry's view wrote every (shared) constant
         return Bundle(prog, exes)
     streams, steps, host_code = _validate(prog, target, (digest, ""))

@@ -31,12 +31,13 @@ def target():
 
 def _matmul(target, workers: bool, monkeypatch, numerics="faithful"):
     monkeypatch.setenv("SPYRE_EMU_WORKERS", "1" if workers else "0")
-    return build_matmul(target, 256, 512, 128, grid=(4, 8), tile_k=64).load(numerics=numerics)
+    # small tiles: many small steps a segment, as lanes are for (big batches use two threads instead)
+    return build_matmul(target, 512, 1024, 256, grid=(4, 8), tile_m=64, tile_n=64, tile_k=64).load(numerics=numerics)
 
 
 def _inputs(seed=0):
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((256, 128)).astype(np.float32), rng.standard_normal((128, 512)).astype(np.float32)
+    return rng.standard_normal((512, 256)).astype(np.float32), rng.standard_normal((256, 1024)).astype(np.float32)
 
 
 def _alive(pid: int) -> bool:
@@ -139,12 +140,12 @@ def test_workers_are_capped_and_a_stopped_one_comes_back(target, monkeypatch):
 
 
 def test_split_k_sums_parts_made_in_both_lanes(target, monkeypatch):
-    x = np.random.default_rng(1).standard_normal((256, 512)).astype(np.float32)
-    w = np.random.default_rng(2).standard_normal((512, 256)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((512, 1024)).astype(np.float32)
+    w = np.random.default_rng(2).standard_normal((1024, 512)).astype(np.float32)
     outs = []
     for workers in (False, True):
         monkeypatch.setenv("SPYRE_EMU_WORKERS", "1" if workers else "0")
-        exe = build_matmul(target, 256, 256, 512, grid=(2, 2), split_k=8).load()
+        exe = build_matmul(target, 512, 512, 1024, grid=(2, 2), split_k=8, tile_m=64, tile_n=64, tile_k=64).load()
         reducing = [any(b[0].op is Op.RING_REDUCE for b in batches) for batches, _ in emulator.segments(exe.steps)]
         assert reducing[0] and bool(exe.machine.lanes) == workers
         outs.append(exe(x, w)[0])
@@ -155,11 +156,23 @@ def _ins(core, op=Op.MATMUL, work=1 << 16):
     return SimpleNamespace(core=core, op=op, useful_macs=work * 64, elems=0, nbytes=0)
 
 
+def test_a_program_with_little_work_in_lanes_keeps_one_process(target, monkeypatch):
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "1")
+    exe = build_matmul(target, 256, 512, 128, grid=(4, 8)).load()     # segments big enough, the run short
+    segs = [batches for batches, _ in emulator.segments(exe.steps)]
+    assert any(emulator._lane_split(b) is not None for b in segs) and not exe.machine.lanes
+    exe(np.ones((256, 128), np.float32), np.ones((128, 512), np.float32))
+    assert exe.machine.worker is None
+
+
 def test_which_segments_run_as_lanes():
-    big = [[_ins(c) for c in range(0, 32, 8)]]
+    big = [[_ins(c, work=1 << 12) for c in range(0, 32, 8)] for _ in range(8)]
+    threaded = [[_ins(c, work=1 << 14) for c in range(32)] for _ in range(8)]     # each batch worth two threads
     first, second = emulator._lane_split(big)       # every other core of those the segment runs on
     assert [i.core for i in first[0]] == [0, 16] and [i.core for i in second[0]] == [8, 24]
     assert emulator._lane_split([[_ins(0, work=1 << 20)]]) is None                  # one core
     assert emulator._lane_split([[_ins(c, work=100) for c in range(32)]]) is None    # too little work
+    assert emulator._lane_split(threaded) is None
+    assert emulator._lane_split(threaded + [[_ins(c, work=1 << 12) for c in range(32)] for _ in range(40)])
     for op in (Op.HOST, Op.GATHER, Op.RESTICK):                                     # this process only
         assert emulator._lane_split(big + [[_ins(0, op, 0)]]) is None
