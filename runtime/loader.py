@@ -26,6 +26,7 @@ import operator
 import os
 import time
 import warnings
+import weakref
 
 import numpy as np
 
@@ -699,6 +700,10 @@ class Executable:
                 native.warm()           # compiled once, here, not in each process at its first conversion
             try:
                 m.worker = lanes.Worker([x.second for x in m.lanes])
+                # Stopped as soon as this executable is dropped: the plan's closures and the machine refer to one
+                # another, and the collector may take long to find them (the worker holds the pages this
+                # process had at the fork, which it then copies as it writes them).
+                weakref.finalize(self, m.worker.close)
             except OSError as e:        # no process to be had (limits, memory): both lanes run here
                 warnings.warn(f"spyre emulator: runs in one process ({e})", stacklevel=3)
                 m.worker, m.lanes = None, []

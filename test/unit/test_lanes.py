@@ -4,7 +4,6 @@ and a failed or killed worker costs one run at most."""
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 from types import SimpleNamespace
@@ -95,8 +94,7 @@ def test_the_worker_stops_with_its_executable(target, monkeypatch):
     exe(*_inputs())
     pid = exe.machine.worker.pid
     assert _alive(pid)
-    del exe
-    gc.collect()
+    del exe                 # no collection needed
     assert not _alive(pid)
 
 
