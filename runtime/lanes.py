@@ -1,5 +1,5 @@
-"""A second host process for the emulator: the cores of a big segment (the steps between two barrier releases)
-run as two lanes, the odd cores' steps in a worker process forked from this one.
+"""A second host process for the emulator: a segment of many small steps (the steps between two barrier
+releases) runs as two lanes of cores, every other core's in a worker process forked from this one.
 
 Why a process: a plan's steps are many small numpy calls (a tile per call), and two Python threads running
 them hand the GIL back and forth at every call: measured slower than one thread (the decoder block of
@@ -8,15 +8,15 @@ memories (:func:`shared_zeros`: anonymous shared mappings), so each lane runs wi
 
 Why this is the same computation: in a segment, cores meet nowhere (the loader proves no two cores touch the same
 device bytes unordered, :class:`~.schedule._Races`, and scratchpads are per core), so the cores of one lane never
-read what the other lane's write; each core's steps keep their order; and each step computes exactly what it
-computes in one process (BLAS per core, elementwise functions by element). Barrier deliveries, host operations
-and cross-core reductions run in this process between segments.
+read what the other lane writes; each core's steps keep their order; and each step computes exactly what it
+computes in one process (BLAS per core, elementwise functions by element). Barrier deliveries (ring copies and
+the sums of a reduce), host operations, gathers and RESTICK run in this process, outside the lanes.
 
 The protocol is a control block in shared memory: this process writes the lane to run next (``GO``), the worker
-writes what it finished (``DONE``), and each waits by spinning (a pipe or futex round trip is 50-100 us on a
-virtual machine, as long as a small segment). It relies on x86's total store order (the worker's stores to the
-memories are seen before its ``DONE``), so it is used on x86-64 Linux only. Between runs the worker blocks on a
-pipe; it exits when the executable is collected, when this process exits, or when killed.
+writes what it finished (``DONE``), and each waits by spinning, then in short naps (a pipe or futex round trip
+is 50-100 us on a virtual machine, as long as a small segment). It relies on x86's total store order (the
+worker's stores to the memories are seen before its ``DONE``), so it is used on x86-64 Linux only. Between runs
+the worker blocks on a pipe; it exits when its executable is dropped, when this process exits, or when killed.
 """
 
 from __future__ import annotations

@@ -174,3 +174,11 @@ def test_which_segments_run_as_lanes():
     assert emulator._lane_split(threaded + [[_ins(c, work=1 << 12) for c in range(32)] for _ in range(40)])
     for op in (Op.HOST, Op.GATHER, Op.RESTICK):                                     # this process only
         assert emulator._lane_split(big + [[_ins(0, op, 0)]]) is None
+
+
+def test_which_programs_use_a_worker():
+    small_steps = [[_ins(c, work=1 << 12) for c in range(32)] for _ in range(16)]      # 2^21 work, no threads
+    threaded = [[_ins(c, work=1 << 14) for c in range(32)] for _ in range(8)]        # 2^22 work, two threads
+    assert emulator.lane_splits([(small_steps, None)]) is not None
+    assert emulator.lane_splits([(small_steps[:4], None)]) is None          # under a millisecond of lanes
+    assert emulator.lane_splits([(small_steps, None), (threaded, None)]) is None      # mostly outside lanes
