@@ -113,6 +113,7 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
     # the decoder hands one array to every instruction with the same operands (a loop's trips reuse its double
     # buffers): each array is tested or set once per core, not once per trip.
     done = [set() for _ in range(C)]
+    accesses: list = []         # device accesses and barrier releases, in order: for the proof run backwards
 
     def check(ins: Ins):
         # Empty sets skip their numpy calls: most instructions touch only the scratchpad.
@@ -134,6 +135,7 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
                                         f"{(s + 1) * STICK_BYTES}) that were never written")
             dev_init[ins.dev_writes] = True
             races.access(ins)
+            accesses.append(ins)
 
     while not all(ended):
         for c in range(C):
@@ -164,6 +166,7 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
                 continue
             steps.append(_release(members, waiting, sends, reds, sp_init, done))
             races.sync(members)
+            accesses.append(members)
             for m in members:
                 pos[m] += 1
                 del waiting[m]
@@ -178,6 +181,12 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
                                               if m in waiting else "is running") for m in others)
             raise BinaryFormatError(f"code {ins.label}: deadlock: barrier mask 0x{int(ins.rec['mask']):x} "
                                     f"can never be met ({state})")
+    backwards = _Races(C, dev_sticks, backwards=True)
+    for a in reversed(accesses):
+        if isinstance(a, Ins):
+            backwards.access(a)
+        else:
+            backwards.sync(a)
     for b in prog.buffers:
         if b.kind == "output":
             s = _uninit(dev_init, sticks(b.addr, b.addr + b.nbytes))
@@ -189,12 +198,16 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
 
 class _Races:
     """Proof that no two cores touch the same device-memory bytes unordered (a read of bytes another core
-    writes, or two writes, with no barrier between them), so the program's result does not depend on how the
-    cores interleave. Vector clocks: ``clock[c, w]`` is the last barrier interval of core ``w`` that core ``c``
+    writes, before or after it, or two writes, with no barrier between them), so the program's result does not
+    depend on how the cores interleave (nor on which of the emulator's lanes, runtime/lanes.py, runs first).
+    Vector clocks: ``clock[c, w]`` is the last barrier interval of core ``w`` that core ``c``
     has met since; a write records its core and that core's interval, and a later access by another core is
     ordered after it only when that core has met the writer at a barrier since."""
 
-    def __init__(self, cores: int, dev_sticks: int):
+    def __init__(self, cores: int, dev_sticks: int, backwards: bool = False):
+        # ``backwards``: fed the schedule in reverse, it proves reads ordered before other cores' later writes
+        # (a read then another core's write is, reversed, a write then a read); writes alone were proven forwards.
+        self.backwards = backwards
         self.clock = np.full((cores, cores), -1, dtype=np.int64)
         np.fill_diagonal(self.clock, 0)
         self.writer = np.full(dev_sticks, -1, dtype=np.int64)
@@ -203,7 +216,7 @@ class _Races:
 
     def access(self, ins: Ins) -> None:
         c = ins.core
-        for what, st in (("reads", ins.dev_reads), ("writes", ins.dev_writes)):
+        for what, st in (("reads", ins.dev_reads), ("writes", ins.dev_writes))[:1 if self.backwards else 2]:
             if not st.size:
                 continue
             w = self.writer[st]
@@ -216,8 +229,9 @@ class _Races:
                 s = int(st[np.argmax(bad)])
                 raise BinaryFormatError(
                     f"code {ins.label}: {what} device bytes [{s * STICK_BYTES}, {(s + 1) * STICK_BYTES}) that "
-                    f"core {int(self.writer[s])} writes (instruction {int(self.index[s])}) with no barrier "
-                    f"between them: the result would depend on how the cores interleave")
+                    f"core {int(self.writer[s])} {'later ' if self.backwards else ''}writes (instruction "
+                    f"{int(self.index[s])}) with no barrier between them: the result would depend on how the "
+                    f"cores interleave")
         if ins.dev_writes.size:
             self.writer[ins.dev_writes] = c
             self.interval[ins.dev_writes] = self.clock[c, c]

@@ -609,6 +609,33 @@ def test_cross_core_access_needs_a_barrier():
         _handoff(barrier_between=False, core_writes_twice=True).load()
 
 
+def _overwrite(barrier_between: bool):
+    """Core 0 reads a scratch tensor that core 1 then writes again, with or without a barrier between (core 0
+    runs first in the loader's schedule: the read comes before the write there)."""
+    b = ProgramBuilder(T2)
+    x, s, y = b.input("x", (8, 64)), b.scratch("s", (8, 64)), b.output("y", (8, 64))
+    T0, T1 = b.alloc(0, 8, 64), b.alloc(1, 8, 64)
+    b.load_tile(1, T1, x)
+    b.store_tile(1, T1, s)
+    b.barrier()
+    b.load_tile(0, T0, s)
+    if barrier_between:
+        b.barrier()
+    b.store_tile(1, T1, s)
+    b.barrier()
+    b.store_tile(0, T0, y)
+    return b
+
+
+def test_a_read_needs_a_barrier_before_another_core_writes_the_bytes():
+    """The other way round: which bytes core 0 reads would depend on whether core 1 has overwritten them yet."""
+    assert _overwrite(barrier_between=True).load()
+    with pytest.raises(BinaryFormatError, match=r"code core 0 instruction \d+ \(dma_load.*\): reads device bytes "
+                                                r"\[\d+, \d+\) that core 1 later writes \(instruction \d+\) with no "
+                                                r"barrier"):
+        _overwrite(barrier_between=False).load()
+
+
 def test_the_same_bytes_are_validated_once_per_process(prog, monkeypatch):
     """A second load of the same image (a compile-cache hit) or of the same code with other constants reuses the
     decoded, scheduled program: each Executable still has memories and constants of its own and computes what a
