@@ -125,10 +125,12 @@ def _child(ctl, msg, wake, lanes, parent, close) -> None:
         os._exit(0)
 
 
-def _stop(pid: int, wake: int, reaped: list) -> None:
+def _stop(pid: int, wake: int, reaped: list, owner: int) -> None:
     _LIVE.pop(pid, None)
     os.close(wake)
-    if not reaped:              # once reaped, the pid may be another process's
+    # Once reaped, the pid may be another process's; and a process forked from the owner (a user's fork) has a
+    # copy of this object, not the worker.
+    if not reaped and os.getpid() == owner:
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -162,7 +164,7 @@ class Worker:
             _child(self.ctl, self.msg, r, lanes, parent, [w] + others)
         os.close(r)
         self.pid, self._wake, self._want, self._reaped = pid, w, 0, []
-        self._finalizer = weakref.finalize(self, _stop, pid, w, self._reaped)
+        self._finalizer = weakref.finalize(self, _stop, pid, w, self._reaped, parent)
         _LIVE[pid] = weakref.ref(self)
 
     @property
@@ -177,7 +179,7 @@ class Worker:
             try:
                 if os.waitpid(self.pid, os.WNOHANG)[0] == 0:
                     return True
-            except ChildProcessError:
+            except ChildProcessError:       # gone, or not this process's child (a copy in a user's fork)
                 pass
             self._reaped.append(True)
             self.close()

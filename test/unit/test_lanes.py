@@ -4,6 +4,7 @@ and a failed or killed worker costs one run at most."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from types import SimpleNamespace
@@ -125,6 +126,46 @@ def test_a_killed_worker_is_replaced_before_the_next_run(target, monkeypatch):
     os.waitpid(pid, 0)              # gone for sure before the run
     (y,) = exe(x, w)
     assert exe.machine.worker.pid != pid and np.array_equal(y, want)
+
+
+def _in_a_fork(fn) -> bytes:
+    """``fn()`` (bytes) in a forked child, which then exits without pytest's machinery."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = b"!"
+        try:
+            out = fn()
+        finally:
+            os.write(w, out)
+            os._exit(0)
+    os.close(w)
+    out = os.read(r, 64)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_a_fork_of_this_process_leaves_its_worker_alone(target, monkeypatch):
+    """A user's fork (a data loader, a process pool) has a copy of the executable: dropping it there (as a
+    program's exit does) stops nothing of this process's, and running it there forks a worker of its own."""
+    exe = _matmul(target, True, monkeypatch)
+    x, w = _inputs()
+    (want,) = exe(x, w)
+    mine = exe.machine.worker.pid
+
+    def drop():
+        nonlocal exe
+        exe = None              # the copy's finalizers run here
+        gc.collect()
+        return b"1"
+
+    def run():
+        (y,) = exe(x, w)
+        return b"1" if np.array_equal(y, want) and exe.machine.worker.pid != mine else b"0"
+    assert _in_a_fork(drop) == b"1" and _alive(mine)
+    assert _in_a_fork(run) == b"1" and _alive(mine)
+    assert np.array_equal(exe(x, w)[0], want) and exe.machine.worker.pid == mine
 
 
 def test_workers_are_capped_and_a_stopped_one_comes_back(target, monkeypatch):
