@@ -551,6 +551,21 @@ def _to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def _lanes_of(steps) -> list | None:
+    """The lanes of a schedule's segments for a worker process (:func:`~.emulator.lane_splits`; None: one process
+    runs it), kept with the schedule."""
+    if not lanes.available():
+        return None
+    memo = getattr(steps, "memo", None)
+    if memo is None:
+        return lane_splits(segments(steps))
+    if "segments" not in memo:
+        memo["segments"] = segments(steps)
+    if "lanes" not in memo:
+        memo["lanes"] = lane_splits(memo["segments"])
+    return memo["lanes"]
+
+
 class Executable:
     """A loaded, validated, prepared program. Call it with inputs (positional in declaration order, or by
     name); it returns a tuple of numpy outputs and sets :attr:`profile`. Not thread-safe: one machine."""
@@ -565,14 +580,10 @@ class Executable:
         self.steps = steps
         shadow = numerics == "fp32-reference"
         memo = getattr(steps, "memo", {})
-        if "segments" not in memo:
-            memo["segments"] = segments(steps)
-        # Big segments as lanes for a worker process (runtime/lanes.py), which then shares the memories.
-        if lanes.available() and "lanes" not in memo:
-            memo["lanes"] = lane_splits(memo["segments"])
-        splits = memo.get("lanes") if lanes.available() else None
-        # Entries of one file share device memory (constants written once, state kept between them); a file's
-        # first entry shares it with the worker processes of all (``share_device``) when workers are at hand.
+        # Segments of small steps as lanes for a worker process (runtime/lanes.py), which shares the memories.
+        splits = _lanes_of(steps)
+        # Entries of one file share device memory (constants written once, state kept between them); the first
+        # entry makes it shared (``share_device``) when some entry has lanes.
         if device is not None and not device.shared:
             splits = None
         self.device = device if device is not None else Memory(prog.device_bytes, shadow,
@@ -828,16 +839,19 @@ def _load_bytes(data, target, numerics):
                                 f"SPYRE_EMU_MAX_DEVICE_BYTES)")
     digest = code_digest(data)
     if prog.entries:
-        exes, device = {}, None
+        valid = []
         for e in prog.entries:
             view = prog.entry_program(e.name)
             try:
-                streams, steps, host_code = _validate(view, target, (digest, e.name))
+                valid.append((e.name, view, *_validate(view, target, (digest, e.name))))
             except BinaryFormatError as err:
                 raise BinaryFormatError(f"entry '{e.name}': {err}") from None
-            exes[e.name] = Executable(view, target, numerics, streams, steps, host_code, device=device,
-                                      share_device=lanes.available())
-            device = exes[e.name].device      # the first entry's view wrote every (shared) constant
+        share = any(_lanes_of(steps) is not None for _, _, _, steps, _ in valid)
+        exes, device = {}, None
+        for name, view, streams, steps, host_code in valid:
+            exes[name] = Executable(view, target, numerics, streams, steps, host_code, device=device,
+                                    share_device=share)
+            device = exes[name].device      # the first entry's view wrote every (shared) constant
         return Bundle(prog, exes)
     streams, steps, host_code = _validate(prog, target, (digest, ""))
     return Executable(prog, target, numerics, streams, steps, host_code)

@@ -15,7 +15,9 @@ import torch
 from torch import nn
 
 import spyre_mlir
-from spyre_mlir.runtime import emulator, lanes
+from spyre_mlir.runtime import emulator, lanes, load_bytes
+from spyre_mlir.runtime.binary import program_to_bytes
+from spyre_mlir.runtime.link import link
 from spyre_mlir.runtime.emulator import SpyreRuntimeError
 from spyre_mlir.runtime.isa import Op
 from spyre_mlir.runtime.kernels import build_matmul
@@ -166,6 +168,17 @@ def test_a_fork_of_this_process_leaves_its_worker_alone(target, monkeypatch):
     assert _in_a_fork(drop) == b"1" and _alive(mine)
     assert _in_a_fork(run) == b"1" and _alive(mine)
     assert np.array_equal(exe(x, w)[0], want) and exe.machine.worker.pid == mine
+
+
+def test_a_bundle_shares_its_device_memory_when_a_later_entry_has_lanes(target, monkeypatch):
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "1")
+    small = build_matmul(target, 256, 512, 128, grid=(4, 8)).program()              # no lanes
+    big = build_matmul(target, 512, 1024, 256, grid=(4, 8), tile_m=64, tile_n=64, tile_k=64).program()
+    bundle = load_bytes(program_to_bytes(link({"small": small, "big": big})), target=target)
+    assert not bundle["small"].machine.lanes and bundle["big"].machine.lanes
+    x, w = _inputs()
+    (want,) = _matmul(target, False, monkeypatch)(x, w)
+    assert np.array_equal(bundle["big"](x, w)[0], want)      # what the worker stored is seen here
 
 
 def test_workers_are_capped_and_a_stopped_one_comes_back(target, monkeypatch):
