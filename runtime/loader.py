@@ -566,6 +566,11 @@ def _lanes_of(steps) -> list | None:
     return memo["lanes"]
 
 
+def _stop_worker(machine: Machine) -> None:
+    if machine.worker is not None:
+        machine.worker.close()
+
+
 class Executable:
     """A loaded, validated, prepared program. Call it with inputs (positional in declaration order, or by
     name); it returns a tuple of numpy outputs and sets :attr:`profile`. Not thread-safe: one machine."""
@@ -608,6 +613,11 @@ class Executable:
                                        memo, splits)
         self._sp_peak = max(sp_size)
         self._wall: float | None = None
+        if self.machine.lanes:
+            # A worker stops as soon as this executable is dropped: the plan's closures and the machine refer to
+            # one another, and the collector may take long to find them (a worker holds the pages this process had
+            # at its fork, which this process then copies as it writes them).
+            weakref.finalize(self, _stop_worker, self.machine)
 
     @functools.cached_property
     def static_profile(self) -> Profile:
@@ -711,10 +721,6 @@ class Executable:
                 native.warm()           # compiled once, here, not in each process at its first conversion
             try:
                 m.worker = lanes.Worker([x.second for x in m.lanes])
-                # Stopped as soon as this executable is dropped: the plan's closures and the machine refer to one
-                # another, and the collector may take long to find them (the worker holds the pages this
-                # process had at the fork, which it then copies as it writes them).
-                weakref.finalize(self, m.worker.close)
             except OSError as e:        # no process to be had (limits, memory): both lanes run here
                 warnings.warn(f"spyre emulator: runs in one process ({e})", stacklevel=3)
                 m.worker, m.lanes = None, []
