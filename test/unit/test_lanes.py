@@ -1,6 +1,6 @@
-"""The emulator's worker process (runtime/lanes.py): a big segment runs as two lanes of cores, the odd cores' in
-a forked process. The outputs are the bits one process computes; the worker lives as long as its executable,
-and a failed or killed worker costs one run at most."""
+"""The emulator's worker process (runtime/lanes.py): a segment of many small steps runs as two lanes of cores,
+every other core's in a forked process. The outputs are the bits one process computes; the worker lives as long
+as its executable, and a failed or killed worker costs one run at most."""
 
 from __future__ import annotations
 
