@@ -540,8 +540,10 @@ _LANE_PROGRAM_WORK = 1 << 20
 _MAIN_ONLY = frozenset({Op.HOST, Op.GATHER, Op.RESTICK})
 
 
-def _work(s) -> int:
-    return max(s.useful_macs // 64, s.elems, s.nbytes // 4)
+def _work(batch) -> int:
+    """A batch's work: elements, or MACs / 64, or bytes / 4 (its instructions are of one kind: one size)."""
+    s = batch[0]
+    return len(batch) * max(s.useful_macs // 64, s.elems, s.nbytes // 4)
 
 
 def _lane_split(batches) -> tuple[list, list] | None:
@@ -550,10 +552,10 @@ def _lane_split(batches) -> tuple[list, list] | None:
     one core, or an operation that runs in this process only."""
     if any(b[0].op in _MAIN_ONLY for b in batches):
         return None
-    work = sum(len(b) * _work(b[0]) for b in batches)     # a batch's instructions are of one kind: one size
+    work = sum(map(_work, batches))
     # Mostly batches big enough for two threads (Machine._prepare_split): those already use both CPUs, and their
     # halves would each read what the cores share (a multicast tile: the 1024^3 matmul took 26 -> 38 ms).
-    threaded = sum(len(b) * _work(b[0]) for b in batches if _threaded(b))
+    threaded = sum(_work(b) for b in batches if _threaded(b))
     if work < _LANE_WORK or 2 * threaded >= work:
         return None
     lane = {c: k % 2 for k, c in enumerate(sorted({i.core for b in batches for i in b}))}
@@ -563,18 +565,17 @@ def _lane_split(batches) -> tuple[list, list] | None:
 
 def _threaded(batch) -> bool:
     """Whether Machine._prepare_split runs ``batch`` as two halves on two threads."""
-    s = batch[0]
-    return _THREADS >= 2 and len(batch) >= 2 and len(batch) * _work(s) >= _SPLIT_WORK and s.op is not Op.RING_REDUCE
+    return _THREADS >= 2 and len(batch) >= 2 and _work(batch) >= _SPLIT_WORK and batch[0].op is not Op.RING_REDUCE
 
 
 def lane_splits(segs) -> list | None:
     """Each segment's lanes (:func:`_lane_split`, None for one that runs as it is), or None when the program's
     lanes hold too little work for a worker process (``_LANE_PROGRAM_WORK``), or less than half of its work."""
     splits = [_lane_split(batches) for batches, _ in segs]
-    laned = sum(len(b) * _work(b[0]) for split, (batches, _) in zip(splits, segs) if split for b in batches)
+    laned = sum(_work(b) for split, (batches, _) in zip(splits, segs) if split for b in batches)
     # Mostly outside the lanes (a Granite layer: 1.5%), the program would gain little and pay for shared memory
     # in every step (no huge pages: 450 -> 570-630 ms a call).
-    if laned < _LANE_PROGRAM_WORK or 2 * laned < sum(len(b) * _work(b[0]) for batches, _ in segs for b in batches):
+    if laned < _LANE_PROGRAM_WORK or 2 * laned < sum(_work(b) for batches, _ in segs for b in batches):
         return None
     return splits
 
