@@ -655,44 +655,91 @@ def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out
                       epi_temps, sibling)
 
 
+def _tile_floor(mb: int, nb: int, kb: int, gm: int, gn: int, batch: int, target: Target, fmt: str, out_fmt: str,
+                active: int, b_fmt: str | None, trans_b: bool, nmul: int):
+    """A lower bound on :func:`matmul_cycles`' total for a tile of a core's [mb, nb, kb] block (as
+    :func:`_best_tile` asks for it: on the grid (gm, gn, 1), or alone when gm * gn = 1; any resident mode, bias,
+    epilogue, conversion or finishing work): f(tm, tn, tk). The PT array's work, and on an M/N grid each segment's
+    ring exchange and B load, are terms of the model that nothing there subtracts, so the model is never below
+    them: the tile search skips a tile whose bound exceeds a total it has (test_cost checks the bound against the
+    model)."""
+    b_fmt = b_fmt or fmt
+    pr, pc, lat = target.pt_rows, target.pt_cols, target.pt_latency_cycles
+    rate = pt_rate(target, _pt_fmt(fmt))
+    dma_lat = target.dma_latency_cycles
+    if gm * gn == 1:
+        share = _bytes_per_cycle(target, active)
+
+        def floor(tm, tn, tk):
+            tiles, steps = batch * _ceil(mb, tm) * _ceil(nb, tn), _ceil(kb, tk)
+            pt = tiles * steps * nmul * (_pad(tm, pr) * _pad(tn, pc) * tk / rate + lat)
+            moved = tiles * (steps * (tile_bytes(tm, tk, fmt) + nmul * b_tile_bytes(tk, tn, b_fmt, trans_b))
+                             + tile_bytes(tm, tn, out_fmt))
+            return max(pt, moved / share + tiles * ((1 + nmul) * steps + 1) * dma_lat)
+        return floor
+    bw = max(target.dram_read_gbps, target.dram_mixed_gbps) / target.clock_ghz / max(1, active)
+    rr, hop = target.ring_bytes_per_cycle, target.hop_latency_cycles
+    fixed = target.barrier_latency_cycles
+    pa = _pt_fmt(fmt)
+
+    def floor(tm, tn, tk):
+        n = batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk)
+        pt = nmul * (_pad(tm, pr) * _pad(tn, pc) * tk / rate + lat)
+        prow = _ceil(tm, gn)
+        a_part = min(tile_bytes(prow, tk, fmt), tile_bytes(prow, tk, pa))
+        b_part = nmul * (tile_bytes(_ceil(tn, gm), tk, b_fmt) if trans_b else tile_bytes(_ceil(tk, gm), tn, b_fmt))
+        ring = (gn - 1) * (a_part / rr + hop) + (gm - 1) * (b_part / rr + nmul * hop)
+        # A's part leaves device memory once per row of output tiles when it stays resident.
+        a_load = (tile_bytes(prow, tk, fmt) / bw + dma_lat) / (_ceil(nb, tn) if nb > tn else 1)
+        return (n - 1) * max(pt, ring, b_part / bw + nmul * dma_lat + a_load) + pt + n * fixed
+    return floor
+
+
 @functools.lru_cache(maxsize=1 << 12)
 def _best_tile(mb, nb, kb, target, fmt, out_fmt, batch, split_k, bias, active, force, grid, b_fmt, round_fmt,
                colscale, epi_in, trans_b, softmax, epi_temps, sibling):
     """:func:`best_tile`, remembered: the passes ask for the same blocks again (spyre-divide-work's grid search,
-    spyre-siblings' comparison, spyre-tile, the op model's cost of a grid), and a model's layers share shapes."""
+    spyre-siblings' comparison, spyre-tile, the op model's cost of a grid), and a model's layers share shapes.
+
+    Candidates are costed in the order of a lower bound on their cycles (:func:`_tile_floor`) until that bound
+    exceeds the cheapest total found: the rest cannot win. The winner is the one an exhaustive search in
+    candidate order (tk innermost, ascending; not resident first) keeps: the least (cycles, -tile size,
+    resident), the earliest of equals."""
     cands = matmul_tile_candidates(mb, nb, kb, target, fmt, out_fmt, b_fmt, trans_b)
     cands = [[f] if f else c for f, c in zip(force, cands)]
     gm, gn = grid if grid and split_k == 1 else (1, 1)
+    nmul = 2 if sibling else 1
+    floor = _tile_floor(mb, nb, kb, gm, gn, batch, target, fmt, out_fmt, active, b_fmt, trans_b, nmul)
+    # Every buffer of a matmul is live throughout (matmul_buffers): a tile whose A, B and accumulator alone
+    # exceed the scratchpad cannot fit.
+    pa, bf, usable = _pt_fmt(fmt), b_fmt or fmt, target.scratchpad_usable_bytes
+    order = sorted((floor(*tile), i, tile) for i, tile in enumerate(itertools.product(*cands))
+                   if min(tile_bytes(tile[0], tile[2], fmt), tile_bytes(tile[0], tile[2], pa))
+                   + b_tile_bytes(tile[2], tile[1], bf, trans_b) + tile_bytes(tile[0], tile[1], FP32) <= usable)
     best = None
-    # Only the one-load tile is single-buffered, and a double-buffered plan's footprint grows with tk from a tk
-    # whose rows are whole sticks in every format (tk % 256: even int4's; below, stick padding of the resident
-    # A's [K steps x rows, tk] can shrink as tk grows): once a (tm, tn, mode) misses the scratchpad at such a
-    # tk, it misses at every larger tk but the one-load tile's.
-    full = set()
-    for tile in itertools.product(*cands):       # tk innermost, ascending
+    for low, i, tile in order:
+        # The bound and the model sum the same terms in other orders: a margin for their rounding.
+        if best is not None and low > best[0][0] * (1 + 1e-9):
+            break
         tm, tn, tk = tile
         modes = [None]
         if gm * gn > 1 and nb > tn:
             modes.append((_ceil(tm, gn), _ceil(kb, tk)))
-        one_load = batch == 1 and tm >= mb and tn >= nb and tk >= kb
+        # Double-buffered when there is a next tile (matmul_plan): the cost is known before the fit, which
+        # (packing the buffers) is only worth checking for a tile that would win.
+        nbuf = nbuf_for(batch * _ceil(mb, tm) * _ceil(nb, tn) * _ceil(kb, tk), True)
         for resident in modes:
-            if (tm, tn, resident is None) in full and not one_load:
-                continue
-            nbuf = _buffer_count(mb, nb, kb, tuple(tile), target, fmt, out_fmt, batch, split_k, bias, b_fmt,
-                                 round_fmt, colscale, tuple(epi_in), resident, trans_b, softmax, epi_temps,
-                                 sibling)
-            if nbuf is None:
-                if tk % 256 == 0:
-                    full.add((tm, tn, resident is None))
-                continue
             # The block in its grid (operands shared across it), or as a one-core problem with the DRAM share of
             # `active` cores.
             c = matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, target, fmt, out_fmt, batch=batch, bias=bias,
                               double_buffer=nbuf == 2, active=active, b_fmt=b_fmt, round_fmt=round_fmt,
                               epi_in=epi_in, resident=resident is not None, trans_b=trans_b, softmax=softmax,
                               sibling=sibling)
-            key = (c.total, -math.prod(tile), resident is not None)
-            if best is None or key < best[0]:
+            key = (c.total, -math.prod(tile), resident is not None, i)
+            if best is not None and key >= best[0]:
+                continue
+            if _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, b_fmt, round_fmt,
+                             colscale, tuple(epi_in), resident, trans_b, softmax, epi_temps, sibling) is not None:
                 best = (key, (tuple(tile), nbuf, resident))
     return None if best is None else best[1]
 

@@ -3,6 +3,8 @@ runtime's cycle model on the reference matmul kernel."""
 
 import collections
 import dataclasses
+import itertools
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -384,3 +386,69 @@ def test_shared_rows_give_each_core_its_own_rows_and_split_duplicates():
     one run; two cores with the same patch split it."""
     assert cost.shared_rows([(0, 5), (3, 9), (7, 13), (11, 16)]) == [[(0, 4)], [(4, 8)], [(8, 12)], [(12, 16)]]
     assert cost.shared_rows([(0, 6), (0, 6)]) == [[(0, 3)], [(3, 6)]]
+
+
+# Blocks the tile search meets: (mb, nb, kb) per core, a grid (gm, gn) sharing operands or none, and the kernel's
+# options that change its cost or its buffers.
+_BLOCKS = dict(
+    mb=st.sampled_from([8, 24, 64, 128, 200, 512, 1024]), nb=st.sampled_from([64, 128, 192, 400, 512, 2048]),
+    kb=st.sampled_from([64, 128, 320, 700, 1024, 4096]), grid=st.sampled_from([None, (1, 32), (8, 4), (2, 2)]),
+    batch=st.sampled_from([1, 3]), fmt=st.sampled_from(["dlf16", "fp8_e4m3", "fp32"]),
+    sibling=st.sampled_from([None, "dlf16"]), bias=st.booleans(), trans_b=st.booleans(),
+    split_k=st.sampled_from([1, 2]))
+
+
+def _options(grid, batch, fmt, sibling, bias, trans_b, split_k):
+    return dict(batch=batch, fmt=fmt, out_fmt="fp32" if fmt == "fp32" else "dlf16", sibling=sibling,
+                bias=bias, trans_b=trans_b, split_k=split_k, grid=grid,
+                active=32 if grid else split_k, b_fmt="int8" if fmt == "fp8_e4m3" and not trans_b else None)
+
+
+@given(**_BLOCKS)
+@settings(max_examples=150, deadline=None)
+def test_the_tile_floor_bounds_the_model(mb, nb, kb, grid, batch, fmt, sibling, bias, trans_b, split_k):
+    """The tile search prunes by cost._tile_floor: it must never exceed the model's total, for any tile and
+    resident mode (a bound above it would prune the tile that wins)."""
+    o = _options(grid, batch, fmt, sibling, bias, trans_b, split_k)
+    gm, gn = grid if grid and split_k == 1 else (1, 1)
+    floor = cost._tile_floor(mb, nb, kb, gm, gn, batch, T, fmt, o["out_fmt"], o["active"], o["b_fmt"], trans_b,
+                             2 if sibling else 1)
+    cands = cost.matmul_tile_candidates(mb, nb, kb, T, fmt, o["out_fmt"], o["b_fmt"], trans_b)
+    for tile in itertools.product(*cands):
+        for resident in ([False, True] if gm * gn > 1 else [False]):
+            for db in (False, True):
+                c = cost.matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, T, fmt, o["out_fmt"], batch=batch,
+                                       bias=bias, double_buffer=db, active=o["active"], b_fmt=o["b_fmt"],
+                                       resident=resident, trans_b=trans_b, sibling=sibling, round_fmt="fp8_e4m3",
+                                       epi_in=("dlf16",))
+                assert floor(*tile) <= c.total * (1 + 1e-9), (tile, resident, db)
+
+
+@given(**_BLOCKS)
+@settings(max_examples=60, deadline=None)
+def test_the_pruned_tile_search_finds_the_exhaustive_searchs_tile(mb, nb, kb, grid, batch, fmt, sibling, bias,
+                                                                  trans_b, split_k):
+    """Every fitting (tile, resident mode) costed in candidate order, the least (cycles, -size, resident) and
+    the first of equals: what best_tile returns having costed only the tiles its bound cannot rule out."""
+    o = _options(grid, batch, fmt, sibling, bias, trans_b, split_k)
+    gm, gn = grid if grid and split_k == 1 else (1, 1)
+    best = None
+    cands = cost.matmul_tile_candidates(mb, nb, kb, T, fmt, o["out_fmt"], o["b_fmt"], trans_b)
+    for tile in itertools.product(*cands):
+        modes = [None] + ([(-(-tile[0] // gn), -(-kb // tile[2]))] if gm * gn > 1 and nb > tile[1] else [])
+        for resident in modes:
+            plan = cost.matmul_plan(mb, nb, kb, tile, T, fmt, o["out_fmt"], batch=batch, split_k=split_k,
+                                    bias=bias, b_fmt=o["b_fmt"], resident=resident, trans_b=trans_b,
+                                    sibling=sibling)
+            if plan is None:
+                continue
+            c = cost.matmul_cycles(mb * gm, nb * gn, kb, (gm, gn, 1), tile, T, fmt, o["out_fmt"], batch=batch,
+                                   bias=bias, double_buffer=plan[0] == 2, active=o["active"], b_fmt=o["b_fmt"],
+                                   resident=resident is not None, trans_b=trans_b, sibling=sibling)
+            key = (c.total, -math.prod(tile), resident is not None)
+            if best is None or key < best[0]:
+                best = (key, (tile, plan[0], resident))
+    cost.clear_cache()
+    got = cost.best_tile(mb, nb, kb, T, o["fmt"], o["out_fmt"], batch=batch, split_k=split_k, bias=bias,
+                         active=o["active"], grid=grid, b_fmt=o["b_fmt"], trans_b=trans_b, sibling=sibling)
+    assert got == (None if best is None else best[1])
