@@ -5,8 +5,9 @@ scratchpad. This pass sets `spyre.tile = array<i64: ...>` in the same iteration 
 
 * matmul `[tm, tn, tk]`, batch_matmul `[tb, tm, tn, tk]` (tb = 1): tm a multiple of the PT array's rows, tn
   and tk multiples of the PT array that are also whole sticks (the B/result rows and the A rows are moved by
-  DMA in whole 128-byte sticks), each dividing the core's block; a dimension too small to cut keeps its
-  whole block (the PT array pads it). A matmul whose cores share operands (an M/N split) and walk several
+  DMA in whole 128-byte sticks), each dividing the core's block; along a dimension those do not divide (M = 300,
+  K = 700), the whole block (the PT array pads it) or such a power of two of them, the core walking a last,
+  shorter tile (`cost.tile_sizes`). A matmul whose cores share operands (an M/N split) and walk several
   output tiles of a row also gets `spyre.resident_a = true` when keeping its A parts on the scratchpad for
   the row's next tiles is cheaper (A leaves device memory once; the buffer `ares`);
 * conv2d `[tn, tf, toh]` (tn = 1): filters in multiples of the PT columns, output rows (whole windows of a
@@ -20,7 +21,8 @@ packed with liveness reuse, exactly as spyre-allocate-scratchpad will). When two
 has a single tile, the op is single-buffered. Among the tiles that fit the cost model picks the cheapest.
 
 `tile-m`, `tile-n`, `tile-k` (matmuls; conv2d reads tile-n as filters and tile-m as output rows) and
-`tile-rows` (row ops) force sizes (clamped to the core's block, which they must divide); a forced tile that
+`tile-rows` (row ops) force sizes (clamped to the core's block, which they must divide, or be such a matmul
+size); a forced tile that
 cannot fit is an error at the op naming the bytes needed and available, as is an op whose single row cannot
 fit. The pass needs `spyre.grid` (run spyre-divide-work first).
 """
@@ -70,7 +72,9 @@ class TilePass(SpyrePass):
         if model.kind == "matmul":
             gb, gm, gn, gk = model.grid4(grid)
             block = model.block(grid, target)
-            force = _force(op, block, (self.tile_m, self.tile_n, self.tile_k), ("tile-m", "tile-n", "tile-k"))
+            force = _force(op, block, (self.tile_m, self.tile_n, self.tile_k), ("tile-m", "tile-n", "tile-k"),
+                           cost.matmul_tile_candidates(*block, target, model.fmt, model.out_fmt, model.b_fmt,
+                                                       model.trans_b))
             ragged = block[1] * gn != model.N or model.softmax is not None     # one tile column
             if ragged and force[1] not in (None, block[1]):
                 raise PassError(f"tile-n={force[1]}: a ragged N split ({gn} blocks of {block[1]} columns, the "
@@ -139,15 +143,16 @@ class TilePass(SpyrePass):
         return fit[0]
 
 
-def _force(op: ir.Operation, block, forced, names) -> tuple[int | None, ...]:
-    """Forced sizes clamped to the core's block; each must divide it."""
+def _force(op: ir.Operation, block, forced, names, sizes=None) -> tuple[int | None, ...]:
+    """Forced sizes clamped to the core's block; each must divide it, or be one of the dim's ``sizes`` (a matmul
+    dim its quantum does not divide has shorter last tiles, cost.tile_sizes)."""
     out = []
-    for b, f, name in zip(block, forced, names):
+    for i, (b, f, name) in enumerate(zip(block, forced, names)):
         if not f:
             out.append(None)
             continue
         f = min(f, b)
-        if b % f:
+        if b % f and not (sizes and f in sizes[i]):
             raise PassError(f"{name}={f} does not divide the per-core block of {b}", op.location)
         out.append(f)
     return tuple(out)

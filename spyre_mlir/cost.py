@@ -49,7 +49,7 @@ from spyre_mlir.target import Target
 
 __all__ = [
     "Buffer", "Cycles", "pack", "footprint", "nbuf_for", "stick_elems", "divisors",
-    "n_block", "n_quantum", "k_quantum", "b_tile_bytes", "softmax_stats", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
+    "n_block", "n_quantum", "k_quantum", "tile_sizes", "b_tile_bytes", "softmax_stats", "matmul_buffers", "matmul_cycles", "matmul_span", "matmul_plan", "matmul_tile_candidates", "best_matmul_grid", "best_batch_matmul_grid",
     "best_tile",
     "RowOperand", "RowTemp", "RowKernel", "rowwise_buffers", "rowwise_cycles", "rowwise_span", "rows_plan",
     "best_rows_grid", "best_rows_tile",
@@ -587,15 +587,21 @@ def _split_ok(total: int, parts: int, quantum: int) -> bool:
 def matmul_tile_candidates(mb: int, nb: int, kb: int, target: Target, fmt: str, out_fmt: str,
                            b_fmt: str | None = None, trans_b: bool = False):
     """Tile sizes along each dim: multiples of the PT array that keep DMA rows whole sticks (tn for the result
-    and B sticked on N, tk for A and, stored transposed, B sticked on K); the whole block when it cannot be cut
-    that way."""
+    and B sticked on N, tk for A and, stored transposed, B sticked on K), :func:`tile_sizes`."""
     pt = max(target.pt_rows, target.pt_cols)
     qn = max(pt, n_quantum(fmt, out_fmt, b_fmt, target, trans_b))
     qk = max(pt, k_quantum(fmt, b_fmt, target, trans_b))
-    tms = [d for d in divisors(mb) if d % target.pt_rows == 0] or [mb]
-    tns = [d for d in divisors(nb) if d % qn == 0] or [nb]
-    tks = [d for d in divisors(kb) if d % qk == 0] or [kb]
-    return tms, tns, tks
+    return tile_sizes(mb, target.pt_rows), tile_sizes(nb, qn), tile_sizes(kb, qk)
+
+
+def tile_sizes(n: int, q: int) -> list[int]:
+    """Tile sizes along a block dim of ``n``, ascending: the multiples of ``q`` dividing it. When ``q`` does not
+    divide ``n`` (K = 700 in sticks of 64, M = 300 in PT rows of 8), the whole block and ``q`` times powers of two
+    below it: the kernels walk a last, shorter tile (the model costs it as a whole one), so a block too big for
+    the scratchpad still has tiles that fit."""
+    if n % q == 0:
+        return [d for d in divisors(n) if d % q == 0]
+    return [q << j for j in range((n // q).bit_length()) if q << j < n] + [n]
 
 
 def matmul_plan(mb: int, nb: int, kb: int, tile: Sequence[int], target: Target, fmt: str = "dlf16",

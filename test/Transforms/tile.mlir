@@ -72,6 +72,21 @@ func.func @matmul_64(%a: tensor<64x64x!spyre.dlf16>, %b: tensor<64x64x!spyre.dlf
 
 // -----
 
+// A 300x1000x700 matmul on one core: no multiple of the PT rows divides M = 300, and no whole number of sticks
+// divides N = 1000 or K = 700. The whole block (a 700x1000 B tile alone is 1.4 MB) cannot be double-buffered,
+// so the N and K tiles are powers of two of them, and the core walks a last, shorter tile in each. Forced sizes
+// may be such sizes too.
+// CHECK-LABEL: func.func @matmul_ragged
+// CHECK: "spyre.matmul"{{.*}}spyre.tile = array<i64: 300, 256, 64>
+// FORCED-LABEL: func.func @matmul_ragged
+// FORCED: "spyre.matmul"{{.*}}spyre.tile = array<i64: 128, 128, 256>
+func.func @matmul_ragged(%a: tensor<300x700x!spyre.dlf16>, %b: tensor<700x1000x!spyre.dlf16>) -> tensor<300x1000x!spyre.dlf16> {
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 1, 1, 1>} : (tensor<300x700x!spyre.dlf16>, tensor<700x1000x!spyre.dlf16>) -> tensor<300x1000x!spyre.dlf16>
+  return %r : tensor<300x1000x!spyre.dlf16>
+}
+
+// -----
+
 // Row-wise ops: rows per tile, dividing the core's rows (32 here). Both take one tile a core: every core
 // loads, then (after a barrier) every core computes and stores, each phase at the read or write bandwidth;
 // streaming 4 tiles would overlap the softmax's SFU work with DMA, but mix reads and writes at the lower mixed
@@ -159,9 +174,10 @@ func.func @uneven_grid(%x: tensor<1000x64x!spyre.dlf16>) -> tensor<1000x64x!spyr
 
 // -----
 
-// N and K of 1000 are not whole sticks, so B cannot be cut: even the smallest tile holds all of B (2 MB).
-func.func @uncuttable(%a: tensor<1000x1000x!spyre.dlf16>, %b: tensor<1000x1000x!spyre.dlf16>) -> tensor<1000x1000x!spyre.dlf16> {
-  // expected-error @+1 {{spyre-tile: the smallest tile 8x1000x1000 of 'spyre.matmul' needs 2113536 bytes of scratchpad, 1589376 available}}
-  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 1, 1, 1>} : (tensor<1000x1000x!spyre.dlf16>, tensor<1000x1000x!spyre.dlf16>) -> tensor<1000x1000x!spyre.dlf16>
-  return %r : tensor<1000x1000x!spyre.dlf16>
+// A ragged N split (grid [1, 3, 1] over N = 100000: blocks of 33344 columns, the last shorter) is walked as one
+// tile column, so even the smallest K step holds a [64, 33344] B tile (4 MB).
+func.func @uncuttable(%a: tensor<8x64x!spyre.dlf16>, %b: tensor<64x100000x!spyre.dlf16>) -> tensor<8x100000x!spyre.dlf16> {
+  // expected-error @+1 {{spyre-tile: tile 8x33344x64 of 'spyre.matmul' needs 5869568 bytes of scratchpad, 1589376 available}}
+  %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>, spyre.grid = array<i64: 1, 3, 1>} : (tensor<8x64x!spyre.dlf16>, tensor<64x100000x!spyre.dlf16>) -> tensor<8x100000x!spyre.dlf16>
+  return %r : tensor<8x100000x!spyre.dlf16>
 }

@@ -807,3 +807,19 @@ def test_activation_is_one_sfu_op(act, fn, precision):
     assert np.isnan(out[0, 0]) and not np.isnan(np.delete(out.ravel(), 0)).any()
     bound = 1e-6 if precision == "fp32-reference" else DLF16_BOUND
     np.testing.assert_allclose(out, ref, rtol=bound, atol=bound * np.abs(ref[1:]).max(), equal_nan=True)
+
+
+@pytest.mark.parametrize("precision,cores", [("dlf16", 1), ("fp32-reference", 1), ("dlf16", 8)])
+def test_matmul_dims_no_tile_divides_compile(precision, cores):
+    """A Linear(700, 1000) on 300 rows: no multiple of the PT rows divides M, no whole number of sticks divides N
+    or K. On one core the whole block does not fit the scratchpad (B alone is 1.4 MB), and on eight the
+    fused fp32 input's A tile did not either: both compile to tiles whose last one is shorter
+    (cost.tile_sizes) and give PyTorch's answer."""
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(700, 1000).eval(), torch.randn(300, 700)
+    exe = spyre_mlir.compile(model, (x,), precision=precision, cores=cores, cache_dir=False)
+    (out,) = exe(x)
+    ref = model(x).detach().numpy()
+    bound = 1e-5 if precision == "fp32-reference" else DLF16_BOUND
+    np.testing.assert_allclose(out, ref, rtol=0, atol=bound * float(np.abs(ref).max()))
+    assert exe.compile_info.host_ops == []

@@ -452,3 +452,14 @@ def test_the_pruned_tile_search_finds_the_exhaustive_searchs_tile(mb, nb, kb, gr
     got = cost.best_tile(mb, nb, kb, T, o["fmt"], o["out_fmt"], batch=batch, split_k=split_k, bias=bias,
                          active=o["active"], grid=grid, b_fmt=o["b_fmt"], trans_b=trans_b, sibling=sibling)
     assert got == (None if best is None else best[1])
+
+
+def test_tile_sizes_walk_a_shorter_last_tile_where_no_multiple_divides():
+    assert cost.tile_sizes(512, 64) == [64, 128, 256, 512]         # the divisors in whole quanta
+    assert cost.tile_sizes(320, 64) == [64, 320]
+    assert cost.tile_sizes(700, 64) == [64, 128, 256, 512, 700]     # 700 = 10 sticks and 60 elements
+    assert cost.tile_sizes(300, 8) == [8, 16, 32, 64, 128, 256, 300]
+    assert cost.tile_sizes(5, 8) == [5]
+    # On one core a 300x1000x700 block (B alone 1.4 MB) has tiles that fit, and the search takes one.
+    (tm, tn, tk), _, _ = cost.best_tile(300, 1000, 700, T)
+    assert tn in (64, 128, 256, 512) and tk in (64, 128, 256, 512)
