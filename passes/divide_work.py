@@ -15,7 +15,10 @@ memory stays within the target's 256 MB span. Among the legal divisions the cost
 a tiny op stays on one core (DRAM bandwidth is shared, and every core pays its own transfers and the barrier
 at the op's end) and K is split only when M and N cannot use the cores. An M/N-split matmul is costed as the
 emitted kernel runs it: the cores of a grid row / column share A / B tiles over the ring, so more cores do not
-mean more device-memory traffic. `cores` outside 1..max_cores is an error, as is an op no division can fit.
+mean more device-memory traffic. `cores` outside 1..max_cores is an error. An op no division can fit (a slice
+beyond a core's span on few cores, a softmax or norm row, an elementwise op's single row too long for the
+scratchpad) runs on the host: it gets `spyre.on_host` with the reason instead of a grid, and so does what its
+kernel would have computed with it (an epilogue map or pool, a sibling matmul).
 The module records the machine: `spyre.cores = N` and, with `target=PATH`, `spyre.target = "PATH"`.
 Ops spyre-select-kernels marked `spyre.const_fold` (computed while compiling) or `spyre.on_host` (no device
 kernel) get no grid; every other device op must carry the `spyre.kernel` that pass chose.
@@ -28,7 +31,7 @@ import dataclasses
 
 from torch_mlir import ir
 
-from spyre_mlir.passes.analysis import CORES, GRID, TARGET, device_ops, get_target
+from spyre_mlir.passes.analysis import CORES, GRID, KERNEL, ON_HOST, TARGET, device_ops, get_target
 from spyre_mlir.passes.base import PassError, SpyrePass
 from spyre_mlir.passes.op_model import op_model
 
@@ -48,14 +51,46 @@ class DivideWorkPass(SpyrePass):
             raise PassError(f"impossible core count {cores}: target '{target.name}' has 1..{target.max_cores} cores",
                             module.location)
         for op in device_ops(module):
+            if ON_HOST in op.attributes:        # sent to the host below with the op whose kernel applied it
+                continue
             model = op_model(op)
             grid = model.best_grid(cores, target)
             if grid is None:
-                raise PassError(f"no division of {model.describe()} over at most {cores} cores keeps each core's "
-                                f"device memory within the {target.core_span_bytes}-byte span and its tiles "
-                                f"within the {target.scratchpad_usable_bytes}-byte scratchpad", op.location)
+                _to_host(op, f"no division of {model.describe()} over at most {cores} cores keeps each core's "
+                             f"device memory within the {target.core_span_bytes}-byte span and its tiles within "
+                             f"the {target.scratchpad_usable_bytes}-byte scratchpad")
+                continue
             op.attributes[GRID] = ir.DenseI64ArrayAttr.get(list(grid))
         # The later stages (spyre-emit) follow the machine this division was made for.
         module.attributes[CORES] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), cores)
         if self.target:
             module.attributes[TARGET] = ir.StringAttr.get(self.target)
+
+
+def _to_host(op: ir.Operation, reason: str) -> None:
+    """Run ``op`` on the host (``spyre.on_host``, as spyre-select-kernels marks an op no kernel runs), and with it
+    what its kernel would have computed: the map or pool it applied as an epilogue, the sibling or chained
+    matmul it computed beside it."""
+    from spyre_mlir.codegen.kernels.matmul import chained_of, sibling_of
+    from spyre_mlir.codegen.kernels.rows import _one_use, _row_view
+
+    applied = []
+    if op.name in ("spyre.matmul", "spyre.batch_matmul"):
+        sib = sibling_of(op)
+        applied = [x for x in (sib and sib[1], chained_of(op)) if x is not None]
+    r = op.results[0] if len(op.results) == 1 else None
+    while r is not None:                # its reader through row views, when that is its epilogue (or pool)
+        user = _one_use(r)
+        if user is None:
+            break
+        if KERNEL in user.operation.attributes and \
+                ir.StringAttr(user.operation.attributes[KERNEL]).value == "epilogue":
+            applied.append(user)
+            break
+        r = user.operation.results[0] if _row_view(user) else None
+    del op.attributes[KERNEL]
+    op.attributes[ON_HOST] = ir.StringAttr.get(reason)
+    for other in applied:
+        other = other.operation
+        if ON_HOST not in other.attributes:
+            _to_host(other, f"computed by the kernel of a {op.name} that runs on the host")

@@ -1,13 +1,13 @@
-// The cases before the "ERRORS" line divide; the ones after it fail with a located diagnostic.
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=32})' | filecheck %s
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=4})' | filecheck %s --check-prefix=FOUR
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | spyre-opt --split-input-file --verify-diagnostics -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=1})'
-// RUN: sed -n -e '/^\/\/ ERRORS/,$p' %s | not spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=2})' 2>&1 | filecheck %s --check-prefix=TWO
+// The cases before the "HOST" line divide; the ones after it run on the host on one core (ONE) or two (TWO).
+// RUN: sed -e '/^\/\/ HOST/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=32})' | filecheck %s
+// RUN: sed -e '/^\/\/ HOST/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=4})' | filecheck %s --check-prefix=FOUR
+// RUN: sed -n -e '/^\/\/ HOST/,$p' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=1})' | filecheck %s --check-prefix=ONE
+// RUN: sed -n -e '/^\/\/ HOST/,$p' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=2})' | filecheck %s --check-prefix=TWO
 // RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=33})' 2>&1 | filecheck %s --check-prefix=TOO-MANY
 // RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=-1})' 2>&1 | filecheck %s --check-prefix=NEGATIVE
 // A target file with an 8-core card: its core count is the default, and more is impossible.
 // RUN: sed -e '/card.max_cores/,/^value/ s/^value = 32/value = 8/' %S/../../spyre_mlir/targets/spyre.toml > %t.toml
-// RUN: sed -e '/^\/\/ ERRORS/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{target=%t.toml})' | filecheck %s --check-prefix=EIGHT
+// RUN: sed -e '/^\/\/ HOST/,$d' %s | spyre-opt --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{target=%t.toml})' | filecheck %s --check-prefix=EIGHT
 // RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{cores=16 target=%t.toml})' 2>&1 | filecheck %s --check-prefix=NOT-EIGHT
 // NOT-EIGHT: error: spyre-divide-work: impossible core count 16: target 'spyre' has 1..8 cores
 // RUN: not spyre-opt %s --split-input-file -p 'builtin.module(spyre-select-kernels,spyre-divide-work{target=%t.missing.toml})' 2>&1 | filecheck %s --check-prefix=NO-TARGET
@@ -151,23 +151,49 @@ func.func @matmul_map(%x: tensor<1024x1024x!spyre.dlf16>, %w: tensor<1024x64x!sp
 }
 
 // -----
-// ERRORS (with cores=1; the prefix TWO runs them with cores=2)
+// HOST (no division fits: the op runs on the host, `spyre.on_host` says why, and gets no grid)
 
-// 256 MB of fp32 in and 128 MB of dlf16 out do not fit one core's 256 MB span: at least two cores.
-// TWO-DAG: func.func @span
-// TWO-DAG: "spyre.cast"{{.*}}spyre.grid = array<i64: 2>
+// 256 MB of fp32 in and 128 MB of dlf16 out do not fit one core's 256 MB span: two cores at least.
+// ONE-LABEL: func.func @span
+// ONE: "spyre.cast"{{.*}}spyre.on_host = "no division of spyre.cast with 8192 rows over at most 1 cores keeps each core's device memory within the 268435456-byte span
+// ONE-NOT: spyre.grid
+// TWO-LABEL: func.func @span
+// TWO: "spyre.cast"{{.*}}spyre.grid = array<i64: 2>
 func.func @span(%x: tensor<8192x8192xf32>) -> tensor<8192x8192x!spyre.dlf16> {
-  // expected-error @+1 {{spyre-divide-work: no division of spyre.cast with 8192 rows over at most 1 cores keeps each core's device memory within the 268435456-byte span}}
   %c = "spyre.cast"(%x) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<8192x8192xf32>) -> tensor<8192x8192x!spyre.dlf16>
   return %c : tensor<8192x8192x!spyre.dlf16>
 }
 
 // -----
 
-// 32 GB of A: no even division over the cores brings a core's slice under 256 MB.
-// TWO-DAG: error: spyre-divide-work: no division of spyre.matmul M=131072 N=64 K=131072 over at most 2 cores
-func.func @huge(%a: tensor<131072x131072x!spyre.dlf16>, %b: tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64x!spyre.dlf16> {
-  // expected-error @+1 {{no division of spyre.matmul M=131072 N=64 K=131072 over at most 1 cores}}
+// 32 GB of A: no even division over the cores brings a core's slice under 256 MB. The tanh its kernel would
+// have applied to each finished tile (an epilogue) runs on the host with it.
+// ONE-LABEL: func.func @huge
+// ONE: "spyre.matmul"{{.*}}spyre.on_host = "no division of spyre.matmul M=131072 N=64 K=131072 over at most 1 cores
+// ONE: "spyre.map"
+// ONE: spyre.on_host = "computed by the kernel of a spyre.matmul that runs on the host"
+// TWO-LABEL: func.func @huge
+// TWO: "spyre.matmul"{{.*}}spyre.on_host = "no division of spyre.matmul M=131072 N=64 K=131072 over at most 2 cores
+func.func @huge(%a: tensor<131072x131072x!spyre.dlf16>, %b: tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64xf32> {
   %r = "spyre.matmul"(%a, %b) {acc_type = f32, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<131072x131072x!spyre.dlf16>, tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64x!spyre.dlf16>
-  return %r : tensor<131072x64x!spyre.dlf16>
+  %t = "spyre.map"(%r) ({
+  ^bb0(%x: f32):
+    %y = math.tanh %x : f32
+    "spyre.yield"(%y) : (f32) -> ()
+  }) {operandSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64x!spyre.dlf16>
+  %o = "spyre.cast"(%t) {operandSegmentSizes = array<i32: 1, 0>} : (tensor<131072x64x!spyre.dlf16>) -> tensor<131072x64xf32>
+  return %o : tensor<131072x64xf32>
+}
+
+// -----
+
+// A softmax keeps each row whole on a core, and one row of 400,000 fp32 values (1.6 MB) leaves no room in the
+// scratchpad for its result: the host runs it, on any number of cores.
+// ONE-LABEL: func.func @long_row
+// ONE: "spyre.softmax"{{.*}}spyre.on_host = "no division of spyre.softmax with 1 rows over at most 1 cores
+// TWO-LABEL: func.func @long_row
+// TWO: "spyre.softmax"{{.*}}spyre.on_host = "no division of spyre.softmax with 1 rows over at most 2 cores
+func.func @long_row(%x: tensor<1x400000xf32>) -> tensor<1x400000xf32> {
+  %s = "spyre.softmax"(%x) {dim = -1 : i64, acc_type = f32} : (tensor<1x400000xf32>) -> tensor<1x400000xf32>
+  return %s : tensor<1x400000xf32>
 }

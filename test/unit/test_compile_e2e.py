@@ -823,3 +823,22 @@ def test_matmul_dims_no_tile_divides_compile(precision, cores):
     bound = 1e-5 if precision == "fp32-reference" else DLF16_BOUND
     np.testing.assert_allclose(out, ref, rtol=0, atol=bound * float(np.abs(ref).max()))
     assert exe.compile_info.host_ops == []
+
+
+def test_rows_too_long_for_the_scratchpad_run_on_the_host():
+    """A 1-D elementwise op on 300,000 values and a softmax over a row of 400,000 keep a row whole on a core, and
+    no such row fits the scratchpad: they failed to compile ('no division ...'). They run on the host, say why,
+    and give PyTorch's answer; a short row stays on the device."""
+
+    class M(torch.nn.Module):
+        def forward(self, x, y, z):
+            return torch.relu(x) + 1, torch.softmax(y, -1), torch.relu(z) + 1
+
+    torch.manual_seed(0)
+    args = (torch.randn(300_000), torch.randn(1, 400_000), torch.randn(1000))
+    exe = spyre_mlir.compile(M(), args, cache_dir=False)
+    for out, ref in zip(exe(*args), M()(*args)):
+        np.testing.assert_allclose(out, ref.numpy(), rtol=0, atol=DLF16_BOUND * float(ref.abs().max()))
+    reasons = " ".join(str(h) for h in exe.compile_info.host_ops)
+    assert "no division of spyre.map with 1 rows" in reasons and "no division of spyre.softmax" in reasons
+    assert any("spyre.map" in str(d) for d in exe.compile_info.device_ops)      # the short row's
