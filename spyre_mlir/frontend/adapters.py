@@ -570,6 +570,24 @@ def embedding_bag_by_assignment(weight, indices, offsets, scale_grad_by_freq=Fal
     return out, offset2bag, bag_size, max_indices
 
 
+def _float_group_norm(node: torch.fx.Node) -> bool:
+    return node.args[0].meta["val"].dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def group_norm_by_layer_norm(x: torch.Tensor, num_groups: int, weight=None, bias=None, eps: float = 1e-5,
+                             cudnn_enabled: bool = True) -> torch.Tensor:
+    """``group_norm`` as a layer norm over each group's values (the same biased variance, in float as PyTorch's
+    kernel computes half inputs), then the per-channel affine."""
+    n, c = x.shape[0], x.shape[1]
+    xg = x.reshape(n, num_groups, -1).float()
+    y = torch.nn.functional.layer_norm(xg, xg.shape[-1:], eps=eps).reshape(n, c, -1)
+    if weight is not None:
+        y = y * weight.float().reshape(c, 1)
+    if bias is not None:
+        y = y + bias.float().reshape(c, 1)
+    return y.reshape(x.shape).to(x.dtype)
+
+
 ADAPTERS: list[Adapter] = [
 
     Adapter(
@@ -721,6 +739,13 @@ ADAPTERS: list[Adapter] = [
         name="sort-stable-as-sort",
         why="aten.sort.stable (sort or argsort with stable=True) fails to legalize in the torch backend pipeline",
         decompositions={aten.sort.stable: sort_stable_as_sort, aten.argsort.stable: argsort_stable_as_sort},
+    ),
+    Adapter(
+        name="group-norm-by-layer-norm",
+        why="aten.group_norm decomposes to statistics gathered by computed indices and float64 steps: all on the "
+        "host",
+        decompositions={aten.group_norm.default: group_norm_by_layer_norm},
+        applies=_float_group_norm,
     ),
     Adapter(
         name="median-by-sort",

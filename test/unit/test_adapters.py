@@ -170,6 +170,13 @@ CASES = {
         (lambda x: (torch.sort(x, stable=True), torch.argsort(x, dim=0, stable=True, descending=True)),
          (torch.randn(4, 6),), [(torch.randn(4, 6),)]),
     ],
+    "group-norm-by-layer-norm": [
+        (lambda x, w, b: F.group_norm(x, 4, w, b, eps=1e-3), (torch.randn(2, 8, 5, 3) * 3 + 1, torch.randn(8),
+                                                               torch.randn(8)),
+         [(torch.randn(2, 8, 5, 3), torch.randn(8), torch.randn(8))]),
+        (lambda x: F.group_norm(x, 3), (torch.randn(4, 6, 10),), [(torch.randn(4, 6, 10) * 100,)]),
+        (lambda x: F.group_norm(x, 1), (torch.randn(3, 5),), [(torch.randn(3, 5),)]),
+    ],
     "median-by-sort": [
         (median(-1), (torch.randn(4, 7),), [(torch.randn(4, 7),)]),
         (median(0, keepdim=True), (torch.randn(6, 3),), [(torch.randn(6, 3),)]),

@@ -842,3 +842,19 @@ def test_rows_too_long_for_the_scratchpad_run_on_the_host():
     reasons = " ".join(str(h) for h in exe.compile_info.host_ops)
     assert "no division of spyre.map with 1 rows" in reasons and "no division of spyre.softmax" in reasons
     assert any("spyre.map" in str(d) for d in exe.compile_info.device_ops)      # the short row's
+
+
+@pytest.mark.parametrize("precision", ["fp32-reference", "dlf16"])
+def test_group_norm_runs_on_the_device(precision):
+    """nn.GroupNorm: Torch-MLIR's decomposition ran every step on the host (float64 statistics, indexed
+    gathers); the group-norm-by-layer-norm adapter makes it a device layernorm over each group and the affine
+    map. The host only reshapes rows of 16 values (half a stick) to and from the groups' rows."""
+    torch.manual_seed(0)
+    model, x = torch.nn.GroupNorm(8, 64).eval(), torch.randn(2, 64, 16, 16) * 3 + 1
+    exe = spyre_mlir.compile(model, (x,), precision=precision, cache_dir=False)
+    (out,) = exe(x)
+    ref = model(x).detach().numpy()
+    bound = 1e-5 if precision == "fp32-reference" else DLF16_BOUND
+    np.testing.assert_allclose(out, ref, rtol=0, atol=bound * float(np.abs(ref).max()))
+    assert any("spyre.layernorm" in str(d) for d in exe.compile_info.device_ops)
+    assert all(h.startswith("spyre.reshape") for h in exe.compile_info.host_ops), exe.compile_info.host_ops
