@@ -18,7 +18,8 @@ One ``GraniteDecoderLayer`` (transformers) at those dimensions, random seeded we
   checked against the transformers layer with a ``DynamicCache`` on a tiny config in eager PyTorch first.
 
 Two substitutions inside the layer, both the same arithmetic (checked in eager PyTorch against the stock
-layer, see ``check``), because the stock forms do not compile at these sizes (see docs/granite-estimate.md):
+layer, see ``check``), because at these sizes the stock forms run the mask on the host or do not compile (see
+docs/granite-estimate.md):
 
 * attention is a registered transformers attention function (``causal_gqa``): grouped-query attention on the
   8 K/V heads (no repeat_kv copies) with the causal mask applied as a boolean ``where`` on the scores, instead
@@ -28,7 +29,7 @@ layer, see ``check``), because the stock forms do not compile at these sizes (se
 Nothing is executed on the emulator: the program is static, so the loaded executable's ``static_profile``
 already holds the modeled cycles. The whole model is ``num_hidden_layers`` x one layer, plus (unless
 ``--layers-only``) the embedding gather (x embedding_multiplier) and the final RMSNorm + LM head
-(4096 x 49159, / logits_scaling, in two column blocks, see ``Head``) on the last position, each compiled and
+(4096 x 49159, / logits_scaling, see ``Head``) on the last position, each compiled and
 modeled separately. A part that does not compile is left out of the total and listed with the compiler's
 message. Results go to stdout and to docs/granite-estimate.md.
 
@@ -184,24 +185,20 @@ class Embed(nn.Module):
 
 
 class Head(nn.Module):
-    """Final RMSNorm and the (tied) LM head on the last position, logits / logits_scaling. The [vocab, hidden]
-    matrix is held as [hidden, vocab] (a load-time layout) in two column blocks, the first a multiple of
-    32 cores x 64 columns: the compiler rejects one 4096 x 49159 matmul, whose odd N cannot be divided among
-    cores, so one core would address all 402 MB (more than its 256 MB span). The logits come out as the two
-    blocks, [1, 1, 49152] and [1, 1, 7]; they are the same numbers as the one product."""
+    """Final RMSNorm and the LM head on the last position, logits / logits_scaling: ``nn.Linear(4096, 49159)``
+    as the stock model holds it (its [vocab, hidden] weight tied to the embedding)."""
 
-    def __init__(self, cfg, split=49152):
+    def __init__(self, cfg):
         from transformers.models.granite.modeling_granite import GraniteRMSNorm
 
         super().__init__()
         self.norm = GraniteRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
-        w = nn.init.normal_(torch.empty(cfg.hidden_size, cfg.vocab_size), std=0.02)
-        self.w_main, self.w_tail = nn.Parameter(w[:, :split].clone()), nn.Parameter(w[:, split:].clone())
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        nn.init.normal_(self.lm_head.weight, std=0.02)
         self.scale = cfg.logits_scaling
 
     def forward(self, hidden):
-        x = self.norm(hidden)
-        return torch.matmul(x, self.w_main) / self.scale, torch.matmul(x, self.w_tail) / self.scale
+        return self.lm_head(self.norm(hidden)) / self.scale
 
 
 def check():
@@ -353,9 +350,9 @@ NOTES = """\
   grouped-query attention on the 8 K/V heads without `repeat_kv` copies, the causal mask as a boolean
   `where` on the raw scores, then the 0.0078125 scaling and softmax. The stock eager attention adds a float
   [1, 1, S, S] mask broadcast over the 32 heads; `spyre-divide-work` keeps a broadcast map operand whole in
-  every core's scratchpad, and at S = 1024 that mask (2-4 MB) exceeds the 1.55 MB usable scratchpad: "no
-  division of spyre.map with 32768 rows ... keeps ... its tiles within the 1589376-byte scratchpad" (sdpa
-  fails the same way). The 1 MB boolean mask fits, but only with the select on 2 cores.
+  every core's scratchpad, and at S = 1024 that mask (2-4 MB) exceeds the 1.55 MB usable scratchpad: no
+  division of that spyre.map fits, so it runs on the host (it failed the compile before), and so would sdpa's.
+  The 1 MB boolean mask fits, but only with the select on 2 cores.
 * **Rotary**: `rotate_half` (a concat of the two 64-wide halves) is a product with a fixed signed permutation
   matrix. The stock concat fails at emission for S >= 512: "spyre.concat: a row needs 1024 B of scratchpad
   (+32768 B fixed); not even one row fits" (the tiling pass sized the tile for 512 B a row; the emitter's
@@ -363,14 +360,12 @@ NOTES = """\
 * **Decode** is a small module reusing the layer's norms, projections, rotary and MLP, with the new token at
   position S - 1 attending to the S - 1 cached positions (inputs) and itself (S positions in all). It
   outputs the hidden state and the new token's K/V (the cache update).
-* **LM head**: the tied [vocab, hidden] matrix is held as [hidden, vocab] in two column blocks
-  (49152 + 7 columns), the logits coming out as the two blocks. `nn.Linear(4096, 49159)` fails in
-  `spyre-divide-work` ("no division of spyre.transpose with 4096 rows ..." for its 403 MB weight), and so does
-  one [hidden, vocab] matmul ("no division of spyre.matmul M=1 N=49159 K=4096 ..."): an odd N has no even,
-  stick-aligned split, and one core cannot address 403 MB (its span is 256 MB).
-* **Embedding**: `nn.Embedding(49159, 4096)` does not compile (a gather's table, 403 MB, must fit one
-  core's 256 MB span), so it is excluded. (A two-half-table rewrite puts the gathers on the host and ships
-  the table over the host link, which would not be a meaningful figure either.)
+* **LM head**: `nn.Linear(4096, 49159)` as the stock model has it, one matmul on the device. (An earlier
+  compiler rejected it: N = 49159 had no even split in whole sticks, and one core cannot address the 403 MB
+  weight; N now splits ragged, whole sticks per core but the last, and the head was two column blocks.)
+* **Embedding**: `nn.Embedding(49159, 4096)`. A device gather needs its table within one core's 256 MB span,
+  and this one is 403 MB, so the gather runs on the host (the prefill's picked rows, 16.8 MB, cross the host
+  link) and the multiplier on the device.
 
 Both substitutions inside the layer are checked against the stock `GraniteDecoderLayer` (eager attention,
 stock rotary, a `DynamicCache` prefill then one step) in eager PyTorch on a tiny config at every run.
@@ -391,8 +386,8 @@ only. The cycle model reports peak-rate busy time (docs/runtime.md).
   the reshape, whose consumer has another work division, and the emitter turns that reshape into an alias
   without emitting its barrier, so the select reads other cores' rows unsynchronized. The form used here
   views right after the batch matmul, which has its own barrier.
-* Loading the prefill layer (480k instructions) takes about two minutes and the run peaks near 15 GB
-  resident; compiling it takes under a minute.
+* Loading the prefill layer (264,864 instructions) takes 7 s, and this whole run peaks at 5.5 GB resident
+  (an earlier form had 480k instructions, took about two minutes to load and peaked near 15 GB).
 """
 
 
