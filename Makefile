@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 # Keep lit's per-test timeout generous: CI machines are shared and noisy.
 LIT_OPTS ?= -sv
 
-.PHONY: setup demo check check-lit check-pytest bench sweep sweep-shard sweep-report models models-shard models-report clean
+.PHONY: setup demo check check-lit check-pytest bench sweep sweep-shard sweep-report models models-shard models-report shapes clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ sweep-shard: setup
 
 sweep-report: setup
 	$(BIN)/python test/opdb/report.py build/opdb/*.jsonl
+
+# Big and awkward shapes (no whole stick divides a dim, rows longer than the scratchpad) over core counts and
+# precisions (test/shapes/sweep.py; a slice runs in `make check`). `SHARD=i/n` runs one shard.
+SHARD ?= 0/1
+shapes: setup
+	$(BIN)/python test/shapes/sweep.py --shard $(SHARD) --out build/shapes/shard-$$(echo $(SHARD) | tr / -).jsonl
 
 # The Hugging Face model matrix (docs/models.md): every family x attention x mask x entry point x precision x
 # cores. `make models-shard SHARD=i/n` runs one shard (results in build/models/), `make models-report` renders.

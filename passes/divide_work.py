@@ -18,7 +18,8 @@ emitted kernel runs it: the cores of a grid row / column share A / B tiles over 
 mean more device-memory traffic. `cores` outside 1..max_cores is an error. An op no division can fit (a slice
 beyond a core's span on few cores, a softmax or norm row, an elementwise op's single row too long for the
 scratchpad) runs on the host: it gets `spyre.on_host` with the reason instead of a grid, and so does what its
-kernel would have computed with it (an epilogue map or pool, a sibling matmul).
+kernel would have computed with it (an epilogue map or pool, a sibling matmul). So does a fused matmul (operand
+conversions, a sibling) whose own buffers find no tile on the grid of the op alone, which it must keep.
 The module records the machine: `spyre.cores = N` and, with `target=PATH`, `spyre.target = "PATH"`.
 Ops spyre-select-kernels marked `spyre.const_fold` (computed while compiling) or `spyre.on_host` (no device
 kernel) get no grid; every other device op must carry the `spyre.kernel` that pass chose.
@@ -34,6 +35,7 @@ from torch_mlir import ir
 from spyre_mlir.passes.analysis import CORES, GRID, KERNEL, ON_HOST, TARGET, device_ops, get_target
 from spyre_mlir.passes.base import PassError, SpyrePass
 from spyre_mlir.passes.op_model import op_model
+from spyre_mlir.passes.tile import fits
 
 
 @dataclasses.dataclass
@@ -59,6 +61,13 @@ class DivideWorkPass(SpyrePass):
                 _to_host(op, f"no division of {model.describe()} over at most {cores} cores keeps each core's "
                              f"device memory within the {target.core_span_bytes}-byte span and its tiles within "
                              f"the {target.scratchpad_usable_bytes}-byte scratchpad")
+                continue
+            if model.kind == "matmul" and (model.fused or model.sibling) and not fits(model, grid, target, cores):
+                # The grid is the op alone's (bit-identical accumulation); its conversions or sibling need more
+                # scratchpad than that op's tiles.
+                _to_host(op, f"{model.describe()} with its operand conversions or sibling does not fit the "
+                             f"{target.scratchpad_usable_bytes}-byte scratchpad on grid {list(grid)}, the grid of "
+                             f"the op alone")
                 continue
             op.attributes[GRID] = ir.DenseI64ArrayAttr.get(list(grid))
         # The later stages (spyre-emit) follow the machine this division was made for.

@@ -143,6 +143,19 @@ class TilePass(SpyrePass):
         return fit[0]
 
 
+def fits(model: OpModel, grid, target: Target, cores: int) -> bool:
+    """Whether this pass finds a tile (no forced sizes) for ``model``'s op on ``grid`` of ``cores``:
+    spyre-divide-work asks it of a fused matmul, whose grid is that of its unfused form (the accumulation
+    order) while its buffers are its own. (It may set the op's spyre.resident_a, which this pass sets again.)"""
+    tiler = TilePass()
+    tiler.cores = cores
+    try:
+        tiler._tile(model, list(grid), target)
+    except PassError:
+        return False
+    return True
+
+
 def _force(op: ir.Operation, block, forced, names, sizes=None) -> tuple[int | None, ...]:
     """Forced sizes clamped to the core's block; each must divide it, or be one of the dim's ``sizes`` (a matmul
     dim its quantum does not divide has shorter last tiles, cost.tile_sizes)."""

@@ -12,7 +12,7 @@ config.suffixes = [".mlir", ".py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.test_source_root, "..", "build", "lit")
 # pytest suites live in unit/; lit.cfg.py itself is not a test.
-config.excludes = ["opdb", "models", "unit", "lit.cfg.py", "Inputs", "conftest.py"]
+config.excludes = ["opdb", "models", "shapes", "unit", "lit.cfg.py", "Inputs", "conftest.py"]
 
 bin_dir = os.path.dirname(sys.executable)
 config.environment["PATH"] = os.pathsep.join([bin_dir, config.environment.get("PATH", os.environ["PATH"])])
