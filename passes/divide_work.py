@@ -81,22 +81,14 @@ def _to_host(op: ir.Operation, reason: str) -> None:
     what its kernel would have computed: the map or pool it applied as an epilogue, the sibling or chained
     matmul it computed beside it."""
     from spyre_mlir.codegen.kernels.matmul import chained_of, sibling_of
-    from spyre_mlir.codegen.kernels.rows import _one_use, _row_view
+    from spyre_mlir.codegen.kernels.rows import epilogue_reader
 
     applied = []
     if op.name in ("spyre.matmul", "spyre.batch_matmul"):
         sib = sibling_of(op)
         applied = [x for x in (sib and sib[1], chained_of(op)) if x is not None]
-    r = op.results[0] if len(op.results) == 1 else None
-    while r is not None:                # its reader through row views, when that is its epilogue (or pool)
-        user = _one_use(r)
-        if user is None:
-            break
-        if KERNEL in user.operation.attributes and \
-                ir.StringAttr(user.operation.attributes[KERNEL]).value == "epilogue":
-            applied.append(user)
-            break
-        r = user.operation.results[0] if _row_view(user) else None
+    if len(op.results) == 1 and (epi := epilogue_reader(op.results[0])) is not None:
+        applied.append(epi)
     del op.attributes[KERNEL]
     op.attributes[ON_HOST] = ir.StringAttr.get(reason)
     for other in applied:

@@ -386,22 +386,30 @@ def apply_softmax(b, core, sm, src, dst, temp, stats, loc) -> None:
     b.sfu(core, "mul", dst, temp, S, loc=loc)       # rounded once, on the write
 
 
-def epilogue_of(producer):
-    """(the map whose kernel is the producer's ``epilogue``: its only reader, through row-view reshapes, and
-    its :class:`Epilogue`), or None."""
-    r = producer.operation.results[0]
+def epilogue_reader(v):
+    """The only reader of ``v``, through row-view reshapes each the only reader, when its kernel is
+    ``epilogue`` (a map, a widening cast or a pool the producer's kernel applies), else None."""
     while True:
-        user = _one_use(r)
+        user = _one_use(v)
         if user is None:
             return None
         if _attr(user, "spyre.kernel") == "epilogue":
-            # The map may read several producers' results: this producer's must be the one its tile stands for.
-            epi = epilogue(user)                # None: a pool the conv kernel applies (conv.pool_of)
-            src = _owner(_viewed(user.operation.operands[epi.src])) if epi is not None else None
-            return (user, epi) if src is not None and src == producer.operation else None
+            return user
         if not _row_view(user):
             return None
-        r = user.operation.results[0]
+        v = user.operation.results[0]
+
+
+def epilogue_of(producer):
+    """(the map whose kernel is the producer's ``epilogue``: its only reader, through row-view reshapes, and
+    its :class:`Epilogue`), or None."""
+    user = epilogue_reader(producer.operation.results[0])
+    if user is None:
+        return None
+    # The map may read several producers' results: this producer's must be the one its tile stands for.
+    epi = epilogue(user)                # None: a pool the conv kernel applies (conv.pool_of)
+    src = _owner(_viewed(user.operation.operands[epi.src])) if epi is not None else None
+    return (user, epi) if src is not None and src == producer.operation else None
 
 
 def _runs(op) -> bool:
