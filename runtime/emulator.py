@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections import Counter, deque
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -964,27 +964,40 @@ def _kind(ins):
 
 
 def _batches(seg: list) -> list[list]:
-    """The instructions of one segment (between two barrier releases) as batches that run as one operation: at
-    each turn, the operation most cores have next (ties: the first core's), on all of them. Each core keeps
-    its order and cores only meet at barriers, and no two cores touch the same device bytes in a segment with one
-    writing (the loader proves it, :class:`~.schedule._Races`), so this computes what the schedule's order
-    computes."""
+    """The instructions of one segment (between two barrier releases) as batches that run as one operation.
+    At each turn one operation runs on every core that has it next: among those no other core still has ahead
+    of it (else that core would run it alone later), the one most cores have (ties: the first core's); when
+    every next operation is still ahead of some core, the one most cores have. So cores whose streams differ
+    only by a few extra instructions (the edge cores of a convolution, a core that also loads a shared tile)
+    run those alone and the rest together. Each core keeps its order and cores only meet at barriers, and no
+    two cores touch the same device bytes in a segment with one writing (the loader proves it,
+    :class:`~.schedule._Races`), so this computes what the schedule's order computes."""
     if len(seg) < 2:
         return [[s] for s in seg]
     kind = {s: _kind(s) for s in seg}
-    queues: dict[int, deque] = {}
+    queues: dict[int, list] = {}
     for s in seg:
-        queues.setdefault(s.core, deque()).append(s)
+        queues.setdefault(s.core, []).append(s)
     # SPMD: every core runs the same operations, so each turn takes the next of every core.
     runs = [[kind[s] for s in q] for q in queues.values()]
     if all(r == runs[0] for r in runs[1:]):
         return [list(b) for b in zip(*queues.values())]
+    # Where each kind last occurs in each core's queue: a kind is still ahead of a core while that is past
+    # the core's next instruction.
+    last = [{k: j for j, k in enumerate(r)} for r in runs]
+    qs = list(queues.values())
+    at = [0] * len(qs)
+    live = list(range(len(qs)))
     out = []
-    while queues:
-        heads = {c: kind[q[0]] for c, q in queues.items()}
-        best = Counter(heads.values()).most_common(1)[0][0]
-        out.append([queues[c].popleft() for c, k in heads.items() if k == best])
-        queues = {c: q for c, q in queues.items() if q}
+    while live:
+        heads = Counter(runs[c][at[c]] for c in live)
+        ready = [k for k in heads if all(runs[c][at[c]] == k or last[c].get(k, -1) <= at[c] for c in live)]
+        best = max(ready or heads, key=heads.__getitem__)
+        batch = [c for c in live if runs[c][at[c]] == best]
+        out.append([qs[c][at[c]] for c in batch])
+        for c in batch:
+            at[c] += 1
+        live = [c for c in live if at[c] < len(runs[c])]
     return out
 
 

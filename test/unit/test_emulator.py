@@ -1160,3 +1160,39 @@ def test_copy_moves_the_bytes_of_a_naive_copy(case):
     np.testing.assert_array_equal(dst.bytes, want[0])
     if shadow:
         np.testing.assert_array_equal(dst.shadow, want[1])
+
+
+def _stream_batches(monkeypatch, streams):
+    """emulator._batches of per-core streams of kinds (letters), as batches of (core, kind)."""
+    from spyre_mlir.runtime import emulator
+
+    class Ins:          # hashed by identity, as schedule.Ins
+        def __init__(self, core, kind):
+            self.core, self.kind = core, kind
+    monkeypatch.setattr(emulator, "_kind", lambda ins: ins.kind)
+    seg = [Ins(c, k) for c, s in enumerate(streams) for k in s]
+    return [[(i.core, i.kind) for i in b] for b in emulator._batches(seg)]
+
+
+def test_batches_run_the_extra_instructions_of_some_cores_alone(monkeypatch):
+    # The edge core of a convolution loads and sends two more tiles, then computes as the others do: those
+    # two run alone, every other step on all cores (greedy by count ran the three cores' steps first, then
+    # core 0's whole stream alone: 9 batches).
+    streams = ["LSXYZ", "XYZ", "XYZ", "XYZW"]
+    assert _stream_batches(monkeypatch, streams) == [
+        [(0, "L")], [(0, "S")], [(c, "X") for c in range(4)], [(c, "Y") for c in range(4)],
+        [(c, "Z") for c in range(4)], [(3, "W")]]
+    # Each next step is still ahead of the other core: the first core's goes first.
+    assert _stream_batches(monkeypatch, ["XY", "YX"]) == [[(0, "X")], [(0, "Y"), (1, "Y")], [(1, "X")]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="ABCD", max_size=12), min_size=1, max_size=6))
+def test_batches_keep_every_core_in_its_order(streams):
+    with pytest.MonkeyPatch.context() as mp:
+        batches = _stream_batches(mp, streams)
+    for b in batches:
+        assert len({k for _, k in b}) == 1 and len({c for c, _ in b}) == len(b)     # one kind, a core once
+    for c, s in enumerate(streams):
+        assert "".join(k for b in batches for core, k in b if core == c) == s
+    assert len(batches) <= sum(map(len, streams))
