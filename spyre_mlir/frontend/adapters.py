@@ -588,6 +588,165 @@ def group_norm_by_layer_norm(x: torch.Tensor, num_groups: int, weight=None, bias
     return y.reshape(x.shape).to(x.dtype)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _norm_dims(x: torch.Tensor, dim) -> list[int] | None:
+    return None if dim is None else [d % max(x.dim(), 1) for d in ([dim] if isinstance(dim, int) else dim)]
+
+
+def _matrix_norm_ord(node: torch.fx.Node):
+    """The ord of a ``linalg_norm`` that is a matrix norm (two dims given, or a 2-D input with an ord and no
+    dims), else None (a vector norm)."""
+    x = node.args[0].meta["val"]
+    ord = node.args[1] if len(node.args) > 1 else node.kwargs.get("ord")
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
+    if ord is None or (dim is None and x.dim() != 2) or (dim is not None and isinstance(dim, int) or
+                                                         dim is not None and len(dim) == 1):
+        return None
+    return ord
+
+
+def linalg_norm_by_vector_norm(x: torch.Tensor, ord=None, dim=None, keepdim: bool = False, *,
+                               dtype=None) -> torch.Tensor:
+    """``linalg.norm``: a vector norm (no ord: the 2-norm of all elements; one dim) as ``vector_norm``; a matrix
+    norm ('fro', 1, -1, inf, -inf) as the vector norm of its elements, or the extreme of its column (1) or row
+    (inf) sums of absolute values, summed in float32 for float16 / bfloat16 as PyTorch's kernel does. The
+    norms that need singular values ('nuc', 2, -2) are not adapted (see ``applies``)."""
+    if dtype is not None:
+        x = x.to(dtype)
+    dims = _norm_dims(x, dim)
+    if ord is None or ord == "fro" or (dims is not None and len(dims) == 1) or (dims is None and x.dim() == 1):
+        p = 2 if ord in (None, "fro") else ord
+        return half_norm_in_float(x, p, dims, keepdim) if x.dtype in _HALF else \
+            aten.linalg_vector_norm.default(x, p, dims, keepdim)
+    d0, d1 = dims if dims is not None else (0, 1)
+    if ord in (math.inf, -math.inf):
+        d0, d1 = d1, d0                 # the extreme over rows of the row sums
+    sums = (x.float() if x.dtype in _HALF else x).abs().sum(d0, keepdim=True)
+    out = sums.amax(d1, keepdim=True) if ord > 0 else sums.amin(d1, keepdim=True)
+    if not keepdim:
+        out = out.squeeze(max(d0, d1)).squeeze(min(d0, d1))
+    return out.to(x.dtype)
+
+
+def addbmm_by_matmuls(input: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta=1,
+                      alpha=1) -> torch.Tensor:
+    """``addbmm`` as PyTorch's CPU kernel computes it: one ``addmm`` a batch into the result, each rounded to the
+    result type (``beta`` on the input first). With ``beta`` 0 the input is not read (a NaN there does not
+    propagate)."""
+    dt = input.dtype
+    if not dt.is_floating_point:
+        alpha, beta = int(alpha), int(beta)
+    shape = (batch1.shape[1], batch2.shape[2])
+    out = (input if beta == 1 else input * beta) if beta != 0 else torch.zeros(shape, dtype=dt)
+    out = out.expand(shape)
+    for b in range(batch1.shape[0]):
+        out = torch.addmm(out, batch1[b], batch2[b], alpha=alpha)
+    return out.clone()
+
+
+def diagonal_scatter_by_index_put(input: torch.Tensor, src: torch.Tensor, offset: int = 0, dim1: int = 0,
+                                  dim2: int = 1) -> torch.Tensor:
+    """``diagonal_scatter``: ``src`` written on the diagonal (``offset``, over ``dim1`` and ``dim2``) of a copy of
+    ``input``, as an ``index_put`` at the diagonal's positions."""
+    n = max(input.dim(), 1)
+    dim1, dim2 = dim1 % n, dim2 % n
+    x = input.movedim((dim1, dim2), (0, 1))
+    length = src.shape[-1]
+    rows = torch.arange(length, device=input.device) + max(-offset, 0)
+    cols = torch.arange(length, device=input.device) + max(offset, 0)
+    out = torch.index_put(x, (rows, cols), src.movedim(-1, 0).to(input.dtype))
+    return out.movedim((0, 1), (dim1, dim2))
+
+
+def erfc_by_erf(x: torch.Tensor) -> torch.Tensor:
+    """``erfc(x)``: ``1 - erf(x)`` below 0.5, where nothing cancels; above, ``t exp(-x^2 + P(t))`` with
+    ``t = 1 / (1 + x/2)`` (Numerical Recipes' Chebyshev fit, relative error < 1.2e-7), which keeps the small
+    values ``1 - erf`` rounds to 0 (erfc(5) = 1.5e-12). Integers and bools give float32, as PyTorch."""
+    if x.dtype.is_complex:
+        return NotImplemented
+    dt = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    xf = x.to(torch.float32) if dt in _HALF or not x.dtype.is_floating_point else x
+    t = 1.0 / (1.0 + 0.5 * xf.abs())
+    poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
+        0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
+    tail = t * torch.exp(-xf * xf + poly)
+    return torch.where(xf < 0.5, 1.0 - torch.erf(xf), tail).to(dt)
+
+
+def hypot_scaled(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``hypot(x, y)`` as ``m sqrt(1 + (n/m)^2)`` with ``m``, ``n`` the larger and smaller magnitude (no overflow
+    of the squares), 0 where both are 0, inf where either is infinite (even with a NaN), as C's hypot."""
+    dt = torch.promote_types(x.dtype, y.dtype)
+    a, b = x.to(dt).abs(), y.to(dt).abs()
+    if dt in _HALF:
+        a, b = a.float(), b.float()
+    big, small = torch.maximum(a, b), torch.minimum(a, b)
+    q = small / torch.where(big == 0, torch.ones_like(big), big)
+    out = big * torch.sqrt(1.0 + q * q)
+    # NaN and inf by hand: Torch-MLIR's maximum and minimum drop a NaN.
+    out = torch.where((a != a) | (b != b), torch.full_like(out, math.nan), out)
+    out = torch.where((a == math.inf) | (b == math.inf), torch.full_like(out, math.inf), out)
+    return out.to(dt)
+
+
+def power_of_integers(x: torch.Tensor, exponent) -> torch.Tensor:
+    """``x ** n`` of an integer tensor and a non-negative integer ``n`` by repeated squaring, wrapping as
+    PyTorch's integer kernel does (Torch-MLIR lowers integer powers only for floats). Other powers: the table's."""
+    if x.dtype.is_floating_point or x.dtype.is_complex or not isinstance(exponent, (int, bool)) or exponent < 0:
+        return NotImplemented
+    n = int(exponent)
+    out = torch.ones_like(x)
+    base = x
+    while n:
+        if n & 1:
+            out = out * base
+        n >>= 1
+        if n:
+            base = base * base
+    return out
+
+
+def square_of_integers(x: torch.Tensor) -> torch.Tensor:
+    """``square`` of integers as ``x * x`` (bools: ``square`` gives int64). Floats: the table's."""
+    if x.dtype.is_floating_point or x.dtype.is_complex:
+        return NotImplemented
+    if x.dtype == torch.bool:
+        x = x.to(torch.int64)
+    return x * x
+
+
+def _integer_power(node: torch.fx.Node) -> bool:
+    e = node.args[1]
+    return _integer_input(node) and isinstance(e, (int, bool)) and e >= 0
+
+
+def isclose_of_integers(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-8,
+                        equal_nan: bool = False) -> torch.Tensor:
+    """``isclose`` of integers or bools, as PyTorch computes it: equal, or ``|a - b| <= atol + |rtol * b|``
+    with the bound in the default float type; bools compare as the integers 0 and 1. Floats: the table's."""
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return NotImplemented
+    if a.dtype == torch.bool or b.dtype == torch.bool:
+        a, b = a.to(torch.int64), b.to(torch.int64)
+    close = a == b
+    if rtol == 0 and atol == 0:
+        return close
+    allowed = atol + (b * rtol).abs()
+    return close | ((a - b).abs().to(allowed.dtype) <= allowed)
+
+
+def angle_of_reals(x: torch.Tensor) -> torch.Tensor:
+    """``angle`` of a real tensor: pi where negative, else 0, NaN kept (integers give float32)."""
+    if x.dtype.is_complex:
+        return NotImplemented
+    dt = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    xf = x.to(dt)
+    out = torch.where(xf < 0, torch.full_like(xf, math.pi), torch.zeros_like(xf))
+    return torch.where(xf != xf, xf, out)
+
+
 ADAPTERS: list[Adapter] = [
 
     Adapter(
@@ -751,6 +910,55 @@ ADAPTERS: list[Adapter] = [
         name="median-by-sort",
         why="aten.median.dim fails to legalize in the torch backend pipeline",
         decompositions={aten.median.dim: median_by_sort},
+    ),
+    Adapter(
+        name="linalg-norm-by-vector-norm",
+        why="aten.linalg_norm fails to legalize in Torch-MLIR (linalg_vector_norm lowers)",
+        decompositions={aten.linalg_norm.default: linalg_norm_by_vector_norm,
+                        aten.linalg_norm.ord_str: linalg_norm_by_vector_norm},
+        applies=lambda node: _matrix_norm_ord(node) in (None, "fro", 1, -1, math.inf, -math.inf),
+    ),
+    Adapter(
+        name="addbmm-by-matmuls",
+        why="aten.addbmm fails to legalize in Torch-MLIR but for float32",
+        decompositions={aten.addbmm.default: addbmm_by_matmuls},
+        needed=lambda node: node.args[0].meta["val"].dtype != torch.float32,
+    ),
+    Adapter(
+        name="diagonal-scatter-by-index-put",
+        why="aten.diagonal_scatter fails to legalize in Torch-MLIR",
+        decompositions={aten.diagonal_scatter.default: diagonal_scatter_by_index_put},
+    ),
+    Adapter(
+        name="erfc-by-erf",
+        why="aten.erfc fails to legalize in Torch-MLIR",
+        decompositions={aten.erfc.default: erfc_by_erf},
+        needed=lambda node: not node.args[0].meta["val"].dtype.is_complex,
+    ),
+    Adapter(
+        name="hypot-scaled",
+        why="aten.hypot fails to legalize in Torch-MLIR",
+        decompositions={aten.hypot.default: hypot_scaled},
+    ),
+    Adapter(
+        name="integer-powers-by-multiplication",
+        why="aten.pow and aten.square of integers fail in Torch-MLIR (it lowers powers of floats only)",
+        decompositions={aten.pow.Tensor_Scalar: power_of_integers, aten.square.default: square_of_integers},
+        needed=lambda node: _integer_input(node) and (node.target == aten.square.default or _integer_power(node)),
+        respells=True,
+    ),
+    Adapter(
+        name="isclose-of-integers",
+        why="aten.isclose of integers or bools fails in Torch-MLIR (floats only)",
+        decompositions={aten.isclose.default: isclose_of_integers},
+        needed=_integer_input,
+        respells=True,
+    ),
+    Adapter(
+        name="angle-of-reals",
+        why="aten.angle fails to legalize in Torch-MLIR",
+        decompositions={aten.angle.default: angle_of_reals},
+        needed=lambda node: not node.args[0].meta["val"].dtype.is_complex,
     ),
 ]
 

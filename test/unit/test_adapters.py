@@ -183,6 +183,54 @@ CASES = {
         (median(1), (torch.randn(2, 5),),
          [(torch.tensor([[1.0, float("nan"), 2.0, 3.0, 4.0], [5.0, 1.0, 1.0, 1.0, 2.0]]),)]),
     ],
+    "linalg-norm-by-vector-norm": [
+        (lambda x: torch.linalg.norm(x), (torch.randn(3, 4, 5),), [(torch.randn(3, 4, 5) * 1e3,)]),
+        (lambda x: (torch.linalg.norm(x, 1), torch.linalg.norm(x, float("inf")), torch.linalg.norm(x, "fro")),
+         (torch.randn(5, 6),), [(torch.randn(5, 6),)]),
+        (lambda x: (torch.linalg.norm(x, -float("inf"), (2, 0), keepdim=True), torch.linalg.norm(x, -1, (0, 1)),
+                    torch.linalg.norm(x, "fro", (0, 2)), torch.linalg.norm(x, 3, 1)),
+         (torch.randn(5, 6, 3),), [(torch.randn(5, 6, 3),)]),
+        (lambda x: torch.linalg.norm(x, dim=-1), (torch.randn(4, 300).half() * 100,), []),   # sums in float32
+    ],
+    "addbmm-by-matmuls": [
+        (lambda i, a, b: torch.addbmm(i, a, b, beta=2, alpha=3),
+         (torch.randint(-5, 5, (3, 5), dtype=torch.int32), torch.randint(-5, 5, (4, 3, 6), dtype=torch.int32),
+          torch.randint(-5, 5, (4, 6, 5), dtype=torch.int32)), []),
+        (lambda i, a, b: torch.addbmm(i, a, b, beta=0),         # the NaN in the input is not read
+         (torch.full((3, 5), float("nan"), dtype=torch.float64), torch.randn(2, 3, 4, dtype=torch.float64),
+          torch.randn(2, 4, 5, dtype=torch.float64)), []),
+        (lambda i, a, b: torch.addbmm(i, a, b), (torch.randn(5).half(), torch.randn(3, 2, 4).half(),
+                                                 torch.randn(3, 4, 5).half()), []),
+    ],
+    "diagonal-scatter-by-index-put": [
+        (lambda a, b: torch.diagonal_scatter(a, b, 1), (torch.randn(4, 5), torch.randn(4)), []),
+        (lambda a, b: torch.diagonal_scatter(a, b, -1, 2, 0), (torch.randn(4, 3, 5), torch.randn(3, 4)), []),
+    ],
+    "erfc-by-erf": [
+        (torch.erfc, (torch.linspace(-6, 10, 300),), [(torch.randn(300) * 4,)]),
+        (torch.erfc, (torch.arange(-3, 4),), []),
+    ],
+    "hypot-scaled": [
+        (torch.hypot, (torch.tensor([3.0, 0.0, 1e30, float("inf"), float("nan"), -2.0, 1e-30, float("nan")]),
+                       torch.tensor([4.0, 0.0, 1e30, float("nan"), 1.0, 0.0, 1e-30, float("-inf")])),
+         [(torch.randn(8), torch.randn(8))]),
+        (torch.hypot, (torch.randn(8).half(), torch.randn(8).half()), []),
+    ],
+    "integer-powers-by-multiplication": [
+        (lambda x: (x ** 5, torch.square(x), x ** 0, x ** 1), (torch.arange(-4, 60),),
+         [(torch.randint(-2**40, 2**40, (64,)),)]),          # wraps as eager does
+        (lambda x, y: (torch.square(x), x.int() ** 3, y ** 2.5), (torch.tensor([True, False]), torch.rand(4)), []),
+    ],
+    "isclose-of-integers": [
+        (lambda a, b: (torch.isclose(a, b), torch.isclose(a, b, rtol=0.01, atol=0.5)),
+         (torch.tensor([5, -3, 100, 7]), torch.tensor([6, -3, 101, 9])), []),
+        (lambda a, b, x: (torch.isclose(a, b, rtol=0, atol=1), torch.isclose(x, x + 1e-9)),
+         (torch.tensor([True, False, True]), torch.tensor([True, True, False]), torch.randn(3)), []),
+    ],
+    "angle-of-reals": [
+        (torch.angle, (torch.tensor([1.0, -2.0, 0.0, float("nan"), -0.0, float("-inf")]),), []),
+        (torch.angle, (torch.tensor([1, -2, 0]),), []),
+    ],
 }
 
 
