@@ -197,6 +197,11 @@ def median_by_sort(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[to
     return values, indices
 
 
+def median_of_all(x: torch.Tensor) -> torch.Tensor:
+    """``median(x)`` without a dim: the median of all elements (:func:`median_by_sort` of the flat tensor)."""
+    return median_by_sort(x.reshape(-1), 0)[0]
+
+
 MAX_INDEX_COPY_TABLE = 1 << 22
 
 
@@ -660,19 +665,51 @@ def diagonal_scatter_by_index_put(input: torch.Tensor, src: torch.Tensor, offset
     return out.movedim((0, 1), (dim1, dim2))
 
 
-def erfc_by_erf(x: torch.Tensor) -> torch.Tensor:
-    """``erfc(x)``: ``1 - erf(x)`` below 0.5, where nothing cancels; above, ``t exp(-x^2 + P(t))`` with
-    ``t = 1 / (1 + x/2)`` (Numerical Recipes' Chebyshev fit, relative error < 1.2e-7), which keeps the small
-    values ``1 - erf`` rounds to 0 (erfc(5) = 1.5e-12). Integers and bools give float32, as PyTorch."""
-    if x.dtype.is_complex:
-        return NotImplemented
-    dt = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
-    xf = x.to(torch.float32) if dt in _HALF or not x.dtype.is_floating_point else x
-    t = 1.0 / (1.0 + 0.5 * xf.abs())
+def _erfc_fit(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For ``z >= 0``: ``(t, P(t))`` with ``erfc(z) = t exp(-z^2 + P(t))``, ``t = 1 / (1 + z/2)`` (Numerical
+    Recipes' Chebyshev fit, relative error < 1.2e-7 for every z >= 0)."""
+    t = 1.0 / (1.0 + 0.5 * z)
     poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
         0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
-    tail = t * torch.exp(-xf * xf + poly)
-    return torch.where(xf < 0.5, 1.0 - torch.erf(xf), tail).to(dt)
+    return t, poly
+
+
+def _float_of(x: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+    """``x`` in the type a special function computes it in (float32 for halves, integers and bools), and the
+    result type PyTorch gives (the default float type for integers and bools)."""
+    dt = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    return (x.float() if dt in _HALF or not x.dtype.is_floating_point else x), dt
+
+
+def erfc_by_erf(x: torch.Tensor) -> torch.Tensor:
+    """``erfc(x)``: ``1 - erf(x)`` below 0.5, where nothing cancels; above, :func:`_erfc_fit`, which keeps the
+    small values ``1 - erf`` rounds to 0 (erfc(5) = 1.5e-12). Integers and bools give float32, as PyTorch."""
+    if x.dtype.is_complex:
+        return NotImplemented
+    xf, dt = _float_of(x)
+    t, poly = _erfc_fit(xf.abs())
+    return torch.where(xf < 0.5, 1.0 - torch.erf(xf), t * torch.exp(-xf * xf + poly)).to(dt)
+
+
+def erfcx_by_fit(x: torch.Tensor) -> torch.Tensor:
+    """``erfcx(x) = exp(x^2) erfc(x)``: ``t exp(P(t))`` for ``x >= 0`` (:func:`_erfc_fit`; no overflow of
+    ``exp(x^2)``), ``2 exp(x^2) - erfcx(-x)`` below (inf where PyTorch's overflows too)."""
+    xf, dt = _float_of(x)
+    t, poly = _erfc_fit(xf.abs())
+    pos = t * torch.exp(poly)
+    return torch.where(xf >= 0, pos, 2.0 * torch.exp(xf * xf) - pos).to(dt)
+
+
+def log_ndtr_by_fit(x: torch.Tensor) -> torch.Tensor:
+    """``log(ndtr(x))`` with ``ndtr(x) = erfc(-x / sqrt 2) / 2``: for ``x < 0`` the log of
+    :func:`_erfc_fit` written out (``log(t / 2) - z^2 + P(t)``: no underflow in the far tail); for ``x >= 0``
+    ``log1p(-erfc(x / sqrt 2) / 2)``, exact for the values near 0 there."""
+    xf, dt = _float_of(x)
+    z = xf.abs() * (1.0 / math.sqrt(2.0))
+    t, poly = _erfc_fit(z)
+    neg = torch.log(0.5 * t) - z * z + poly
+    pos = torch.log1p(-0.5 * t * torch.exp(-z * z + poly))
+    return torch.where(xf < 0, neg, pos).to(dt)
 
 
 def hypot_scaled(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -745,6 +782,80 @@ def angle_of_reals(x: torch.Tensor) -> torch.Tensor:
     xf = x.to(dt)
     out = torch.where(xf < 0, torch.full_like(xf, math.pi), torch.zeros_like(xf))
     return torch.where(xf != xf, xf, out)
+
+
+MAX_SEARCH_COMPARISONS = 1 << 24
+
+
+def searchsorted_by_count(sorted_sequence: torch.Tensor, self, *, out_int32: bool = False, right: bool = False,
+                          side=None, sorter=None) -> torch.Tensor:
+    """``searchsorted``: the number of sequence elements before each value, counted as a comparison of every
+    value with every element (``seq < v`` for the left side, ``seq <= v`` for the right), written ``not (seq >=
+    v)`` so that a NaN value lands at the end, where PyTorch's binary search puts it."""
+    seq = sorted_sequence if sorter is None else sorted_sequence.gather(-1, sorter)
+    values = self if isinstance(self, torch.Tensor) else torch.full((), self)
+    upper = right or side == "right"
+    s = seq if seq.dim() == 1 else seq.unsqueeze(-2)
+    v = values.unsqueeze(-1)
+    before = ~(s > v) if upper else ~(s >= v)
+    return before.sum(-1).to(torch.int32 if out_int32 else torch.int64)
+
+
+def _search_fits(node: torch.fx.Node) -> bool:
+    seq, values = node.args[0].meta["val"], node.args[1]
+    count = values.meta["val"].numel() if isinstance(values, torch.fx.Node) else 1
+    return seq.shape[-1] * max(count, 1) <= MAX_SEARCH_COMPARISONS
+
+
+def put_by_index_put(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
+                     accumulate: bool = False) -> torch.Tensor:
+    """``put``: an ``index_put`` into the flattened tensor (negative indices count from the end)."""
+    flat = x.reshape(-1)
+    idx = index.reshape(-1)
+    idx = torch.where(idx < 0, idx + flat.numel(), idx)
+    return torch.index_put(flat, (idx,), source.reshape(-1).to(x.dtype), accumulate).reshape(x.shape)
+
+
+def nanmedian_by_sort(x: torch.Tensor, dim: int | None = None, keepdim: bool = False):
+    """``nanmedian``: the lower median of each slice's non-NaN values (element ``(k - 1) // 2`` of them
+    sorted, ``k`` of them), NaN at index 0 for a slice of NaNs only. NaNs sort as +inf (this torch-mlir's sort
+    does not move a NaN); integers: :func:`median_by_sort`. Without ``dim``, the value over all elements."""
+    if dim is None:
+        return nanmedian_by_sort(x.reshape(-1), 0)[0]
+    if not x.dtype.is_floating_point:
+        return median_by_sort(x, dim, keepdim)
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    nan = x.isnan()
+    ordered, order = torch.sort(torch.where(nan, torch.full_like(x, math.inf), x), dim=dim)
+    count = (~nan).sum(dim, keepdim=True)
+    k = torch.div((count - 1).clamp(min=0), 2, rounding_mode="floor")
+    values = torch.where(count == 0, torch.full_like(ordered.narrow(dim, 0, 1), math.nan), ordered.gather(dim, k))
+    indices = torch.where(count == 0, torch.zeros_like(k), order.gather(dim, k))
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return values, indices
+
+
+MAX_KERNEL_POSITIONS = 1024
+
+
+def im2col_by_slices(x: torch.Tensor, kernel_size, dilation, padding, stride) -> torch.Tensor:
+    """``unfold`` (im2col): the padded input sliced once per kernel position (strided slices), stacked as
+    ``[N, C, kh * kw, out_h, out_w]`` and flattened to ``[N, C * kh * kw, out_h * out_w]`` (channel-major,
+    then kernel row, then column, as PyTorch orders them)."""
+    batched = x.dim() == 4
+    if not batched:
+        x = x.unsqueeze(0)
+    n, c, h, w = x.shape
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
+    xp = torch.nn.functional.pad(x, (pw, pw, ph, ph)) if ph or pw else x
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    cols = [xp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+            for i in range(kh) for j in range(kw)]
+    out = torch.stack(cols, 2).reshape(n, c * kh * kw, oh * ow)
+    return out if batched else out.squeeze(0)
 
 
 ADAPTERS: list[Adapter] = [
@@ -908,8 +1019,8 @@ ADAPTERS: list[Adapter] = [
     ),
     Adapter(
         name="median-by-sort",
-        why="aten.median.dim fails to legalize in the torch backend pipeline",
-        decompositions={aten.median.dim: median_by_sort},
+        why="aten.median (with or without dim) fails to legalize in the torch backend pipeline",
+        decompositions={aten.median.dim: median_by_sort, aten.median.default: median_of_all},
     ),
     Adapter(
         name="linalg-norm-by-vector-norm",
@@ -959,6 +1070,34 @@ ADAPTERS: list[Adapter] = [
         why="aten.angle fails to legalize in Torch-MLIR",
         decompositions={aten.angle.default: angle_of_reals},
         needed=lambda node: not node.args[0].meta["val"].dtype.is_complex,
+    ),
+    Adapter(
+        name="erfcx-and-log-ndtr-by-fit",
+        why="aten.special_erfcx (and special_log_ndtr, which PyTorch writes with it) fail to legalize in "
+        "Torch-MLIR",
+        decompositions={aten.special_erfcx.default: erfcx_by_fit, aten.special_log_ndtr.default: log_ndtr_by_fit},
+    ),
+    Adapter(
+        name="searchsorted-by-count",
+        why="aten.searchsorted fails to legalize in Torch-MLIR",
+        decompositions={aten.searchsorted.Tensor: searchsorted_by_count, aten.searchsorted.Scalar: searchsorted_by_count},
+        applies=_search_fits,
+    ),
+    Adapter(
+        name="put-by-index-put",
+        why="aten.put fails to legalize in Torch-MLIR",
+        decompositions={aten.put.default: put_by_index_put},
+    ),
+    Adapter(
+        name="nanmedian-by-sort",
+        why="aten.nanmedian fails to legalize in Torch-MLIR",
+        decompositions={aten.nanmedian.default: nanmedian_by_sort, aten.nanmedian.dim: nanmedian_by_sort},
+    ),
+    Adapter(
+        name="im2col-by-slices",
+        why="aten.im2col (nn.functional.unfold) crashes Torch-MLIR's lowering",
+        decompositions={aten.im2col.default: im2col_by_slices},
+        applies=lambda node: math.prod(node.args[1]) <= MAX_KERNEL_POSITIONS,
     ),
 ]
 
