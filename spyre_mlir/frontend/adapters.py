@@ -858,6 +858,91 @@ def im2col_by_slices(x: torch.Tensor, kernel_size, dilation, padding, stride) ->
     return out if batched else out.squeeze(0)
 
 
+def _float64_of(x: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+    """``x`` in float64 and the result type PyTorch gives. The series below cancel (lgamma(3) = lgamma(11) -
+    log(3 ... 10)): in float64 they run on the host, where reduced precision does not round their steps."""
+    return x.to(torch.float64), (x.dtype if x.dtype.is_floating_point else torch.get_default_dtype())
+
+
+def erfinv_by_fit(x: torch.Tensor) -> torch.Tensor:
+    """``erfinv(x)``: Giles' single-precision polynomials in ``w = -log(1 - x^2)`` ("Approximating the erfinv
+    function", GPU Computing Gems, 2011), then one Newton step on ``erf(y) = x`` (the error squares), in
+    float64 (:func:`_float64_of`); +-inf at +-1, NaN beyond."""
+    xf, dt = _float64_of(x)
+    w = -torch.log((1.0 - xf) * (1.0 + xf))
+    a = w - 2.5
+    p = 2.81022636e-08
+    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164,
+              0.246640727, 1.50140941):
+        p = c + p * a
+    b = torch.sqrt(w) - 3.0
+    q = -0.000200214257
+    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
+              1.00167406, 2.83297682):
+        q = c + q * b
+    y = torch.where(w < 5.0, p, q) * xf
+    y = y - (torch.erf(y) - xf) / ((2.0 / math.sqrt(math.pi)) * torch.exp(-y * y))
+    edge = xf.abs() == 1.0
+    y = torch.where(edge, xf * math.inf, y)
+    return torch.where(xf.abs() > 1.0, torch.full_like(y, math.nan), y).to(dt)
+
+
+_SHIFT = 8      # lgamma and digamma move x below this up by recurrence, where their asymptotic series is exact
+
+
+def _shifted(x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``x + 8`` where ``x < 8`` (else ``x``), and the terms ``x + k`` (k < 8) the recurrence divides by
+    (1 where there is no shift)."""
+    low = x < _SHIFT
+    terms = [torch.where(low, x + k, torch.ones_like(x)) for k in range(_SHIFT)]
+    return torch.where(low, x + _SHIFT, x), terms
+
+
+def _nonpositive_integer(x: torch.Tensor) -> torch.Tensor:
+    return (x <= 0) & (x == torch.floor(x))
+
+
+def lgamma_by_stirling(x: torch.Tensor) -> torch.Tensor:
+    """``lgamma(x) = log|Gamma(x)|``: Stirling's series at ``z >= 8`` (to 1/z^5: relative error below 1e-10
+    there), reached by ``lgamma(x) = lgamma(x + 8) - sum_k log|x + k|``; below 1/2 the reflection
+    ``log(pi / |sin(pi x)|) - lgamma(1 - x)``; +inf at the poles (0, -1, ...), as PyTorch."""
+    xf, dt = _float64_of(x)
+    neg = xf < 0.5
+    r = torch.where(neg, 1.0 - xf, xf)
+    z, terms = _shifted(r)
+    inv = 1.0 / z
+    inv2 = inv * inv
+    series = (z - 0.5) * torch.log(z) - z + 0.5 * math.log(2 * math.pi) + inv * (
+        1.0 / 12 + inv2 * (-1.0 / 360 + inv2 * (1.0 / 1260 - inv2 / 1680)))
+    out = series - sum(torch.log(t.abs()) for t in terms)
+    # sin and tan of pi x taken at x's distance to the nearest integer (exact), not at pi x rounded.
+    reflected = math.log(math.pi) - torch.log(torch.sin(math.pi * (xf - torch.round(xf))).abs()) - out
+    out = torch.where(neg, reflected, out)
+    out = torch.where(_nonpositive_integer(xf) | (xf.abs() == math.inf), torch.full_like(out, math.inf), out)
+    return out.to(dt)
+
+
+def digamma_by_series(x: torch.Tensor) -> torch.Tensor:
+    """``digamma(x)``: the asymptotic series at ``z >= 8`` reached by ``psi(x) = psi(x + 8) - sum_k 1 / (x + k)``;
+    below 1/2 the reflection ``psi(1 - x) - pi / tan(pi x)``; -inf at +0 and +inf at -0 (PyTorch's), NaN at the
+    negative integers."""
+    xf, dt = _float64_of(x)
+    neg = xf < 0.5
+    r = torch.where(neg, 1.0 - xf, xf)
+    z, terms = _shifted(r)
+    inv = 1.0 / z
+    inv2 = inv * inv
+    series = torch.log(z) - 0.5 * inv - inv2 * (1.0 / 12 - inv2 * (1.0 / 120 - inv2 * (1.0 / 252 - inv2 / 240)))
+    # torch.div, not 1 / t: aten.reciprocal lowers with an assertion that no element is 0 (t is at a pole).
+    one = torch.ones_like(xf)
+    out = series - sum(torch.where(r < _SHIFT, torch.div(one, t), torch.zeros_like(t)) for t in terms)
+    out = torch.where(neg, out - torch.div(math.pi * one, torch.tan(math.pi * (xf - torch.round(xf)))), out)
+    zero = xf == 0
+    out = torch.where(zero, torch.where(torch.div(one, xf) < 0, math.inf, -math.inf) * one, out)
+    out = torch.where(_nonpositive_integer(xf) & ~zero, torch.full_like(out, math.nan), out)
+    return out.to(dt)
+
+
 ADAPTERS: list[Adapter] = [
 
     Adapter(
@@ -1098,6 +1183,12 @@ ADAPTERS: list[Adapter] = [
         why="aten.im2col (nn.functional.unfold) crashes Torch-MLIR's lowering",
         decompositions={aten.im2col.default: im2col_by_slices},
         applies=lambda node: math.prod(node.args[1]) <= MAX_KERNEL_POSITIONS,
+    ),
+    Adapter(
+        name="gamma-functions-by-series",
+        why="aten.lgamma and aten.digamma fail to legalize in Torch-MLIR; aten.erfinv has no lowering to linalg",
+        decompositions={aten.lgamma.default: lgamma_by_stirling, aten.digamma.default: digamma_by_series,
+                        aten.erfinv.default: erfinv_by_fit},
     ),
 ]
 

@@ -266,6 +266,14 @@ CASES = {
          [(torch.randn(2, 3, 6, 7),)]),
         (lambda x: F.unfold(x, 2), (torch.randn(3, 6, 7),), []),
     ],
+    "gamma-functions-by-series": [
+        (lambda x: (torch.lgamma(x), torch.digamma(x)),
+         (torch.cat([torch.linspace(-9.5, 20, 400), torch.tensor([0.0, -0.0, -1.0, -3.0, 1.0, 2.0, 1e-6, 1e5])]),),
+         [(torch.randn(408) * 30,)]),
+        (lambda x: (torch.lgamma(x), torch.digamma(x)), (torch.arange(-3, 5),), []),
+        (torch.erfinv, (torch.cat([torch.linspace(-1, 1, 401), torch.tensor([1.5, 0.999999, -0.9999999, 1e-30])]),),
+         [(torch.rand(405) * 2 - 1,)]),
+    ],
 }
 
 

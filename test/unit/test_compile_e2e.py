@@ -870,13 +870,14 @@ class _Decomposed(torch.nn.Module):
                 torch.addbmm(n[:4, None].expand(4, 3), a, b, beta=2),
                 torch.searchsorted(y, x), torch.put(x, n[:3], y[:3]), torch.nanmedian(x.log(), 1)[0],
                 torch.median(x), torch.special.erfcx(y), torch.special.log_ndtr(y * 3),
-                torch.nn.functional.unfold(x[None, None], 2, padding=1))
+                torch.nn.functional.unfold(x[None, None], 2, padding=1), torch.lgamma(y), torch.digamma(n + 3),
+                torch.erfinv(y / 7))
 
 
 @pytest.mark.parametrize("precision", ["fp32-reference", "dlf16"])
 def test_ops_written_by_adapters_compile_and_match(precision):
     """linalg.norm (vector and matrix 1/inf norms), erfc, hypot, angle, diagonal_scatter, integer powers,
-    isclose and addbmm of integers, searchsorted, put, nanmedian, median, erfcx, log_ndtr and unfold failed in
+    isclose and addbmm of integers, searchsorted, put, nanmedian, median, erfcx, log_ndtr, unfold, lgamma, digamma and erfinv failed in
     Torch-MLIR ("unsupported"); frontend adapters write them as ops it lowers, and each matches eager."""
     torch.manual_seed(0)
     x, y = torch.randn(5, 5), torch.linspace(-4, 6, 5)
