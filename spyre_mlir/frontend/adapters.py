@@ -943,6 +943,19 @@ def digamma_by_series(x: torch.Tensor) -> torch.Tensor:
     return out.to(dt)
 
 
+def mvlgamma_by_lgamma(x: torch.Tensor, p: int) -> torch.Tensor:
+    """``mvlgamma(x, p) = p (p - 1) / 4 log(pi) + sum_j lgamma(x - j / 2)`` (:func:`lgamma_by_stirling`)."""
+    dt = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    xf = x.to(torch.float64)
+    out = sum(lgamma_by_stirling(xf - j / 2) for j in range(p)) + p * (p - 1) / 4 * math.log(math.pi)
+    return out.to(dt)
+
+
+def polygamma_zero_by_digamma(n: int, x: torch.Tensor) -> torch.Tensor:
+    """``polygamma(0, x)`` is ``digamma(x)`` (:func:`digamma_by_series`); other orders: the table's."""
+    return digamma_by_series(x) if n == 0 else NotImplemented
+
+
 ADAPTERS: list[Adapter] = [
 
     Adapter(
@@ -1186,9 +1199,14 @@ ADAPTERS: list[Adapter] = [
     ),
     Adapter(
         name="gamma-functions-by-series",
-        why="aten.lgamma and aten.digamma fail to legalize in Torch-MLIR; aten.erfinv has no lowering to linalg",
+        why="aten.lgamma, digamma, mvlgamma and polygamma fail to legalize in Torch-MLIR; aten.erfinv has no "
+        "lowering to linalg",
         decompositions={aten.lgamma.default: lgamma_by_stirling, aten.digamma.default: digamma_by_series,
-                        aten.erfinv.default: erfinv_by_fit},
+                        aten.erfinv.default: erfinv_by_fit, aten.mvlgamma.default: mvlgamma_by_lgamma,
+                        aten.polygamma.default: polygamma_zero_by_digamma,
+                        aten.special_polygamma.default: polygamma_zero_by_digamma},
+        needed=lambda node: "polygamma" not in str(node.target) or node.args[0] == 0,
+        respells=True,
     ),
 ]
 

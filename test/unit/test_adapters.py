@@ -271,6 +271,8 @@ CASES = {
          (torch.cat([torch.linspace(-9.5, 20, 400), torch.tensor([0.0, -0.0, -1.0, -3.0, 1.0, 2.0, 1e-6, 1e5])]),),
          [(torch.randn(408) * 30,)]),
         (lambda x: (torch.lgamma(x), torch.digamma(x)), (torch.arange(-3, 5),), []),
+        (lambda x: (torch.mvlgamma(x, 3), torch.polygamma(0, x), torch.special.polygamma(0, x)),
+         (torch.rand(50) * 9 + 1.01,), []),
         (torch.erfinv, (torch.cat([torch.linspace(-1, 1, 401), torch.tensor([1.5, 0.999999, -0.9999999, 1e-30])]),),
          [(torch.rand(405) * 2 - 1,)]),
     ],
