@@ -606,8 +606,8 @@ def _matrix_norm_ord(node: torch.fx.Node):
     x = node.args[0].meta["val"]
     ord = node.args[1] if len(node.args) > 1 else node.kwargs.get("ord")
     dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
-    if ord is None or (dim is None and x.dim() != 2) or (dim is not None and isinstance(dim, int) or
-                                                         dim is not None and len(dim) == 1):
+    dims = [dim] if isinstance(dim, int) else dim
+    if ord is None or (dims is None and x.dim() != 2) or (dims is not None and len(dims) != 2):
         return None
     return ord
 
@@ -734,6 +734,8 @@ def power_of_integers(x: torch.Tensor, exponent) -> torch.Tensor:
     if x.dtype.is_floating_point or x.dtype.is_complex or not isinstance(exponent, (int, bool)) or exponent < 0:
         return NotImplemented
     n = int(exponent)
+    if x.dtype == torch.bool:                   # powers of bools are int64
+        x = x.to(torch.int64)
     out = torch.ones_like(x)
     base = x
     while n:
@@ -891,8 +893,8 @@ _SHIFT = 8      # lgamma and digamma move x below this up by recurrence, where t
 
 
 def _shifted(x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """``x + 8`` where ``x < 8`` (else ``x``), and the terms ``x + k`` (k < 8) the recurrence divides by
-    (1 where there is no shift)."""
+    """``x + 8`` where ``x < 8`` (else ``x``), and the recurrence's terms ``x + k`` (k < 8; 1 where there is no
+    shift)."""
     low = x < _SHIFT
     terms = [torch.where(low, x + k, torch.ones_like(x)) for k in range(_SHIFT)]
     return torch.where(low, x + _SHIFT, x), terms
@@ -903,7 +905,7 @@ def _nonpositive_integer(x: torch.Tensor) -> torch.Tensor:
 
 
 def lgamma_by_stirling(x: torch.Tensor) -> torch.Tensor:
-    """``lgamma(x) = log|Gamma(x)|``: Stirling's series at ``z >= 8`` (to 1/z^5: relative error below 1e-10
+    """``lgamma(x) = log|Gamma(x)|``: Stirling's series at ``z >= 8`` (to 1/z^7: relative error below 1e-12
     there), reached by ``lgamma(x) = lgamma(x + 8) - sum_k log|x + k|``; below 1/2 the reflection
     ``log(pi / |sin(pi x)|) - lgamma(1 - x)``; +inf at the poles (0, -1, ...), as PyTorch."""
     xf, dt = _float64_of(x)

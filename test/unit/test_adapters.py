@@ -221,7 +221,8 @@ CASES = {
     "integer-powers-by-multiplication": [
         (lambda x: (x ** 5, torch.square(x), x ** 0, x ** 1), (torch.arange(-4, 60),),
          [(torch.randint(-2**40, 2**40, (64,)),)]),          # wraps as eager does
-        (lambda x, y: (torch.square(x), x.int() ** 3, y ** 2.5), (torch.tensor([True, False]), torch.rand(4)), []),
+        (lambda x, y: (torch.square(x), x ** 3, x.int() ** 3, y ** 2.5), (torch.tensor([True, False]), torch.rand(4)),
+         []),
     ],
     "isclose-of-integers": [
         (lambda a, b: (torch.isclose(a, b), torch.isclose(a, b, rtol=0.01, atol=0.5)),
