@@ -877,8 +877,9 @@ class _Decomposed(torch.nn.Module):
 @pytest.mark.parametrize("precision", ["fp32-reference", "dlf16"])
 def test_ops_written_by_adapters_compile_and_match(precision):
     """linalg.norm (vector and matrix 1/inf norms), erfc, hypot, angle, diagonal_scatter, integer powers,
-    isclose and addbmm of integers, searchsorted, put, nanmedian, median, erfcx, log_ndtr, unfold, lgamma, digamma and erfinv failed in
-    Torch-MLIR ("unsupported"); frontend adapters write them as ops it lowers, and each matches eager."""
+    isclose and addbmm of integers, searchsorted, put, nanmedian, median, erfcx, log_ndtr, unfold, lgamma,
+    digamma and erfinv failed in Torch-MLIR ("unsupported"); frontend adapters write them as ops it lowers,
+    and each matches eager."""
     torch.manual_seed(0)
     x, y = torch.randn(5, 5), torch.linspace(-4, 6, 5)
     n, m = torch.arange(-2, 8), torch.arange(-2, 8) + torch.tensor([0, 1] * 5)
