@@ -674,7 +674,7 @@ class Executable:
                     raise InputError(f"input '{b.name}': values outside the {b.fmt.key} range {lo}..{hi}")
                 a = a.astype(np.int64)
             elif b.fmt.is_float:
-                a = a.astype(np.float32)
+                a = a.astype(np.float32, copy=False)      # only read: written into device memory below
             out.append(a)
         return out
 
@@ -704,9 +704,9 @@ class Executable:
                 raise SpyreRuntimeError(f"internal error {where}: {type(e).__name__}: {e}") from e
         outs = []
         for v, b in zip(self._out_views, self.output_buffers):
-            r = v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()
-            r = np.array(r).reshape(b.shape)
-            outs.append(r.astype(host_dtype(b.dtype)) if b.dtype else r)
+            r = (v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()).reshape(b.shape)
+            # One copy, in the model's dtype: the result owns its memory (a read may be a view of the machine's).
+            outs.append(np.array(r, dtype=host_dtype(b.dtype) if b.dtype else r.dtype))
         self._wall = time.perf_counter() - t0
         return tuple(outs)
 
