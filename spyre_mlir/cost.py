@@ -701,6 +701,14 @@ def _tile_floor(mb: int, nb: int, kb: int, gm: int, gn: int, batch: int, target:
     return floor
 
 
+def _may_fit(tile: Sequence[int], target: Target, fmt: str, b_fmt: str | None, trans_b: bool) -> bool:
+    """Whether a matmul tile's A, B and accumulator alone fit the scratchpad: every buffer of a matmul is live
+    throughout (matmul_buffers), so a tile that fails this cannot fit."""
+    tm, tn, tk = tile
+    return (min(tile_bytes(tm, tk, fmt), tile_bytes(tm, tk, _pt_fmt(fmt))) + b_tile_bytes(tk, tn, b_fmt or fmt, trans_b)
+            + tile_bytes(tm, tn, FP32) <= target.scratchpad_usable_bytes)
+
+
 @functools.lru_cache(maxsize=1 << 12)
 def _best_tile(mb, nb, kb, target, fmt, out_fmt, batch, split_k, bias, active, force, grid, b_fmt, round_fmt,
                colscale, epi_in, trans_b, softmax, epi_temps, sibling):
@@ -716,12 +724,8 @@ def _best_tile(mb, nb, kb, target, fmt, out_fmt, batch, split_k, bias, active, f
     gm, gn = grid if grid and split_k == 1 else (1, 1)
     nmul = 2 if sibling else 1
     floor = _tile_floor(mb, nb, kb, gm, gn, batch, target, fmt, out_fmt, active, b_fmt, trans_b, nmul)
-    # Every buffer of a matmul is live throughout (matmul_buffers): a tile whose A, B and accumulator alone
-    # exceed the scratchpad cannot fit.
-    pa, bf, usable = _pt_fmt(fmt), b_fmt or fmt, target.scratchpad_usable_bytes
     order = sorted((floor(*tile), i, tile) for i, tile in enumerate(itertools.product(*cands))
-                   if min(tile_bytes(tile[0], tile[2], fmt), tile_bytes(tile[0], tile[2], pa))
-                   + b_tile_bytes(tile[2], tile[1], bf, trans_b) + tile_bytes(tile[0], tile[1], FP32) <= usable)
+                   if _may_fit(tile, target, fmt, b_fmt, trans_b))
     best = None
     for low, i, tile in order:
         # The bound and the model sum the same terms in other orders: a margin for their rounding.
@@ -773,7 +777,7 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
                            split_m: int | None = None, epi_in: Sequence[str] = (),
                            trans_b: bool = False, softmax: str | None = None,
                            epi_temps: int = 0, sibling: str | None = None, epi_ops: Sequence[str] = (),
-                           chain_dv: int = 0) -> tuple[int, int, int, int] | None:
+                           chain_dv: int = 0, prune: bool = True) -> tuple[int, int, int, int] | None:
     """The cheapest (gb, gm, gn, gk) with product <= cores, stick-aligned splits (M evenly in multiples of the PT
     rows, N in whole sticks of B and the result, evenly or ragged (:func:`n_block`, one tile column per core),
     K evenly in whole sticks of A), each core's span within the target's
@@ -781,11 +785,12 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
     every core; ``split_k`` and ``split_m`` force the K and M splits (a card's share of a matmul keeps the whole
     op's, so each core computes the same tiles). ``epi_ops``, ``chain_dv``: the work finishing each output tile
     (:func:`finish_cycles`), weighed where grids compete; each grid's tile is picked without it, so matmuls of
-    one shape on one grid get one tile. None when no division keeps each core's span in range."""
+    one shape on one grid get one tile. None when no division keeps each core's span in range. ``prune`` False
+    costs every grid (the exhaustive search the pruned one must agree with)."""
     out_fmt = out_fmt or fmt
-    best = None
     full = max((gb * gm * gn for gb, gm, gn, _ in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, False,
                                                                 b_fmt, trans_b)), default=0)
+    grids = []
     for g in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, full < cores or (split_k or 1) > 1, b_fmt,
                            trans_b):
         gb, gm, gn, gk = g
@@ -795,21 +800,42 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
             continue        # a softmax epilogue needs whole rows on one core
         if matmul_span(M, N, K, g, fmt, out_fmt, B, b_fmt, trans_b, 2 if sibling else 1) > target.core_span_bytes:
             continue
-        active = gb * gm * gn * gk
         nb = n_block(N, gn, n_quantum(fmt, out_fmt, b_fmt, target, trans_b))
+        tn = nb if nb * gn != N or softmax else None
+        grids.append((_grid_floor(B, M, K, g, nb, target, fmt, sibling) if prune else 0.0, len(grids), g, nb, tn))
+    # Grids in the order of a lower bound on their cost, until it exceeds the cheapest found: the rest cannot win
+    # (and then no tile search runs for them). The winner is the exhaustive search's: ties keep the order above.
+    best = None
+    for low, i, g, nb, tn in sorted(grids):
+        if best is not None and low > best[0][0] * (1 + 1e-9):
+            break
+        gb, gm, gn, gk = g
+        active = gb * gm * gn * gk
         fit = best_tile(M // gm, nb, K // gk, target, fmt, out_fmt, batch=B // gb, split_k=gk, bias=bias,
                         active=active, grid=(gm, gn), b_fmt=b_fmt, round_fmt=round_fmt, colscale=colscale,
-                        epi_in=epi_in, force=(None, nb if nb * gn != N or softmax else None, None),
-                        trans_b=trans_b, softmax=softmax, epi_temps=epi_temps, sibling=sibling)
+                        epi_in=epi_in, force=(None, tn, None), trans_b=trans_b, softmax=softmax,
+                        epi_temps=epi_temps, sibling=sibling)
         if fit is None:
             continue
         c = matmul_cycles(M, N, K, g, fit[0], target, fmt, out_fmt, batch=B, bias=bias, double_buffer=fit[1] == 2,
                           b_fmt=b_fmt, round_fmt=round_fmt, epi_in=epi_in, resident=fit[2] is not None,
                           trans_b=trans_b, softmax=softmax, sibling=sibling, epi_ops=epi_ops, chain_dv=chain_dv)
-        key = (c.total, gk, active)       # ties: no K split, then fewer cores
+        key = (c.total, gk, active, i)       # ties: no K split, then fewer cores, then the first
         if best is None or key < best[0]:
             best = (key, g)
     return None if best is None else best[1]
+
+
+def _grid_floor(B: int, M: int, K: int, grid: Sequence[int], nb: int, target: Target, fmt: str,
+                sibling: str | None) -> float:
+    """A lower bound on what :func:`best_batch_matmul_grid` costs ``grid`` (``nb``: its busiest core's N block):
+    that core's multiply-accumulates at the PT array's rate, which every tile's PT work (:func:`_tile_floor`)
+    pads and adds latency to; 0 for a K split, whose kernel is not bounded that way. test_cost checks it against
+    the grid's model."""
+    gb, gm, gn, gk = grid
+    if gk > 1:
+        return 0.0
+    return _ceil(B, gb) * _ceil(M, gm) * nb * K * (2 if sibling else 1) / pt_rate(target, _pt_fmt(fmt))
 
 
 def best_matmul_grid(M: int, N: int, K: int, cores: int, target: Target, fmt: str = "dlf16",

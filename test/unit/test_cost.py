@@ -454,6 +454,45 @@ def test_the_pruned_tile_search_finds_the_exhaustive_searchs_tile(mb, nb, kb, gr
     assert got == (None if best is None else best[1])
 
 
+# Matmuls the grid search meets: batch, M, N, K (ragged N splits, K splits when too few rows and columns to
+# share out) and the kernel's options that change its cost.
+_MATMULS = dict(
+    B=st.sampled_from([1, 2, 12]), M=st.sampled_from([8, 16, 128, 200, 1024]),
+    N=st.sampled_from([64, 192, 768, 1000, 4096]), K=st.sampled_from([64, 256, 320, 768, 4096]),
+    fmt=st.sampled_from([("dlf16", "fp32"), ("dlf16", "dlf16"), ("fp8_e4m3", "dlf16")]),
+    kw=st.sampled_from([{}, {"bias": True}, {"sibling": "dlf16"}, {"trans_b": True}, {"softmax": "dlf16"},
+                        {"b_fmt": "int8"}, {"epi_ops": ("simple", "transcendental")}]))
+
+
+@given(**_MATMULS)
+@settings(max_examples=80, deadline=None)
+def test_the_grid_floor_bounds_the_grids_model(B, M, N, K, fmt, kw):
+    """The grid search prunes by cost._grid_floor: it must never exceed what the search costs a grid (with its
+    best tile), or it could prune the grid that wins."""
+    fmt, out = fmt
+    b_fmt, trans_b = kw.get("b_fmt"), kw.get("trans_b", False)
+    for g in cost._matmul_grids(B, M, N, K, 32, T, fmt, out, True, b_fmt, trans_b):
+        gb, gm, gn, gk = g
+        nb = cost.n_block(N, gn, cost.n_quantum(fmt, out, b_fmt, T, trans_b))
+        fit = cost.best_tile(M // gm, nb, K // gk, T, fmt, out, batch=B // gb, split_k=gk, active=gb * gm * gn * gk,
+                             grid=(gm, gn), force=(None, nb if nb * gn != N else None, None),
+                             **{k: v for k, v in kw.items() if k != "epi_ops"})
+        if fit is None:
+            continue
+        c = cost.matmul_cycles(M, N, K, g, fit[0], T, fmt, out, batch=B, double_buffer=fit[1] == 2,
+                               resident=fit[2] is not None, **kw)
+        assert cost._grid_floor(B, M, K, g, nb, T, fmt, kw.get("sibling")) <= c.total * (1 + 1e-9), g
+
+
+@given(**_MATMULS)
+@settings(max_examples=80, deadline=None)
+def test_the_pruned_grid_search_finds_the_exhaustive_searchs_grid(B, M, N, K, fmt, kw):
+    """The grid search costs grids in the order of their floor and stops where it exceeds the cheapest: the
+    same grid as costing every one (ties to the first in the exhaustive order)."""
+    got = cost.best_batch_matmul_grid(B, M, N, K, 32, T, *fmt, **kw)
+    assert got == cost.best_batch_matmul_grid(B, M, N, K, 32, T, *fmt, prune=False, **kw)
+
+
 def test_tile_sizes_walk_a_shorter_last_tile_where_no_multiple_divides():
     assert cost.tile_sizes(512, 64) == [64, 128, 256, 512]         # the divisors in whole quanta
     assert cost.tile_sizes(320, 64) == [64, 320]
