@@ -701,14 +701,6 @@ def _tile_floor(mb: int, nb: int, kb: int, gm: int, gn: int, batch: int, target:
     return floor
 
 
-def _may_fit(tile: Sequence[int], target: Target, fmt: str, b_fmt: str | None, trans_b: bool) -> bool:
-    """Whether a matmul tile's A, B and accumulator alone fit the scratchpad: every buffer of a matmul is live
-    throughout (matmul_buffers), so a tile that fails this cannot fit."""
-    tm, tn, tk = tile
-    return (min(tile_bytes(tm, tk, fmt), tile_bytes(tm, tk, _pt_fmt(fmt))) + b_tile_bytes(tk, tn, b_fmt or fmt, trans_b)
-            + tile_bytes(tm, tn, FP32) <= target.scratchpad_usable_bytes)
-
-
 @functools.lru_cache(maxsize=1 << 12)
 def _best_tile(mb, nb, kb, target, fmt, out_fmt, batch, split_k, bias, active, force, grid, b_fmt, round_fmt,
                colscale, epi_in, trans_b, softmax, epi_temps, sibling):
@@ -724,8 +716,12 @@ def _best_tile(mb, nb, kb, target, fmt, out_fmt, batch, split_k, bias, active, f
     gm, gn = grid if grid and split_k == 1 else (1, 1)
     nmul = 2 if sibling else 1
     floor = _tile_floor(mb, nb, kb, gm, gn, batch, target, fmt, out_fmt, active, b_fmt, trans_b, nmul)
+    # Every buffer of a matmul is live throughout (matmul_buffers): a tile whose A, B and accumulator alone
+    # exceed the scratchpad cannot fit.
+    pa, bf, usable = _pt_fmt(fmt), b_fmt or fmt, target.scratchpad_usable_bytes
     order = sorted((floor(*tile), i, tile) for i, tile in enumerate(itertools.product(*cands))
-                   if _may_fit(tile, target, fmt, b_fmt, trans_b))
+                   if min(tile_bytes(tile[0], tile[2], fmt), tile_bytes(tile[0], tile[2], pa))
+                   + b_tile_bytes(tile[2], tile[1], bf, trans_b) + tile_bytes(tile[0], tile[1], FP32) <= usable)
     best = None
     for low, i, tile in order:
         # The bound and the model sum the same terms in other orders: a margin for their rounding.
