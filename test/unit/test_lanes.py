@@ -228,6 +228,10 @@ def test_which_segments_run_as_lanes():
     assert emulator._lane_split(threaded + [[_ins(c, work=1 << 12) for c in range(32)] for _ in range(40)])
     for op in (Op.HOST, Op.GATHER, Op.RESTICK):                                     # this process only
         assert emulator._lane_split(big + [[_ins(0, op, 0)]]) is None
+    # Ring transfers move their bytes at the barrier, outside the lanes: big sends do not keep a segment whole.
+    sends = [[_ins(c, op, work=1 << 14) for c in range(32)] for op in (Op.RING_SEND, Op.RING_REDUCE)]
+    assert not any(emulator._threaded(b) for b in sends)
+    assert emulator._lane_split(sends + big)
 
 
 def test_which_programs_use_a_worker():
