@@ -1,7 +1,7 @@
 """Generation benchmark: spyre_mlir.generate's first call vs its steady-state decode step, against eager
 Hugging Face generate measured in the same run.
 
-    python bench/generate.py                         # llama-style decoder, hidden 256, 4 layers, dlf16, 32 cores
+    python bench/generate.py                         # llama-style decoder, hidden 256, 4 layers, head_dim 64, dlf16, 32 cores
     python bench/generate.py --family gpt2 --hidden 128 --layers 2 --new-tokens 16
 
 Reports, for one batch of prompts: the first call (compile both programs, link, load, prefill, decode), a
@@ -24,15 +24,16 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "models"))
 
 
-def build(family: str, hidden: int, layers: int, seed: int = 0):
+def build(family: str, hidden: int, layers: int, seed: int = 0, head_dim: int = 64):
     import transformers
 
     torch.manual_seed(seed)
+    heads = hidden // head_dim
     common = dict(vocab_size=1024, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-                  num_attention_heads=hidden // 32, num_key_value_heads=max(1, hidden // 64),
+                  num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
                   max_position_embeddings=2048, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     if family == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=1024, n_embd=hidden, n_layer=layers, n_head=hidden // 32,
+        cfg = transformers.GPT2Config(vocab_size=1024, n_embd=hidden, n_layer=layers, n_head=heads,
                                       n_positions=2048, bos_token_id=1, eos_token_id=2)
         return transformers.GPT2LMHeadModel(cfg).eval()
     cls = {"llama": "Llama", "granite": "Granite", "qwen2": "Qwen2", "mistral": "Mistral"}[family]
@@ -48,6 +49,9 @@ def main(argv=None) -> int:
     ap.add_argument("--family", default="llama", choices=["llama", "granite", "qwen2", "mistral", "gpt2"])
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--head-dim", type=int, default=64,
+                    help="attention head size (the Hugging Face families use 64-256; 32 is half a DLFloat16 stick, "
+                         "which splits heads by selection matmuls)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=32)
@@ -55,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=32)
     a = ap.parse_args(argv)
 
-    model = build(a.family, a.hidden, a.layers)
+    model = build(a.family, a.hidden, a.layers, head_dim=a.head_dim)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 1024, (a.batch, a.prompt), generator=g)
     mask = torch.ones_like(ids)
@@ -94,7 +98,7 @@ def main(argv=None) -> int:
     agree = float((out[:, ids.shape[1]:] == ref[:, ids.shape[1]:out.shape[1]]).float().mean())
 
     rows = [
-        ("model", f"{a.family} hidden {a.hidden}, {a.layers} layers, batch {a.batch}, prompt {a.prompt} "
+        ("model", f"{a.family} hidden {a.hidden}, {a.layers} layers, head_dim {a.head_dim}, batch {a.batch}, prompt {a.prompt} "
                   f"(bucket {gen.prompt_len}), cache {L}, {a.precision}, {gen.cores} cores"),
         ("tokens identical to eager greedy", f"{agree:.3f} of {n_new} new tokens x {a.batch} rows"),
         ("first call (compile, link, load, prefill, decode)", f"{first_s:.2f} s (compile+load {gen.compile_seconds:.2f} s)"),
