@@ -551,6 +551,24 @@ func.func @main(%x: tensor<1x64x8x8x!spyre.dlf16>, %w: tensor<4096x64x!spyre.dlf
     np.testing.assert_allclose(y, x.reshape(1, 4096) @ w, rtol=2e-2, atol=2e-2)
 
 
+def test_head_split_below_a_stick_reads_rows_of_one_stick():
+    """A BERT-style head split [128, 384] -> [128, 12, 32] dlf16 (heads of half a stick): the operand read as rows
+    of one stick, each split by 2 selection matrices [64, 32] (not 12 of [384, 32], 576 KB a core, which do not
+    fit a quarter of the scratchpad, so the host did it): exact, on the device."""
+    ir_text = """
+func.func @main(%x: tensor<128x384x!spyre.dlf16>) -> tensor<128x12x32x!spyre.dlf16> {
+  %s = "spyre.reshape"(%x) : (tensor<128x384x!spyre.dlf16>) -> tensor<128x12x32x!spyre.dlf16>
+  return %s : tensor<128x12x32x!spyre.dlf16>
+}"""
+    x = dlf16_round(rand(128, 384))
+    (y,), em, exe = run(ir_text, [x], cores=4, numerics="faithful")
+    np.testing.assert_array_equal(y, x.reshape(128, 12, 32))
+    assert em.host_ops == [] and em.kernels == ["spyre.reshape"]
+    # Per row tile, one product per half of a stick: [tile, 64] @ [64, 32].
+    mms = [i for s in exe.steps.streams for i in s if i.op is Op.MATMUL]
+    assert mms and all(i.mm[1][2] == 64 and i.mm[2][1:3] == (64, 32) for i in mms), {(i.mm[1][1:3], i.mm[2][1:3]) for i in mms}
+
+
 def test_pooling_and_suffix_reductions_on_device():
     """Max/avg pooling (row gathers + selection matmuls + SFU max/add) and a mean over the trailing (H, W)
     dims (rows combined in fp32, then one row reduction); dlf16 data, exact selection, one rounding."""

@@ -29,9 +29,9 @@ from ..plan import KernelPlan
 from ..memory import DevTensor, format_of, load_gather, load_rows, store_rows, store_scatter
 from .rows import _role, planned, run_tiles
 
-__all__ = ["restick", "col_terms", "out_width", "term_cols", "column_selections", "row_sources", "ring_merges",
-           "ring_slots", "ring_rows", "ring_source", "ring_sends", "ring_consumer", "prefetchable", "last_segment",
-           "select", "EMITTERS"]
+__all__ = ["restick", "col_terms", "in_width", "out_width", "term_cols", "column_selections", "row_sources",
+           "ring_merges", "ring_slots", "ring_rows", "ring_source", "ring_sends", "ring_consumer", "prefetchable",
+           "last_segment", "select", "EMITTERS"]
 
 
 def select(op, target, known) -> str | None:
@@ -394,8 +394,7 @@ def col_terms(op):
             c0 += c
         groups = [(np.arange(rout), terms)]
     elif name == "spyre.reshape":
-        ishape, _ = _tensor_type(o.operands[0])
-        cin = ishape[-1] if ishape else 1
+        cin = in_width(op)             # rows of whole sticks split below a stick: read stick by stick (in_width)
         if cin % cout == 0:            # split the innermost dim: k destination row sets
             k = cin // cout
             groups = []
@@ -435,6 +434,27 @@ def out_width(op) -> int:
     if stick and cin < stick and stick % cin == 0 and cout > stick and cout % stick == 0:
         return stick
     return cout
+
+
+def in_width(op) -> int:
+    """The width of the operand rows a selection kernel reads: the operand's innermost dim, except for a reshape
+    that splits rows of whole sticks into rows narrower than a stick (attention's heads of 32 in DLFloat16,
+    [128, 384] -> [128, 12, 32]). That one reads its operand as rows of one stick (the same bytes: whole sticks
+    have no padding), each split into stick / cout result rows, so its selection matrices are [stick, cout]
+    (stick / cout of them, not cin / cout matrices [cin, cout] that may not fit the scratchpad). Not for a row
+    view, whose rows are not its bytes."""
+    o = op.operation
+    ishape, elt = _tensor_type(o.operands[0])
+    cin = ishape[-1] if ishape else 1
+    if o.name != "spyre.reshape" or _is_view(o.operands[0]):
+        return cin
+    oshape, _ = _tensor_type(o.results[0])
+    cout = oshape[-1] if oshape else 1
+    fmt = format_of(elt)
+    stick = STICK_BYTES // fmt.nbytes(1) if fmt.nbytes(1) else 0
+    if stick and cout < stick and stick % cout == 0 and cin > stick and cin % stick == 0:
+        return stick
+    return cin
 
 
 def _selections_fit(op, target) -> bool:
@@ -480,6 +500,7 @@ def term_cols(op, groups) -> list[int]:
     """The source width of each term position of the groups (the ``in0``, ``inb0``... tiles)."""
     width = max(len(terms) for _, terms in groups)
     cols = [_tensor_type(v)[0][-1] if _tensor_type(v)[0] else 1 for v in op.operation.operands]
+    cols[0] = in_width(op)
     return [max(cols[terms[t][0]] for _, terms in groups if t < len(terms)) for t in range(width)]
 
 
@@ -607,6 +628,9 @@ def _emit_cols(em, op, loc):
     if groups is None:
         raise ValueError("it is no slice, concat or reshape inside the innermost dim")
     srcs = [em.tensor(v) for v in op.operation.operands]
+    cin = in_width(op)
+    if cin != srcs[0].cols:            # read as rows of one stick: the same bytes
+        srcs[0] = dataclasses.replace(srcs[0], shape=(srcs[0].rows * srcs[0].cols // cin, cin))
     O = em.result(op)
     cout = out_width(op)
     if cout != O.cols:                 # written as rows of one stick: the same bytes
