@@ -56,17 +56,18 @@ func.func @movement(%x: tensor<8x64x!spyre.dlf16>, %y: tensor<8x64xf32>, %t: ten
 
 // A reshape that splits whole sticks of the innermost dim into rows (attention's [.., 768] -> [.., 12, 64] head
 // split on dlf16) has its operand's bytes: an alias, when device ops read it. Returned, it would need a copy
-// into a buffer of its own shape, so there it keeps a device kernel. A split below a stick is no alias: it is
-// selection matmuls, over rows of one stick where the pieces divide a stick (heads of 16 or 32: [64, 16]
-// matrices, which fit where [256, 16] ones over whole rows would not), else over whole rows (pieces of 24),
-// whose matrices do not fit here.
+// into a buffer of its own shape, so there it keeps a device kernel. A split into pieces that are not whole
+// sticks is no alias: it is selection matmuls over rows of lcm(piece, stick) elements where those divide the
+// rows (heads of 16: [64, 16] matrices, which fit where [256, 16] ones over whole rows would not; pieces of 24:
+// [192, 24]), else over whole rows (pieces of 24 in rows of 2400), whose matrices do not fit here.
 // CHECK-LABEL: func.func @stick_split
 // CHECK: %[[S:.*]] = "spyre.reshape"(%arg0) {spyre.kernel = "alias"} : (tensor<16x256x!spyre.dlf16>) -> tensor<16x4x64x!spyre.dlf16>
 // CHECK: "spyre.map"(%[[S]])
 // CHECK: "spyre.reshape"{{.*}}spyre.kernel = "select-cols"{{.*}} -> tensor<16x2x128x!spyre.dlf16>
 // CHECK: "spyre.reshape"{{.*}}spyre.kernel = "select-cols"{{.*}} -> tensor<16x16x16x!spyre.dlf16>
-// CHECK: "spyre.reshape"{{.*}}spyre.on_host = "no device kernel for spyre.reshape on !spyre.dlf16"{{.*}} -> tensor<512x32x24x!spyre.dlf16>
-func.func @stick_split(%x: tensor<16x256x!spyre.dlf16>, %y: tensor<512x768x!spyre.dlf16>) -> (tensor<16x4x64x!spyre.dlf16>, tensor<16x2x128x!spyre.dlf16>, tensor<16x16x16x!spyre.dlf16>, tensor<512x32x24x!spyre.dlf16>) {
+// CHECK: "spyre.reshape"{{.*}}spyre.kernel = "select-cols"{{.*}} -> tensor<512x32x24x!spyre.dlf16>
+// CHECK: "spyre.reshape"{{.*}}spyre.on_host = "no device kernel for spyre.reshape on !spyre.dlf16"{{.*}} -> tensor<64x100x24x!spyre.dlf16>
+func.func @stick_split(%x: tensor<16x256x!spyre.dlf16>, %y: tensor<512x768x!spyre.dlf16>, %z: tensor<64x2400x!spyre.dlf16>) -> (tensor<16x4x64x!spyre.dlf16>, tensor<16x2x128x!spyre.dlf16>, tensor<16x16x16x!spyre.dlf16>, tensor<512x32x24x!spyre.dlf16>, tensor<64x100x24x!spyre.dlf16>) {
   %0 = "spyre.reshape"(%x) : (tensor<16x256x!spyre.dlf16>) -> tensor<16x4x64x!spyre.dlf16>
   %1 = "spyre.map"(%0) ({
   ^bb0(%a: f32):
@@ -76,7 +77,8 @@ func.func @stick_split(%x: tensor<16x256x!spyre.dlf16>, %y: tensor<512x768x!spyr
   %2 = "spyre.reshape"(%x) : (tensor<16x256x!spyre.dlf16>) -> tensor<16x2x128x!spyre.dlf16>
   %3 = "spyre.reshape"(%x) : (tensor<16x256x!spyre.dlf16>) -> tensor<16x16x16x!spyre.dlf16>
   %4 = "spyre.reshape"(%y) : (tensor<512x768x!spyre.dlf16>) -> tensor<512x32x24x!spyre.dlf16>
-  return %1, %2, %3, %4 : tensor<16x4x64x!spyre.dlf16>, tensor<16x2x128x!spyre.dlf16>, tensor<16x16x16x!spyre.dlf16>, tensor<512x32x24x!spyre.dlf16>
+  %5 = "spyre.reshape"(%z) : (tensor<64x2400x!spyre.dlf16>) -> tensor<64x100x24x!spyre.dlf16>
+  return %1, %2, %3, %4, %5 : tensor<16x4x64x!spyre.dlf16>, tensor<16x2x128x!spyre.dlf16>, tensor<16x16x16x!spyre.dlf16>, tensor<512x32x24x!spyre.dlf16>, tensor<64x100x24x!spyre.dlf16>
 }
 
 // -----

@@ -551,22 +551,42 @@ func.func @main(%x: tensor<1x64x8x8x!spyre.dlf16>, %w: tensor<4096x64x!spyre.dlf
     np.testing.assert_allclose(y, x.reshape(1, 4096) @ w, rtol=2e-2, atol=2e-2)
 
 
-def test_head_split_below_a_stick_reads_rows_of_one_stick():
-    """A BERT-style head split [128, 384] -> [128, 12, 32] dlf16 (heads of half a stick): the operand read as rows
-    of one stick, each split by 2 selection matrices [64, 32] (not 12 of [384, 32], 576 KB a core, which do not
-    fit a quarter of the scratchpad, so the host did it): exact, on the device."""
-    ir_text = """
-func.func @main(%x: tensor<128x384x!spyre.dlf16>) -> tensor<128x12x32x!spyre.dlf16> {
-  %s = "spyre.reshape"(%x) : (tensor<128x384x!spyre.dlf16>) -> tensor<128x12x32x!spyre.dlf16>
-  return %s : tensor<128x12x32x!spyre.dlf16>
-}"""
-    x = dlf16_round(rand(128, 384))
+@pytest.mark.parametrize("rows, cin, cout, width", [(128, 384, 32, 64), (64, 768, 96, 192), (16, 768, 24, 192)])
+def test_head_split_into_pieces_of_sticks_reads_rows_of_their_lcm(rows, cin, cout, width):
+    """An attention head split of rows of whole sticks into pieces that are not whole sticks, dlf16 (a BERT-style
+    [128, 384] -> [128, 12, 32], Phi-3's heads of 96): the operand read as rows of lcm(cout, 64) elements, each
+    split by width / cout selection matrices [width, cout] (not cin / cout of [cin, cout]: 12 of [384, 32] take
+    576 KB a core, more than a quarter of the scratchpad, so the host did it): exact, on the device."""
+    ir_text = f"""
+func.func @main(%x: tensor<{rows}x{cin}x!spyre.dlf16>) -> tensor<{rows}x{cin // cout}x{cout}x!spyre.dlf16> {{
+  %s = "spyre.reshape"(%x) : (tensor<{rows}x{cin}x!spyre.dlf16>) -> tensor<{rows}x{cin // cout}x{cout}x!spyre.dlf16>
+  return %s : tensor<{rows}x{cin // cout}x{cout}x!spyre.dlf16>
+}}"""
+    x = dlf16_round(rand(rows, cin))
     (y,), em, exe = run(ir_text, [x], cores=4, numerics="faithful")
-    np.testing.assert_array_equal(y, x.reshape(128, 12, 32))
+    np.testing.assert_array_equal(y, x.reshape(rows, cin // cout, cout))
     assert em.host_ops == [] and em.kernels == ["spyre.reshape"]
-    # Per row tile, one product per half of a stick: [tile, 64] @ [64, 32].
     mms = [i for s in exe.steps.streams for i in s if i.op is Op.MATMUL]
-    assert mms and all(i.mm[1][2] == 64 and i.mm[2][1:3] == (64, 32) for i in mms), {(i.mm[1][1:3], i.mm[2][1:3]) for i in mms}
+    assert mms and all(i.mm[1][2] == width and i.mm[2][1:3] == (width, cout) for i in mms), \
+        {(i.mm[1][1:3], i.mm[2][1:3]) for i in mms}
+
+
+@pytest.mark.parametrize("rows, k, cin, width", [(32, 8, 96, 192), (16, 32, 24, 192), (8, 12, 32, 64)])
+def test_head_merge_of_pieces_of_sticks_writes_rows_of_their_lcm(rows, k, cin, width):
+    """The merge back of heads that are not whole sticks ([32, 8, 96] -> [32, 768] dlf16) writes its result as rows
+    of lcm(cin, 64) elements, each merged from width / cin input rows by [cin, width] selection matrices (not 8 of
+    [96, 768], 1.2 MB a core, which left it to the host): exact, on the device."""
+    ir_text = f"""
+func.func @main(%x: tensor<{rows}x{k}x{cin}x!spyre.dlf16>) -> tensor<{rows}x{k * cin}x!spyre.dlf16> {{
+  %s = "spyre.reshape"(%x) : (tensor<{rows}x{k}x{cin}x!spyre.dlf16>) -> tensor<{rows}x{k * cin}x!spyre.dlf16>
+  return %s : tensor<{rows}x{k * cin}x!spyre.dlf16>
+}}"""
+    x = dlf16_round(rand(rows, k, cin))
+    (y,), em, exe = run(ir_text, [x], cores=4, numerics="faithful")
+    np.testing.assert_array_equal(y, x.reshape(rows, k * cin))
+    assert em.host_ops == [] and em.kernels == ["spyre.reshape"]
+    mms = [i for s in exe.steps.streams for i in s if i.op is Op.MATMUL]
+    assert mms and all(i.mm[2][1:3] == (cin, width) for i in mms), {i.mm[2][1:3] for i in mms}
 
 
 def test_pooling_and_suffix_reductions_on_device():

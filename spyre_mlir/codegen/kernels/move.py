@@ -394,7 +394,7 @@ def col_terms(op):
             c0 += c
         groups = [(np.arange(rout), terms)]
     elif name == "spyre.reshape":
-        cin = in_width(op)             # rows of whole sticks split below a stick: read stick by stick (in_width)
+        cin = in_width(op)             # rows of whole sticks split into pieces of sticks: see in_width
         if cin % cout == 0:            # split the innermost dim: k destination row sets
             k = cin // cout
             groups = []
@@ -418,10 +418,11 @@ def col_terms(op):
 
 def out_width(op) -> int:
     """The width of the rows a selection kernel writes: the result's innermost dim, except for a reshape that
-    merges rows narrower than a stick into rows of whole sticks (a CNN's flatten, [1, 64, 8, 8] -> [1, 4096]).
-    That one writes its result as rows of one stick (the same bytes: whole sticks have no padding), each merged
-    from stick / cin input rows, so its selection matrices are [cin, stick] (k of them, not cout / cin matrices
-    [cin, cout] that would not fit the scratchpad)."""
+    merges rows that are not whole sticks into rows of whole sticks (a CNN's flatten, [1, 64, 8, 8] -> [1, 4096];
+    attention's heads of 96 merged back, [32, 8, 96] -> [32, 768]). That one writes its result as rows of ``w`` =
+    lcm(cin, stick) elements (the same bytes: whole sticks have no padding), each merged from w / cin input
+    rows, so its selection matrices are w / cin of [cin, w], not cout / cin of [cin, cout] that may not fit the
+    scratchpad."""
     o = op.operation
     oshape, elt = _tensor_type(o.results[0])
     cout = oshape[-1] if oshape else 1
@@ -431,18 +432,17 @@ def out_width(op) -> int:
     cin = ishape[-1] if ishape else 1
     fmt = format_of(elt)
     stick = STICK_BYTES // fmt.nbytes(1) if fmt.nbytes(1) else 0
-    if stick and cin < stick and stick % cin == 0 and cout > stick and cout % stick == 0:
-        return stick
-    return cout
+    w = math.lcm(cin, stick) if stick else 0
+    return w if w and cin < w < cout and cout % w == 0 else cout
 
 
 def in_width(op) -> int:
     """The width of the operand rows a selection kernel reads: the operand's innermost dim, except for a reshape
-    that splits rows of whole sticks into rows narrower than a stick (attention's heads of 32 in DLFloat16,
-    [128, 384] -> [128, 12, 32]). That one reads its operand as rows of one stick (the same bytes: whole sticks
-    have no padding), each split into stick / cout result rows, so its selection matrices are [stick, cout]
-    (stick / cout of them, not cin / cout matrices [cin, cout] that may not fit the scratchpad). Not for a row
-    view, whose rows are not its bytes."""
+    that splits rows of whole sticks into rows that are not whole sticks (attention's heads of 32 or 96 in
+    DLFloat16: [128, 384] -> [128, 12, 32], [.., 3072] -> [.., 32, 96]). That one reads its operand as rows of
+    ``w`` = lcm(cout, stick) elements (the same bytes: whole sticks have no padding), each split into w / cout
+    result rows, so its selection matrices are w / cout of [w, cout], not cin / cout of [cin, cout] that may
+    not fit the scratchpad. Not for a row view, whose rows are not its bytes."""
     o = op.operation
     ishape, elt = _tensor_type(o.operands[0])
     cin = ishape[-1] if ishape else 1
@@ -452,9 +452,8 @@ def in_width(op) -> int:
     cout = oshape[-1] if oshape else 1
     fmt = format_of(elt)
     stick = STICK_BYTES // fmt.nbytes(1) if fmt.nbytes(1) else 0
-    if stick and cout < stick and stick % cout == 0 and cin > stick and cin % stick == 0:
-        return stick
-    return cin
+    w = math.lcm(cout, stick) if stick else 0
+    return w if w and cout < w < cin and cin % w == 0 else cin
 
 
 def _selections_fit(op, target) -> bool:
