@@ -416,6 +416,22 @@ def col_terms(op):
     return groups
 
 
+def _widths(op) -> tuple[int, int, int]:
+    """(cin, cout, stick): the innermost dims of a reshape's operand and result, and a stick's elements of its
+    format (0 for formats below a byte)."""
+    o = op.operation
+    (ishape, elt), (oshape, _) = _tensor_type(o.operands[0]), _tensor_type(o.results[0])
+    nbytes = format_of(elt).nbytes(1)
+    return (ishape[-1] if ishape else 1, oshape[-1] if oshape else 1, STICK_BYTES // nbytes if nbytes else 0)
+
+
+def _stick_rows(piece: int, whole: int, stick: int) -> int:
+    """lcm(piece, stick), the narrowest rows of whole sticks that hold whole pieces, when rows of ``whole``
+    elements are several of them; else ``whole``."""
+    w = math.lcm(piece, stick) if stick else 0
+    return w if w and piece < w < whole and whole % w == 0 else whole
+
+
 def out_width(op) -> int:
     """The width of the rows a selection kernel writes: the result's innermost dim, except for a reshape that
     merges rows that are not whole sticks into rows of whole sticks (a CNN's flatten, [1, 64, 8, 8] -> [1, 4096];
@@ -423,17 +439,8 @@ def out_width(op) -> int:
     lcm(cin, stick) elements (the same bytes: whole sticks have no padding), each merged from w / cin input
     rows, so its selection matrices are w / cin of [cin, w], not cout / cin of [cin, cout] that may not fit the
     scratchpad."""
-    o = op.operation
-    oshape, elt = _tensor_type(o.results[0])
-    cout = oshape[-1] if oshape else 1
-    if o.name != "spyre.reshape":
-        return cout
-    ishape, _ = _tensor_type(o.operands[0])
-    cin = ishape[-1] if ishape else 1
-    fmt = format_of(elt)
-    stick = STICK_BYTES // fmt.nbytes(1) if fmt.nbytes(1) else 0
-    w = math.lcm(cin, stick) if stick else 0
-    return w if w and cin < w < cout and cout % w == 0 else cout
+    cin, cout, stick = _widths(op)
+    return _stick_rows(cin, cout, stick) if op.operation.name == "spyre.reshape" else cout
 
 
 def in_width(op) -> int:
@@ -444,16 +451,11 @@ def in_width(op) -> int:
     result rows, so its selection matrices are w / cout of [w, cout], not cin / cout of [cin, cout] that may
     not fit the scratchpad. Not for a row view, whose rows are not its bytes."""
     o = op.operation
-    ishape, elt = _tensor_type(o.operands[0])
-    cin = ishape[-1] if ishape else 1
     if o.name != "spyre.reshape" or _is_view(o.operands[0]):
-        return cin
-    oshape, _ = _tensor_type(o.results[0])
-    cout = oshape[-1] if oshape else 1
-    fmt = format_of(elt)
-    stick = STICK_BYTES // fmt.nbytes(1) if fmt.nbytes(1) else 0
-    w = math.lcm(cout, stick) if stick else 0
-    return w if w and cout < w < cin and cin % w == 0 else cin
+        ishape = _tensor_type(o.operands[0])[0]
+        return ishape[-1] if ishape else 1
+    cin, cout, stick = _widths(op)
+    return _stick_rows(cout, cin, stick)
 
 
 def _selections_fit(op, target) -> bool:
