@@ -609,6 +609,20 @@ def test_attention_probabilities_stay_on_the_cores(precision, cores, monkeypatch
     assert np.abs(y - ref).max() <= LOOSE.get(precision, DLF16_BOUND) * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("d, heads", [(384, 12), (768, 8)])
+def test_heads_that_are_not_whole_sticks_stay_on_the_device(d, heads):
+    """Heads of 32 (a MiniLM-style encoder) and 96 (Phi-3) are not whole DLFloat16 sticks (64 elements): the
+    view into heads and the merge back are selection matmuls over rows of lcm(head, 64) elements, not the host."""
+    torch.manual_seed(0)
+    m, x = Heads(d, heads).eval(), torch.randn(1, 32, d)
+    exe = spyre_mlir.compile(m, (x,), cores=8, cache_dir=False)
+    assert exe.compile_info.host_ops == [], exe.compile_info.host_ops
+    (y,) = exe(x)
+    with torch.no_grad():
+        ref = m(x).numpy()
+    assert np.abs(y - ref).max() <= DLF16_BOUND * np.abs(ref).max()
+
+
 @pytest.mark.parametrize("model, shape, cores", [(SwiGLU, (128, 256), 8), (Heads, (1, 64, 256), 8),
                                                  (SwiGLU, (64, 256), 32)])
 def test_last_output_tile_is_multiplied_and_stored_in_pieces(model, shape, cores, monkeypatch):
