@@ -567,7 +567,7 @@ def _threaded(batch) -> bool:
     """Whether Machine._prepare_split runs ``batch`` as two halves on two threads. Not ring transfers: a
     RING_REDUCE's sum and a RING_SEND's copy run at the barrier that delivers them (a send's own step at most
     stages its bytes), so their work is not where their step stands. Counted as threaded, a segment of sends
-    next to many small steps (a BERT encoder's) ran in one process: 40 -> 19-35 ms a call with lanes."""
+    next to many small steps (a BERT encoder's) ran in one process: 34-40 -> 20-25 ms a call as lanes."""
     return (_THREADS >= 2 and len(batch) >= 2 and _work(batch) >= _SPLIT_WORK
             and batch[0].op not in (Op.RING_REDUCE, Op.RING_SEND))
 

@@ -451,11 +451,8 @@ def in_width(op) -> int:
     result rows, so its selection matrices are w / cout of [w, cout], not cin / cout of [cin, cout] that may
     not fit the scratchpad. Not for a row view, whose rows are not its bytes."""
     o = op.operation
-    if o.name != "spyre.reshape" or _is_view(o.operands[0]):
-        ishape = _tensor_type(o.operands[0])[0]
-        return ishape[-1] if ishape else 1
     cin, cout, stick = _widths(op)
-    return _stick_rows(cout, cin, stick)
+    return _stick_rows(cout, cin, stick) if o.name == "spyre.reshape" and not _is_view(o.operands[0]) else cin
 
 
 def _selections_fit(op, target) -> bool:
@@ -630,11 +627,11 @@ def _emit_cols(em, op, loc):
         raise ValueError("it is no slice, concat or reshape inside the innermost dim")
     srcs = [em.tensor(v) for v in op.operation.operands]
     cin = in_width(op)
-    if cin != srcs[0].cols:            # read as rows of one stick: the same bytes
+    if cin != srcs[0].cols:            # read as rows of in_width elements: the same bytes
         srcs[0] = dataclasses.replace(srcs[0], shape=(srcs[0].rows * srcs[0].cols // cin, cin))
     O = em.result(op)
     cout = out_width(op)
-    if cout != O.cols:                 # written as rows of one stick: the same bytes
+    if cout != O.cols:                 # written as rows of out_width elements: the same bytes
         O = dataclasses.replace(O, shape=(O.rows * O.cols // cout, cout))
     fmt = O.fmt
     b = em.b
