@@ -635,9 +635,10 @@ def _buffer_count(mb, nb, kb, tile, target, fmt, out_fmt, batch, split_k, bias, 
 
 
 def clear_cache() -> None:
-    """Forget the remembered buffer counts and tiles (a benchmark timing cold compiles of the same model twice)."""
-    _buffer_count.cache_clear()
-    _best_tile.cache_clear()
+    """Forget the remembered buffer counts, tiles and grids (a benchmark timing cold compiles of the same model
+    twice)."""
+    for f in (_buffer_count, _best_tile, _best_batch_matmul_grid, best_rows_tile, best_rows_grid, best_conv_grid):
+        f.cache_clear()
 
 
 def best_tile(mb: int, nb: int, kb: int, target: Target, fmt: str = "dlf16", out_fmt: str | None = None, *,
@@ -783,7 +784,16 @@ def best_batch_matmul_grid(B: int, M: int, N: int, K: int, cores: int, target: T
     (:func:`finish_cycles`), weighed where grids compete; each grid's tile is picked without it, so matmuls of
     one shape on one grid get one tile. None when no division keeps each core's span in range. ``prune`` False
     costs every grid (the exhaustive search the pruned one must agree with)."""
-    out_fmt = out_fmt or fmt
+    return _best_batch_matmul_grid(B, M, N, K, cores, target, fmt, out_fmt or fmt, bias, b_fmt, round_fmt, colscale,
+                                   split_k, split_m, tuple(epi_in), trans_b, softmax, epi_temps, sibling,
+                                   tuple(epi_ops), chain_dv, prune)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _best_batch_matmul_grid(B, M, N, K, cores, target, fmt, out_fmt, bias, b_fmt, round_fmt, colscale, split_k,
+                            split_m, epi_in, trans_b, softmax, epi_temps, sibling, epi_ops, chain_dv, prune):
+    """:func:`best_batch_matmul_grid`, remembered: every pass that models an op asks for its grid (through
+    the op model), and a model's layers share shapes."""
     full = max((gb * gm * gn for gb, gm, gn, _ in _matmul_grids(B, M, N, K, cores, target, fmt, out_fmt, False,
                                                                 b_fmt, trans_b)), default=0)
     grids = []
@@ -969,6 +979,8 @@ def rows_plan(k: RowKernel, gr: int, tr: int, target: Target) -> tuple[int, list
     return None
 
 
+# Remembered, as _best_tile: every pass that models an op asks again, and a model's layers share shapes.
+@functools.lru_cache(maxsize=1 << 12)
 def best_rows_tile(k: RowKernel, gr: int, target: Target, force: int | None = None
                    ) -> tuple[tuple[int], int] | None:
     """The cheapest rows-per-tile ``(tr,)`` dividing a core's rows whose buffers fit, and the buffer count
@@ -986,6 +998,8 @@ def best_rows_tile(k: RowKernel, gr: int, target: Target, force: int | None = No
     return None if best is None else best[1]
 
 
+# Remembered, as _best_tile: every pass that models an op asks again, and a model's layers share shapes.
+@functools.lru_cache(maxsize=1 << 12)
 def best_rows_grid(k: RowKernel, cores: int, target: Target) -> tuple[int] | None:
     """The cheapest ``(gr,)``: gr <= cores dividing the rows evenly, each core's span in range, a tile that
     fits. Ties go to fewer cores, so tiny ops stay on one core."""
@@ -1357,6 +1371,8 @@ def best_conv_tile(k: ConvKernel, grid: Sequence[int], target: Target,
     return None if best is None else best[1]
 
 
+# Remembered, as _best_tile: every pass that models an op asks again, and a model's layers share shapes.
+@functools.lru_cache(maxsize=1 << 12)
 def best_conv_grid(k: ConvKernel, cores: int, target: Target) -> tuple[int, int, int] | None:
     """The cheapest (gn, gf, goh): even splits, filters in multiples of the PT columns."""
     best = None
