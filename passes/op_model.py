@@ -159,7 +159,10 @@ def op_model(op: ir.Operation) -> OpModel:
     fn = _MODELS.get(name)
     if fn is None:
         raise PassError(f"no kernel model for '{op.name}'", op.location)
-    return fn(op)
+    from spyre_mlir.codegen.kernels.rows import remembering
+
+    with remembering():
+        return fn(op)
 
 
 def _kernel(op: ir.Operation) -> str:
