@@ -14,6 +14,7 @@ import math
 from torch_mlir import ir
 
 from spyre_mlir import cost
+from spyre_mlir.codegen.common import remembered, remembering
 from spyre_mlir.dialects import spyre
 from spyre_mlir.passes.analysis import (DOUBLE_BUFFER, GRID, KERNEL, RESIDENT, RING_INPUT, SHARE_OF, TILE,
                                         int_array, is_const_fold, producer)
@@ -151,6 +152,7 @@ class OpModel:
         return self.M // gm, nb, self.K // gk
 
 
+@remembered
 def op_model(op: ir.Operation) -> OpModel:
     """The model of the kernel spyre-select-kernels chose for `op` (its `spyre.kernel`)."""
     if KERNEL not in op.attributes:
@@ -159,8 +161,6 @@ def op_model(op: ir.Operation) -> OpModel:
     fn = _MODELS.get(name)
     if fn is None:
         raise PassError(f"no kernel model for '{op.name}'", op.location)
-    from spyre_mlir.codegen.kernels.rows import remembering
-
     with remembering():
         return fn(op)
 

@@ -84,6 +84,7 @@ class PrefetchPass(SpyrePass):
     target: str = ""
 
     def run(self, module: ir.Operation) -> None:
+        from spyre_mlir.codegen.common import remembering
         from spyre_mlir.codegen.kernels import last_segment, prefetchable
 
         target = get_target(self.target, module)
@@ -112,12 +113,13 @@ class PrefetchPass(SpyrePass):
                             walk(b)
                     seen = []
                     continue
-                names, need, gain = prefetchable(op, target) if seen else ((), 0.0, 0.0)
-                offsets, size = _offsets(op), sizes(op)
+                with remembering():      # each of these reads the op's model (its plan, cycles): once
+                    names, need, gain = prefetchable(op, target) if seen else ((), 0.0, 0.0)
+                    offsets, size = _offsets(op), sizes(op)
+                    # A kernel whose last segment loads nothing idles its DMA unit while it computes there (the
+                    # cost model on its plan); a streaming kernel's last tiles leave too little to count on.
+                    compute, store = last_segment(op, target) or (0.0, 0.0)
                 mine = max((offsets[n] + size[n] for n in offsets if n not in names), default=0)
-                # A kernel whose last segment loads nothing idles its DMA unit while it computes there (the cost
-                # model on its plan); a streaming kernel's last tiles leave too little to count on.
-                compute, store = last_segment(op, target) or (0.0, 0.0)
                 me = _Kernel(max((o + size[n] for n, o in offsets.items()), default=0), compute, store)
                 padded = {n: -(-size[n] // align) * align for n in names}
                 # The nearest kernel before whose idle DMA time takes the loads, up to MAX_DISTANCE back, where

@@ -3,6 +3,7 @@ the IR (value types, attributes, locations, what an op reads), tile sizes and su
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from spyre_mlir.errors import SpyreError
@@ -83,3 +84,37 @@ def row_parts(n: int, g: int) -> tuple[tuple[int, int], ...]:
     cores loads of a tile they share over the ring (asked per core per step of a shared matmul: remembered)."""
     chunk = -(-n // g)
     return tuple((min(n, p * chunk), min(n, (p + 1) * chunk)) for p in range(g))
+
+
+# Answers of @remembered functions by (function, op) while a `remembering()` block reads the IR: the op model's
+# questions about one matmul (its epilogue, softmax, widening cast, sibling, chain) each ask for its epilogue
+# map's, and spyre-prefetch's about one kernel (its plan, cycles, constants) each ask for its op model.
+_remembered: dict | None = None
+
+
+@contextlib.contextmanager
+def remembering():
+    """Remember the answers of :func:`remembered` functions until the outermost such block ends; the IR must not
+    change inside."""
+    global _remembered
+    if _remembered is not None:
+        yield
+        return
+    _remembered = {}
+    try:
+        yield
+    finally:
+        _remembered = None
+
+
+def remembered(fn):
+    """``fn(op)``, a function of the IR, remembered by op inside :func:`remembering`."""
+    @functools.wraps(fn)
+    def wrapper(op):
+        if _remembered is None:
+            return fn(op)
+        key = (fn, op.operation)
+        if key not in _remembered:
+            _remembered[key] = fn(op)
+        return _remembered[key]
+    return wrapper

@@ -11,13 +11,12 @@ plan is. :func:`pipelined` runs a core's tiles, issuing the next tile's load bef
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import NamedTuple
 
 import numpy as np
 
-from ..common import _DEVICE_FLOATS, SFU_READS, _attr, _sub, _tensor_type
+from ..common import _DEVICE_FLOATS, SFU_READS, _attr, _sub, _tensor_type, remembered
 from ..plan import KernelPlan
 from ..memory import format_of, load_gather, load_rows, store_rows
 from ..sfu import NotOnSfu, live_temps, translate, writes_result
@@ -176,25 +175,7 @@ def _precedes(v, op) -> bool:
     return p is None or (p.block == op.operation.block and p.is_before_in_block(op.operation))
 
 
-# The Epilogue of each map asked about while reading the IR in a `remembering()` block, by op: the op model's
-# questions about one matmul (its epilogue, softmax, widening cast, sibling, chain) each ask for it again.
-_remembered: dict | None = None
-
-
-@contextlib.contextmanager
-def remembering():
-    """Remember :func:`epilogue`'s answers until the outermost such block ends; the IR must not change inside."""
-    global _remembered
-    if _remembered is not None:
-        yield
-        return
-    _remembered = {}
-    try:
-        yield
-    finally:
-        _remembered = None
-
-
+@remembered
 def epilogue(op):
     """The :class:`Epilogue` of a map the conv2d or matmul kernel producing one of its inputs (directly or
     through row-view reshapes) applies to each output tile before storing it (a conv's ReLU, a Linear's
@@ -207,16 +188,6 @@ def epilogue(op):
     before the matmul, from device memory
     tile by tile. It computes what the map kernel would (the tile's values in their format, fp32 micro-ops, one
     rounding to the format), so results are bit-identical, and the result never round-trips device memory."""
-    o = op.operation
-    if _remembered is None:
-        return _epilogue(o)
-    if o not in _remembered:
-        _remembered[o] = _epilogue(o)
-    return _remembered[o]
-
-
-def _epilogue(op):
-    """:func:`epilogue`, not remembered."""
     o = op.operation
     if o.name != "spyre.map" or not o.operands:
         return None
