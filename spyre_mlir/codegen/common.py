@@ -88,7 +88,7 @@ def row_parts(n: int, g: int) -> tuple[tuple[int, int], ...]:
 
 # Answers of @remembered functions by (function, op) while a `remembering()` block reads the IR: the op model's
 # questions about one matmul (its epilogue, softmax, widening cast, sibling, chain) each ask for its epilogue
-# map's, and spyre-prefetch's about one kernel (its plan, cycles, constants) each ask for its op model.
+# and softmax, and spyre-prefetch's about one kernel (its plan, cycles, constants) each ask for its op model.
 _remembered: dict | None = None
 
 

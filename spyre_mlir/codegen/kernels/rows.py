@@ -339,6 +339,7 @@ def _whole_rows_fit(mm, sm, target) -> bool:
                           softmax=softmax_kind(sm)) is not None
 
 
+@remembered
 def softmax_of(producer):
     """The softmax the kernel of matmul ``producer`` applies (kernel ``epilogue``, :func:`softmax_source`), after
     its epilogue map if any, or None."""
@@ -401,6 +402,7 @@ def epilogue_reader(v):
         v = user.operation.results[0]
 
 
+@remembered
 def epilogue_of(producer):
     """(the map whose kernel is the producer's ``epilogue``: its only reader, through row-view reshapes, and
     its :class:`Epilogue`), or None."""
