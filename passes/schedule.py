@@ -28,6 +28,7 @@ import math
 
 from torch_mlir import ir
 
+from spyre_mlir.codegen.common import remembering
 from spyre_mlir.passes.analysis import (BARRIER, DOUBLE_BUFFER, GRID, KERNEL, SCRATCHPAD, device_ops, producer,
                                         require, user)
 from spyre_mlir.passes.base import PassError, SpyrePass
@@ -41,17 +42,20 @@ class SchedulePass(SpyrePass):
 
     def run(self, module: ir.Operation) -> None:
         ops = device_ops(module)
-        # An Operation's hash covers its attributes: look everything up before setting any.
+        # An Operation's hash covers its attributes: look everything up before setting any. Nothing changes
+        # meanwhile, so an epilogue map is analysed once for its own model, its producer's and _crosses.
         models = {}
-        for op in ops:
-            if SCRATCHPAD not in op.attributes:
-                raise PassError(f"'{op.name}' has no {SCRATCHPAD}: run spyre-allocate-scratchpad first", op.location)
-            models[op] = (op_model(op), require(op, GRID, "spyre-divide-work"))
         decisions = []
-        for op in ops:
-            names = {a.name for a in ir.DictAttr(op.attributes[SCRATCHPAD])}
-            double = any(n.endswith("1") and n[:-1] + "0" in names for n in names)
-            decisions.append((op, double, self._crosses(op, models)))
+        with remembering():
+            for op in ops:
+                if SCRATCHPAD not in op.attributes:
+                    raise PassError(f"'{op.name}' has no {SCRATCHPAD}: run spyre-allocate-scratchpad first",
+                                    op.location)
+                models[op] = (op_model(op), require(op, GRID, "spyre-divide-work"))
+            for op in ops:
+                names = {a.name for a in ir.DictAttr(op.attributes[SCRATCHPAD])}
+                double = any(n.endswith("1") and n[:-1] + "0" in names for n in names)
+                decisions.append((op, double, self._crosses(op, models)))
         for op, double, barrier in decisions:
             op.attributes[DOUBLE_BUFFER] = ir.BoolAttr.get(double)
             if barrier:
