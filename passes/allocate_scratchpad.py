@@ -59,6 +59,7 @@ import dataclasses
 from torch_mlir import ir
 
 from spyre_mlir import cost
+from spyre_mlir.codegen.common import remembering
 from spyre_mlir.passes.analysis import (GRID, SCRATCHPAD, SCRATCHPAD_BYTES, SCRATCHPAD_PEAK, TILE, device_ops,
                                         get_target, require)
 from spyre_mlir.passes.base import PassError, SpyrePass
@@ -75,21 +76,24 @@ class AllocateScratchpadPass(SpyrePass):
     def run(self, module: ir.Operation) -> None:
         target = get_target(self.target, module)
         i64 = ir.IntegerType.get_signless(64)
-        peak = 0
-        for op in device_ops(module):
-            model = op_model(op)
-            grid = require(op, GRID, "spyre-divide-work")
-            tile = require(op, TILE, "spyre-tile")
-            check_rank(model, grid, GRID)
-            check_rank(model, tile, TILE)
-            fit = plan(model, grid, tile, target)
-            if fit is None:
-                bufs = buffers(model, grid, tile, 1)
-                need = cost.footprint(bufs, target)
-                raise PassError(f"the buffers of tile {tile} need {need} bytes of scratchpad, "
-                                f"{target.scratchpad_usable_bytes} available", op.location)
-            offsets, used = cost.pack(fit[1], target.scratchpad_alignment_bytes)
+        placed = []
+        # Every op is planned before any is set: nothing changes meanwhile, so an epilogue map is analysed once for
+        # its own model and its producer's.
+        with remembering():
+            for op in device_ops(module):
+                model = op_model(op)
+                grid = require(op, GRID, "spyre-divide-work")
+                tile = require(op, TILE, "spyre-tile")
+                check_rank(model, grid, GRID)
+                check_rank(model, tile, TILE)
+                fit = plan(model, grid, tile, target)
+                if fit is None:
+                    bufs = buffers(model, grid, tile, 1)
+                    need = cost.footprint(bufs, target)
+                    raise PassError(f"the buffers of tile {tile} need {need} bytes of scratchpad, "
+                                    f"{target.scratchpad_usable_bytes} available", op.location)
+                placed.append((op, *cost.pack(fit[1], target.scratchpad_alignment_bytes)))
+        for op, offsets, used in placed:
             op.attributes[SCRATCHPAD] = ir.DictAttr.get({k: ir.IntegerAttr.get(i64, v) for k, v in offsets.items()})
             op.attributes[SCRATCHPAD_BYTES] = ir.IntegerAttr.get(i64, used)
-            peak = max(peak, used)
-        module.attributes[SCRATCHPAD_PEAK] = ir.IntegerAttr.get(i64, peak)
+        module.attributes[SCRATCHPAD_PEAK] = ir.IntegerAttr.get(i64, max((used for *_, used in placed), default=0))
