@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 
 from spyre_mlir.errors import SpyreError
 from spyre_mlir.runtime.assembler import Tile
@@ -89,32 +90,33 @@ def row_parts(n: int, g: int) -> tuple[tuple[int, int], ...]:
 # Answers of @remembered functions by (function, op) while a `remembering()` block reads the IR: the op model's
 # questions about one matmul (its epilogue, softmax, widening cast, sibling, chain) each ask for its epilogue
 # and softmax, and spyre-prefetch's about one kernel (its plan, cycles, constants) each ask for its op model.
-_remembered: dict | None = None
+# Per thread: two threads may compile at once.
+_remembered = threading.local()
 
 
 @contextlib.contextmanager
 def remembering():
     """Remember the answers of :func:`remembered` functions until the outermost such block ends; the IR must not
     change inside."""
-    global _remembered
-    if _remembered is not None:
+    if getattr(_remembered, "answers", None) is not None:
         yield
         return
-    _remembered = {}
+    _remembered.answers = {}
     try:
         yield
     finally:
-        _remembered = None
+        _remembered.answers = None
 
 
 def remembered(fn):
     """``fn(op)``, a function of the IR, remembered by op inside :func:`remembering`."""
     @functools.wraps(fn)
     def wrapper(op):
-        if _remembered is None:
+        answers = getattr(_remembered, "answers", None)
+        if answers is None:
             return fn(op)
         key = (fn, op.operation)
-        if key not in _remembered:
-            _remembered[key] = fn(op)
-        return _remembered[key]
+        if key not in answers:
+            answers[key] = fn(op)
+        return answers[key]
     return wrapper
