@@ -48,6 +48,9 @@ from .schedule import Sync
 __all__ = ["Profile", "Event", "UNITS", "model_program"]
 
 UNITS = ("DMA", "PT", "SFU", "RING", "HOST")
+_SHARED = frozenset({Op.DMA_LOAD, Op.DMA_STORE, Op.RESTICK, Op.GATHER})     # moving DRAM's shared bytes
+_HOST = UNITS.index("HOST")
+_MAX_RUNS = 16          # stick arrays of more runs than this are indexed as they are
 _UNIT = {Op.DMA_LOAD: 0, Op.DMA_STORE: 0, Op.RESTICK: 0, Op.GATHER: 0, Op.MATMUL: 1, Op.SFU: 2, Op.REDUCE: 2,
          Op.RING_SEND: 3, Op.RING_REDUCE: 3, Op.HOST: 4}
 
@@ -152,10 +155,6 @@ class Profile:
         }
 
 
-def _max_at(arr: np.ndarray, idx: np.ndarray) -> float:
-    return float(arr[idx].max()) if idx.size else 0.0
-
-
 def _mean_concurrency(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each interval, the time-averaged number of intervals active during it (itself included)."""
     t = np.concatenate([starts, ends])
@@ -203,36 +202,40 @@ def model_program(prog, target, steps) -> Profile:
     for s in steps:
         if isinstance(s, Sync):
             segs.append([set(), set()])
-        elif s.op in (Op.DMA_LOAD, Op.DMA_STORE, Op.RESTICK, Op.GATHER):
+        elif s.op in _SHARED:
             dmas.append(s)
             seg_of.append(len(segs) - 1)
             segs[-1][0].add(s.core)
             segs[-1][1].update((Op.DMA_LOAD, Op.DMA_STORE) if s.op is Op.RESTICK else
                                (Op.DMA_LOAD,) if s.op is Op.GATHER else (s.op,))
-    gbps = {id(s): (target.restickify_gbps if s.op is Op.RESTICK else
-                    target.dram_mixed_gbps if len(segs[g][1]) == 2 else
-                    target.dram_write_gbps if Op.DMA_STORE in segs[g][1] else target.dram_read_gbps)
-            for s, g in zip(dmas, seg_of)}
-    share = {id(s): float(len(segs[g][0])) for s, g in zip(dmas, seg_of)}
+    # Per transfer, in that order: its bytes, bandwidth (GB/s) and the number of cores sharing DRAM.
+    moved = np.array([max(s.restick[4], s.restick[5]) if s.op is Op.RESTICK else s.nbytes for s in dmas],
+                     dtype=np.float64)
+    gbps = np.array([target.restickify_gbps if s.op is Op.RESTICK else
+                     target.dram_mixed_gbps if len(segs[g][1]) == 2 else
+                     target.dram_write_gbps if Op.DMA_STORE in segs[g][1] else target.dram_read_gbps
+                     for s, g in zip(dmas, seg_of)], dtype=np.float64)
+    share = np.array([float(len(segs[g][0])) for g in seg_of], dtype=np.float64)
+    restick = np.array([s.op is Op.RESTICK for s in dmas], dtype=bool)
     reads = np.array([s.op is not Op.DMA_STORE for s in dmas], dtype=bool)      # RESTICK: both directions
     writes = np.array([s.op in (Op.DMA_STORE, Op.RESTICK) for s in dmas], dtype=bool)
+    work = _work(steps, C, target, per_cycle, {id(s): j for j, s in enumerate(dmas)})
+
+    def durations():
+        return (moved * share / (gbps * per_cycle) + target.dma_latency_cycles).tolist()
+
     for _ in range(REFINE_PASSES):
-        events, free, busy, spans = _timeline(steps, C, target, gbps, share, per_cycle, Sync)
+        _, free, busy, (starts, ends) = _timeline(work, C, target, durations(), events=False)
         if not dmas:
             break
-        starts = np.array([spans[id(s)][0] for s in dmas])
-        ends = np.array([spans[id(s)][1] for s in dmas])
-        conc = _mean_concurrency(starts, ends)
-        share = {id(s): max(1.0, float(c)) for s, c in zip(dmas, conc)}
+        share = np.maximum(1.0, _mean_concurrency(starts, ends))
         # Reads and writes cost each other only while both are in flight: a transfer moves at the mixed
         # bandwidth for the part of it that transfers the other way overlap, at its own for the rest.
         f = np.where(reads, _covered(starts, ends, starts[writes], ends[writes]),
                      _covered(starts, ends, starts[reads], ends[reads]))
         own = np.where(reads, target.dram_read_gbps, target.dram_write_gbps)
-        for s, rate in zip(dmas, f * target.dram_mixed_gbps + (1.0 - f) * own):
-            if s.op is not Op.RESTICK:
-                gbps[id(s)] = float(rate)
-    events, free, busy, _ = _timeline(steps, C, target, gbps, share, per_cycle, Sync)
+        gbps = np.where(restick, gbps, f * target.dram_mixed_gbps + (1.0 - f) * own)
+    events, free, busy, _ = _timeline(work, C, target, durations())
 
     ops = [s for s in steps if not isinstance(s, Sync)]
     total = lambda op_set, attr: sum(getattr(s, attr) for s in ops if s.op in op_set)   # noqa: E731
@@ -249,14 +252,10 @@ def model_program(prog, target, steps) -> Profile:
         dram_bytes_per_s=target.dram_read_gbps * 1e9, events=tuple(events))
 
 
-def _duration(ins, C: int, target, gbps: dict, share: dict, per_cycle: float) -> float:
-    """Cycles one instruction keeps its unit busy (see the module docstring)."""
+def _duration(ins, C: int, target, per_cycle: float) -> float:
+    """Cycles one instruction keeps its unit busy (see the module docstring), but a DRAM transfer's, which depends
+    on the cores sharing DRAM (:func:`model_program`)."""
     op, lanes = ins.op, target.sfu_lanes_per_core
-    if op in (Op.DMA_LOAD, Op.DMA_STORE, Op.GATHER):
-        return ins.nbytes * share[id(ins)] / (gbps[id(ins)] * per_cycle) + target.dma_latency_cycles
-    if op is Op.RESTICK:
-        return (max(ins.restick[4], ins.restick[5]) * share[id(ins)] / (gbps[id(ins)] * per_cycle)
-                + target.dma_latency_cycles)
     if op is Op.MATMUL:
         return ins.macs / target.macs_per_cycle(ins.pt_fmt) + target.pt_latency_cycles
     if op is Op.SFU:
@@ -272,43 +271,82 @@ def _duration(ins, C: int, target, gbps: dict, share: dict, per_cycle: float) ->
     return ins.nbytes / (target.host_link_gbps * per_cycle) + target.host_latency_cycles
 
 
-def _timeline(steps, C, target, gbps, share, per_cycle, Sync):
-    """One pass of the per-core, per-unit timeline. Returns (events, unit free times, busy cycles,
-    {id(ins): (start, end)})."""
+def _timeline(work, C, target, transfers: list, events: bool = True):
+    """One pass of the per-core, per-unit timeline over ``work`` (:func:`_work`), the DRAM transfers taking
+    ``transfers`` cycles (in their order). Returns (events, unit free times, busy cycles, (start, end) arrays of
+    the transfers); ``events`` False: none made (a refining pass needs the transfers' spans only)."""
     nst = -(-target.scratchpad_usable_bytes // STICK_BYTES)
-    free = np.zeros((C, len(UNITS)))
-    busy = np.zeros((C, len(UNITS)))
+    # Plain lists for the per-core unit times: numpy's scalar indexing costs more than the arithmetic.
+    free = [[0.0] * len(UNITS) for _ in range(C)]
+    busy = [[0.0] * len(UNITS) for _ in range(C)]
     spw = np.zeros((C, nst))            # per stick: when the last write lands
     spr = np.zeros((C, nst))            # per stick: when the last read is done
-    events, spans = [], {}
-    for s in steps:
-        if isinstance(s, Sync):
-            t = free[list(s.members)].max() + target.barrier_latency_cycles
-            free[list(s.members)] = t
+    made, starts, ends = [], [0.0] * len(transfers), [0.0] * len(transfers)
+    for s, c, u, r, w, dur in work:
+        if c < 0:                       # a barrier release
+            t = max(max(free[m]) for m in s.members) + target.barrier_latency_cycles
+            for m in s.members:
+                free[m] = [t] * len(UNITS)
             for snd in s.sends:
                 for p in snd.send[0]:
                     spw[p, snd.peer_sticks] = t
             for grp in s.reduces:
                 mask, root, dst, _ = grp[0].reduce
                 st = np.arange(dst[0] // STICK_BYTES, (dst[0] + dst[1] * tile_pitch(dst[2], dst[3])) // STICK_BYTES)
-                for r in ([i for i in range(C) if mask >> i & 1] if root == ROOT_ALL else [root]):
-                    spw[r, st] = t
+                for q in ([i for i in range(C) if mask >> i & 1] if root == ROOT_ALL else [root]):
+                    spw[q, st] = t
             continue
-        c, u = s.core, _UNIT[s.op]
-        start = max(free[c, u], _max_at(spw[c], s.sp_reads), _max_at(spw[c], s.sp_writes),
-                    _max_at(spr[c], s.sp_writes))
-        if s.op is Op.HOST:                 # a fence: waits for the core's units, DMA waits for it
-            start = max(start, free[c].max())
-        dur = _duration(s, C, target, gbps, share, per_cycle)
+        units, wrote, read = free[c], spw[c], spr[c]
+        start = units[u]
+        for x in r:
+            start = max(start, float(wrote[x].max()))
+        for x in w:
+            start = max(start, float(wrote[x].max()), float(read[x].max()))
+        if u == _HOST:                  # a fence: waits for the core's units, DMA waits for it
+            start = max(start, max(units))
+        if dur < 0:                     # a DRAM transfer: -1 - its index
+            j = -1 - dur
+            dur = transfers[j]
+            starts[j], ends[j] = start, start + dur
         end = start + dur
-        free[c, u] = end
-        if s.op is Op.HOST:
-            free[c, 0] = max(free[c, 0], end)
-        busy[c, u] += dur
-        if s.sp_writes.size:
-            spw[c, s.sp_writes] = end
-        if s.sp_reads.size:
-            spr[c, s.sp_reads] = np.maximum(spr[c, s.sp_reads], end)
-        events.append(Event(c, UNITS[u], s.name, start, end, s.idx, s.loc))
-        spans[id(s)] = (start, end)
-    return events, free, busy, spans
+        units[u] = end
+        if u == _HOST:
+            units[0] = max(units[0], end)
+        busy[c][u] += dur
+        for x in w:
+            wrote[x] = end
+        for x in r:
+            read[x] = np.maximum(read[x], end)
+        if events:
+            made.append(Event(c, UNITS[u], s.name, start, end, s.idx, s.loc))
+    return made, np.array(free), np.array(busy), (np.array(starts), np.array(ends))
+
+
+def _work(steps, C, target, per_cycle, transfer: dict) -> list[tuple]:
+    """The schedule as the timeline walks it, worked out once for all its passes: per instruction (it, core,
+    unit, how to index its read and written sticks (a slice per run of consecutive sticks, else the array), its
+    duration, or for a DRAM transfer -1 - its index in ``transfer`` (id(ins) -> index)); per barrier release (it,
+    -1, ...)."""
+    runs: dict[int, tuple] = {}
+    keep = []                            # the arrays keyed by id, alive while the ids are in use
+
+    def index(arr):
+        key = runs.get(id(arr))
+        if key is None:
+            # Runs of consecutive sticks (a matmul's: its A, B and accumulator tiles) as slices: reading and
+            # updating a slice gathers and scatters nothing.
+            cut = np.flatnonzero(np.diff(arr) != 1) + 1
+            starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [arr.size]])
+            key = runs[id(arr)] = (() if not arr.size else (arr,) if cut.size > _MAX_RUNS else
+                                   tuple(slice(int(arr[a]), int(arr[b - 1]) + 1) for a, b in zip(starts, ends)))
+            keep.append(arr)
+        return key
+
+    out = []
+    for s in steps:
+        if isinstance(s, Sync):
+            out.append((s, -1, 0, (), (), 0.0))
+        else:
+            dur = -1 - transfer[id(s)] if s.op in _SHARED else _duration(s, C, target, per_cycle)
+            out.append((s, s.core, _UNIT[s.op], index(s.sp_reads), index(s.sp_writes), dur))
+    return out
