@@ -946,6 +946,31 @@ def test_restick_transposes_bits(targets, fmt, shape):
     assert np.array_equal(np.asarray(ref, dtype=np.float64), np.asarray(exact, dtype=np.float64))
 
 
+def test_cycle_model_indexes_stick_runs_as_the_sticks(monkeypatch):
+    """The timeline reads and updates each run of consecutive sticks of an instruction through a slice
+    (cycles._work): the profile of a compiled MLP with GELU and LayerNorm (instructions reading tiles of several
+    runs) is exactly the one indexing every stick array as it is gives, event by event."""
+    import torch
+
+    import spyre_mlir
+    from spyre_mlir.runtime import cycles
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256),
+                                torch.nn.LayerNorm(256)).eval()
+    exe = spyre_mlir.compile(model, (torch.randn(64, 256),), cores=4, cache_dir=False)
+    prog, target, steps = exe.program, exe.target, exe.steps
+    assert any(np.any(np.diff(s.sp_reads) != 1) for s in steps if hasattr(s, "sp_reads"))   # several runs
+
+    def profile():
+        p = cycles.model_program(prog, target, steps)
+        return p.cycles, p.busy, [(e.core, e.unit, e.name, e.start, e.end, e.index) for e in p.events]
+
+    runs = profile()
+    monkeypatch.setattr(cycles, "_MAX_RUNS", -1)        # every array indexed as it is, as the model did before
+    assert profile() == runs
+
+
 def test_restick_cycle_model(targets):
     """A RESTICK runs on the DMA unit at the target's restickify bandwidth and counts as DRAM read + write."""
     t = targets[1]
