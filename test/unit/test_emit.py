@@ -1011,3 +1011,36 @@ func.func @main(%q: tensor<4x32x16x!spyre.dlf16>, %kt: tensor<4x64x16x!spyre.dlf
         reads[groups] = exe.static_profile.dram_read_bytes
     assert np.array_equal(out[4], out[2])
     assert reads[2] - reads[4] == 3 * 32 * 64 * 4
+
+
+def test_remembered_answers_last_one_read_only_block():
+    """codegen.common.remembered: inside the outermost ``remembering()`` block an op's answer is computed once
+    (nested blocks share it); outside any block, and in another thread, it is computed again."""
+    import threading
+
+    from torch_mlir import ir
+
+    from spyre_mlir.codegen.common import remembered, remembering
+
+    calls = []
+
+    @remembered
+    def answer(op):
+        calls.append(op)
+        return len(calls)
+
+    with make_context():
+        module = ir.Module.parse("func.func @f() { return }")
+        op = module.body.operations[0]
+        assert answer(op) == 1 and answer(op) == 2                 # no block: every call computes
+        with remembering():
+            assert answer(op) == 3
+            with remembering():
+                assert answer(op) == 3                             # the outer block's answer
+            assert answer(op) == 3
+            other = []
+            t = threading.Thread(target=lambda: other.append(answer(op)))
+            t.start()
+            t.join()
+            assert other == [4]                                    # another thread's blocks are its own
+        assert answer(op) == 5                                     # forgotten when the block ends
