@@ -222,7 +222,7 @@ def model_program(prog, target, steps) -> Profile:
     work = _work(steps, C, target, per_cycle, {id(s): j for j, s in enumerate(dmas)})
 
     def durations():
-        return (moved * share / (gbps * per_cycle) + target.dma_latency_cycles).tolist()
+        return moved * share / (gbps * per_cycle) + target.dma_latency_cycles
 
     for _ in range(REFINE_PASSES):
         _, free, busy, (starts, ends) = _timeline(work, C, target, durations(), events=False)
@@ -271,82 +271,107 @@ def _duration(ins, C: int, target, per_cycle: float) -> float:
     return ins.nbytes / (target.host_link_gbps * per_cycle) + target.host_latency_cycles
 
 
-def _timeline(work, C, target, transfers: list, events: bool = True):
+def _timeline(work, C, target, transfers: np.ndarray, events: bool = True):
     """One pass of the per-core, per-unit timeline over ``work`` (:func:`_work`), the DRAM transfers taking
-    ``transfers`` cycles (in their order). Returns (events, unit free times, busy cycles, (start, end) arrays of
-    the transfers); ``events`` False: none made (a refining pass needs the transfers' spans only)."""
+    ``transfers`` cycles (in their order). Returns (events in schedule order, unit free times, busy cycles,
+    (start, end) arrays of the transfers); ``events`` False: none made (a refining pass needs the transfers'
+    spans only)."""
     nst = -(-target.scratchpad_usable_bytes // STICK_BYTES)
-    # Plain lists for the per-core unit times: numpy's scalar indexing costs more than the arithmetic.
-    free = [[0.0] * len(UNITS) for _ in range(C)]
-    busy = [[0.0] * len(UNITS) for _ in range(C)]
+    free = np.zeros((C, len(UNITS)))
+    busy = np.zeros((C, len(UNITS)))
     spw = np.zeros((C, nst))            # per stick: when the last write lands
     spr = np.zeros((C, nst))            # per stick: when the last read is done
-    made, starts, ends = [], [0.0] * len(transfers), [0.0] * len(transfers)
-    for s, c, u, r, w, dur in work:
-        if c < 0:                       # a barrier release
-            t = max(max(free[m]) for m in s.members) + target.barrier_latency_cycles
-            for m in s.members:
-                free[m] = [t] * len(UNITS)
-            for snd in s.sends:
+    starts, ends = np.zeros(len(transfers)), np.zeros(len(transfers))
+    made = []
+    for w in work:
+        if isinstance(w, Sync):         # a barrier release
+            t = free[list(w.members)].max() + target.barrier_latency_cycles
+            free[list(w.members)] = t
+            for snd in w.sends:
                 for p in snd.send[0]:
                     spw[p, snd.peer_sticks] = t
-            for grp in s.reduces:
+            for grp in w.reduces:
                 mask, root, dst, _ = grp[0].reduce
                 st = np.arange(dst[0] // STICK_BYTES, (dst[0] + dst[1] * tile_pitch(dst[2], dst[3])) // STICK_BYTES)
                 for q in ([i for i in range(C) if mask >> i & 1] if root == ROOT_ALL else [root]):
                     spw[q, st] = t
             continue
-        units, wrote, read = free[c], spw[c], spr[c]
-        start = units[u]
-        for x in r:
-            start = max(start, float(wrote[x].max()))
-        for x in w:
-            start = max(start, float(wrote[x].max()), float(read[x].max()))
+        # One instruction on each of several cores: each core's timeline is its own between barriers (DRAM is
+        # shared through the transfers' durations), so they advance together, a numpy operation for all.
+        batch, at, cores, u, reads, writes, dur, j = w
+        start = free[cores, u]
+        for x in reads:
+            start = np.maximum(start, spw[x].max(axis=1))
+        for x in writes:
+            start = np.maximum(start, np.maximum(spw[x].max(axis=1), spr[x].max(axis=1)))
         if u == _HOST:                  # a fence: waits for the core's units, DMA waits for it
-            start = max(start, max(units))
-        if dur < 0:                     # a DRAM transfer: -1 - its index
-            j = -1 - dur
+            start = np.maximum(start, free[cores].max(axis=1))
+        if j is not None:               # DRAM transfers
             dur = transfers[j]
             starts[j], ends[j] = start, start + dur
         end = start + dur
-        units[u] = end
+        free[cores, u] = end
         if u == _HOST:
-            units[0] = max(units[0], end)
-        busy[c][u] += dur
-        for x in w:
-            wrote[x] = end
-        for x in r:
-            read[x] = np.maximum(read[x], end)
+            free[cores, 0] = np.maximum(free[cores, 0], end)
+        busy[cores, u] += dur
+        for x in writes:
+            spw[x] = end[:, None]
+        for x in reads:
+            spr[x] = np.maximum(spr[x], end[:, None])
         if events:
-            made.append(Event(c, UNITS[u], s.name, start, end, s.idx, s.loc))
-    return made, np.array(free), np.array(busy), (np.array(starts), np.array(ends))
+            made += [(k, Event(i.core, UNITS[u], i.name, a, b, i.idx, i.loc))
+                     for k, i, a, b in zip(at, batch, start.tolist(), end.tolist())]
+    made.sort(key=lambda e: e[0])
+    return [e for _, e in made], free, busy, (starts, ends)
 
 
-def _work(steps, C, target, per_cycle, transfer: dict) -> list[tuple]:
-    """The schedule as the timeline walks it, worked out once for all its passes: per instruction (it, core,
-    unit, how to index its read and written sticks (a slice per run of consecutive sticks, else the array), its
-    duration, or for a DRAM transfer -1 - its index in ``transfer`` (id(ins) -> index)); per barrier release (it,
-    -1, ...)."""
-    runs: dict[int, tuple] = {}
-    keep = []                            # the arrays keyed by id, alive while the ids are in use
+def _work(steps, C, target, per_cycle, transfer: dict) -> list:
+    """The schedule as the timeline walks it, worked out once for all its passes: each barrier release, and
+    between two releases the emulator's batches (:func:`.emulator.segments`: one instruction of each of several
+    cores, every core's in its order) as (the instructions, their places in the schedule, their cores, unit,
+    how to index the sticks they read and write (:func:`_sticks`), their durations, or for DRAM transfers
+    None and their indices in ``transfer`` (id(ins) -> index)). A batch whose instructions touch different
+    numbers of sticks is split into single instructions."""
+    from .emulator import segments
 
-    def index(arr):
-        key = runs.get(id(arr))
-        if key is None:
-            # Runs of consecutive sticks (a matmul's: its A, B and accumulator tiles) as slices: reading and
-            # updating a slice gathers and scatters nothing.
-            cut = np.flatnonzero(np.diff(arr) != 1) + 1
-            starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [arr.size]])
-            key = runs[id(arr)] = (() if not arr.size else (arr,) if cut.size > _MAX_RUNS else
-                                   tuple(slice(int(arr[a]), int(arr[b - 1]) + 1) for a, b in zip(starts, ends)))
-            keep.append(arr)
-        return key
-
+    pos = {id(s): k for k, s in enumerate(steps)}
+    segs = getattr(steps, "memo", {}).get("segments") or segments(steps)
     out = []
-    for s in steps:
-        if isinstance(s, Sync):
-            out.append((s, -1, 0, (), (), 0.0))
-        else:
-            dur = -1 - transfer[id(s)] if s.op in _SHARED else _duration(s, C, target, per_cycle)
-            out.append((s, s.core, _UNIT[s.op], index(s.sp_reads), index(s.sp_writes), dur))
+    for batches, sync in segs:
+        for batch in batches:
+            for part in (batch,) if _even(batch) else ([i] for i in batch):
+                u = _UNIT[part[0].op]
+                if part[0].op in _SHARED:
+                    dur, j = None, np.array([transfer[id(i)] for i in part])
+                else:
+                    dur, j = np.array([_duration(i, C, target, per_cycle) for i in part]), None
+                cores = np.array([i.core for i in part])
+                out.append((part, [pos[id(i)] for i in part], cores, u, _sticks(part, cores, "sp_reads"),
+                            _sticks(part, cores, "sp_writes"), dur, j))
+        if sync is not None:
+            out.append(sync)
     return out
+
+
+def _even(batch) -> bool:
+    """Whether every instruction of a batch reads as many sticks, and writes as many, as the first."""
+    return all(i.sp_reads.size == batch[0].sp_reads.size and i.sp_writes.size == batch[0].sp_writes.size
+               for i in batch)
+
+
+def _sticks(part, cores, field) -> list:
+    """How to index the per-stick times of the sticks each instruction of ``part`` reads or writes (``field``):
+    [cores, sticks] indices, one per run of consecutive sticks when every instruction has the same ones (an SPMD
+    tile: a slice of the cores' rows, a view when they are consecutive, as most are), else one for all."""
+    first = getattr(part[0], field)
+    if not first.size:
+        return []
+    # The decoder hands SPMD copies of one record the same arrays: mostly an identity test.
+    if all(getattr(i, field) is first or np.array_equal(getattr(i, field), first) for i in part[1:]):
+        cut = np.flatnonzero(np.diff(first) != 1) + 1
+        if cut.size <= _MAX_RUNS:
+            rows = (slice(int(cores[0]), int(cores[-1]) + 1) if np.array_equal(cores, np.arange(cores[0], cores[-1] + 1))
+                    else cores)
+            bounds = zip(np.concatenate([[0], cut]), np.concatenate([cut, [first.size]]))
+            return [(rows, slice(int(first[a]), int(first[b - 1]) + 1)) for a, b in bounds]
+    return [(cores[:, None], np.stack([getattr(i, field) for i in part]))]

@@ -946,29 +946,79 @@ def test_restick_transposes_bits(targets, fmt, shape):
     assert np.array_equal(np.asarray(ref, dtype=np.float64), np.asarray(exact, dtype=np.float64))
 
 
-def test_cycle_model_indexes_stick_runs_as_the_sticks(monkeypatch):
-    """The timeline reads and updates each run of consecutive sticks of an instruction through a slice
-    (cycles._work): the profile of a compiled MLP with GELU and LayerNorm (instructions reading tiles of several
-    runs) is exactly the one indexing every stick array as it is gives, event by event."""
+def test_cycle_model_batches_are_the_schedule_walked_instruction_by_instruction(targets):
+    """The timeline advances the emulator's batches (one instruction on each of several cores) as one numpy
+    operation, indexing runs of sticks by slices (cycles._work): every instruction's start and end are exactly
+    those of walking the schedule one instruction at a time, as the model did before. For a compiled MLP with GELU
+    and LayerNorm on 4 cores (instructions reading several runs of sticks, ring transfers, reductions) and a
+    double-buffered matmul on one core (a load into a buffer waits for the multiply still reading it)."""
     import torch
 
     import spyre_mlir
     from spyre_mlir.runtime import cycles
+    from spyre_mlir.runtime.schedule import Sync
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256),
                                 torch.nn.LayerNorm(256)).eval()
-    exe = spyre_mlir.compile(model, (torch.randn(64, 256),), cores=4, cache_dir=False)
-    prog, target, steps = exe.program, exe.target, exe.steps
-    assert any(np.any(np.diff(s.sp_reads) != 1) for s in steps if hasattr(s, "sp_reads"))   # several runs
+    mlp = spyre_mlir.compile(model, (torch.randn(64, 256),), cores=4, cache_dir=False)
+    assert any(np.any(np.diff(s.sp_reads) != 1) for s in mlp.steps if not isinstance(s, Sync))   # several runs
+    waits = False
+    for exe in (mlp, build_matmul(targets[1], 128, 128, 1024, tile_k=128, double_buffer=True).load()):
+        prog, t, steps = exe.program, exe.target, exe.steps
+        dmas = [s for s in steps if not isinstance(s, Sync) and s.op in cycles._SHARED]
+        per_cycle = 1.0 / t.clock_ghz
+        work = cycles._work(steps, prog.num_cores, t, per_cycle, {id(s): j for j, s in enumerate(dmas)})
+        # Any transfer durations will do: long ones (transfers wait for transfers), short ones (a load into a
+        # buffer waits for the multiply still reading it).
+        for transfers in (np.arange(1.0, len(dmas) + 1) * 37.5, np.full(len(dmas), 0.5)):
+            events, free, _, _ = cycles._timeline(work, prog.num_cores, t, transfers)
+            want, rfree, war = _walk(steps, prog.num_cores, t, per_cycle, dict(zip(map(id, dmas), transfers)))
+            assert [(e.core, e.index, e.start, e.end) for e in events] == want
+            assert np.array_equal(free, rfree)
+            waits |= war
+    assert waits                     # some write waited for a read
 
-    def profile():
-        p = cycles.model_program(prog, target, steps)
-        return p.cycles, p.busy, [(e.core, e.unit, e.name, e.start, e.end, e.index) for e in p.events]
 
-    runs = profile()
-    monkeypatch.setattr(cycles, "_MAX_RUNS", -1)        # every array indexed as it is, as the model did before
-    assert profile() == runs
+def _walk(steps, C, t, per_cycle, dur):
+    """The cycle model's timeline one instruction at a time in schedule order (``dur``: the DRAM transfers'
+    durations by id): [(core, index, start, end)], the units' free times, and whether a write waited for a read."""
+    from spyre_mlir.runtime import cycles
+    from spyre_mlir.runtime.isa import ROOT_ALL, tile_pitch
+    from spyre_mlir.runtime.schedule import Sync
+
+    nst = -(-t.scratchpad_usable_bytes // 128)
+    rfree = np.zeros((C, len(cycles.UNITS)))
+    spw, spr, want, war = np.zeros((C, nst)), np.zeros((C, nst)), [], False
+    for s in steps:
+        if isinstance(s, Sync):
+            at = rfree[list(s.members)].max() + t.barrier_latency_cycles
+            rfree[list(s.members)] = at
+            for snd in s.sends:
+                for p in snd.send[0]:
+                    spw[p, snd.peer_sticks] = at
+            for grp in s.reduces:
+                mask, root, dst, _ = grp[0].reduce
+                st = np.arange(dst[0] // 128, (dst[0] + dst[1] * tile_pitch(dst[2], dst[3])) // 128)
+                for q in ([i for i in range(C) if mask >> i & 1] if root == ROOT_ALL else [root]):
+                    spw[q, st] = at
+            continue
+        c, u = s.core, cycles._UNIT[s.op]
+        r, w = s.sp_reads, s.sp_writes
+        ready = max([rfree[c, u]] + [spw[c, x].max() for x in (r, w) if x.size])
+        start = max(ready, spr[c, w].max()) if w.size else ready
+        war |= start > ready
+        if u == cycles._HOST:
+            start = max(start, rfree[c].max())
+        d = dur.get(id(s), None)
+        end = start + (cycles._duration(s, C, t, per_cycle) if d is None else d)
+        rfree[c, u] = end
+        if u == cycles._HOST:
+            rfree[c, 0] = max(rfree[c, 0], end)
+        spw[c, w] = end
+        spr[c, r] = np.maximum(spr[c, r], end)
+        want.append((c, s.idx, start, end))
+    return want, rfree, war
 
 
 def test_restick_cycle_model(targets):
