@@ -1036,6 +1036,7 @@ class Machine:
         self.lanes: list[Lanes] = []     # the plan's Lanes steps, in order (the worker runs their second lanes)
         self.worker = None               # a run's worker process (runtime/lanes.py), set by the executable
         self._lane = None                # the lane being planned (0, 1) or None
+        self._views = {}                 # (scratchpad addresses, tile shape) -> its view (_tiles_at)
 
     def buffer_view(self, b) -> TileView:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
@@ -1143,7 +1144,7 @@ class Machine:
         if t is None:
             return None
         addrs = [i.core * self.stride + tile(i)[0] for i in batch]
-        view = tiles(self.sp, addrs, *t[1:])
+        view = self._tiles_at(addrs, *t[1:])
         at = _Sticks(addrs, t[1] * tile_pitch(t[2], t[3]) // STICK_BYTES)
         if write:
             self._fresh(at)
@@ -1167,6 +1168,16 @@ class Machine:
         self._mark_read(pieces)
         return view
 
+    def _tiles_at(self, addrs, rows: int, cols: int, fmt: Format):
+        """:func:`tiles` of the scratchpads, one view per (addresses, shape): a loop's steps read and write the
+        same double buffers again and again (the 4096^3 matmul: 5,492 views of a few dozen), and a view holds no
+        state of its own."""
+        key = (tuple(addrs), rows, cols, fmt)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = tiles(self.sp, addrs, rows, cols, fmt)
+        return view
+
     def _grouped(self, view, addrs, t, ids2, pieces):
         """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids
         ``ids2``, as for :class:`Shared`): the cores of one head of an attention all loaded its K and V. Also the
@@ -1176,7 +1187,7 @@ class Machine:
         if not 1 < len(first) < len(addrs):
             return view, pieces
         firsts = np.unique(index, return_index=True)[1]        # each group's first core
-        return (Grouped(tiles(self.sp, [addrs[i] for i in firsts], *t[1:]), index),
+        return (Grouped(self._tiles_at([addrs[i] for i in firsts], *t[1:]), index),
                 None if pieces is None else pieces[firsts])
 
     def _once(self, memo, addrs, shape, ids, make, again=None, first=None, pieces=None, first_call=False):
@@ -1469,7 +1480,7 @@ class Machine:
         for group in s.reduces:
             mask, root, dst, _ = group[0].reduce
             receivers = bits(mask) if root == ROOT_ALL else [root]
-            view = tiles(self.sp, [r * self.stride + dst[0] for r in receivers], *dst[1:])
+            view = self._tiles_at([r * self.stride + dst[0] for r in receivers], *dst[1:])
             for r in receivers:
                 self._fresh(_Sticks.of(self._tile_sticks(r * self.stride, dst)))
 
