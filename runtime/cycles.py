@@ -370,8 +370,8 @@ def _sticks(part, cores, field) -> list:
     if all(getattr(i, field) is first or np.array_equal(getattr(i, field), first) for i in part[1:]):
         cut = np.flatnonzero(np.diff(first) != 1) + 1
         if cut.size <= _MAX_RUNS:
-            rows = (slice(int(cores[0]), int(cores[-1]) + 1) if np.array_equal(cores, np.arange(cores[0], cores[-1] + 1))
-                    else cores)
+            lo, hi = int(cores[0]), int(cores[-1]) + 1
+            rows = slice(lo, hi) if np.array_equal(cores, np.arange(lo, hi)) else cores
             bounds = zip(np.concatenate([[0], cut]), np.concatenate([cut, [first.size]]))
             return [(rows, slice(int(first[a]), int(first[b - 1]) + 1)) for a, b in bounds]
     return [(cores[:, None], np.stack([getattr(i, field) for i in part]))]
