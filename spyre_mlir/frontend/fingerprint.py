@@ -8,12 +8,16 @@ everything the trace reads:
   every instance attribute: parameters and buffers (name, dtype, shape, strides, bytes; a tied one as a
   reference), plain data (numbers, strings, dtypes, containers of them, dataclasses), hooks, the training flag;
 * the code of every class on the way (each method's bytecode, constants, names, file and line table, so the
-  source locations the binary records stay right; defaults and closures), up to torch's own classes, which
-  torch's version identifies (a method patched into one is hashed);
+  source locations the binary records stay right; defaults and closures), up to torch's and Hugging Face
+  transformers' own classes, which their versions identify (a method patched into one is hashed); objects of
+  those libraries' classes (a model's config, a cache layer) by their class and attributes;
+* the registries transformers' code looks functions up in by a name the config holds (attention, masks,
+  experts): a function registered there is hashed like any other;
 * what that code reads by global name: a function (hashed the same way), a class, plain data, a module (the
   attributes the code names in it, recursively);
 * the example inputs' types (tensors: dtype, shape, strides; other values: the value), ``input_shapes``;
-* torch's version, the Python version and the torch settings a trace depends on (default dtype, grad mode,
+* torch's (and transformers') version, the Python version and the torch settings a trace depends on
+  (default dtype, grad mode,
   what differs from the defaults in the export, dynamo, functorch and fx configs and the environment
   variables they read, the global module hooks).
 
@@ -28,6 +32,7 @@ import collections
 import dataclasses
 import enum
 import hashlib
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -39,11 +44,14 @@ import torch
 # Modules whose functions and classes are identified by name: their code is fixed by the Python and torch
 # versions in the fingerprint.
 _TRUSTED = {"torch", "builtins", "math", "operator", "functools", "itertools", "typing", "collections", "abc",
-            "enum", "dataclasses", "numbers", "warnings", "contextlib", "types", "copy"}
+            "enum", "dataclasses", "numbers", "warnings", "contextlib", "types", "copy", "transformers"}
 # Class attributes that do not change what the code does (or are covered elsewhere: dataclass fields are
 # instance attributes, their defaults class attributes).
 _SKIP = {"__dict__", "__weakref__", "__doc__", "__module__", "__annotations__", "__dataclass_fields__",
          "__dataclass_params__", "_abc_impl"}
+# Attributes that differ from process to process and that no trace reads: a Hugging Face generation config's
+# hash of itself (to tell whether it was changed; Python salts string hashes per process).
+_VOLATILE = {"_original_object_hash"}
 # Builtins that read names the code does not spell out.
 _DYNAMIC = {"globals", "locals", "vars", "eval", "exec", "__import__"}
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), slice)
@@ -82,7 +90,15 @@ def _trusted(module_name) -> bool:
     return isinstance(module_name, str) and module_name.split(".", 1)[0] in _TRUSTED
 
 
-_TRUSTED_DIRS = (os.path.dirname(torch.__file__) + os.sep, sysconfig.get_path("stdlib") + os.sep, "<frozen ")
+def _package_dir(name: str) -> tuple[str, ...]:
+    """Where package ``name`` is installed (found, not imported), as a trusted directory; () when it is not."""
+    spec = importlib.util.find_spec(name)
+    return tuple(os.path.join(str(d), "") for d in spec.submodule_search_locations) \
+        if spec and spec.submodule_search_locations else ()
+
+
+_TRUSTED_DIRS = (os.path.dirname(torch.__file__) + os.sep, sysconfig.get_path("stdlib") + os.sep, "<frozen ",
+                 *_package_dir("transformers"))
 
 
 def _trusted_function(f) -> bool:
@@ -113,6 +129,7 @@ class _Hasher:
             self.value({k: v for k, v in mod.get_config_copy().items() if v != mod._config[k].default}
                        if mod else {})
         self.value(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV) and k not in _ENV_SKIP))
+        self.transformers()
         hooks = vars(torch.nn.modules.module)
         for name in sorted(n for n in hooks if n.startswith("_global_")):
             self.put(name)
@@ -123,6 +140,40 @@ class _Hasher:
         self.put("input_shapes")
         self.value(input_shapes)
         return self.h.hexdigest()
+
+    def transformers(self):
+        """Hugging Face's version (its code is identified by it, as torch's) and the registries its code looks
+        functions up in by a name the config holds (attention, masks, experts: ``AttentionInterface.register``):
+        a function registered there changes the program and not the model. Nothing when it is not imported: no
+        model then runs its code."""
+        tf = sys.modules.get("transformers")
+        generic = sys.modules.get("transformers.utils.generic")
+        if tf is None or generic is None:
+            return
+        self.put("transformers", tf.__version__)
+        interfaces, todo = [], [generic.GeneralInterface]
+        while todo:
+            c = todo.pop()
+            interfaces.append(c)
+            todo += c.__subclasses__()
+        for c in sorted(interfaces, key=lambda c: (c.__module__, c.__qualname__)):
+            self.put("registry", c.__module__, c.__qualname__)
+            self.registry(c._global_mapping)
+        for name, mod in sorted((n, m) for n, m in list(sys.modules.items()) if n.startswith("transformers.") and m):
+            for key, obj in sorted((k, o) for k, o in vars(mod).items() if isinstance(o, generic.GeneralInterface)):
+                self.put("local registry", name, key)
+                self.registry(obj._local_mapping)
+
+    def registry(self, mapping):
+        """A registry's entries; one that is no function (a tensor-parallel style object, which a trace on one
+        device does not use) by its type."""
+        self.put(len(mapping))
+        for k in sorted(mapping, key=repr):
+            self.value(k)
+            if isinstance(mapping[k], types.FunctionType):
+                self.value(mapping[k])
+            else:
+                self.put("entry", type(mapping[k]).__module__, type(mapping[k]).__qualname__)
 
     def inputs(self, v):
         """An example input by its type: a trace sees a tensor's dtype and shape, not its values."""
@@ -210,14 +261,15 @@ class _Hasher:
             self.put("enum", v.name)
         elif t is typing.TypeVar:
             self.put("typevar", repr(v))
-        elif (isinstance(v, torch.nn.Module) or dataclasses.is_dataclass(v) or _trusted(t.__module__)) and \
-                _layout(t) == _layout(_Plain):
-            # A module, a dataclass, a torch object (a no_grad decorator's): its class and its attributes,
-            # when they are all its state (its layout is a plain Python object's: no slots, no C fields, as
-            # a functools.partial has).
+        elif (isinstance(v, torch.nn.Module) or dataclasses.is_dataclass(v)
+              or any(_trusted(k.__module__) for k in t.__mro__[:-1])) and _layout(t) == _layout(_Plain):
+            # A module, a dataclass, an object of a trusted library's class or of a subclass of one (a no_grad
+            # decorator, a Hugging Face config or cache layer): its class and its attributes, when they are all
+            # its state (its layout is a plain Python object's: no slots, no C fields, as a functools.partial
+            # has).
             self.cls(t)
             self.put("object")
-            self.value(vars(v))
+            self.value({k: x for k, x in vars(v).items() if k not in _VOLATILE})
         else:
             raise Unhashable(f"a {t.__module__}.{t.__qualname__}")
 

@@ -296,3 +296,85 @@ def test_fingerprint_does_not_depend_on_an_earlier_export():
     before = fingerprint(m, X)
     torch.export.export(m, X, strict=False)
     assert fingerprint(m, X) == before
+
+
+def _tiny_llama(**config):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                   **config)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+IDS = (torch.zeros(1, 8, dtype=torch.long),)
+
+
+def test_hugging_face_model_is_fingerprinted_and_what_it_reads_changes_the_key(monkeypatch):
+    """A Hugging Face model is keyed without export (transformers' code by its version, as torch's): its config,
+    weights, attention implementation, a function patched into its classes and the registries its code looks
+    functions up in by name all change the key."""
+    import transformers
+    from transformers.models.llama import modeling_llama
+
+    base = fingerprint(_tiny_llama(), IDS)
+    assert base is not None and fingerprint(_tiny_llama(), IDS) == base
+    assert fingerprint(_tiny_llama(rms_norm_eps=1e-5), IDS) != base
+    assert fingerprint(_tiny_llama(rope_theta=5e5), IDS) != base
+    m = _tiny_llama()
+    with torch.no_grad():
+        m.model.norm.weight[3] += 1
+    assert fingerprint(m, IDS) != base
+    m = _tiny_llama()
+    m.config._attn_implementation = "eager" if m.config._attn_implementation != "eager" else "sdpa"
+    assert fingerprint(m, IDS) != base
+
+    def forward(self, x):
+        return x
+    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", forward)
+    assert fingerprint(_tiny_llama(), IDS) != base
+    monkeypatch.undo()
+    assert fingerprint(_tiny_llama(), IDS) == base
+
+    def attention(module, q, k, v, mask, **kw):
+        return transformers.integrations.sdpa_attention.sdpa_attention_forward(module, q, k, v, mask, **kw)
+
+    def other(module, q, k, v, mask, **kw):
+        return transformers.integrations.sdpa_attention.sdpa_attention_forward(module, q, k, v, mask, scaling=0.5)
+
+    interface = transformers.AttentionInterface
+    monkeypatch.setattr(interface, "_global_mapping", dict(interface._global_mapping))
+    interface.register("mine", attention)
+    keys = []
+    for fn in (attention, other):
+        interface.register("mine", fn)
+        m = _tiny_llama()
+        m.config._attn_implementation = "mine"
+        keys.append(fingerprint(m, IDS))
+    assert None not in keys and keys[0] != keys[1] and base not in keys
+
+
+def test_hugging_face_model_hits_without_export(tmp_path, monkeypatch):
+    a = spyre_mlir.compile(_tiny_llama(), IDS, cores=2, cache_dir=str(tmp_path))
+    _no_export(monkeypatch)
+    b = spyre_mlir.compile(_tiny_llama(), IDS, cores=2, cache_dir=str(tmp_path))
+    assert not a.compile_info.cache_hit and b.compile_info.cache_hit
+    np.testing.assert_array_equal(a(*IDS)[0], b(*IDS)[0])
+
+
+def test_hugging_face_fingerprint_is_the_same_in_every_process():
+    """Nothing per-process enters the key (a generation config's hash of itself, which Python salts per process):
+    two processes with different string hash seeds key the same model alike."""
+    import os
+    import subprocess
+
+    pytest.importorskip("transformers")
+    code = ("import torch, transformers\n"
+            "from spyre_mlir.frontend.fingerprint import fingerprint\n"
+            "cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, "
+            "num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)\n"
+            "torch.manual_seed(0)\n"
+            "print(fingerprint(transformers.LlamaForCausalLM(cfg).eval(), (torch.zeros(1, 8, dtype=torch.long),)))\n")
+    keys = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split()[-1] for seed in ("1", "2")}
+    assert len(keys) == 1 and "None" not in keys
