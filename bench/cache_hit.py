@@ -1,4 +1,5 @@
-"""What a cache hit costs next to a cold compile, for the example models (issue 11: a hit <= 10% of cold).
+"""What a cache hit costs next to a cold compile, for the example models and a Hugging Face Llama (issue 11: a hit
+<= 10% of cold).
 
 For each model, in a fresh cache directory: a cold ``spyre_mlir.compile(model, inputs)``, then hits for the
 same module object, a freshly built equal module, its ``torch.export`` program and a ``torch.export.save``
@@ -38,6 +39,15 @@ def builders():
     peers = _load(os.path.join(HERE, "peers.py"), "bench_peers")
     out = {f"examples/{n}": (lambda m=m: m.build(0)) for n, m in ex.items()}
     out.update({f"peers/{n}": (lambda n=n: peers.build(n, 0)) for n in ("mlp", "decoder", "cnn")})
+    generate = _load(os.path.join(HERE, "generate.py"), "bench_generate")
+
+    def llama():
+        import torch
+
+        model = generate.build("llama", 256, 2)
+        model.config.use_cache = False      # logits only: the bench also exports it with torch.export itself
+        return model, (torch.zeros(1, 16, dtype=torch.long),)
+    out["hf/llama"] = llama        # a Hugging Face model: keyed without export too (transformers' version)
     return out
 
 
