@@ -41,6 +41,7 @@ import math
 
 import numpy as np
 
+from .emulator import segments
 from .formats import STICK_BYTES
 from .isa import ROOT_ALL, Op, tile_pitch
 from .schedule import Sync
@@ -332,8 +333,6 @@ def _work(steps, C, target, per_cycle, transfer: dict) -> list:
     how to index the sticks they read and write (:func:`_sticks`), their durations, or for DRAM transfers
     None and their indices in ``transfer`` (id(ins) -> index)). A batch whose instructions touch different
     numbers of sticks is split into single instructions."""
-    from .emulator import segments
-
     pos = {id(s): k for k, s in enumerate(steps)}
     segs = getattr(steps, "memo", {}).get("segments") or segments(steps)
     out = []
