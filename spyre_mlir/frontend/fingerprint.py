@@ -92,7 +92,10 @@ def _trusted(module_name) -> bool:
 
 def _package_dir(name: str) -> tuple[str, ...]:
     """Where package ``name`` is installed (found, not imported), as a trusted directory; () when it is not."""
-    spec = importlib.util.find_spec(name)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):       # a broken install, or a module without a spec
+        return ()
     return tuple(os.path.join(str(d), "") for d in spec.submodule_search_locations) \
         if spec and spec.submodule_search_locations else ()
 
