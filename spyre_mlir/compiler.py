@@ -306,11 +306,13 @@ def _mark(module, args: dict, results: dict) -> None:
 
 
 def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-           persistent_state=False, cards=None, placement=(None, None)):
-    """Compile (or take from the cache); only SpyreError subclasses leave it."""
+           persistent_state=False, cards=None, placement=(None, None), mkey=None):
+    """Compile (or take from the cache); only SpyreError subclasses leave it. ``mkey``: the module's key
+    (:func:`module_key`) when the caller took it before anything exported the module (torch.export rebuilds
+    some of a Hugging Face model's attributes, which the key records)."""
     try:
         return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                                output, persistent_state, cards, placement)
+                                output, persistent_state, cards, placement, mkey)
     except SpyreError:
         raise
     except Exception as e:  # noqa: BLE001 - a defect: report it as one, with the original chained
@@ -319,7 +321,7 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 
 
 def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-                     persistent_state=False, cards=None, placement=(None, None)):
+                     persistent_state=False, cards=None, placement=(None, None), mkey=None):
     t0 = time.perf_counter()
     tgt, cores = _check_options(precision, cores, target, cards)
     plan, plan_out = placement
@@ -336,7 +338,8 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
             pkeys.append(file_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
                                   persistent_state))
         elif cdir and _is_module(model_or_path):
-            pkeys.append(module_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
+            pkeys.append(mkey if mkey is not None else
+                         module_key(model_or_path, example_inputs, input_shapes, precision, cores, tgt,
                                     persistent_state))
         found = _cached_program(cdir, pkeys[0] if pkeys else None)
         if found is None:

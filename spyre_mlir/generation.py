@@ -172,7 +172,7 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
 
     import torch
 
-    from spyre_mlir.compiler import _build, _cache_dir, _check_options
+    from spyre_mlir.compiler import _build, _cache_dir, _check_options, module_key
     from spyre_mlir.runtime import load_bytes
     from spyre_mlir.runtime.binary import atomic_write, program_from_bytes, program_to_bytes
     from spyre_mlir.runtime.link import link
@@ -185,20 +185,26 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
         return per_model[key]
     t0 = time.perf_counter()
     step = _cache_step_class()(model, batch, max_len).eval()
+    examples = {name: {"input_ids": torch.zeros(batch, t, dtype=torch.long),
+                       "attention_mask": torch.ones(batch, max_len, dtype=torch.long),
+                       "position_ids": torch.arange(t).expand(batch, t).contiguous(),
+                       "cache_position": torch.arange(t)} for name, t in (("prefill", prompt_len), ("decode", 1))}
+    cdir = _cache_dir(cache_dir)
+    # Both programs are keyed before either is exported: torch.export rebuilds some of the model's attributes
+    # (its `_pp_plan`), which the key records, so the decode program would be keyed otherwise in this process
+    # than in the next one.
+    mkeys = {name: module_key(step, ex, None, precision, cores, tgt, True) if cdir else None
+             for name, ex in examples.items()}
     programs, keys = {}, []
-    for name, t in (("prefill", prompt_len), ("decode", 1)):
-        example = {"input_ids": torch.zeros(batch, t, dtype=torch.long),
-                   "attention_mask": torch.ones(batch, max_len, dtype=torch.long),
-                   "position_ids": torch.arange(t).expand(batch, t).contiguous(),
-                   "cache_position": torch.arange(t)}
-        path, _, info = _build(step, example, precision, cores, None, cache_dir, None, None, persistent_state=True)
+    for name, example in examples.items():
+        path, _, info = _build(step, example, precision, cores, None, cache_dir, None, None, persistent_state=True,
+                               mkey=mkeys[name])
         keys.append(info.key)
         with open(path, "rb") as f:
             programs[name] = program_from_bytes(f.read())
         if info.path is None:        # built only to be linked here (no cache)
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     # The linked file sits beside its parts in the compile cache; without one it is only loaded.
-    cdir = _cache_dir(cache_dir)
     image = program_to_bytes(link(programs))
     out = None
     if cdir is not None:

@@ -112,3 +112,22 @@ def test_sliding_window_without_layer_types():
     with torch.no_grad():
         ref = model.generate(**x, max_new_tokens=16, do_sample=False)
     assert torch.equal(out, ref)
+
+
+def test_a_fresh_equal_model_finds_both_programs_without_export(tmp_path, monkeypatch):
+    """Both programs are keyed before either is exported (torch.export rebuilds some of a Hugging Face model's
+    attributes, which the key records): an equal model built afresh, as in the next run of a script, finds the
+    prefill and the decode program in the cache without tracing anything."""
+    import spyre_mlir.frontend.importer as importer
+
+    x = zoo.example_inputs("llama", mask=True)
+    kw = dict(max_new_tokens=4, attention_mask=x["attention_mask"], precision="dlf16", cores=4,
+              cache_dir=str(tmp_path))
+    first = spyre_mlir.generate(zoo.build("llama"), x["input_ids"], **kw)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("torch.export or Torch-MLIR ran on a cache hit")
+    monkeypatch.setattr(torch.export, "export", fail)
+    monkeypatch.setattr(importer, "import_program", fail)
+    again = spyre_mlir.generate(zoo.build("llama"), x["input_ids"], **kw)
+    assert torch.equal(first, again)
