@@ -232,9 +232,14 @@ class SystemEmitter:
 
     def write(self, path) -> None:
         from spyre_mlir.runtime.binary import atomic_write
+
+        atomic_write(path, self.layout())
+
+    def layout(self) -> tuple[int, list]:
+        """The system file's image as its pieces (runtime.system.system_layout)."""
         from spyre_mlir.runtime.system import system_layout
 
-        atomic_write(path, system_layout(self.sys))
+        return system_layout(self.sys)
 
     def listing(self) -> str:
         from spyre_mlir import codegen

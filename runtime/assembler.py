@@ -25,7 +25,8 @@ import sys
 
 import numpy as np
 
-from .binary import BUFFER_ALIGN, Buffer, Program, buffer_layout, program_to_bytes, rolled_code, write_program
+from .binary import (BUFFER_ALIGN, Buffer, Program, buffer_layout, program_layout, program_to_bytes, rolled_code,
+                     write_program)
 from .formats import STICK_BYTES, Format, encode
 from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, describe, sfu_fn,
                   tile_bytes, tile_pitch)
@@ -453,6 +454,11 @@ class ProgramBuilder:
     def write(self, path) -> None:
         """Write the .spyre file atomically."""
         write_program(self.program(), path)
+
+    def layout(self) -> tuple[int, list]:
+        """The .spyre image as its pieces (:func:`.binary.program_layout`): written or joined without a copy
+        of each constant made first."""
+        return program_layout(self.program())
 
     def load(self, numerics: str | None = None):
         """Serialize, then load through the full validating loader (what a real run does)."""

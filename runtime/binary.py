@@ -37,7 +37,7 @@ __all__ = [
     "BinaryFormatError", "MAGIC", "VERSION", "Section", "Buffer", "Program", "Entry", "BUFFER_KINDS",
     "CONST_ALIGN", "BUFFER_ALIGN", "buffer_layout", "program_to_bytes", "program_from_bytes",
     "write_program", "read_container", "write_container", "container_layout", "program_layout", "atomic_write",
-    "code_digest", "rolled_code",
+    "code_digest", "rolled_code", "image_of",
 ]
 
 MAGIC = b"SPYREBIN"
@@ -220,6 +220,19 @@ def _image(layout: tuple[int, list[tuple[int, Any]]]) -> bytearray:
     for off, data in pieces:
         out[off:off + len(data)] = data
     return out
+
+
+def image_of(layout: tuple[int, list[tuple[int, Any]]]) -> memoryview:
+    """The bytes of an image given as its pieces (:func:`container_layout`), to be loaded: a read-only view of
+    memory numpy allocates, which Linux backs with huge pages (a bytearray's page faults made a Granite layer's
+    400 MB image take 0.22 s, this 0.09 s)."""
+    size, pieces = layout
+    out = np.zeros(size, np.uint8)
+    view = memoryview(out).cast("B")
+    for off, data in pieces:
+        data = memoryview(data).cast("B")
+        view[off:off + len(data)] = data
+    return memoryview(out).toreadonly()
 
 
 def container_layout(num_cores: int, fingerprint: str, sections: list[tuple[int, int, Any]],

@@ -36,7 +36,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 
@@ -306,13 +305,16 @@ def _mark(module, args: dict, results: dict) -> None:
 
 
 def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-           persistent_state=False, cards=None, placement=(None, None), mkey=None):
-    """Compile (or take from the cache); only SpyreError subclasses leave it. ``mkey``: the module's key
-    (:func:`module_key`) when the caller took it before anything exported the module (torch.export rebuilds
-    some of a Hugging Face model's attributes, which the key records)."""
+           persistent_state=False, cards=None, placement=(None, None), mkey=None, keep_image=False):
+    """Compile (or take from the cache): (the binary's path, the Target, CompileInfo, its image). Only
+    SpyreError subclasses leave it. ``mkey``: the module's key (:func:`module_key`) when the caller took it
+    before anything exported the module (torch.export rebuilds some of a Hugging Face model's attributes, which
+    the key records). ``keep_image``: the caller loads the binary, so a binary built now is also returned as
+    its bytes (read back from a file it would cost as much as writing it); the path is None when no file
+    (no cache, no ``output``) was asked for. The image is None on a cache hit."""
     try:
         return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                                output, persistent_state, cards, placement, mkey)
+                                output, persistent_state, cards, placement, mkey, keep_image)
     except SpyreError:
         raise
     except Exception as e:  # noqa: BLE001 - a defect: report it as one, with the original chained
@@ -321,7 +323,7 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
 
 
 def _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-                     persistent_state=False, cards=None, placement=(None, None), mkey=None):
+                     persistent_state=False, cards=None, placement=(None, None), mkey=None, keep_image=False):
     t0 = time.perf_counter()
     tgt, cores = _check_options(precision, cores, target, cards)
     plan, plan_out = placement
@@ -372,6 +374,7 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
     cached = os.path.join(cdir, key + ".spyre") if cdir else None
     hit = cached is not None and os.path.exists(cached)
     host_ops, device_ops, host_locs = [], [], []
+    image = None
     if hit:
         try:
             with open(cached[:-len(".spyre")] + ".json") as f:
@@ -386,23 +389,23 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
         from spyre_mlir.context import make_context
         from spyre_mlir.pipeline import graph_pipeline, kernel_pipeline
 
-        dest = output or cached
-        if dest is None:
-            import tempfile
+        from spyre_mlir.runtime.binary import atomic_write, image_of
 
-            dest = os.path.join(tempfile.mkdtemp(prefix="spyre-"), "model.spyre")
-        try:
-            with make_context():
-                module = prepare_module(imported, device_state)
-                run_stage(module, graph_pipeline(), "graph pipeline")
-                # A forced plan without `cards` brings its own card count.
-                run_stage(module, kernel_pipeline(precision, cores, target, None if plan and cards is None
-                                                  else tgt.num_cards, plan, plan_out), "kernel pipeline")
-                em = emit(module, tgt, output=dest)
-        except BaseException:
-            if not (output or cached):
-                shutil.rmtree(os.path.dirname(dest), ignore_errors=True)
-            raise
+        dest = output or cached
+        with make_context():
+            module = prepare_module(imported, device_state)
+            run_stage(module, graph_pipeline(), "graph pipeline")
+            # A forced plan without `cards` brings its own card count.
+            run_stage(module, kernel_pipeline(precision, cores, target, None if plan and cards is None
+                                              else tgt.num_cards, plan, plan_out), "kernel pipeline")
+            em = emit(module, tgt)
+        layout = em.layout()
+        image = image_of(layout) if keep_image or not dest else None
+        if dest:
+            try:
+                atomic_write(dest, layout if image is None else image)
+            except OSError as e:
+                raise CompileError(f"cannot write {dest}: {e.strerror or e}") from None
         host_ops, device_ops, host_locs = list(em.host_ops), list(em.kernels), list(em.host_locations)
         if cached:
             if dest != cached:
@@ -414,10 +417,9 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
     for pkey in pkeys:
         if pkey and (found is None or pkey != pkeys[-1]):     # the one found already names this binary
             _atomic_write(os.path.join(cdir, pkey + ".program.json"), json.dumps(program_entry))
-    path = output or cached or dest
     info = CompileInfo(precision, cores, hit, time.perf_counter() - t0, output or cached, host_ops, key,
                        device_ops, state, host_locs)
-    return path, tgt, info
+    return output or cached, tgt, info, image
 
 
 def _atomic_write(path: str, text: str) -> None:
@@ -454,20 +456,19 @@ def compile(model_or_path, example_inputs=None, *, precision: str = "dlf16", cor
     fp32-reference numerics (no rounding anywhere). ``persistent_state``: buffers the model updates in place
     (a KV cache) live in device memory across calls instead of being passed in and returned (read them with
     ``exe.read_state(name)``)."""
-    from spyre_mlir.runtime import load
+    from spyre_mlir.runtime import load, load_bytes
 
-    path, tgt, info = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                             None, persistent_state, cards, (placement_plan, placement_plan_out))
+    path, tgt, info, image = _build(model_or_path, example_inputs, precision, cores, target, cache_dir,
+                                    input_shapes, None, persistent_state, cards, (placement_plan, placement_plan_out),
+                                    keep_image=True)
     try:
-        exe = load(path, target=tgt)  # the binary records the numerics its precision needs
+        # The binary records the numerics its precision needs.
+        exe = load(path, target=tgt) if image is None else load_bytes(image, target=tgt)
     except SpyreError:
         raise
     except Exception as e:  # noqa: BLE001
         raise InternalError(f"internal error in spyre-mlir while loading the compiled program: "
                             f"{type(e).__name__}: {e}") from e
-    finally:
-        if info.path is None:       # a binary built only to be loaded (no cache, no output): the loader read it
-            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     exe.compile_info = info
     if info.state:
         return StatefulExecutable(exe, model_or_path if hasattr(model_or_path, "get_buffer") else None)
@@ -534,6 +535,6 @@ def compile_to_file(model_or_path, example_inputs=None, *, output: str, precisio
                     persistent_state: bool = False, cards: int | None = None, placement_plan: str | None = None,
                     placement_plan_out: str | None = None) -> str:
     """Compile to a .spyre file at ``output`` (written atomically); returns the path. Options as :func:`compile`."""
-    path, _, _ = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
-                        persistent_state, cards, (placement_plan, placement_plan_out))
+    path, _, _, _ = _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
+                           persistent_state, cards, (placement_plan, placement_plan_out))
     return path

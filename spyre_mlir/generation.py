@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import shutil
 import weakref
 
 import numpy as np
@@ -174,7 +173,7 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
 
     from spyre_mlir.compiler import _build, _cache_dir, _check_options, module_key
     from spyre_mlir.runtime import load_bytes
-    from spyre_mlir.runtime.binary import atomic_write, program_from_bytes, program_to_bytes
+    from spyre_mlir.runtime.binary import atomic_write, image_of, program_from_bytes, program_layout
     from spyre_mlir.runtime.link import link
 
     _check_model(model)
@@ -197,15 +196,15 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
              for name, ex in examples.items()}
     programs, keys = {}, []
     for name, example in examples.items():
-        path, _, info = _build(step, example, precision, cores, None, cache_dir, None, None, persistent_state=True,
-                               mkey=mkeys[name])
+        path, _, info, image = _build(step, example, precision, cores, None, cache_dir, None, None,
+                                      persistent_state=True, mkey=mkeys[name], keep_image=True)
         keys.append(info.key)
-        with open(path, "rb") as f:
-            programs[name] = program_from_bytes(f.read())
-        if info.path is None:        # built only to be linked here (no cache)
-            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        if image is None:            # a cache hit
+            with open(path, "rb") as f:
+                image = f.read()
+        programs[name] = program_from_bytes(image)
     # The linked file sits beside its parts in the compile cache; without one it is only loaded.
-    image = program_to_bytes(link(programs))
+    image = image_of(program_layout(link(programs)))
     out = None
     if cdir is not None:
         out = os.path.join(cdir, hashlib.sha256("+".join(keys).encode()).hexdigest() + ".generate.spyre")

@@ -155,6 +155,10 @@ class Emitter:
         self._next_storage = 0
         self.hostmod = HostModule(module.context if hasattr(module, "context") else module.operation.context)
 
+    def layout(self) -> tuple[int, list]:
+        """The program's .spyre image as its pieces (runtime.binary.program_layout)."""
+        return self.b.layout()
+
     def prefetched(self, op, prefetchable) -> bool:
         """Whether spyre-prefetch planned ``op``'s once-loaded constants (``spyre.prefetch``) to load during an earlier
         kernel; a plan naming other buffers than its kernel's ``prefetchable(op, target)`` is an error at the op."""
