@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import ml_dtypes
 import numpy as np
 from torch_mlir import ir
 
@@ -268,6 +267,8 @@ def _narrowed(r: ir.Value, val) -> ir.Type:
         o = user(u)
         if o.name != "spyre.map" or KERNEL not in o.attributes:
             return r.type
+    import ml_dtypes      # here, not at the top: its import takes 0.7 s (runtime.formats._ml)
+
     v = np.asarray(val, np.float32)
     with np.errstate(all="ignore"):
         if not np.array_equal(v.astype(ml_dtypes.float8_e5m2).astype(np.float32), v, equal_nan=True):

@@ -1,6 +1,7 @@
 """Spyre runtime: the .spyre binary, its validating loader, the emulator, cycle model and traces.
 
-Importing this package is cheap (numpy and ml_dtypes only; torch is never imported here): tools that only
+Importing this package is cheap (numpy only; ml_dtypes at the first fp8 or bfloat16 conversion; torch
+is never imported here): tools that only
 run binaries start fast. Entry points:
 
 * :func:`load` / :func:`load_bytes` -> :class:`Executable` (call it with inputs; ``.profile`` afterwards), or a

@@ -9,14 +9,14 @@ the conversions here work on bit patterns, not on float arithmetic:
 * symmetric int8 / int4 quantization with per-tensor or per-channel scales, int4 packed two per byte.
 * a registry of formats with the stable integer codes the binary file stores.
 
-Only numpy and ml_dtypes are imported: the runtime loads this at start-up. See docs/numerics.md.
+Only numpy is imported: the runtime loads this at start-up (ml_dtypes at the first fp8 or bfloat16
+conversion). See docs/numerics.md.
 """
 
 from __future__ import annotations
 
 import enum
 
-import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -201,8 +201,16 @@ def dlf16_round(x, saturate: bool = True) -> np.ndarray:
 # fp8 and bfloat16 (ml_dtypes rounds: nearest, ties to even)
 # ---------------------------------------------------------------------------------------------------------
 
-FP8_E4M3_MAX = float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)   # 448
-FP8_E5M2_MAX = float(ml_dtypes.finfo(ml_dtypes.float8_e5m2).max)     # 57344
+FP8_E4M3_MAX = 448.0          # ml_dtypes.finfo(float8_e4m3fn).max (test_formats checks both)
+FP8_E5M2_MAX = 57344.0        # ml_dtypes.finfo(float8_e5m2).max
+
+
+def _ml(name: str):
+    """An ml_dtypes type, imported at its first use: the import takes 0.7 s (with numpy 2.4 it registers its
+    ufunc loops in quadratic time), which a process that never meets fp8 or bfloat16 data should not wait."""
+    import ml_dtypes
+
+    return getattr(ml_dtypes, name)
 
 
 def _ml_encode(x, dtype, storage, maxval: float | None) -> np.ndarray:
@@ -221,11 +229,38 @@ def fp8_e4m3_encode(x, saturate: bool = True) -> np.ndarray:
 
     saturate=True clips to +-448 first (also +-inf; NaN stays NaN). Without it, overflow gives NaN.
     """
-    return _ml_encode(x, ml_dtypes.float8_e4m3fn, np.uint8, FP8_E4M3_MAX if saturate else None)
+    return _ml_encode(x, _ml("float8_e4m3fn"), np.uint8, FP8_E4M3_MAX if saturate else None)
+
+
+def _fp8_values(exp_bits: int, inf: bool) -> np.ndarray:
+    """[256] float32: the value of each fp8 pattern with ``exp_bits`` exponent bits (IEEE-like: bias
+    2^(e-1) - 1, subnormals). ``inf``: the top exponent holds infinities and NaNs (e5m2); else only the
+    all-ones pattern is NaN (e4m3fn). NaNs are float32's quiet NaN with the pattern's sign, as ml_dtypes
+    converts them. A table, so that decoding (every load of a program with an fp8 buffer builds a lookup
+    table from it) needs no ml_dtypes."""
+    key = (exp_bits, inf)
+    if key not in _FP8_VALUES:
+        b = np.arange(256)
+        mb, bias = 7 - exp_bits, (1 << (exp_bits - 1)) - 1
+        e, m = (b >> mb) & ((1 << exp_bits) - 1), b & ((1 << mb) - 1)
+        mag = np.where(e == 0, m * 2.0 ** (1 - bias - mb), (1 + m * 2.0 ** -mb) * 2.0 ** (e - bias))
+        top = e == (1 << exp_bits) - 1
+        if inf:
+            mag = np.where(top, np.where(m == 0, np.inf, np.nan), mag)
+        else:
+            mag = np.where(top & (m == (1 << mb) - 1), np.nan, mag)
+        vals = np.where(b & 0x80, -mag, mag).astype(np.float32)
+        nan = np.isnan(vals)
+        vals[nan] = np.copysign(np.abs(np.float32(np.nan)), np.where(b[nan] & 0x80, -1, 1)).astype(np.float32)
+        _FP8_VALUES[key] = vals
+    return _FP8_VALUES[key]
+
+
+_FP8_VALUES: dict = {}
 
 
 def fp8_e4m3_decode(bits) -> np.ndarray:
-    return _ml_decode(bits, ml_dtypes.float8_e4m3fn, np.uint8)
+    return _fp8_values(4, False)[np.asarray(bits).astype(np.uint8)]
 
 
 def fp8_e5m2_encode(x, saturate: bool = True) -> np.ndarray:
@@ -233,21 +268,21 @@ def fp8_e5m2_encode(x, saturate: bool = True) -> np.ndarray:
 
     saturate=True clips to +-57344 first (also +-inf; NaN stays NaN). Without it, overflow gives +-inf.
     """
-    return _ml_encode(x, ml_dtypes.float8_e5m2, np.uint8, FP8_E5M2_MAX if saturate else None)
+    return _ml_encode(x, _ml("float8_e5m2"), np.uint8, FP8_E5M2_MAX if saturate else None)
 
 
 def fp8_e5m2_decode(bits) -> np.ndarray:
-    return _ml_decode(bits, ml_dtypes.float8_e5m2, np.uint8)
+    return _fp8_values(5, True)[np.asarray(bits).astype(np.uint8)]
 
 
 def bf16_encode(x) -> np.ndarray:
     """fp32 -> bfloat16 bits (uint16), round to nearest even. A host format: the device computes it as
     DLFloat16, so bf16 data is converted on its way in."""
-    return _ml_encode(x, ml_dtypes.bfloat16, np.uint16, None)
+    return _ml_encode(x, _ml("bfloat16"), np.uint16, None)
 
 
 def bf16_decode(bits) -> np.ndarray:
-    return _ml_decode(bits, ml_dtypes.bfloat16, np.uint16)
+    return _ml_decode(bits, _ml("bfloat16"), np.uint16)
 
 
 # ---------------------------------------------------------------------------------------------------------

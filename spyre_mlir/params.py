@@ -230,13 +230,17 @@ def _decode(data: bytes, type_, name: str) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
-def _dtype(elt: str):
-    import ml_dtypes
+_NUMPY_TYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i1": np.bool_, "i8": np.int8,
+                "ui8": np.uint8, "i16": np.int16, "i32": np.int32, "i64": np.int64}
+_ML_TYPES = {"bf16": "bfloat16", "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2"}
 
+
+def _dtype(elt: str):
     if elt == DLF16:
         return np.dtype(np.uint16)   # the format's bits
-    table = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
-             "i1": np.bool_, "i8": np.int8, "ui8": np.uint8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-             "f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}
-    d = table.get(elt)
+    if elt in _ML_TYPES:
+        import ml_dtypes             # only here: its import takes 0.7 s (runtime.formats._ml)
+
+        return np.dtype(getattr(ml_dtypes, _ML_TYPES[elt]))
+    d = _NUMPY_TYPES.get(elt)
     return np.dtype(d) if d is not None else None
