@@ -188,17 +188,25 @@ def module_key(model, example_inputs, input_shapes, precision, cores, target, pe
     code, its attributes, parameters and buffers, the example inputs' types, torch's settings:
     :mod:`spyre_mlir.frontend.fingerprint`), the options, the target and the compiler's version. "" when the
     module holds something the fingerprint cannot account for: the caller keys on the exported program."""
-    from spyre_mlir.frontend.fingerprint import fingerprint
+    return module_keys(model, [example_inputs], input_shapes, precision, cores, target, persistent_state)[0]
 
-    fp = fingerprint(model, example_inputs, input_shapes)
-    if fp is None:
-        return ""
-    h = hashlib.sha256(fp.encode())
-    opts = {"precision": precision, "cores": cores, "persistent_state": bool(persistent_state)}
-    h.update(json.dumps(opts, sort_keys=True).encode())
-    h.update(target.fingerprint().encode())
-    h.update(_version().encode())
-    return "module-" + h.hexdigest()
+
+def module_keys(model, examples, input_shapes, precision, cores, target, persistent_state=False) -> list[str]:
+    """:func:`module_key` of ``model`` with each of ``examples``, its weights hashed once."""
+    from spyre_mlir.frontend.fingerprint import fingerprints
+
+    keys = []
+    for fp in fingerprints(model, examples, input_shapes):
+        if fp is None:
+            keys.append("")
+            continue
+        h = hashlib.sha256(fp.encode())
+        opts = {"precision": precision, "cores": cores, "persistent_state": bool(persistent_state)}
+        h.update(json.dumps(opts, sort_keys=True).encode())
+        h.update(target.fingerprint().encode())
+        h.update(_version().encode())
+        keys.append("module-" + h.hexdigest())
+    return keys
 
 
 def _cached_program(cdir, pkey):

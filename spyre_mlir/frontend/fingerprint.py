@@ -72,10 +72,25 @@ class Unhashable(Exception):
 def fingerprint(model, example_inputs=None, input_shapes=None) -> str | None:
     """sha256 over ``model``, its example inputs (or ``input_shapes``) and torch's settings; None when some
     part of the model is not plain enough to fingerprint (see the module doc)."""
+    return fingerprints(model, [example_inputs], input_shapes)[0]
+
+
+def fingerprints(model, examples, input_shapes=None) -> list[str | None]:
+    """:func:`fingerprint` of ``model`` with each of ``examples`` (example inputs), the model walked and its
+    weights hashed once: ``generate`` keys a prefill and a decode program of one model, and hashing a 7B
+    model's weights takes seconds."""
     try:
-        return _Hasher().run(model, example_inputs, input_shapes)
+        model_part = _Hasher()
+        model_part.model(model)
     except Exception:  # noqa: BLE001 - Unhashable, or an object that breaks when inspected: export instead
-        return None
+        return [None] * len(examples)
+    out = []
+    for example_inputs in examples:
+        try:
+            out.append(model_part.fork().inputs_part(example_inputs, input_shapes))
+        except Exception:  # noqa: BLE001
+            out.append(None)
+    return out
 
 
 class _Plain:
@@ -121,7 +136,14 @@ class _Hasher:
     def put(self, *parts):
         self.h.update(repr(parts).encode() + b"\0")
 
-    def run(self, model, example_inputs, input_shapes):
+    def fork(self) -> "_Hasher":
+        """A hasher in this one's state, to go on with other inputs (objects seen are references in both)."""
+        other = _Hasher.__new__(_Hasher)
+        other.h, other.seen, other.failed = self.h.copy(), dict(self.seen), set(self.failed)
+        other.storages, other.alive = dict(self.storages), list(self.alive)
+        return other
+
+    def model(self, model):
         self.put("spyre-fingerprint-1", torch.__version__, sys.version, str(torch.get_default_dtype()),
                  torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled())
         for name in _CONFIGS:
@@ -138,6 +160,8 @@ class _Hasher:
             self.put(name)
             self.value(hooks[name])
         self.value(model)
+
+    def inputs_part(self, example_inputs, input_shapes) -> str:
         self.put("inputs")
         self.inputs(example_inputs)
         self.put("input_shapes")
