@@ -120,12 +120,14 @@ def cache_key(imported, precision, cores, target, persistent_state=False) -> str
     """sha256 over everything that determines the binary."""
     import numpy as np
 
+    from spyre_mlir.frontend.fingerprint import bytes_digest
+
     h = hashlib.sha256()
     h.update(imported.linalg_ir.encode())
     for name in sorted(imported.params):
         a = np.ascontiguousarray(imported.params[name])
         h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-        h.update(a.reshape(-1).view(np.uint8))       # the bytes in place (a copy of a model's weights costs)
+        h.update(bytes_digest(a.reshape(-1).view(np.uint8)))   # the bytes in place (a copy of the weights costs)
     opts = {"precision": precision, "cores": cores, "inputs": [s.name for s in imported.inputs],
             "outputs": [s.name for s in imported.outputs], "persistent_state": bool(persistent_state)}
     h.update(json.dumps(opts, sort_keys=True).encode())
@@ -140,6 +142,8 @@ def program_key(ep, precision, cores, target, persistent_state=False) -> str:
     the options, the target's fingerprint and the compiler's version (which covers the frontend)."""
     import torch
 
+    from spyre_mlir.frontend.fingerprint import bytes_digest
+
     h = hashlib.sha256()
     h.update(ep.graph_module.code.encode())
     h.update(str(ep.graph_signature).encode())
@@ -152,7 +156,7 @@ def program_key(ep, precision, cores, target, persistent_state=False) -> str:
         t = tensors[name]
         h.update(f"{name}:{getattr(t, 'dtype', type(t).__name__)}:{tuple(getattr(t, 'shape', ()))}".encode())
         if isinstance(t, torch.Tensor):
-            h.update(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
+            h.update(bytes_digest(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))
     opts = {"precision": precision, "cores": cores, "persistent_state": bool(persistent_state)}
     h.update(json.dumps(opts, sort_keys=True).encode())
     h.update(target.fingerprint().encode())
@@ -320,9 +324,12 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
     the key records). ``keep_image``: the caller loads the binary, so a binary built now is also returned as
     its bytes (read back from a file it would cost as much as writing it); the path is None when no file
     (no cache, no ``output``) was asked for. The image is None on a cache hit."""
+    from spyre_mlir.frontend.fingerprint import digests_remembered
+
     try:
-        return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes,
-                                output, persistent_state, cards, placement, mkey, keep_image)
+        with digests_remembered():      # the module's, the exported program's and the binary's keys: one hash
+            return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir,
+                                    input_shapes, output, persistent_state, cards, placement, mkey, keep_image)
     except SpyreError:
         raise
     except Exception as e:  # noqa: BLE001 - a defect: report it as one, with the original chained

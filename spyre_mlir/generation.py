@@ -172,6 +172,7 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
     import torch
 
     from spyre_mlir.compiler import _build, _cache_dir, _check_options, module_keys
+    from spyre_mlir.frontend.fingerprint import digests_remembered
     from spyre_mlir.runtime import load_bytes
     from spyre_mlir.runtime.binary import atomic_write, image_of, program_from_bytes, program_layout
     from spyre_mlir.runtime.link import link
@@ -192,17 +193,18 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
     # Both programs are keyed before either is exported: torch.export rebuilds some of the model's attributes
     # (its `_pp_plan`), which the key records, so the decode program would be keyed otherwise in this process
     # than in the next one.
-    mkeys = dict(zip(examples, module_keys(step, list(examples.values()), None, precision, cores, tgt, True)
-                     if cdir else [None] * len(examples)))
     programs, keys = {}, []
-    for name, example in examples.items():
-        path, _, info, image = _build(step, example, precision, cores, None, cache_dir, None, None,
-                                      persistent_state=True, mkey=mkeys[name], keep_image=True)
-        keys.append(info.key)
-        if image is None:            # a cache hit
-            with open(path, "rb") as f:
-                image = f.read()
-        programs[name] = program_from_bytes(image)
+    with digests_remembered():      # every key of both programs hashes the weights once
+        mkeys = dict(zip(examples, module_keys(step, list(examples.values()), None, precision, cores, tgt, True)
+                         if cdir else [None] * len(examples)))
+        for name, example in examples.items():
+            path, _, info, image = _build(step, example, precision, cores, None, cache_dir, None, None,
+                                          persistent_state=True, mkey=mkeys[name], keep_image=True)
+            keys.append(info.key)
+            if image is None:            # a cache hit
+                with open(path, "rb") as f:
+                    image = f.read()
+            programs[name] = program_from_bytes(image)
     # The linked file sits beside its parts in the compile cache; without one it is only loaded.
     image = image_of(program_layout(link(programs)))
     out = None
