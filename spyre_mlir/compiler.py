@@ -278,15 +278,16 @@ def run_stage(module, pipeline: str, what: str) -> None:
         raise CompileError(f"{what} failed: {mlir_error_detail(str(e))}") from None
 
 
-def emit(module, target=None, output: str = ""):
-    """spyre-emit on a kernel-level module; returns the emitter (its ``host_ops``, ``kernels``, ``b``)."""
+def emit(module, target=None):
+    """spyre-emit on a kernel-level module; returns the emitter (its ``host_ops``, ``kernels``, ``b``, and
+    ``layout()``: the binary's image as its pieces)."""
     from spyre_mlir.codegen.emitter import EmitError, TileError
     from spyre_mlir.params import ParamError
     from spyre_mlir.passes.base import PassError
     from spyre_mlir.passes.emit import emit_module
 
     try:
-        return emit_module(module.operation, target, output=output)
+        return emit_module(module.operation, target)
     except (EmitError, TileError, ParamError, PassError) as e:
         loc = getattr(e, "location", None)
         raise CompileError(f"emission failed: {f'{loc}: ' if loc is not None else ''}{e}") from None
@@ -415,7 +416,7 @@ def _build_unchecked(model_or_path, example_inputs, precision, cores, target, ca
                                               else tgt.num_cards, plan, plan_out), "kernel pipeline")
             em = emit(module, tgt)
         layout = em.layout()
-        image = image_of(layout) if keep_image or not dest else None
+        image = image_of(layout) if keep_image else None
         if dest:
             try:
                 atomic_write(dest, layout if image is None else image)

@@ -109,7 +109,7 @@ def test_without_a_cache_nothing_is_written(tmp_path, monkeypatch):
     assert exe.compile_info.path is None and not ours()
     np.testing.assert_allclose(exe(*X)[0], _eager(build()), rtol=1e-5, atol=1e-5)
 
-    def failing(module, target=None, output=""):
+    def failing(module, target=None):
         raise spyre_mlir.CompileError("emit failed")
 
     monkeypatch.setattr(compiler, "emit", failing)
