@@ -260,7 +260,7 @@ _FP8_VALUES: dict = {}
 
 
 def fp8_e4m3_decode(bits) -> np.ndarray:
-    return _fp8_values(4, False)[np.asarray(bits).astype(np.uint8)]
+    return np.asarray(_fp8_values(4, False)[np.asarray(bits).astype(np.uint8)])     # 0-d in, 0-d out
 
 
 def fp8_e5m2_encode(x, saturate: bool = True) -> np.ndarray:
@@ -272,7 +272,7 @@ def fp8_e5m2_encode(x, saturate: bool = True) -> np.ndarray:
 
 
 def fp8_e5m2_decode(bits) -> np.ndarray:
-    return _fp8_values(5, True)[np.asarray(bits).astype(np.uint8)]
+    return np.asarray(_fp8_values(5, True)[np.asarray(bits).astype(np.uint8)])     # 0-d in, 0-d out
 
 
 def bf16_encode(x) -> np.ndarray:
