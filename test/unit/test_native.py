@@ -125,3 +125,24 @@ def test_programs_compute_the_bits_of_numpy_conversions(cores, monkeypatch):
     np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
     with torch.no_grad():
         np.testing.assert_allclose(fast, model(x).numpy(), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "permuted 3-d", "sliced"])
+def test_compile_time_weight_encoding_gives_the_tables_bits(layout):
+    """params.dlf16_bits, the compiler's encoding of a big weight (native kernel, in blocks), against
+    formats.dlf16_encode: every element of a weight past the size that takes the native path, with the
+    special values (NaN, infinities, zeros, saturating and underflowing magnitudes) spread through it, read
+    as the views folding makes of weights."""
+    from spyre_mlir import params
+
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal(params.NATIVE_ENCODE_MIN + 4099).astype(np.float32)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 1e-30, 2.0**-31], np.float32)
+    base[rng.integers(0, base.size, 5000)] = rng.choice(special, 5000)
+    base[::7] *= np.float32(2.0**60)
+    n = base.size // 4099 * 4099
+    w = base[:n].reshape(-1, 4099)
+    view = {"contiguous": w, "transposed": w.T, "permuted 3-d": w.reshape(-1, 2, 4099).transpose(1, 2, 0),
+            "sliced": w[:, 3:]}[layout]
+    assert view.size >= params.NATIVE_ENCODE_MIN
+    np.testing.assert_array_equal(params.dlf16_bits(view), dlf16_encode(view))
