@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = [
     "DLF16_BIAS", "DLF16_MAX", "DLF16_MAX_BITS", "DLF16_MIN_NORMAL", "DLF16_NAN_BITS", "DLF16_EPS",
-    "dlf16_encode", "dlf16_decode", "dlf16_round",
+    "dlf16_encode", "dlf16_decode", "dlf16_round", "by_blocks",
     "FP8_E4M3_MAX", "FP8_E5M2_MAX",
     "fp8_e4m3_encode", "fp8_e4m3_decode", "fp8_e5m2_encode", "fp8_e5m2_decode",
     "bf16_encode", "bf16_decode",
@@ -66,19 +66,19 @@ def dlf16_encode(x, saturate: bool = True) -> np.ndarray:
 _ENCODE_CHUNK = 1 << 16
 
 
-def _by_blocks(x: np.ndarray, out_dtype, lookup) -> np.ndarray:
+def by_blocks(x: np.ndarray, out_dtype, lookup, tile: tuple[int, int] | None = None) -> np.ndarray:
     """``lookup(block, out, idx)`` over blocks of ``x`` of about ``_ENCODE_CHUNK`` elements each: a table
     lookup's intp indices for a whole weight matrix are 4x its size in fresh memory (a 4096^2 weight: 128 MiB,
     ten times slower than the lookup itself), a block's stay in cache. Blocks are whole rows, or, for a
     transposed view (a weight read as [K, N] from torch's [N, K]), tiles (:data:`_TILE`): whole rows of it
     would read a few bytes of every cache line of the weight and come back for the rest (a [4096, 12800] view:
     0.24 s -> 0.15 s).
-    ``idx`` is a scratch of the block's shape."""
+    ``idx`` is a scratch of the block's shape. ``tile``: a transposed view's blocks, if not :data:`_TILE`."""
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
     out = np.empty(rows.shape, out_dtype)
     R, C = rows.shape
     if R > 1 and C > 1 and rows.strides[0] == rows.itemsize:
-        tr, tc = _TILE
+        tr, tc = tile or _TILE
     else:
         tr, tc = max(1, _ENCODE_CHUNK // C), C
     scratch = np.empty((tr, tc), np.intp)
@@ -93,7 +93,7 @@ _TILE = (128, 512)      # a transposed view's blocks: 512 runs of 128 elements i
 
 
 def _dlf16_encode_chunks(x: np.ndarray, saturate: bool) -> np.ndarray:
-    """:func:`dlf16_encode` of a large array, a block at a time (:func:`_by_blocks`)."""
+    """:func:`dlf16_encode` of a large array, a block at a time (:func:`by_blocks`)."""
     table = _dlf16_table()
 
     def lookup(block, out, idx):
@@ -101,7 +101,7 @@ def _dlf16_encode_chunks(x: np.ndarray, saturate: bool) -> np.ndarray:
             np.ascontiguousarray(block)
         np.right_shift(b.view(np.uint32), np.uint32(13), out=idx)
         np.take(table, idx, out=out, mode="clip")     # every index is in range; "raise" buffers out
-    return _by_blocks(x, np.uint16, lookup)
+    return by_blocks(x, np.uint16, lookup)
 
 
 _DLF16_TABLE: list[np.ndarray] = []
@@ -181,7 +181,7 @@ _DLF16_VALUES: list[np.ndarray] = []
 
 def _dlf16_decode_chunks(b: np.ndarray) -> np.ndarray:
     """:func:`dlf16_decode` of a large array: every pattern's value looked up in a table built by
-    :func:`_dlf16_decode_bits` (bit-exact by construction), a block at a time (:func:`_by_blocks`)."""
+    :func:`_dlf16_decode_bits` (bit-exact by construction), a block at a time (:func:`by_blocks`)."""
     if not _DLF16_VALUES:
         _DLF16_VALUES.append(_dlf16_decode_bits(np.arange(1 << 16, dtype=np.uint16)))
     table = _DLF16_VALUES[0]
@@ -189,7 +189,7 @@ def _dlf16_decode_chunks(b: np.ndarray) -> np.ndarray:
     def lookup(block, out, idx):
         idx[...] = block
         np.take(table, idx, out=out, mode="clip")
-    return _by_blocks(b, np.float32, lookup)
+    return by_blocks(b, np.float32, lookup)
 
 
 def dlf16_round(x, saturate: bool = True) -> np.ndarray:
