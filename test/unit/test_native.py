@@ -64,6 +64,32 @@ def test_strided_views_in_and_out(data):
     np.testing.assert_array_equal(out.view(np.uint32), dlf16_decode(mem[:, :cols]).view(np.uint32))
 
 
+@pytest.mark.parametrize("cols", [1, 15, 16, 17, 33, 64])
+def test_codes_of_any_stride_and_rows_of_any_length(cols):
+    """Rows run as whole vectors and one masked tail: every tail length writes its row and nothing past it.
+    Codes whose rows are not contiguous (every other pair of bytes, a column of a tile) go through a copy."""
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((3, cols)) * 1e4).astype(np.float32)
+    x.ravel()[::5] = np.nan
+    x.ravel()[::7] = -np.inf
+    for view in (lambda m: m[:, :cols], lambda m: m[:, :2 * cols:2], lambda m: m[:3, :cols].T.T,
+                 lambda m: m[:, :cols][::-1]):
+        mem = rng.integers(0, 1 << 16, (3, 2 * cols + 16), dtype=np.uint16)
+        before = mem.copy()
+        codes = view(mem)
+        tile = native.Dlf16Tile(codes)
+        tile.encode(x)
+        np.testing.assert_array_equal(codes, dlf16_encode(x))
+        written = np.zeros(mem.shape, bool)
+        view(written)[...] = True
+        np.testing.assert_array_equal(mem[~written], before[~written])
+        np.testing.assert_array_equal(tile.decode().view(np.uint32), dlf16_decode(codes).view(np.uint32))
+    col = np.zeros((cols, 4), np.uint16)
+    native.Dlf16Tile(col[:, 1]).encode(x[0])
+    np.testing.assert_array_equal(col[:, 1], dlf16_encode(x[0]))
+    assert not col[:, [0, 2, 3]].any()
+
+
 def test_ranks_and_empty():
     x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5) / 7
     np.testing.assert_array_equal(encode(x), dlf16_encode(x))
