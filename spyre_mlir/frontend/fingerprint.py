@@ -7,6 +7,7 @@ everything the trace reads:
 * every submodule (through ``_modules``, in order, a shared one as a reference to the first): its class and
   every instance attribute: parameters and buffers (name, dtype, shape, strides, bytes; a tied one as a
   reference), plain data (numbers, strings, dtypes, containers of them, dataclasses), hooks, the training flag;
+  containers (tuples, lists, dicts) by value, as an export leaves them equal but not the same objects;
 * the code of every class on the way (each method's bytecode, constants, names, file and line table, so the
   source locations the binary records stay right; defaults and closures), up to torch's and Hugging Face
   transformers' own classes, which their versions identify (a method patched into one is hashed); objects of
@@ -58,6 +59,7 @@ _VOLATILE = {"_original_object_hash"}
 _DYNAMIC = {"globals", "locals", "vars", "eval", "exec", "__import__"}
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), slice)
 _TORCH_PLAIN = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+_CONTAINERS = (tuple, list, torch.Size, dict, collections.OrderedDict)
 _CONFIGS = ("torch._export.config", "torch._dynamo.config", "torch._functorch.config",
             "torch.fx.experimental._config")
 
@@ -163,6 +165,7 @@ class _Hasher:
     def __init__(self):
         self.h = hashlib.sha256()
         self.seen = {}           # id -> index of objects already hashed: a second visit is a reference
+        self.open = set()        # ids of the containers being hashed (hashed by value: see value())
         self.failed = set()      # ids of objects that could not be hashed
         self.storages = {}       # storage address -> index: tensors sharing memory (a tied weight's view)
         self.alive = []          # keeps them alive, so that an id is not reused during the walk
@@ -173,12 +176,12 @@ class _Hasher:
     def fork(self) -> "_Hasher":
         """A hasher in this one's state, to go on with other inputs (objects seen are references in both)."""
         other = _Hasher.__new__(_Hasher)
-        other.h, other.seen, other.failed = self.h.copy(), dict(self.seen), set(self.failed)
+        other.h, other.seen, other.failed, other.open = self.h.copy(), dict(self.seen), set(self.failed), set()
         other.storages, other.alive = dict(self.storages), list(self.alive)
         return other
 
     def model(self, model):
-        self.put("spyre-fingerprint-1", torch.__version__, sys.version, str(torch.get_default_dtype()),
+        self.put("spyre-fingerprint-2", torch.__version__, sys.version, str(torch.get_default_dtype()),
                  torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled())
         for name in _CONFIGS:
             # The settings that differ from their defaults; a config not imported yet has none (importing
@@ -256,6 +259,18 @@ class _Hasher:
             return self.put(t.__name__, repr(v))
         if isinstance(v, type):
             return self.cls(v)
+        if t in _CONTAINERS or (isinstance(v, tuple) and hasattr(t, "_fields")):
+            # By value, never as a reference to an earlier visit: torch.export rebuilds every container a
+            # module holds (a pytree map of its attributes, put back after the trace), so which of them were
+            # one object (a plan dict's tuples shared with the config's) does not survive an export, and the
+            # same model compiled again would miss.
+            if id(v) in self.open:
+                raise Unhashable(f"a {t.__qualname__} that holds itself")
+            self.open.add(id(v))
+            try:
+                return self.dispatch(v, t)
+            finally:
+                self.open.discard(id(v))
         if self.visited(v):
             return
         try:

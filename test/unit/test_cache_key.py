@@ -394,6 +394,18 @@ def test_hugging_face_fingerprint_is_the_same_in_every_process():
     assert len(keys) == 1 and "None" not in keys
 
 
+def test_a_hugging_face_model_compiled_again_hits_without_export(tmp_path, monkeypatch):
+    """torch.export rebuilds the containers a module holds (its attributes, pytree-mapped and put back): the
+    model's parallelism plans then hold equal copies of the tuples they shared with its config. The same model
+    object compiled a second time still hits by its fingerprint, with no second export."""
+    m = _tiny_llama()
+    a = spyre_mlir.compile(m, IDS, cores=2, cache_dir=str(tmp_path))
+    _no_export(monkeypatch)
+    b = spyre_mlir.compile(m, IDS, cores=2, cache_dir=str(tmp_path))
+    assert not a.compile_info.cache_hit and b.compile_info.cache_hit
+    np.testing.assert_array_equal(a(*IDS)[0], b(*IDS)[0])
+
+
 def test_fingerprints_of_several_inputs_hash_the_weights_once(monkeypatch):
     """generate keys a prefill and a decode program of one model: the model is walked and its weights hashed
     once (a 307M-parameter Llama: 1.5 -> 0.8 s), and each key equals the one fingerprint gives."""
