@@ -1,6 +1,8 @@
 """Host code: the host functions a binary carries (``metadata.host_code``), JIT-compiled once at load.
 
-The compiler lowered them to the LLVM dialect (:mod:`spyre_mlir.codegen.hostcode`); each is
+The compiler lowered them to the LLVM dialect (:mod:`spyre_mlir.codegen.hostcode`) and chose the LLVM
+optimization level the JIT compiles them at (module attribute ``spyre.opt_level``, 2 when absent: 0 for
+functions that run few operations a call, where LLVM's optimizations cost more than they save); each is
 ``_mlir_ciface_<fn>(in0*, ..., out0*, ...)`` taking one memref descriptor per argument, inputs first, results
 written in place. Here the text is parsed and handed to MLIR's ExecutionEngine (bundled with torch-mlir), and
 every ``jit`` host op gets a :class:`HostCall` with its staging arrays and descriptors built once, so a call
@@ -57,8 +59,14 @@ class HostCode:
         self.asserts = [ir.StringAttr(m).value for m in ir.ArrayAttr(attrs["spyre.asserts"])] \
             if "spyre.asserts" in attrs else []
         self.failed: list[int] = []
+        level = 2
+        if "spyre.opt_level" in attrs:
+            attr = attrs["spyre.opt_level"]
+            if not isinstance(attr, ir.IntegerAttr) or ir.IntegerAttr(attr).value not in range(4):
+                raise HostCodeError(f"spyre.opt_level must be an integer 0 to 3, not {str(attr)[:40]}")
+            level = ir.IntegerAttr(attr).value
         try:
-            self._engine = ExecutionEngine(module, opt_level=2)
+            self._engine = ExecutionEngine(module, opt_level=level)
         except Exception as e:  # the engine reports LLVM failures as plain exceptions
             raise HostCodeError(f"host code does not compile: {type(e).__name__}: {e}") from None
         if self.asserts:

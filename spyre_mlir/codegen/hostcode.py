@@ -25,11 +25,12 @@ from torch_mlir.dialects import func
 from spyre_mlir.params import is_resource
 from spyre_mlir.runtime.hostprog import Unsupported
 
-__all__ = ["HostModule", "Unsupported", "LOWERING", "numpy_dtype"]
+__all__ = ["HostModule", "Unsupported", "LOWERING", "OPT_LEVEL_ATTR", "numpy_dtype"]
 
 # Upstream passes only, in order: bufferize (functions become memref in/out arguments), lower structured ops
-# to loops, then everything to the LLVM dialect with a C interface per function.
-LOWERING = ",".join([
+# to loops (TO_LOOPS; there :func:`_opt_level` reads their trip counts), then everything to the LLVM dialect
+# with a C interface per function (TO_LLVM).
+TO_LOOPS = ",".join([
     "func.func(convert-elementwise-to-linalg)",          # arith/math on whole tensors -> linalg.generic
     "func.func(refback-generalize-tensor-pad)",          # tensor.pad -> fill + insert_slice
     "func.func(refback-generalize-tensor-concat)",       # tensor.concat -> insert_slices
@@ -43,6 +44,8 @@ LOWERING = ",".join([
     "func.func(refback-munge-memref-copy)",              # memref.copy needs no runtime library
     "func.func(convert-linalg-to-loops)",
     "func.func(lower-affine)",
+])
+TO_LLVM = ",".join([
     "convert-scf-to-cf",
     # LLVM's own forms first (integer abs, exp, log, sqrt...): math-to-libm treats every math op it sees as
     # illegal, integer ones included; then libm for erf, tan, atan2... of every width.
@@ -63,6 +66,7 @@ LOWERING = ",".join([
     "convert-complex-to-llvm",
     "reconcile-unrealized-casts",
 ])
+LOWERING = f"{TO_LOOPS},{TO_LLVM}"
 
 _NUMPY = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "i1": "bool", "i8": "int8",
           "ui8": "uint8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int64",
@@ -159,10 +163,61 @@ class HostModule:
             _provide_bf16_truncation(self.module)
         with self.context:
             try:
-                PassManager.parse(f"builtin.module({LOWERING})").run(self.module.operation)
+                PassManager.parse(f"builtin.module({TO_LOOPS})").run(self.module.operation)
+                level = _opt_level(self.module.operation)
+                PassManager.parse(f"builtin.module({TO_LLVM})").run(self.module.operation)
             except ir.MLIRError as e:
                 raise Unsupported(f"lowering host code to LLVM failed: {_first(e)}") from None
+            self.module.operation.attributes[OPT_LEVEL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                                                 level)
         return self.module.operation.get_asm(large_elements_limit=None)
+
+
+OPT_LEVEL_ATTR = "spyre.opt_level"
+# Operations a call may run (each op once per trip of the loops around it) up to which the runtime's JIT
+# compiles the host code without LLVM's optimizations: ~0.08 s instead of ~0.3 s for generate's two mask
+# functions, and at most ~1 ms more a call (O0 code runs a few times slower).
+FAST_COMPILE_WORK = 1 << 18
+
+
+def _opt_level(module: ir.Operation) -> int:
+    """The LLVM optimization level the host code is worth: 0 when every function runs at most
+    ``FAST_COMPILE_WORK`` operations a call, counted over its loops (constant trip counts), else 2 (a loop
+    with bounds known only at run time counts as unbounded)."""
+    work = 0
+
+    def count(block, trips: int) -> None:
+        nonlocal work
+        for op in block.operations:
+            op = op.operation
+            work += trips
+            inner = trips
+            if op.name == "scf.for":
+                n = _trip_count(op)
+                inner = trips * n if n is not None else FAST_COMPILE_WORK + 1
+            elif op.name in ("scf.while", "scf.parallel", "scf.forall"):
+                inner = FAST_COMPILE_WORK + 1
+            for region in op.regions:
+                for b in region.blocks:
+                    count(b, inner)
+
+    for f in module.regions[0].blocks[0].operations:
+        for region in f.operation.regions:
+            for b in region.blocks:
+                count(b, 1)
+    return 0 if work <= FAST_COMPILE_WORK else 2
+
+
+def _trip_count(loop: ir.Operation) -> int | None:
+    """An ``scf.for``'s trips when its bounds and step are constants, else None."""
+    vals = []
+    for v in list(loop.operands)[:3]:
+        owner = v.owner
+        if not isinstance(owner, ir.OpView) or owner.operation.name != "arith.constant":
+            return None
+        vals.append(ir.IntegerAttr(owner.operation.attributes["value"]).value)
+    lb, ub, step = vals
+    return max(0, -(-(ub - lb) // step)) if step > 0 else None
 
 
 _INT_DIV = ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.floordivsi", "arith.ceildivsi")
