@@ -231,7 +231,8 @@ class Dlf16Tile:
         to float32 first, as the device converts from fp32 only)."""
         x = np.asarray(x, dtype=np.float32)
         if x.shape == self.shape and x.flags.c_contiguous:
-            src = self._at(x)
+            p = x.ctypes.data                   # inline: a tile is converted at every call of a program
+            src = [p, p, *self._dense]
         else:
             src = descriptor(x, self.shape)
             if not _rows_unit(src):
@@ -251,7 +252,8 @@ class Dlf16Tile:
             staged = np.ascontiguousarray(self.codes)
             _call(_kernels().decode, self._at(staged), self._at(out))
         else:
-            _call(_kernels().decode, self._codes, self._at(out))
+            p = out.ctypes.data
+            _call(_kernels().decode, self._codes, [p, p, *self._dense])
         return out
 
     def _at(self, a: np.ndarray) -> list[int]:
