@@ -184,28 +184,23 @@ def _opt_level(module: ir.Operation) -> int:
     """The LLVM optimization level the host code is worth: 0 when every function runs at most
     ``FAST_COMPILE_WORK`` operations a call, counted over its loops (constant trip counts), else 2 (a loop
     with bounds known only at run time counts as unbounded)."""
-    work = 0
-
-    def count(block, trips: int) -> None:
-        nonlocal work
+    def work(block, trips: int) -> int:
+        total = 0
         for op in block.operations:
             op = op.operation
-            work += trips
+            total += trips
             inner = trips
             if op.name == "scf.for":
                 n = _trip_count(op)
                 inner = trips * n if n is not None else FAST_COMPILE_WORK + 1
             elif op.name in ("scf.while", "scf.parallel", "scf.forall"):
                 inner = FAST_COMPILE_WORK + 1
-            for region in op.regions:
-                for b in region.blocks:
-                    count(b, inner)
+            total += sum(work(b, inner) for region in op.regions for b in region.blocks)
+        return total
 
-    for f in module.regions[0].blocks[0].operations:
-        for region in f.operation.regions:
-            for b in region.blocks:
-                count(b, 1)
-    return 0 if work <= FAST_COMPILE_WORK else 2
+    most = max((work(b, 1) for f in module.regions[0].blocks[0].operations
+                for region in f.operation.regions for b in region.blocks), default=0)
+    return 0 if most <= FAST_COMPILE_WORK else 2
 
 
 def _trip_count(loop: ir.Operation) -> int | None:
