@@ -264,8 +264,15 @@ class Holder(torch.nn.Module):
         return self.fc(x) * self.extra.scale
 
 
+def _holding_itself():
+    a = [2.0]
+    a.append(a)
+    return a
+
+
 @pytest.mark.parametrize("extra", [Opaque(2.0), functools.partial(int, 2), np.float32(2.0), random.Random(0),
-                                   torch.Generator()], ids=["object", "partial", "numpy", "random", "generator"])
+                                   torch.Generator(), _holding_itself()],
+                         ids=["object", "partial", "numpy", "random", "generator", "list holding itself"])
 def test_unhashable_attribute_gives_no_fingerprint(extra):
     assert fingerprint(Holder(extra), X) is None
     assert fingerprint(Holder(Config()), X) is not None        # a dataclass is plain data
