@@ -391,3 +391,27 @@ def _generic(op, x, env):
 
 def _def(v):
     return v.owner.operation
+
+
+def test_fusions_walk_the_module_a_few_times_whatever_its_depth(monkeypatch):
+    """Each fusion scans the module's maps in rounds until one matches nothing, skipping what a match erased:
+    a few walks of the module per fusion, not one per match (which made the pass quadratic in a model's
+    depth). Eight transformer blocks fuse four times the norms and softmaxes of two, in as many walks."""
+    from spyre_mlir.passes import convert_linalg
+
+    transformer = importlib.import_module("transformer")
+    walks = []
+    collect = convert_linalg._collect
+    monkeypatch.setattr(convert_linalg, "_collect", lambda module, names: walks.append(names) or
+                        collect(module, names))
+    counts = []          # walks per depth
+    for blocks in (2, 8):
+        imported = import_model(*transformer.build(0, transformer.Config(layers=blocks)))
+        walks.clear()
+        with make_context():
+            module = ir.Module.parse(imported.linalg_ir)
+            run_pipeline(module, "builtin.module(spyre-convert-linalg)")
+            fused = collections.Counter(op.name for op in _ops(module))
+        assert (fused["spyre.rmsnorm"], fused["spyre.softmax"]) == (2 * blocks + 1, blocks)
+        counts.append(len(walks))
+    assert counts[1] == counts[0] <= 2 + 2 * len(convert_linalg._FUSIONS)
