@@ -398,6 +398,7 @@ def write_doc(results, path: str, plots: list[str], args, first: dict) -> None:
               ".venv/bin/python bench/peers.py   # this table only; --quick skips torch.compile",
               ".venv/bin/python bench/compile_matmul.py --sizes 1024 4096   # 1 -> 32 core scaling, DRAM bytes, and "
               "compile time against the size",
+              ".venv/bin/python bench/compile_depth.py   # compile time against a model's depth (2, 8, 32 layers)",
               ".venv/bin/python bench/cache_hit.py   # a compile-cache hit against a cold compile", "```", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
