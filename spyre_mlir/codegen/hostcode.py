@@ -25,7 +25,7 @@ from torch_mlir.dialects import func
 from spyre_mlir.params import is_resource
 from spyre_mlir.runtime.hostprog import Unsupported
 
-__all__ = ["HostModule", "Unsupported", "LOWERING", "OPT_LEVEL_ATTR", "numpy_dtype"]
+__all__ = ["HostModule", "Unsupported", "OPT_LEVEL_ATTR", "numpy_dtype"]
 
 # Upstream passes only, in order: bufferize (functions become memref in/out arguments), lower structured ops
 # to loops (TO_LOOPS; there :func:`_opt_level` reads their trip counts), then everything to the LLVM dialect
@@ -66,7 +66,6 @@ TO_LLVM = ",".join([
     "convert-complex-to-llvm",
     "reconcile-unrealized-casts",
 ])
-LOWERING = f"{TO_LOOPS},{TO_LLVM}"
 
 _NUMPY = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "i1": "bool", "i8": "int8",
           "ui8": "uint8", "i16": "int16", "i32": "int32", "i64": "int64", "index": "int64",

@@ -59,7 +59,8 @@ _VOLATILE = {"_original_object_hash"}
 _DYNAMIC = {"globals", "locals", "vars", "eval", "exec", "__import__"}
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), slice)
 _TORCH_PLAIN = (torch.dtype, torch.device, torch.layout, torch.memory_format)
-_CONTAINERS = (tuple, list, torch.Size, dict, collections.OrderedDict)
+_SEQUENCES = (tuple, list, torch.Size)        # and named tuples (_sequence)
+_MAPPINGS = (dict, collections.OrderedDict)
 _CONFIGS = ("torch._export.config", "torch._dynamo.config", "torch._functorch.config",
             "torch.fx.experimental._config")
 
@@ -99,6 +100,10 @@ def bytes_digest(a) -> bytes:
     if seen is None:
         seen = memo[key] = (hashlib.sha256(a).digest(), a)
     return seen[0]
+
+
+def _sequence(v, t) -> bool:
+    return t in _SEQUENCES or (isinstance(v, tuple) and hasattr(t, "_fields"))
 
 
 class Unhashable(Exception):
@@ -259,7 +264,7 @@ class _Hasher:
             return self.put(t.__name__, repr(v))
         if isinstance(v, type):
             return self.cls(v)
-        if t in _CONTAINERS or (isinstance(v, tuple) and hasattr(t, "_fields")):
+        if t in _MAPPINGS or _sequence(v, t):
             # By value, never as a reference to an earlier visit: torch.export rebuilds every container a
             # module holds (a pytree map of its attributes, put back after the trace), so which of them were
             # one object (a plan dict's tuples shared with the config's) does not survive an export, and the
@@ -291,11 +296,11 @@ class _Hasher:
         return False
 
     def dispatch(self, v, t):
-        if t in (tuple, list, torch.Size) or (isinstance(v, tuple) and hasattr(t, "_fields")):
+        if _sequence(v, t):
             self.put(t.__module__, t.__qualname__, len(v))
             for x in v:
                 self.value(x)
-        elif t in (dict, collections.OrderedDict):
+        elif t in _MAPPINGS:
             # In order: the order of parameters and submodules is the order of the program's arguments.
             self.put(t.__qualname__, len(v))
             for k, x in v.items():
