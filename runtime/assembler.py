@@ -30,12 +30,32 @@ from .binary import (BUFFER_ALIGN, Buffer, Program, buffer_layout, program_layou
 from .formats import STICK_BYTES, Format, encode
 from .isa import (INSTR_DTYPE, ROOT_ALL, Bcast, MatmulFlag, Op, ReduceFn, SFU_SWAP, SfuFn, describe, sfu_fn,
                   tile_bytes, tile_pitch)
-from .loops import roll_streams
+from .loops import MAX_TRIPS, STEPPED, roll_streams
 
 __all__ = ["ProgramBuilder", "Tile", "listing"]
 
 _FIELDS = frozenset(INSTR_DTYPE.names)
 _MNEMONIC = {op: op.name.lower() for op in Op}
+_WIDTH = {f: (1 << 8 * INSTR_DTYPE.fields[f][0].itemsize) - 1 for f in STEPPED}
+
+
+@dataclasses.dataclass
+class _Loop:
+    """A loop a kernel emitted as one (:meth:`ProgramBuilder.roll_tail`): ``body`` (records) runs ``trips``
+    times, its stepped fields advanced by ``steps`` (per body record, field -> advance modulo the field's width)
+    per trip. One entry of a core's stream: insertion points never fall inside it."""
+
+    trips: int
+    body: list[dict]
+    debug: list[tuple[str, str]]
+    steps: list[dict]
+
+    def last(self) -> dict:
+        """The loop's last instruction as it runs (its last trip's last record)."""
+        rec = dict(self.body[-1])
+        for f, d in self.steps[-1].items():
+            rec[f] = (rec.get(f, 0) + (self.trips - 1) * d) & _WIDTH[f]
+        return rec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,14 +218,57 @@ class ProgramBuilder:
         at = self._at.get(core) if self._at is not None else None
         if at is None:
             return None
-        return next((r["mask"] for r in self._records[core][at:] if r["op"] == int(Op.BARRIER)), None)
+        recs = (r for e in self._records[core][at:] for r in (e.body if isinstance(e, _Loop) else (e,)))
+        return next((r["mask"] for r in recs if r["op"] == int(Op.BARRIER)), None)
 
     def stream_length(self, core: int) -> int:
+        """The entries of ``core``'s stream so far: records, and loops (:meth:`roll_tail`) as one each."""
         return len(self._records[core])
 
     def opcodes(self, core: int, start: int = 0) -> list[int]:
-        """The opcodes of ``core``'s stream so far, from index ``start`` on."""
-        return [r["op"] for r in self._records[core][start:]]
+        """The opcodes of ``core``'s stream entries so far, from index ``start`` on. A loop whose body ends at a
+        barrier is a BARRIER (what follows it starts a segment), any other a LOOP."""
+        return [(Op.BARRIER if e.body[-1]["op"] == Op.BARRIER else Op.LOOP) if isinstance(e, _Loop) else e["op"]
+                for e in self._records[core][start:]]
+
+    def roll_tail(self, cores, starts: dict[int, int], bodies: int, trips: int) -> bool:
+        """Store what each core of ``cores`` emitted since entry ``starts[core]`` as a loop of ``trips`` trips, when
+        it is ``bodies`` (at least 3) trips of one body: equal records, whose address fields (:data:`.loops.STEPPED`)
+        advance by the same amount from each trip to the next. The kernel then emits none of the other
+        ``trips - bodies`` trips, and continues after the loop. False, with nothing changed, when the records are
+        no such trips (or a loop cannot hold them): the kernel emits the rest one by one."""
+        if self._at is not None or bodies < 3 or not bodies <= trips <= MAX_TRIPS:
+            return False
+        loops = {}
+        for c in cores:
+            tail, dbg = self._records[c][starts[c]:], self._debug[c][starts[c]:]
+            n = len(tail) // bodies
+            if n == 0 or len(tail) % bodies or any(isinstance(e, _Loop) for e in tail):
+                return False
+            steps = []
+            for j in range(n):
+                recs = tail[j::n]
+                if any(d != dbg[j] for d in dbg[j::n]):
+                    return False
+                step = {}
+                for f in recs[0].keys() | recs[1].keys():
+                    vals = [r.get(f, 0) for r in recs]
+                    if f not in _WIDTH:
+                        if any(v != vals[0] for v in vals):
+                            return False
+                        continue
+                    d = (vals[1] - vals[0]) & _WIDTH[f]
+                    if any((b - a) & _WIDTH[f] != d for a, b in zip(vals, vals[1:])):
+                        return False
+                    if d:
+                        step[f] = d
+                steps.append(step)
+            loops[c] = _Loop(trips, tail[:n], dbg[:n], steps)
+        for c, loop in loops.items():
+            del self._records[c][starts[c]:], self._debug[c][starts[c]:]
+            self._records[c].append(loop)
+            self._debug[c].append(None)
+        return True
 
     # ---- DMA --------------------------------------------------------------------------------------------
 
@@ -378,11 +441,16 @@ class ProgramBuilder:
         kernels emitted group by group do)."""
         cores = range(self.target.num_cores) if cores is None else list(cores)
         mask = sum(1 << c for c in (cores if among is None else among))
-        if all(self._records[c] and self._records[c][-1] == {"op": int(Op.BARRIER), "mask": mask} for c in cores):
+        if all(self._records[c] and self._last(c) == {"op": int(Op.BARRIER), "mask": mask} for c in cores):
             return      # the same cores just met, and nothing happened on them since
         loc = loc or _caller_loc()
         for c in cores:
             self.emit(c, Op.BARRIER, loc, mask=mask)
+
+    def _last(self, core: int) -> dict:
+        """The last instruction ``core`` runs so far."""
+        e = self._records[core][-1]
+        return e.last() if isinstance(e, _Loop) else e
 
     def ring_send(self, core: int, to, dst_addr: int, src: Tile | int, nbytes: int | None = None,
                   loc=None) -> int:
@@ -417,11 +485,19 @@ class ProgramBuilder:
     # ---- output -----------------------------------------------------------------------------------------
 
     def program(self) -> Program:
-        """The assembled program (END appended to every stream that lacks one)."""
+        """The assembled program (END appended to every stream that lacks one). A stream holds the loops kernels
+        emitted as such (:meth:`roll_tail`) as LOOP and STEP records, the form a file stores."""
         code, debug = [], []
-        for c, recs in enumerate(self._records):
-            recs = list(recs)
-            dbg = list(self._debug[c])
+        for c, entries in enumerate(self._records):
+            recs, dbg = [], []
+            for e, d in zip(entries, self._debug[c]):
+                if isinstance(e, _Loop):
+                    recs += [{"op": int(Op.LOOP), "m": e.trips, "n": len(e.body)}, *e.body,
+                             *({"op": int(Op.STEP), **s} for s in e.steps)]
+                    dbg += [("", "")] + e.debug + [("", "")] * len(e.steps)
+                else:
+                    recs.append(e)
+                    dbg.append(d)
             if not recs or recs[-1]["op"] != Op.END:
                 recs.append({"op": int(Op.END)})
                 dbg.append(("end", ""))

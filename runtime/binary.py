@@ -150,9 +150,10 @@ class Entry:
 @dataclasses.dataclass
 class Program:
     """A whole program as the file holds it. ``code[c]`` is core c's instruction array (INSTR_DTYPE) in the
-    order the instructions run (the file stores it with loops, :mod:`.loops`); ``constants`` maps buffer name
-    to its device image (exactly ``nbytes`` bytes); ``debug[c][i]`` is (op name, source location) of core c's
-    instruction i; ``origin[c][i]``, for a program read from a file, the stored record instruction i came from
+    order the instructions run (the file stores it with loops, :mod:`.loops`), or, from the assembler, holding the
+    loops kernels emitted as such (LOOP and STEP records); ``constants`` maps buffer name to its device image
+    (exactly ``nbytes`` bytes); ``debug[c][i]`` is (op name, source location) of core c's record i (``("", "")``
+    for LOOP and STEP records); ``origin[c][i]``, for a program read from a file, the stored record instruction i came from
     (None: as it runs)."""
 
     num_cores: int

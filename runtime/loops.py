@@ -102,7 +102,7 @@ def _periods(keys: np.ndarray, heads: np.ndarray) -> list[int]:
 
 
 def roll(code: np.ndarray, keys: np.ndarray | None = None, levels: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """``code`` (INSTR_DTYPE records, the order they run) stored with loops: (stored records, for each stored
+    """``code`` (INSTR_DTYPE records, the order they run, or holding loops already: a kernel's) stored with loops: (stored records, for each stored
     record the instruction it stores, -1 for LOOP and STEP records). ``keys``: per instruction a value that
     must repeat too (its source location), None: none. Greedy from the start: at each record the loop saving
     the most records, if any saves one; then again over the result, ``levels`` times in all (loops of loops)."""
@@ -114,9 +114,10 @@ def roll(code: np.ndarray, keys: np.ndarray | None = None, levels: int = 2) -> t
         if not (stored["op"] == _LOOP).any():
             break
     # What a loader reads back must be what ran (loops are found by hashes; a collision would store another
-    # program): else the stream is stored as it runs.
+    # program): else the stream is stored as it came.
     run, orig = unroll(stored)
-    if run.tobytes() != code.tobytes() or (keys is not None and not np.array_equal(keys[origin[orig]], keys)):
+    want, worig = unroll(code)
+    if run.tobytes() != want.tobytes() or (keys is not None and not np.array_equal(keys[origin[orig]], keys[worig])):
         return code, np.arange(len(code))
     return stored, origin
 

@@ -202,3 +202,140 @@ def test_loops_of_loops_are_found():
         "END"]
     assert (stored["m"][:2] == [4, 300]).all() and (stored["a1"][6], stored["dev"][8]) == (65536, 1024)
     assert unroll(stored)[0].tobytes() == code.tobytes()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(segment, min_size=1, max_size=6), st.data())
+def test_loops_a_stream_holds_already_are_kept(segments, data):
+    """A kernel stores some of its loops itself (ProgramBuilder.roll_tail): rolling the stream finds the others
+    around them, and what it stores runs what the stream ran."""
+    parts = []
+    for body, trips, step in segments:
+        steps = [dict(zip(STEPPED, step))] * len(body)
+        if trips >= 2 and data.draw(st.booleans()):
+            parts += _loop(trips, body, steps)
+            continue
+        for t in range(trips):
+            for r in body:
+                r = r.copy()
+                for f, s in zip(STEPPED, step):
+                    r[f] = (int(r[f][0]) + t * s) % (1 << (64 if f == "dev" else 32))
+                parts.append(r)
+    code = np.concatenate(parts + [_rec(Op.END)])
+    stored, origin = roll(code)
+    assert len(stored) <= len(code)
+    assert unroll(stored)[0].tobytes() == unroll(code)[0].tobytes()
+
+
+def _builder_trips(b, trips: int, step: int = 4096, bad: int | None = None):
+    """Emit ``trips`` trips of a load / multiply / barrier body on cores 0 and 1, the load's device address moving
+    by ``step`` (trip ``bad`` by one stick more, when given)."""
+    a = b.alloc(0, 8, 64), b.alloc(0, 8, 64)
+    for t in range(trips):
+        for c in (0, 1):
+            dev = 128 * c + t * step + (128 if t == bad else 0)
+            b.dma_load(c, dev, a[t % 1].addr, (8, 128), (0, 0), (0, 128), loc="k.py:1")
+            b.matmul(c, a[1], a[0], a[1], loc="k.py:2") if hasattr(b, "matmul_tiles") else None
+        b.barrier([0, 1], loc="k.py:3")
+
+
+def test_a_kernel_stores_trips_of_one_body_as_a_loop():
+    from spyre_mlir.runtime.assembler import ProgramBuilder
+    target = load_target(cores=2)
+    full = ProgramBuilder(target)
+    _builder_trips(full, 7)
+    b = ProgramBuilder(target)
+    starts = {c: b.stream_length(c) for c in (0, 1)}
+    _builder_trips(b, 3)
+    assert b.roll_tail((0, 1), starts, 3, 7)
+    assert b.stream_length(0) == starts[0] + 1 and b.opcodes(0, starts[0]) == [Op.BARRIER]
+    b.barrier([0, 1])                   # the loop's last trip ends at this very barrier: none is added
+    prog, want = b.program(), full.program()
+    for c in (0, 1):
+        assert (prog.code[c]["op"] == Op.LOOP).sum() == 1
+        assert unroll(prog.code[c])[0].tobytes() == want.code[c].tobytes()
+    back = program_from_bytes(program_to_bytes(prog))
+    assert [c.tobytes() for c in back.code] == [c.tobytes() for c in want.code]
+    assert back.debug == [list(map(tuple, d)) for d in want.debug]
+
+
+@pytest.mark.parametrize("case", ["steps differ", "two bodies", "inserting", "fields differ"])
+def test_trips_that_are_not_one_body_stay_as_emitted(case):
+    from spyre_mlir.runtime.assembler import ProgramBuilder
+    b = ProgramBuilder(load_target(cores=2))
+    starts = {c: b.stream_length(c) for c in (0, 1)}
+    _builder_trips(b, 3, bad=2 if case == "steps differ" else None)
+    if case == "fields differ":
+        b.dma_load(0, 0, 0, (8, 256), (0, 0), (0, 256), loc="k.py:1")
+    before = [b.opcodes(c) for c in (0, 1)]
+    if case == "inserting":
+        with b.inserting({0: 0, 1: 0}):
+            assert not b.roll_tail((0, 1), starts, 3, 7)
+    else:
+        assert not b.roll_tail((0, 1), starts, 2 if case == "two bodies" else 3, 7)
+    assert [b.opcodes(c) for c in (0, 1)] == before
+
+
+def _compile_code(model, x, tmp_path, name, **kw):
+    import spyre_mlir
+    path = tmp_path / f"{name}.spyre"
+    spyre_mlir.compile_to_file(model, (x,), output=str(path), cache_dir=False, **kw)
+    data = path.read_bytes()
+    stored = sum(len(p) for k, _, p in read_container(data)[2] if k == Section.CODE) // INSTR_DTYPE.itemsize
+    return program_from_bytes(data), stored
+
+
+def _model(kind: str, k: int, n: int):
+    """A Linear (``relu``: then a ReLU), or (``gated``) silu(x W1) * (x W2): matmuls that share A (siblings)."""
+    import torch
+
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g, self.u = torch.nn.Linear(k, n, bias=False), torch.nn.Linear(k, n, bias=False)
+
+        def forward(self, x):
+            return torch.nn.functional.silu(self.g(x)) * self.u(x)
+
+    torch.manual_seed(0)
+    if kind == "gated":
+        return Gated().eval()
+    return torch.nn.Sequential(torch.nn.Linear(k, n), *([torch.nn.ReLU()] if kind == "relu" else [])).eval()
+
+
+# Each has K loops: cores sharing operands over the ring (8 cores; 4 cores with two output tiles each, the first
+# tile stored while the second's K loop runs), one core alone, K split over 32 cores (16 cores, each its own loop),
+# siblings, and every precision.
+@pytest.mark.parametrize("kind, m, k, n, cores, precision", [
+    ("linear", 512, 4096, 512, 8, "dlf16"),
+    ("linear", 1024, 4096, 512, 4, "dlf16"),
+    ("linear", 512, 4096, 512, 8, "fp8"),
+    ("relu", 512, 4096, 512, 8, "int8-weights"),
+    ("linear", 512, 4096, 512, 8, "fp32-reference"),
+    ("gated", 512, 4096, 512, 8, "dlf16"),
+    ("linear", 64, 8192, 256, 1, "dlf16"),
+    ("linear", 64, 65536, 128, 32, "dlf16"),
+])
+def test_kernels_emit_k_loops_as_loops_that_run_what_every_trip_emitted_would(tmp_path, monkeypatch, kind, m, k, n,
+                                                                             cores, precision):
+    """spyre-emit's matmul kernels emit a run of K steps as a loop (three trips, then the trip count): the
+    program it runs is the one of the kernel emitting every trip, record for record with the same source
+    locations (and so the same file once that is read back and written again)."""
+    import torch
+    from spyre_mlir.codegen.kernels import matmul as mk
+    from spyre_mlir.runtime import assembler
+
+    model, x = _model(kind, k, n), torch.randn(m, k)
+    rolled = []
+    roll_tail = assembler.ProgramBuilder.roll_tail
+    monkeypatch.setattr(assembler.ProgramBuilder, "roll_tail", lambda *a: rolled.append(roll_tail(*a)) or rolled[-1])
+    looped, stored = _compile_code(model, x, tmp_path, "looped", precision=precision, cores=cores)
+    assert rolled and all(rolled)
+    monkeypatch.setattr(mk, "rolled_loops", False)
+    rolled.clear()
+    every, stored_every = _compile_code(model, x, tmp_path, "every", precision=precision, cores=cores)
+    assert not rolled
+    assert [c.tobytes() for c in looped.code] == [c.tobytes() for c in every.code]
+    assert looped.debug == every.debug
+    assert program_to_bytes(looped) == program_to_bytes(every)
+    print(kind, m, k, n, cores, precision, "stored records", stored, stored_every)

@@ -175,12 +175,12 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             load_rows(b, core, _sub(t["GCS"], 1, cols), sib[1], 0, c0, loc=loc)
                         if last_here:
                             _load_extra(b, core, t, X, o0 + r0, c0, rows, cols, loc)
-                        for s in range(nk):
+                        def k_step(s, step, core=core, t=t, kk=kk, last_here=last_here, r0=r0, c0=c0, rows=rows,
+                                   cols=cols, a0=a0, b0=b0, bi_=bi_):
                             k0 = kk * kb + s * tk
                             depth = min(tk, kb - s * tk)
                             At = _sub(t["A"][step % nbuf], rows, depth)
                             Bts = [_b_sub(t, t[key][step % nbuf], depth, cols) for key in ("B", "G")[:len(Bs)]]
-                            step += 1
                             if not ring_a:
                                 _load_a(b, core, At, A, a0 + r0, k0, pro, loc)
                             with em.prefetching(prefetch) if prefetch is not None else contextlib.nullcontext():
@@ -191,6 +191,21 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             _multiply(b, core, t, At, Bts, rows, cols, depth, s > 0, fin, scale, loc, sib)
                             if fin and chain is not None:
                                 _chained(b, core, t, rows, cols, bi_, loc)
+
+                        s = 0
+                        while s < nk:
+                            # K steps between the first and the last, whole tk deep, as a loop of bodies of nbuf
+                            # steps (the buffers alternate): three trips emitted, the rest only counted.
+                            trips = (nk - 1 - s) // nbuf if rolled_loops and prefetch is None and s >= 1 else 0
+                            if trips >= 4:
+                                start = {core: b.stream_length(core)}
+                                for q in range(3 * nbuf):
+                                    k_step(s + q, step + q)
+                                done = (trips if b.roll_tail([core], start, 3, trips) else 3) * nbuf
+                                s, step = s + done, step + done
+                                continue
+                            k_step(s, step)
+                            s, step = s + 1, step + 1
                         if gk > 1 and core == root:     # the root's write-back operands load during the products
                             if t["CS"] is not None:
                                 load_rows(b, root, _sub(t["CS"], 1, cols), colscale, 0, c0, loc=loc)
@@ -436,8 +451,11 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
     # at most nk, so the last part precedes the multiply that overwrites the tile), its bytes sharing the DRAM
     # with the loads instead of stalling one segment; the last tile is stored in pieces (below).
     S = len(steps)
-    fin = -1
-    for seg in range(S + 1):
+    fin = -1                    # the step that finished the output tile being stored, -1 before the first
+
+    def segment(seg):
+        """Segment ``seg``: fetch step ``seg``, store a part of the last finished tile, multiply step ``seg - 1``."""
+        nonlocal fin
         if seg < S and nbuf > 1:
             fetch(seg)
         if seg >= 2:
@@ -451,6 +469,36 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
             if nbuf == 1:
                 fetch(seg)
             b.barrier(cores, loc=loc, among=sync)
+
+    def steady(seg):
+        """What segment ``seg`` emits but for its K offset and the rows it stores, when it fetches step ``seg`` and
+        multiplies step ``seg - 1`` of the same output tile, neither the tile's first or last step, and stores
+        rows of the last tile or none: segments ``nbuf`` apart with equal values emit the same instructions at
+        addresses that move with K (and with the stored rows, parts of one size). None otherwise."""
+        if nbuf == 1 or not 2 <= seg < S or steps[seg - 2][10]:
+            return None
+        now, prev = steps[seg], steps[seg - 1]
+        tile = now[:5] + now[6:9] + now[11:]
+        if now[9] or now[10] or prev[9] or prev[10] or tile != prev[:5] + prev[6:9] + prev[11:]:
+            return None
+        if fin >= 0 and seg - 2 - fin < nparts:
+            lo, hi = row_parts(steps[fin][6], nparts)[seg - 2 - fin]
+            return tile + (fin, hi - lo)
+        return tile
+
+    seg = 0
+    while seg <= S:
+        # A run of steady segments (a K loop) is emitted as a loop: three trips of its body (``nbuf`` segments),
+        # then the assembler checks they are one body moving with K, and the other trips are not emitted.
+        run = _steady_run(steady, seg, S, nbuf) if rolled_loops else 0
+        if run >= 4:
+            starts = {c: b.stream_length(c) for c in cores}
+            for s_ in range(seg, seg + 3 * nbuf):
+                segment(s_)
+            seg += (run if b.roll_tail(cores, starts, 3, run) else 3) * nbuf
+            continue
+        segment(seg)
+        seg += 1
     # The last tile has no later loads to hide its store behind: it is multiplied and stored in pieces
     # (cost.last_pieces), each piece's store overlapping the next one's multiply.
     t, (rows, cols, depth) = T[base], steps[-1][6:9]
@@ -458,6 +506,23 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
                              _finish_work(t, rows, cols, b.target)):
         multiply(S - 1, piece)
         store(S - 1, [piece])
+
+
+# Whether kernels emit their K loops as loops (:func:`_shared_group`); off, every trip is emitted (the tests compare
+# the two).
+rolled_loops = True
+
+
+def _steady_run(steady, seg: int, S: int, nbuf: int) -> int:
+    """How many bodies of ``nbuf`` segments from ``seg`` on are trips of one loop: each segment steady, with
+    the value of the segment ``nbuf`` before it in the run (0 when ``seg`` starts none)."""
+    first = [steady(seg + q) for q in range(nbuf)] if nbuf > 1 else [None]
+    if any(k is None for k in first):
+        return 0
+    n = 1
+    while seg + (n + 1) * nbuf <= S and all(steady(seg + n * nbuf + q) == first[q] for q in range(nbuf)):
+        n += 1
+    return n
 
 
 def _planned_tiles(plan, tm, tn, tk, fa, fb, fo, pa, pb, nbuf, gk, bias, colscale, fr=None, resident=None,
