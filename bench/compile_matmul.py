@@ -12,8 +12,9 @@ the result in fp32 once.
 With several sizes, the last lines compare each size's compile time (from the imported model, cache off, to a
 loaded executable; the fastest of ``--repeat`` cold compiles) with the first's, and its two parts: building the binary (our passes, spyre-emit, writing it)
 and loading it (the loader's checks, schedule and emulator plan): issue 11 asks that 4096^3 compile in less than
-twice the time of 1024^3. The binary stores its instruction streams with loops (format 1.10); "records" is
-what it stores, "instructions" what runs: the loader still checks and plans every instruction.
+twice the time of 1024^3. The binary stores its instruction streams with loops (format 1.10; the kernels emit
+their K loops as loops, so the build does not emit every trip); "records" is what it stores, "instructions" what
+runs: the loader still checks and plans every instruction.
 
     .venv/bin/python bench/compile_matmul.py [--cores 1 8 32] [--sizes 1024 4096] [--repeat 3]
 """
