@@ -77,6 +77,33 @@ _VIEW_READERS = frozenset({"matmul", "sibling", "chained", "prologue", "rows", "
                            "select-cols", "pool2d"})
 
 
+class _Tensors(dict):
+    """Values -> their DevTensor, indexed by what holds their bytes (a buffer's storage, or a place in a buffer):
+    the values sharing a dead value's bytes are found without a walk over every value (a deep model has
+    thousands, and values die all along it)."""
+
+    def __init__(self):
+        super().__init__()
+        self._holders: dict[tuple, set] = {}
+
+    @staticmethod
+    def _keys(t: DevTensor) -> tuple:
+        return (0, id(t.buffer), t.storage), (1, id(t.buffer), t.addr)
+
+    def __setitem__(self, v, t: DevTensor) -> None:
+        old = self.get(v)
+        if old is not None:
+            for k in self._keys(old):
+                self._holders[k].discard(v)
+        super().__setitem__(v, t)
+        for k in self._keys(t):
+            self._holders.setdefault(k, set()).add(v)
+
+    def sharing(self, t: DevTensor) -> set:
+        """The values whose tensors have ``t``'s storage, or its address, in its buffer (``t``'s own among them)."""
+        a, b = (self._holders.get(k, set()) for k in self._keys(t))
+        return a | b
+
 class _Known(dict):
     """value -> numpy array, where a DLFloat16 constant's values are decoded from its bits only when something
     reads them (:meth:`defer`): most are weights, written to the binary as those bits (a real model's layer holds
@@ -141,7 +168,7 @@ class Emitter:
         # value -> its stored bits, for a dlf16 or fp8 constant: written as they are, never decoded and encoded
         # again (an fp8 -inf would saturate)
         self.stored_bits: dict = {}
-        self.dev: dict = {}          # value -> DevTensor
+        self.dev = _Tensors()        # value -> DevTensor
         self.in_kernel: set = set()  # values only inside another op's kernel (a sibling matmul's, its views)
         self.consts: dict = {}       # (id(known array), format) -> (DevTensor, array): one constant per value
         self.host_ops: list[str] = []   # what ran on the host, for the report
@@ -471,9 +498,7 @@ class Emitter:
             if self._last_use.get(v) == i and v in self.dev:
                 t = self.dev[v]
                 # Views (aliases) of the same bytes keep them: the same storage, or the same place.
-                refs = [w for w, u in self.dev.items() if (u.storage == t.storage or u.addr == t.addr)
-                        and u.buffer is t.buffer and self._last_use.get(w, -1) > i]
-                if not refs:
+                if not any(self._last_use.get(w, -1) > i for w in self.dev.sharing(t)):
                     self._release(t)
 
     def _check_views(self, op, where):
