@@ -303,12 +303,15 @@ def _model(kind: str, k: int, n: int):
     return torch.nn.Sequential(torch.nn.Linear(k, n), *([torch.nn.ReLU()] if kind == "relu" else [])).eval()
 
 
-# Each has K loops: cores sharing operands over the ring (8 cores; 4 cores with two output tiles each, the first
-# tile stored while the second's K loop runs), one core alone, K split over 32 cores (16 cores, each its own loop),
-# siblings, and every precision.
+# Each has loops: K loops of cores sharing operands over the ring (8 cores; 4 cores with two output tiles each, the
+# first tile stored while the second's K loop runs), loops over rows of output tiles of 4 K steps (8 cores) and
+# over output tiles of 2 K steps (32 cores), K loops of one core alone and of a K split over 32 cores (16 cores,
+# each its own loop), siblings, and every precision.
 @pytest.mark.parametrize("kind, m, k, n, cores, precision", [
     ("linear", 512, 4096, 512, 8, "dlf16"),
     ("linear", 1024, 4096, 512, 4, "dlf16"),
+    ("linear", 4096, 1024, 1024, 8, "dlf16"),
+    ("linear", 2048, 512, 2048, 32, "fp8"),
     ("linear", 512, 4096, 512, 8, "fp8"),
     ("relu", 512, 4096, 512, 8, "int8-weights"),
     ("linear", 512, 4096, 512, 8, "fp32-reference"),
@@ -318,8 +321,8 @@ def _model(kind: str, k: int, n: int):
 ])
 def test_kernels_emit_k_loops_as_loops_that_run_what_every_trip_emitted_would(tmp_path, monkeypatch, kind, m, k, n,
                                                                              cores, precision):
-    """spyre-emit's matmul kernels emit a run of K steps as a loop (three trips, then the trip count): the
-    program it runs is the one of the kernel emitting every trip, record for record with the same source
+    """spyre-emit's matmul kernels emit a run of K steps, or of output tiles, as a loop (three trips, then the trip
+    count): the program it runs is the one of the kernel emitting every trip, record for record with the same source
     locations (and so the same file once that is read back and written again)."""
     import torch
     from spyre_mlir.codegen.kernels import matmul as mk

@@ -451,16 +451,19 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
     # at most nk, so the last part precedes the multiply that overwrites the tile), its bytes sharing the DRAM
     # with the loads instead of stalling one segment; the last tile is stored in pieces (below).
     S = len(steps)
-    fin = -1                    # the step that finished the output tile being stored, -1 before the first
+    # The last step before each step (itself included) that finished an output tile, -1 before the first: the
+    # tile being stored at a segment.
+    last_fin, f = [], -1
+    for n, st in enumerate(steps):
+        f = n if st[10] else f
+        last_fin.append(f)
 
     def segment(seg):
         """Segment ``seg``: fetch step ``seg``, store a part of the last finished tile, multiply step ``seg - 1``."""
-        nonlocal fin
         if seg < S and nbuf > 1:
             fetch(seg)
         if seg >= 2:
-            if steps[seg - 2][10]:
-                fin = seg - 2
+            fin = last_fin[seg - 2]
             if fin >= 0 and seg - 2 - fin < nparts:
                 store(fin, [row_parts(steps[fin][6], nparts)[seg - 2 - fin]])
         if 1 <= seg < S:
@@ -470,35 +473,48 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
                 fetch(seg)
             b.barrier(cores, loc=loc, among=sync)
 
-    def steady(seg):
-        """What segment ``seg`` emits but for its K offset and the rows it stores, when it fetches step ``seg`` and
-        multiplies step ``seg - 1`` of the same output tile, neither the tile's first or last step, and stores
-        rows of the last tile or none: segments ``nbuf`` apart with equal values emit the same instructions at
-        addresses that move with K (and with the stored rows, parts of one size). None otherwise."""
-        if nbuf == 1 or not 2 <= seg < S or steps[seg - 2][10]:
+    def shape(seg):
+        """What segment ``seg`` emits but for the addresses that move from a trip of a loop to the next, and where
+        those are: the row and column of its steps' output tiles and their K offset, and the tile it stores and
+        the rows (a part of one size). Two segments of one shape emit the same instructions but for those
+        addresses, which are linear in where they are: along a run of K steps, along a row or column of output
+        tiles, they move by constant strides. None for the first two segments and the last."""
+        if nbuf == 1 or not 2 <= seg < S:
             return None
         now, prev = steps[seg], steps[seg - 1]
-        tile = now[:5] + now[6:9] + now[11:]
-        if now[9] or now[10] or prev[9] or prev[10] or tile != prev[:5] + prev[6:9] + prev[11:]:
-            return None
+        fin, part, at = last_fin[seg - 2], None, (0, 0, 0)
         if fin >= 0 and seg - 2 - fin < nparts:
-            lo, hi = row_parts(steps[fin][6], nparts)[seg - 2 - fin]
-            return tile + (fin, hi - lo)
-        return tile
+            done = steps[fin]
+            lo, hi = row_parts(done[6], nparts)[seg - 2 - fin]
+            part, at = (hi - lo, done[:3] + done[6:9] + done[11:]), (done[3], done[4], lo)
+        # A resident A is loaded by the first tile of a row.
+        key = (seg % nbuf, now[:3] + now[6:], resident and now[4] == 0, prev[:3] + prev[6:], resident and prev[4] == 0,
+               part)
+        return key, now[3:6] + prev[3:6] + at
 
+    # Bodies of loops: nbuf segments (K steps; the double buffers alternate), or whole output tiles when they
+    # have few K steps (a row of them).
+    def lcm(a, b):
+        return a * b // math.gcd(a, b)
+
+    # Bodies of loops: nbuf segments (K steps; the double buffers alternate), or when there are few K steps, one
+    # output tile or one row of them.
+    periods = sorted({p for p in (nbuf, lcm(nk, nbuf), lcm(nk * -(-nb // tn), nbuf)) if p <= _MAX_BODY})
     seg = 0
     while seg <= S:
-        # A run of steady segments (a K loop) is emitted as a loop: three trips of its body (``nbuf`` segments),
-        # then the assembler checks they are one body moving with K, and the other trips are not emitted.
-        run = _steady_run(steady, seg, S, nbuf) if rolled_loops else 0
-        if run >= 4:
-            starts = {c: b.stream_length(c) for c in cores}
-            for s_ in range(seg, seg + 3 * nbuf):
-                segment(s_)
-            seg += (run if b.roll_tail(cores, starts, 3, run) else 3) * nbuf
-            continue
-        segment(seg)
-        seg += 1
+        # A run of segments of one shape is emitted as a loop: three trips of its body, then the assembler checks
+        # they are one body moving by constant strides, and the other trips are not emitted.
+        for period in periods if rolled_loops else ():
+            run = _run(shape, seg, S, period)
+            if run >= 4:
+                starts = {c: b.stream_length(c) for c in cores}
+                for s_ in range(seg, seg + 3 * period):
+                    segment(s_)
+                seg += (run if b.roll_tail(cores, starts, 3, run) else 3) * period
+                break
+        else:
+            segment(seg)
+            seg += 1
     # The last tile has no later loads to hide its store behind: it is multiplied and stored in pieces
     # (cost.last_pieces), each piece's store overlapping the next one's multiply.
     t, (rows, cols, depth) = T[base], steps[-1][6:9]
@@ -508,19 +524,30 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
         store(S - 1, [piece])
 
 
-# Whether kernels emit their K loops as loops (:func:`_shared_group`); off, every trip is emitted (the tests compare
-# the two).
+# Whether kernels emit their K loops and rows of output tiles as loops (:func:`_shared_group`); off, every trip is
+# emitted (the tests compare the two).
 rolled_loops = True
 
 
-def _steady_run(steady, seg: int, S: int, nbuf: int) -> int:
-    """How many bodies of ``nbuf`` segments from ``seg`` on are trips of one loop: each segment steady, with
-    the value of the segment ``nbuf`` before it in the run (0 when ``seg`` starts none)."""
-    first = [steady(seg + q) for q in range(nbuf)] if nbuf > 1 else [None]
-    if any(k is None for k in first):
+_MAX_BODY = 32          # segments of a loop body at most (each emitted three times before the loop is known)
+
+
+def _run(shape, seg: int, S: int, period: int) -> int:
+    """How many bodies of ``period`` segments from ``seg`` on repeat the shapes of the first, each where the one
+    before was moved as far as the second from the first (0 when a segment of the first has no shape)."""
+    first = [shape(seg + q) for q in range(period)]
+    if any(x is None for x in first):
         return 0
-    n = 1
-    while seg + (n + 1) * nbuf <= S and all(steady(seg + n * nbuf + q) == first[q] for q in range(nbuf)):
+    n, step = 1, None
+    while seg + (n + 1) * period <= S:
+        nxt = [shape(seg + n * period + q) for q in range(period)]
+        if any(x is None or x[0] != f[0] for x, f in zip(nxt, first)):
+            break
+        moved = [tuple(a - b for a, b in zip(x[1], f[1])) for x, f in zip(nxt, first)]
+        if step is None:
+            step = moved
+        elif any(tuple(n * d for d in s1) != m for s1, m in zip(step, moved)):
+            break
         n += 1
     return n
 
