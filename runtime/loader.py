@@ -90,6 +90,8 @@ _CORE_FREE = frozenset({Op.SFU, Op.MATMUL, Op.REDUCE, Op.DMA_LOAD, Op.DMA_STORE}
 
 # An Ins's fields after (core, idx, op, rec, name, loc): what decoding a record gives.
 _DECODED = operator.attrgetter(*[f.name for f in dataclasses.fields(Ins)][6:])
+_DMA = frozenset({Op.DMA_LOAD, Op.DMA_STORE})
+_DEV = _FIELD_NAMES.index("dev")
 
 
 class _Decoder:
@@ -100,6 +102,7 @@ class _Decoder:
         self.usable = target.scratchpad_usable_bytes
         self._pt_fmts: dict = {}
         self._decoded: dict = {}        # record values (with the core, unless _CORE_FREE) -> its Ins
+        self._moved: dict = {}          # a DMA's record values but its device address -> a decoded Ins of them
         self._sp_blocks: dict = {}      # a DMA's scratchpad block (address, counts, strides) -> its sticks
         # Containment queries for DMA ranges. Non-scratch buffers are disjoint: binary search. Scratch buffers
         # may alias each other: sorted by start with a running maximum of their ends.
@@ -133,8 +136,16 @@ class _Decoder:
         if seen is not None:            # the same record passed every check already
             return Ins(c, i, op, rec, seen.name, loc, *_DECODED(seen))     # a shallow copy in its own place
         name = _NAMES[op]
-        ins = Ins(c, i, op, rec, name, loc, EMPTY, EMPTY, EMPTY, EMPTY)
         self.at = (c, i, name, loc)
+        if op in _DMA:
+            # A loop's trips move a DMA's device address only: checked and decoded once, then moved.
+            where = vals[:_DEV] + vals[_DEV + 1:]
+            like = self._moved.get(where)
+            if like is not None:
+                ins = self._dma_moved(Ins(c, i, op, rec, name, loc, *_DECODED(like)), vals[_DEV])
+                self._decoded[key] = ins
+                return ins
+        ins = Ins(c, i, op, rec, name, loc, EMPTY, EMPTY, EMPTY, EMPTY)
         self.vals = dict(zip(_FIELD_NAMES, vals))
         if not fields_checked:
             for f in _UNUSED[op]:
@@ -142,6 +153,33 @@ class _Decoder:
                     self.fail(f, f"must be zero for {name} (is {self.vals[f]})")
         getattr(self, "_" + name)(ins)
         self._decoded[key] = ins
+        if op in _DMA:
+            self._moved[where] = ins
+        return ins
+
+    def _dma_moved(self, ins: Ins, dev: int) -> Ins:
+        """``ins``, a copy of a checked DMA of the same fields but its device address, at ``dev``: the checks of
+        :meth:`_dma` that read the address, in its order (every other one passed for the copy's original), and its
+        device sticks moved along."""
+        d0, dstr, sp, sstr, shape = ins.dma
+        if dev % STICK_BYTES:
+            self.fail("dev", f"{dev} is not a multiple of the {STICK_BYTES}-byte stick")
+        if dev >= self.prog.device_bytes:
+            self.fail("dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
+        m, n, k = shape
+        dev_end = dev + (m - 1) * dstr[0] + (n - 1) * dstr[1] + k
+        buf = self._containing(dev, dev_end)
+        if buf is None:
+            self.fail("dev", f"device range [{dev}, {dev_end}) is not inside one allocated buffer")
+        store = ins.op is Op.DMA_STORE
+        if store and buf.kind not in ("output", "scratch", "state"):
+            self.fail("dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
+        moved = (dev - d0) // STICK_BYTES
+        if store:
+            ins.dev_writes = ins.dev_writes + moved
+        else:
+            ins.dev_reads = ins.dev_reads + moved
+        ins.dma = (dev, dstr, sp, sstr, shape)
         return ins
 
     # ---- field helpers ----------------------------------------------------------------------------------
