@@ -251,7 +251,7 @@ class ProgramBuilder:
                 if any(d != dbg[j] for d in dbg[j::n]):
                     return False
                 step = {}
-                for f in recs[0].keys() | recs[1].keys():
+                for f in set().union(*recs):
                     vals = [r.get(f, 0) for r in recs]
                     if f not in _WIDTH:
                         if any(v != vals[0] for v in vals):

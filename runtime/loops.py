@@ -102,10 +102,11 @@ def _periods(keys: np.ndarray, heads: np.ndarray) -> list[int]:
 
 
 def roll(code: np.ndarray, keys: np.ndarray | None = None, levels: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """``code`` (INSTR_DTYPE records, the order they run, or holding loops already: a kernel's) stored with loops: (stored records, for each stored
-    record the instruction it stores, -1 for LOOP and STEP records). ``keys``: per instruction a value that
-    must repeat too (its source location), None: none. Greedy from the start: at each record the loop saving
-    the most records, if any saves one; then again over the result, ``levels`` times in all (loops of loops)."""
+    """``code`` (INSTR_DTYPE records in the order they run, or holding a kernel's loops already) stored with
+    loops: (stored records, for each stored record the record of ``code`` it stores, -1 for new LOOP and STEP
+    records). ``keys``: per record a value that must repeat too (its source location), None: none. Greedy from
+    the start: at each record the loop saving the most records, if any saves one; then again over the result,
+    ``levels`` times in all (loops of loops)."""
     stored, origin = code, np.arange(len(code))
     for _ in range(levels):
         k = None if keys is None else np.where(origin >= 0, keys[np.maximum(origin, 0)], -1)

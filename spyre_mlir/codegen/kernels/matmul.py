@@ -488,18 +488,13 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
             lo, hi = row_parts(done[6], nparts)[seg - 2 - fin]
             part, at = (hi - lo, done[:3] + done[6:9] + done[11:]), (done[3], done[4], lo)
         # A resident A is loaded by the first tile of a row.
-        key = (seg % nbuf, now[:3] + now[6:], resident and now[4] == 0, prev[:3] + prev[6:], resident and prev[4] == 0,
-               part)
+        key = (seg % nbuf, now[:3] + now[6:], resident and now[4] == 0, prev[:3] + prev[6:],
+               resident and prev[4] == 0, part)
         return key, now[3:6] + prev[3:6] + at
-
-    # Bodies of loops: nbuf segments (K steps; the double buffers alternate), or whole output tiles when they
-    # have few K steps (a row of them).
-    def lcm(a, b):
-        return a * b // math.gcd(a, b)
 
     # Bodies of loops: nbuf segments (K steps; the double buffers alternate), or when there are few K steps, one
     # output tile or one row of them.
-    periods = sorted({p for p in (nbuf, lcm(nk, nbuf), lcm(nk * -(-nb // tn), nbuf)) if p <= _MAX_BODY})
+    periods = sorted({p for p in (nbuf, math.lcm(nk, nbuf), math.lcm(nk * -(-nb // tn), nbuf)) if p <= _MAX_BODY})
     seg = 0
     while seg <= S:
         # A run of segments of one shape is emitted as a loop: three trips of its body, then the assembler checks
