@@ -34,6 +34,18 @@ def _loop(trips: int, body: list, steps: list[dict]) -> list:
     return [_rec(Op.LOOP, m=trips, n=len(body)), *body, *(_rec(Op.STEP, **s) for s in steps)]
 
 
+def _trips(body: list, trips: int, step) -> list:
+    """``trips`` trips of ``body``, its fields STEPPED moved by ``step`` (one per field) each trip."""
+    out = []
+    for t in range(trips):
+        for r in body:
+            r = r.copy()
+            for f, s in zip(STEPPED, step):
+                r[f] = (int(r[f][0]) + t * s) % (1 << (64 if f == "dev" else 32))
+            out.append(r)
+    return out
+
+
 record = st.builds(lambda op, vals: _rec(op, **dict(zip(FIELDS, vals))),
                    st.sampled_from([Op.SFU, Op.DMA_LOAD, Op.MATMUL, Op.BARRIER]),
                    st.lists(st.sampled_from([0, 1, 128, 4096, 2**31, 2**32 - 128]), min_size=10, max_size=10))
@@ -46,15 +58,7 @@ segment = st.tuples(st.lists(record, min_size=1, max_size=5), st.integers(1, 9),
 def test_a_rolled_stream_unrolls_to_what_runs(segments, with_keys):
     """Bodies repeated with steps that may wrap (negative), and records that repeat without a loop: stored with
     loops, read back record for record, each from the stored record that holds it, with its source location."""
-    parts = []
-    for body, trips, step in segments:
-        for t in range(trips):
-            for r in body:
-                r = r.copy()
-                for f, s in zip(STEPPED, step):
-                    r[f] = (int(r[f][0]) + t * s) % (1 << (64 if f == "dev" else 32))
-                parts.append(r)
-    code = np.concatenate(parts + [_rec(Op.END)])
+    code = np.concatenate([r for body, trips, step in segments for r in _trips(body, trips, step)] + [_rec(Op.END)])
     keys = np.arange(len(code)) % 3 if with_keys else None
     stored, origin = roll(code, keys)
     assert len(stored) <= len(code)
@@ -221,15 +225,7 @@ def test_loops_a_stream_holds_already_are_kept(segments, data):
     parts = []
     for body, trips, step in segments:
         steps = [dict(zip(STEPPED, step))] * len(body)
-        if trips >= 2 and data.draw(st.booleans()):
-            parts += _loop(trips, body, steps)
-            continue
-        for t in range(trips):
-            for r in body:
-                r = r.copy()
-                for f, s in zip(STEPPED, step):
-                    r[f] = (int(r[f][0]) + t * s) % (1 << (64 if f == "dev" else 32))
-                parts.append(r)
+        parts += _loop(trips, body, steps) if trips >= 2 and data.draw(st.booleans()) else _trips(body, trips, step)
     code = np.concatenate(parts + [_rec(Op.END)])
     stored, origin = roll(code)
     assert len(stored) <= len(code)
@@ -237,14 +233,14 @@ def test_loops_a_stream_holds_already_are_kept(segments, data):
 
 
 def _builder_trips(b, trips: int, step: int = 4096, bad: int | None = None):
-    """Emit ``trips`` trips of a load / multiply / barrier body on cores 0 and 1, the load's device address moving
-    by ``step`` (trip ``bad`` by one stick more, when given)."""
+    """Emit ``trips`` trips of a load / add / barrier body on cores 0 and 1, the load's device address moving by
+    ``step`` (trip ``bad`` by one stick more, when given)."""
     a = b.alloc(0, 8, 64), b.alloc(0, 8, 64)
     for t in range(trips):
         for c in (0, 1):
             dev = 128 * c + t * step + (128 if t == bad else 0)
-            b.dma_load(c, dev, a[t % 1].addr, (8, 128), (0, 0), (0, 128), loc="k.py:1")
-            b.matmul(c, a[1], a[0], a[1], loc="k.py:2") if hasattr(b, "matmul_tiles") else None
+            b.dma_load(c, dev, a[0].addr, (8, 128), (0, 0), (0, 128), loc="k.py:1")
+            b.sfu(c, "add", a[1], a[0], a[0], loc="k.py:2")
         b.barrier([0, 1], loc="k.py:3")
 
 
