@@ -153,8 +153,8 @@ class Program:
     order the instructions run (the file stores it with loops, :mod:`.loops`), or, from the assembler, holding the
     loops kernels emitted as such (LOOP and STEP records); ``constants`` maps buffer name to its device image
     (exactly ``nbytes`` bytes); ``debug[c][i]`` is (op name, source location) of core c's record i (``("", "")``
-    for LOOP and STEP records); ``origin[c][i]``, for a program read from a file, the stored record instruction i came from
-    (None: as it runs)."""
+    for LOOP and STEP records); ``origin[c][i]``, for a program read from a file, the stored record instruction
+    i came from (None: as it runs)."""
 
     num_cores: int
     fingerprint: str
