@@ -164,16 +164,8 @@ class _Decoder:
         d0, dstr, sp, sstr, shape = ins.dma
         if dev % STICK_BYTES:
             self.fail("dev", f"{dev} is not a multiple of the {STICK_BYTES}-byte stick")
-        if dev >= self.prog.device_bytes:
-            self.fail("dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
-        m, n, k = shape
-        dev_end = dev + (m - 1) * dstr[0] + (n - 1) * dstr[1] + k
-        buf = self._containing(dev, dev_end)
-        if buf is None:
-            self.fail("dev", f"device range [{dev}, {dev_end}) is not inside one allocated buffer")
         store = ins.op is Op.DMA_STORE
-        if store and buf.kind not in ("output", "scratch", "state"):
-            self.fail("dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
+        self._device_side(dev, dstr, shape, store)
         moved = (dev - d0) // STICK_BYTES
         if store:
             ins.dev_writes = ins.dev_writes + moved
@@ -279,17 +271,7 @@ class _Decoder:
         if sp_end > self.usable:
             self.fail("a0", f"scratchpad range [{sp}, {sp_end}) exceeds the usable scratchpad "
                                     f"({self.usable} B)")
-        if dev >= self.prog.device_bytes:
-            self.fail("dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
-        dev_end = dev + (m - 1) * ds2 + (n - 1) * ds1 + k
-        buf = self._containing(dev, dev_end)
-        if buf is None:
-            self.fail("dev", f"device range [{dev}, {dev_end}) is not inside one allocated buffer")
-        if dev_end - dev > self.target.core_span_bytes:
-            self.fail("dev", f"device range spans {dev_end - dev} B, more than a core addresses "
-                                     f"({self.target.core_span_bytes} B)")
-        if store and buf.kind not in ("output", "scratch", "state"):
-            self.fail("dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
+        self._device_side(dev, (ds2, ds1), (m, n, k), store)
         S = STICK_BYTES
         # One array per scratchpad block: a loop's trips load into the same buffers (the schedule tests each
         # array once per core).
@@ -307,6 +289,22 @@ class _Decoder:
         ins.nbytes = m * n * k
         ins.sp_end = sp_end
         ins.dma = (dev, (ds2, ds1), sp, (ss2, ss1), (m, n, k))
+
+    def _device_side(self, dev: int, strides, shape, store: bool) -> None:
+        """The checks of a DMA's device range: inside device memory and one allocated buffer, within what a core
+        addresses, and a store's buffer writable."""
+        if dev >= self.prog.device_bytes:
+            self.fail("dev", f"address {dev} is outside device memory ({self.prog.device_bytes} B)")
+        (m, n, k), (ds2, ds1) = shape, strides
+        dev_end = dev + (m - 1) * ds2 + (n - 1) * ds1 + k
+        buf = self._containing(dev, dev_end)
+        if buf is None:
+            self.fail("dev", f"device range [{dev}, {dev_end}) is not inside one allocated buffer")
+        if dev_end - dev > self.target.core_span_bytes:
+            self.fail("dev", f"device range spans {dev_end - dev} B, more than a core addresses "
+                             f"({self.target.core_span_bytes} B)")
+        if store and buf.kind not in ("output", "scratch", "state"):
+            self.fail("dev", f"stores into '{buf.name}', a read-only {buf.kind} buffer")
 
     def _dma_load(self, ins):
         self._dma(ins, store=False)

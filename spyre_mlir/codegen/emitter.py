@@ -104,6 +104,7 @@ class _Tensors(dict):
         a, b = (self._holders.get(k, set()) for k in self._keys(t))
         return a | b
 
+
 class _Known(dict):
     """value -> numpy array, where a DLFloat16 constant's values are decoded from its bits only when something
     reads them (:meth:`defer`): most are weights, written to the binary as those bits (a real model's layer holds

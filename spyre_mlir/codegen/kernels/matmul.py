@@ -197,11 +197,8 @@ def matmul(em, A: DevTensor, B: DevTensor, O: DevTensor, M: int, N: int, K: int,
                             # K steps between the first and the last, whole tk deep, as a loop of bodies of nbuf
                             # steps (the buffers alternate): three trips emitted, the rest only counted.
                             trips = (nk - 1 - s) // nbuf if rolled_loops and prefetch is None and s >= 1 else 0
-                            if trips >= 4:
-                                start = {core: b.stream_length(core)}
-                                for q in range(3 * nbuf):
-                                    k_step(s + q, step + q)
-                                done = (trips if b.roll_tail([core], start, 3, trips) else 3) * nbuf
+                            if trips >= _MIN_TRIPS:
+                                done = _as_loop(b, [core], lambda u, d=step - s: k_step(u, u + d), s, nbuf, trips)
                                 s, step = s + done, step + done
                                 continue
                             k_step(s, step)
@@ -501,11 +498,8 @@ def _shared_group(b, T, A, Bs, O, batches, base, gm, gn, mb, nb, kb, tm, tn, tk,
         # they are one body moving by constant strides, and the other trips are not emitted.
         for period in periods if rolled_loops else ():
             run = _run(shape, seg, S, period)
-            if run >= 4:
-                starts = {c: b.stream_length(c) for c in cores}
-                for s_ in range(seg, seg + 3 * period):
-                    segment(s_)
-                seg += (run if b.roll_tail(cores, starts, 3, run) else 3) * period
+            if run >= _MIN_TRIPS:
+                seg += _as_loop(b, cores, segment, seg, period, run)
                 break
         else:
             segment(seg)
@@ -525,6 +519,17 @@ rolled_loops = True
 
 
 _MAX_BODY = 32          # segments of a loop body at most (each emitted three times before the loop is known)
+_MIN_TRIPS = 4          # a loop's trips at least: three are emitted to find it
+
+
+def _as_loop(b, cores, emit, at: int, period: int, trips: int) -> int:
+    """Emit three trips of a loop body of ``period`` units (``emit(unit)``: a segment, a K step) from unit ``at``
+    on, and store them as a loop of ``trips`` trips (:meth:`ProgramBuilder.roll_tail`). Returns the units
+    emitted or counted: all the trips', or the three's when the assembler finds them no such loop."""
+    starts = {c: b.stream_length(c) for c in cores}
+    for u in range(at, at + 3 * period):
+        emit(u)
+    return (trips if b.roll_tail(cores, starts, 3, trips) else 3) * period
 
 
 def _run(shape, seg: int, S: int, period: int) -> int:
