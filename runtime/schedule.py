@@ -95,9 +95,22 @@ def _uninit(mask: np.ndarray, idx: np.ndarray) -> int | None:
     return None if got.all() else int(idx[np.argmin(got)])
 
 
+class _Unproven(Exception):
+    """A round's proof at once (:meth:`_Races.round`) found a possible fault."""
+
+
 def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks: int) -> list:
     """Order all instructions as the emulator runs them, prove every read initialized and every device-memory
-    access ordered (:class:`_Races`)."""
+    access ordered (:class:`_Races`). The device-memory proofs run a round at a time (every core's run up to
+    its next barrier: :meth:`_Races.round`); where one fails, or anything else does, the schedule is proven
+    again an instruction at a time, which names the first fault."""
+    try:
+        return _schedule(prog, streams, sp_sticks, dev_sticks, by_round=True)
+    except (_Unproven, BinaryFormatError):
+        return _schedule(prog, streams, sp_sticks, dev_sticks, by_round=False)
+
+
+def _schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks: int, by_round: bool) -> list:
     C = prog.num_cores
     races = _Races(C, dev_sticks)
     sp_init = [np.zeros(sp_sticks, dtype=bool) for _ in range(C)]
@@ -106,14 +119,19 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
         if b.kind in ("input", "constant", "state"):     # state: zero at load, then what the last call left
             dev_init[b.addr // STICK_BYTES:(b.addr + b.nbytes) // STICK_BYTES] = True
     pos, ended, waiting = [0] * C, [False] * C, {}
+    # Where each core's runs end: its barriers, then its END (the loader checked that the stream ends so).
+    stops = [[i for i, ins in enumerate(s) if ins.op is Op.BARRIER or ins.op is Op.END] for s in streams]
+    nxt = [0] * C
     sends = [[] for _ in range(C)]
     reds = [[] for _ in range(C)]
     steps: list = []
     # Per core, the stick arrays whose sticks are all initialized there. Written bits are never cleared, and
     # the decoder hands one array to every instruction with the same operands (a loop's trips reuse its double
     # buffers): each array is tested or set once per core, not once per trip.
-    done = [set() for _ in range(C)]
-    accesses: list = []         # device accesses and barrier releases, in order: for the proof run backwards
+    done = [set() for _ in range(C + 1)]     # the last: (sticks, cores) a ring send landed on (_release)
+    # Device accesses (an instruction, or a round's: a list) and barrier releases, in order: for the proof run
+    # backwards.
+    accesses: list = []
 
     def check(ins: Ins):
         # Empty sets skip their numpy calls: most instructions touch only the scratchpad.
@@ -128,7 +146,7 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
         if w.size and id(w) not in ok:
             sp_init[ins.core][w] = True
             ok.add(id(w))
-        if ins.dev_reads.size or ins.dev_writes.size:
+        if not by_round and (ins.dev_reads.size or ins.dev_writes.size):
             s = _uninit(dev_init, ins.dev_reads)
             if s is not None:
                 raise BinaryFormatError(f"code {ins.label}: reads device bytes [{s * STICK_BYTES}, "
@@ -138,24 +156,34 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
             accesses.append(ins)
 
     while not all(ended):
+        device = []
         for c in range(C):
-            while not ended[c] and c not in waiting:
-                ins = streams[c][pos[c]]
-                if ins.op is Op.END:
-                    ended[c] = True
-                    if sends[c] or reds[c]:
-                        p = (sends[c] + reds[c])[0]
-                        raise BinaryFormatError(f"code {p.label}: ring transfer not followed by a barrier")
-                elif ins.op is Op.BARRIER:
-                    waiting[c] = ins
-                else:
-                    check(ins)
-                    steps.append(ins)
-                    if ins.op is Op.RING_SEND:
-                        sends[c].append(ins)
-                    elif ins.op is Op.RING_REDUCE:
-                        reds[c].append(ins)
-                    pos[c] += 1
+            if ended[c] or c in waiting:
+                continue
+            stop = stops[c][nxt[c]]
+            run = streams[c][pos[c]:stop]
+            for ins in run:
+                check(ins)
+                if ins.op is Op.RING_SEND:
+                    sends[c].append(ins)
+                elif ins.op is Op.RING_REDUCE:
+                    reds[c].append(ins)
+            steps += run
+            if by_round:
+                device += [ins for ins in run if ins.dev_reads.size or ins.dev_writes.size]
+            pos[c] = stop
+            ins = streams[c][stop]
+            if ins.op is Op.END:
+                ended[c] = True
+                if sends[c] or reds[c]:
+                    p = (sends[c] + reds[c])[0]
+                    raise BinaryFormatError(f"code {p.label}: ring transfer not followed by a barrier")
+            else:
+                waiting[c] = ins
+                nxt[c] += 1
+        if device:
+            races.round(device, dev_init)
+            accesses.append(device)
         released = False
         for c in sorted(waiting):
             if c not in waiting:
@@ -185,6 +213,8 @@ def schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_sticks
     for a in reversed(accesses):
         if isinstance(a, Ins):
             backwards.access(a)
+        elif isinstance(a, list):
+            backwards.round(a)
         else:
             backwards.sync(a)
     for b in prog.buffers:
@@ -213,6 +243,7 @@ class _Races:
         self.writer = np.full(dev_sticks, -1, dtype=np.int64)
         self.interval = np.zeros(dev_sticks, dtype=np.int64)
         self.index = np.zeros(dev_sticks, dtype=np.int64)
+        self.owner = np.full(dev_sticks, -1, dtype=np.int64)     # scratch of round(): -1 between uses
 
     def access(self, ins: Ins) -> None:
         c = ins.core
@@ -237,6 +268,48 @@ class _Races:
             self.interval[ins.dev_writes] = self.clock[c, c]
             self.index[ins.dev_writes] = ins.idx
 
+    def round(self, devs: list[Ins], dev_init: np.ndarray | None = None) -> None:
+        """The device accesses of one round at once: ``devs``, every core's run up to its next barrier, in the
+        schedule's order (no barrier releases within it, so each core's clock is fixed). Raises
+        :class:`_Unproven` where :meth:`access` (and, given ``dev_init``, the check that each read's bytes
+        were written before it) one by one might raise. A stick one core writes and another accesses in the
+        same round is a race whichever runs first; otherwise each access sees the state at the round's start
+        but for its own core's writes, which cannot make a race of it."""
+        nr = np.array([i.dev_reads.size for i in devs])
+        nw = np.array([i.dev_writes.size for i in devs])
+        core = np.array([i.core for i in devs], dtype=np.int64)
+        rs = np.concatenate([i.dev_reads for i in devs])
+        ws = np.concatenate([i.dev_writes for i in devs])
+        rc, wc = np.repeat(core, nr), np.repeat(core, nw)
+        if dev_init is not None and not dev_init[rs].all():
+            # Bytes this round writes before it reads them (its own core's: another core's would race).
+            miss = np.flatnonzero(~dev_init[rs])
+            if not ws.size:
+                raise _Unproven
+            written, first = np.unique(ws, return_index=True)      # each stick's first write
+            j = np.minimum(np.searchsorted(written, rs[miss]), written.size - 1)
+            at = np.arange(len(devs))
+            if not ((written[j] == rs[miss]) & (np.repeat(at, nw)[first[j]] < np.repeat(at, nr)[miss])).all():
+                raise _Unproven
+        if ws.size:
+            owner = self.owner
+            owner[ws] = wc
+            clash = (owner[ws] != wc).any() or ((owner[rs] >= 0) & (owner[rs] != rc)).any()
+            owner[ws] = -1
+            if clash:
+                raise _Unproven
+        st, c = (rs, rc) if self.backwards else (np.concatenate([rs, ws]), np.concatenate([rc, wc]))
+        w = self.writer[st]
+        other = np.flatnonzero((w >= 0) & (w != c))
+        if other.size and (self.clock[c[other], w[other]] < self.interval[st[other]]).any():
+            raise _Unproven
+        if ws.size:
+            if dev_init is not None:
+                dev_init[ws] = True
+            self.writer[ws] = wc
+            self.interval[ws] = self.clock[wc, wc]
+            self.index[ws] = np.repeat([i.idx for i in devs], nw)
+
     def sync(self, members) -> None:
         merged = self.clock[list(members)].max(axis=0)
         for m in members:
@@ -247,18 +320,21 @@ class _Races:
 
 def _release(members, waiting, sends, reds, sp_init, done) -> Sync:
     """Complete the ring transfers pending among ``members`` as their barrier releases (``done``: per core,
-    the stick arrays known initialized there, as in :func:`schedule`)."""
+    the stick arrays known initialized there, as in :func:`schedule`, then the sends' landings so far)."""
     group = set(members)
     done_sends = []
     for m in members:
         for s in sends[m]:
-            for peer in s.send[0]:
-                if peer not in group:
-                    raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
-                                            f"barrier of core {m}")
-                if id(s.peer_sticks) not in done[peer]:
+            peers = s.send[0]
+            if not group.issuperset(peers):
+                peer = next(p for p in peers if p not in group)
+                raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
+                                        f"barrier of core {m}")
+            # A loop's sends land on the same sticks of the same cores again and again: set once.
+            if (id(s.peer_sticks), peers) not in done[-1]:
+                for peer in peers:
                     sp_init[peer][s.peer_sticks] = True
-                    done[peer].add(id(s.peer_sticks))
+                done[-1].add((id(s.peer_sticks), peers))
             done_sends.append(s)
         sends[m] = []
     done_reds = []

@@ -11,6 +11,8 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spyre_mlir.runtime import BinaryFormatError, ProgramBuilder, load, load_bytes
 from spyre_mlir.runtime.binary import (CONST_ALIGN, HEADER_BYTES, Section, program_from_bytes, program_to_bytes,
@@ -20,6 +22,7 @@ from spyre_mlir.runtime.kernels import build_matmul
 from spyre_mlir.target import load_target
 
 T2 = load_target(cores=2)
+T3 = load_target(cores=3)
 
 
 def _base() -> ProgramBuilder:
@@ -671,3 +674,70 @@ def test_the_same_bytes_are_validated_once_per_process(prog, monkeypatch):
     load_bytes(data, T2)
     assert len(checks) == 5
     assert np.array_equal(load_bytes(program_to_bytes(other), T2)(x)[0], yc)      # validated in full: the same
+
+
+_EVENTS = st.lists(st.one_of(st.tuples(st.sampled_from(["load", "store"]), st.integers(0, 2), st.integers(0, 3)),
+                             st.tuples(st.just("barrier"), st.sampled_from([(0, 1), (1, 2), (0, 2), (0, 1, 2)]),
+                                       st.just(0))), max_size=12)
+
+
+def _traffic(events) -> ProgramBuilder:
+    """Three cores moving 8-row blocks of a scratch tensor in and out of their tiles, with barriers of two or
+    all three of them between."""
+    b = ProgramBuilder(T3)
+    x, s, y = b.input("x", (8, 64)), b.scratch("s", (32, 64)), b.output("y", (8, 64))
+    tiles = [b.alloc(c, 8, 64) for c in range(3)]
+    for c in range(3):
+        b.load_tile(c, tiles[c], x)
+    for what, c, block in events:
+        if what == "barrier":
+            b.barrier(c)
+        else:
+            (b.load_tile if what == "load" else b.store_tile)(c, tiles[c], s, row0=8 * block)
+    b.barrier()
+    b.store_tile(0, tiles[0], y)
+    return b
+
+
+def _both_proofs(b: ProgramBuilder):
+    """The schedule proven a round at a time and one instruction at a time: (steps or the exception) of each."""
+    from spyre_mlir.runtime import loader, schedule
+
+    prog = program_from_bytes(b.to_bytes())
+    streams = loader._decode_streams(loader._Decoder(prog, b.target), prog.code)
+    args = (prog, streams, -(-b.target.scratchpad_usable_bytes // 128), prog.device_bytes // 128)
+    out = []
+    for by_round in (True, False):
+        try:
+            out.append(schedule._schedule(*args, by_round=by_round))
+        except (schedule._Unproven, BinaryFormatError) as e:
+            out.append(e)
+    return out
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_EVENTS)
+def test_a_round_at_a_time_proves_what_one_by_one_proves(events):
+    """The schedule's device-memory proofs at once per round never accept what the proofs one instruction at a
+    time refuse (a read of unwritten bytes, a race between cores); what those accept, they accept alike."""
+    by_round, one_by_one = _both_proofs(_traffic(events))
+    if isinstance(one_by_one, Exception):
+        assert isinstance(by_round, Exception)
+    else:
+        assert not isinstance(by_round, Exception), by_round
+        assert len(by_round) == len(one_by_one)
+        assert all(a is b or a.members == b.members for a, b in zip(by_round, one_by_one))
+
+
+def test_a_round_with_a_race_or_an_unwritten_read_is_proven_one_by_one():
+    """Both faults a round's proof finds are then named by the proof one instruction at a time; a handoff with a
+    barrier between passes a round at a time."""
+    ok, _ = _both_proofs(_traffic([("store", 0, 1), ("barrier", (0, 1), 0), ("load", 1, 1)]))
+    assert isinstance(ok, list)
+    for events in ([("store", 0, 1), ("load", 1, 1)], [("load", 2, 3)],
+                   [("store", 0, 1), ("barrier", (0, 1), 0), ("load", 2, 1)],
+                   # core 0's read, then core 2's write a round later: only the proof run backwards sees it
+                   [("store", 1, 1), ("barrier", (0, 1, 2), 0), ("load", 0, 1), ("barrier", (1, 2), 0),
+                    ("barrier", (0, 1), 0), ("store", 2, 1)]):
+        by_round, one_by_one = _both_proofs(_traffic(events))
+        assert isinstance(by_round, Exception) and isinstance(one_by_one, BinaryFormatError)
