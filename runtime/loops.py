@@ -53,6 +53,8 @@ _FIXED = _fixed_mask()
 _LOOP, _STEP = int(Op.LOOP), int(Op.STEP)
 _LOOP_OTHER = np.full(16, 0xFFFFFFFF, dtype=np.uint32)      # the 32-bit words of a LOOP but op, m, n
 _LOOP_OTHER[[0, 4, 5]] = 0xFFFFFF00, 0, 0
+_STEP_ONLY = np.zeros(16, dtype=np.uint32)                 # the 32-bit words of a STEP but its stepped fields
+_STEP_ONLY[0] = _STEP
 _WIDTH = np.array([0xFFFFFFFF] * 6 + [0xFFFFFFFFFFFFFFFF], dtype=np.uint64)     # of a0..a5, dev
 assert STEPPED == ("dev", "a0", "a1", "a2", "a3", "a4", "a5") and _OFFSETS["a0"] == 28 and _OFFSETS["dev"] == 52
 assert _OFFSETS["m"] == 16 and _OFFSETS["n"] == 20
@@ -110,16 +112,14 @@ def roll(code: np.ndarray, keys: np.ndarray | None = None, levels: int = 2) -> t
     stored, origin = code, np.arange(len(code))
     for _ in range(levels):
         k = None if keys is None else np.where(origin >= 0, keys[np.maximum(origin, 0)], -1)
-        stored, o = _roll(stored, k)
-        origin = np.where(o >= 0, origin[np.maximum(o, 0)], -1)
+        rolled, o = _roll(stored, k)
+        # What a loader reads back must be what ran (loops are found by hashes; a collision would store another
+        # program): else the stream is stored as it came.
+        if not _stores(stored, k, rolled, o):
+            return code, np.arange(len(code))
+        stored, origin = rolled, np.where(o >= 0, origin[np.maximum(o, 0)], -1)
         if not (stored["op"] == _LOOP).any():
             break
-    # What a loader reads back must be what ran (loops are found by hashes; a collision would store another
-    # program): else the stream is stored as it came.
-    run, orig = unroll(stored)
-    want, worig = unroll(code)
-    if run.tobytes() != want.tobytes() or (keys is not None and not np.array_equal(keys[origin[orig]], keys[worig])):
-        return code, np.arange(len(code))
     return stored, origin
 
 
@@ -157,11 +157,7 @@ def _roll(code: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.nda
     key = words[:, 0].copy()
     for j in range(1, words.shape[1]):                   # a hash of each record's fixed part, to find periods
         key = key * np.uint64(0x9E3779B97F4A7C15) + words[:, j]
-    # Records inside a stored loop after its LOOP record: no body starts or ends there.
-    inner = np.zeros(n + 1, dtype=bool)
-    for h in np.flatnonzero(ops == _LOOP)[::-1]:
-        if not inner[h]:
-            inner[h + 1:h + 1 + 2 * int(nbody[h])] = True
+    inner = _inside(ops, nbody)                           # no body starts or ends there
     vals = _addr(_words(code))
     # Equal hashes of the fixed parts, and of the address differences (a linear hash: the difference of two
     # records' hashes is the hash of their differences), find the loops; :func:`roll` checks the result.
@@ -210,6 +206,59 @@ def _roll(code: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.nda
     rows = np.concatenate(rows)
     table = np.concatenate([_words(code)] + extra)
     return table[rows].view(INSTR_DTYPE).ravel(), np.where(rows < n, rows, -1)
+
+
+def _inside(ops: np.ndarray, nbody: np.ndarray) -> np.ndarray:
+    """[n + 1]: the records inside a stored loop, after its LOOP record (no body of a new loop starts there)."""
+    inner = np.zeros(len(ops) + 1, dtype=bool)
+    for h in np.flatnonzero(ops == _LOOP)[::-1]:
+        if not inner[h]:
+            inner[h + 1:h + 1 + 2 * int(nbody[h])] = True
+    return inner
+
+
+def _stores(code: np.ndarray, keys: np.ndarray | None, rolled: np.ndarray, origin: np.ndarray) -> bool:
+    """Whether ``rolled`` (``origin``: the record of ``code`` each holds, -1 for its new LOOP and STEP records)
+    stores what ``code`` does, record by record: each holds its record of ``code``; in order, ``code`` is its
+    records as they are, and for each new loop of ``t`` trips of ``p`` body records at ``code[j:j + p]``, the
+    records ``code[j:j + t * p]``. Those repeat the body's (and their ``keys``), but for the address fields,
+    which move by the STEP records' amounts from trip to trip, and no trip starts inside a loop ``code`` holds.
+    So both unroll to the same instructions, without unrolling either."""
+    n, ops = len(code), rolled["op"]
+    kept = origin >= 0
+    if (origin >= n).any() or not (_words(rolled)[kept] == _words(code)[origin[kept]]).all():
+        return False
+    heads = np.flatnonzero((ops == _LOOP) & (origin < 0))
+    covers = np.where(origin >= 0, 1, 0)               # records of code each stored record stands for
+    firsts = origin.copy()
+    inside = _inside(code["op"], code["n"])
+    words, vals = _words(code), _addr(_words(code))
+    fixed = np.where(np.isin(code["op"], (_LOOP, _STEP))[:, None], words,
+                     words & _FIXED.view(np.uint32)[None])
+    for h in heads.tolist():
+        t, p = int(rolled["m"][h]), int(rolled["n"][h])
+        if p < 1 or h + 1 + 2 * p > len(rolled):
+            return False
+        j = int(origin[h + 1])
+        body = origin[h + 1:h + 1 + p]
+        if not 2 <= t <= MAX_TRIPS or j < 0 or not np.array_equal(body, np.arange(j, j + p)) \
+                or (origin[h + 1 + p:h + 1 + 2 * p] >= 0).any() or j + t * p > n or inside[j:j + t * p + 1:p].any():
+            return False
+        steps = _words(rolled[h + 1 + p:h + 1 + 2 * p])
+        if (_words(rolled[h:h + 1]) & _LOOP_OTHER).any() or not (steps & _FIXED.view(np.uint32) == _STEP_ONLY).all():
+            return False
+        trips = np.arange(j, j + t * p).reshape(t, p)
+        step = _addr(steps)
+        moved = (vals[j:j + p][None] + np.arange(t, dtype=np.uint64)[:, None, None] * step[None]) & _WIDTH
+        if not ((fixed[trips] == fixed[j:j + p][None]).all() and (vals[trips] == moved).all()
+                and (keys is None or (keys[trips] == keys[j:j + p][None]).all())):
+            return False
+        covers[h + 1:h + 1 + 2 * p] = 0
+        covers[h], firsts[h] = t * p, j
+    # In order, each stored record (or new loop) takes up where the one before ended, from the first to the last.
+    firsts, covers = firsts[covers > 0], covers[covers > 0]
+    return bool(firsts.size and firsts[0] == 0 and (firsts[1:] == firsts[:-1] + covers[:-1]).all()
+                and firsts[-1] + covers[-1] == n) or n == 0
 
 
 def unroll(stored: np.ndarray, limit: int = MAX_UNROLLED) -> tuple[np.ndarray, np.ndarray]:

@@ -71,6 +71,49 @@ def test_a_rolled_stream_unrolls_to_what_runs(segments, with_keys):
         assert (keys[origin[orig]] == keys).all()
 
 
+def _wrong_trips(stored, origin):
+    stored = stored.copy()
+    stored["m"][np.flatnonzero(stored["op"] == Op.LOOP)[0]] += 1
+    return stored, origin
+
+
+def _wrong_step(stored, origin):
+    stored = stored.copy()
+    stored["a1"][np.flatnonzero(stored["op"] == Op.STEP)[0]] += 128
+    return stored, origin
+
+
+def _wrong_field(stored, origin):
+    stored = stored.copy()
+    stored["k"][np.flatnonzero(stored["op"] == Op.LOOP)[0] + 1] += 1      # a field a loop repeats as stored
+    return stored, origin
+
+
+def _reordered(stored, origin):
+    return stored[::-1].copy(), origin[::-1].copy()
+
+
+@pytest.mark.parametrize("wrong", [_wrong_trips, _wrong_step, _wrong_field, _reordered, "keys"])
+def test_a_roll_that_stores_another_program_is_not_kept(monkeypatch, wrong):
+    """The loops are found by hashes: a stored stream that would read back as other instructions (a collision, or
+    a bug) is caught record by record (loops.\_stores), and the stream is stored as it came."""
+    from spyre_mlir.runtime import loops
+
+    code = np.concatenate(_trips([_rec(Op.SFU, a0=0, a1=4096), _rec(Op.MATMUL, a0=256, k=3)], 6, [0, 128, 0, 0, 0,
+                                                                                                   0, 0])
+                          + [_rec(Op.END)])
+    keys = np.zeros(len(code), dtype=np.int64)
+    assert len(roll(code, keys)[0]) < len(code)
+    real = loops._roll
+    if wrong == "keys":
+        keys[5] = 1                  # one trip's source location differs, and the roll does not see it
+        monkeypatch.setattr(loops, "_roll", lambda c, k: real(c, None))
+    else:
+        monkeypatch.setattr(loops, "_roll", lambda c, k: wrong(*real(c, k)))
+    stored, origin = roll(code, keys)
+    assert stored.tobytes() == code.tobytes() and (origin == np.arange(len(code))).all()
+
+
 def test_a_repeated_step_is_stored_once():
     """A body of 2 run 100 times with a double-buffered address is 5 records: LOOP, body, STEPs."""
     code = np.concatenate([_rec(Op.SFU, m=8, n=8, a0=4096 * (t % 2), a1=128 * t) for t in range(100)]
