@@ -232,7 +232,8 @@ def _stores(code: np.ndarray, keys: np.ndarray | None, rolled: np.ndarray, origi
     covers = np.where(origin >= 0, 1, 0)               # records of code each stored record stands for
     firsts = origin.copy()
     inside = _inside(code["op"], code["n"])
-    words, vals = _words(code), _addr(_words(code))
+    words = _words(code)
+    vals = _addr(words)
     fixed = np.where(np.isin(code["op"], (_LOOP, _STEP))[:, None], words,
                      words & _FIXED.view(np.uint32)[None])
     for h in heads.tolist():

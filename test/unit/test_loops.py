@@ -96,7 +96,7 @@ def _reordered(stored, origin):
 @pytest.mark.parametrize("wrong", [_wrong_trips, _wrong_step, _wrong_field, _reordered, "keys"])
 def test_a_roll_that_stores_another_program_is_not_kept(monkeypatch, wrong):
     """The loops are found by hashes: a stored stream that would read back as other instructions (a collision, or
-    a bug) is caught record by record (loops.\_stores), and the stream is stored as it came."""
+    a bug) is caught record by record (loops._stores), and the stream is stored as it came."""
     from spyre_mlir.runtime import loops
 
     code = np.concatenate(_trips([_rec(Op.SFU, a0=0, a1=4096), _rec(Op.MATMUL, a0=256, k=3)], 6, [0, 128, 0, 0, 0,
