@@ -243,7 +243,7 @@ class _Races:
         self.writer = np.full(dev_sticks, -1, dtype=np.int64)
         self.interval = np.zeros(dev_sticks, dtype=np.int64)
         self.index = np.zeros(dev_sticks, dtype=np.int64)
-        self.owner = np.full(dev_sticks, -1, dtype=np.int64)     # scratch of round(): -1 between uses
+        self.owner = np.full(dev_sticks, -1, dtype=np.int32)     # scratch of round(): -1 between uses
 
     def access(self, ins: Ins) -> None:
         c = ins.core
