@@ -612,8 +612,12 @@ class Executable:
     name); it returns a tuple of numpy outputs and sets :attr:`profile`. Not thread-safe: one machine."""
 
     def __init__(self, prog: Program, target, numerics: str, streams, steps, host_code=None, device=None,
-                 share_device: bool = False):
+                 share_device: bool = False, seconds: dict | None = None):
         self.program, self.target, self.numerics = prog, target, numerics
+        # Where the load's time went: the decode and checks, the schedule and its proofs (both zero when this
+        # process validated the same code before), the emulator's segments (batches and lanes) and its plan.
+        self.load_seconds = dict(seconds or {})
+        t0 = time.perf_counter()
         self.host_code = host_code
         self.input_buffers = [prog.buffer(n) for n in prog.inputs]
         self.output_buffers = [prog.buffer(n) for n in prog.outputs]
@@ -623,6 +627,7 @@ class Executable:
         memo = getattr(steps, "memo", {})
         # Segments of small steps as lanes for a worker process (runtime/lanes.py), which shares the memories.
         splits = _lanes_of(steps)
+        self.load_seconds["segments"] = time.perf_counter() - t0
         # Entries of one file share device memory (constants written once, state kept between them); the first
         # entry makes it shared (``share_device``) when some entry has lanes.
         if device is not None and not device.shared:
@@ -645,8 +650,10 @@ class Executable:
                 v.shadow[...] = v.read_bytes()
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
+        t0 = time.perf_counter()
         self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"],
                                        memo, splits)
+        self.load_seconds["plan"] = time.perf_counter() - t0
         self._sp_peak = max(sp_size)
         self._wall: float | None = None
         if self.machine.lanes:
@@ -888,15 +895,15 @@ def _load_bytes(data, target, numerics):
                 valid.append((e.name, view, *_validate(view, target, (digest, e.name))))
             except BinaryFormatError as err:
                 raise BinaryFormatError(f"entry '{e.name}': {err}") from None
-        share = any(_lanes_of(steps) is not None for _, _, _, steps, _ in valid)
+        share = any(_lanes_of(steps) is not None for _, _, _, steps, _, _ in valid)
         exes, device = {}, None
-        for name, view, streams, steps, host_code in valid:
+        for name, view, streams, steps, host_code, seconds in valid:
             exes[name] = Executable(view, target, numerics, streams, steps, host_code, device=device,
-                                    share_device=share)
+                                    share_device=share, seconds=seconds)
             device = exes[name].device      # the first entry's view wrote every (shared) constant
         return Bundle(prog, exes)
-    streams, steps, host_code = _validate(prog, target, (digest, ""))
-    return Executable(prog, target, numerics, streams, steps, host_code)
+    streams, steps, host_code, seconds = _validate(prog, target, (digest, ""))
+    return Executable(prog, target, numerics, streams, steps, host_code, seconds=seconds)
 
 
 # Programs this process validated: (code digest, entry, target fingerprint) -> (streams, schedule). The decoded
@@ -916,7 +923,8 @@ def clear_cache() -> None:
 
 def _validate(prog: Program, target, key: tuple | None = None):
     """Decode and check one program's host work and code, and order it as the emulator runs it. ``key``
-    identifies the image it came from (:data:`_VALIDATED`)."""
+    identifies the image it came from (:data:`_VALIDATED`). Also the seconds its decode and schedule took (zero
+    when this process validated it before)."""
     host_code = None
     if prog.host_code:
         try:
@@ -926,14 +934,14 @@ def _validate(prog: Program, target, key: tuple | None = None):
     key = None if key is None else (*key, target.fingerprint(), target.num_cores)
     if key is not None and key in _VALIDATED:
         _VALIDATED.move_to_end(key)
-        return (*_VALIDATED[key], host_code)
-    streams, steps = _check(prog, target, host_code)
+        return (*_VALIDATED[key], host_code, {"decode": 0.0, "schedule": 0.0})
+    streams, steps, seconds = _check(prog, target, host_code)
     steps = _Schedule(steps, streams)
     if key is not None and len(steps) <= VALIDATED_KEEP:
         _VALIDATED[key] = (streams, steps)
         while sum(len(v[1]) for v in _VALIDATED.values()) > VALIDATED_KEEP:
             _VALIDATED.popitem(last=False)
-    return streams, steps, host_code
+    return streams, steps, host_code, seconds
 
 
 class _Schedule(list):
@@ -947,7 +955,8 @@ class _Schedule(list):
 
 
 def _check(prog: Program, target, host_code):
-    """Decode and check every host op and instruction of ``prog``; (streams, schedule)."""
+    """Decode and check every host op and instruction of ``prog``; (streams, schedule, seconds of the decode
+    and of the schedule)."""
     dec = _Decoder(prog, target)
     bufs = {b.name: b for b in prog.buffers}
     dec.host_code = host_code
@@ -964,10 +973,12 @@ def _check(prog: Program, target, host_code):
             i = int(ends[0]) if ends.size else len(code) - 1
             raise BinaryFormatError(f"code core {c} instruction {i}: field 'op': the stream must end with "
                                     f"exactly one END, as its last instruction")
+    t0 = time.perf_counter()
     streams = _decode_streams(dec, prog.code)
+    t1 = time.perf_counter()
     steps = schedule(prog, streams, -(-target.scratchpad_usable_bytes // STICK_BYTES),
                       prog.device_bytes // STICK_BYTES)
-    return streams, steps
+    return streams, steps, {"decode": t1 - t0, "schedule": time.perf_counter() - t1}
 
 
 def _decode_streams(dec: _Decoder, codes: list[np.ndarray]) -> list[list[Ins]]:

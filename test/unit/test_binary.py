@@ -664,7 +664,12 @@ def test_the_same_bytes_are_validated_once_per_process(prog, monkeypatch):
     (yc,) = c(x)
     assert len(checks) == 1 and c.steps is a.steps and not np.array_equal(yc, ya)
     loader.clear_cache()                  # forgotten (a benchmark's cold load): validated again
-    assert load_bytes(data, T2).steps is not a.steps and len(checks) == 2
+    d = load_bytes(data, T2)
+    assert d.steps is not a.steps and len(checks) == 2
+    # Where each load's time went: the reuses neither decoded nor scheduled.
+    assert set(a.load_seconds) == set(d.load_seconds) == {"decode", "schedule", "segments", "plan"}
+    assert a.load_seconds["decode"] > 0 and d.load_seconds["schedule"] > 0
+    assert b.load_seconds["decode"] == b.load_seconds["schedule"] == c.load_seconds["decode"] == 0
     with pytest.raises(BinaryFormatError, match="unknown format code 77"):
         load_bytes(_set(0, Op.MATMUL, "f0", 77)(prog), T2)
     assert len(checks) == 3
