@@ -625,6 +625,8 @@ class Executable:
         self.steps = steps
         shadow = numerics == "fp32-reference"
         memo = getattr(steps, "memo", {})
+        if "segments" not in memo:      # counted here, not in the plan, when no lanes are made
+            memo["segments"] = segments(steps)
         # Segments of small steps as lanes for a worker process (runtime/lanes.py), which shares the memories.
         splits = _lanes_of(steps)
         self.load_seconds["segments"] = time.perf_counter() - t0

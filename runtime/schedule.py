@@ -128,7 +128,8 @@ def _schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_stick
     # Per core, the stick arrays whose sticks are all initialized there. Written bits are never cleared, and
     # the decoder hands one array to every instruction with the same operands (a loop's trips reuse its double
     # buffers): each array is tested or set once per core, not once per trip.
-    done = [set() for _ in range(C + 1)]     # the last: (sticks, cores) a ring send landed on (_release)
+    done = [set() for _ in range(C)]
+    landed: set = set()         # (sticks, cores) a ring send landed on so far (_release)
     # Device accesses (an instruction, or a round's: a list) and barrier releases, in order: for the proof run
     # backwards.
     accesses: list = []
@@ -192,7 +193,7 @@ def _schedule(prog: Program, streams: list[list[Ins]], sp_sticks: int, dev_stick
             members = bits(mask)
             if not all(m in waiting and int(waiting[m].rec["mask"]) == mask for m in members):
                 continue
-            steps.append(_release(members, waiting, sends, reds, sp_init, done))
+            steps.append(_release(members, waiting, sends, reds, sp_init, landed))
             races.sync(members)
             accesses.append(members)
             for m in members:
@@ -318,9 +319,9 @@ class _Races:
             self.clock[m, m] += 1
 
 
-def _release(members, waiting, sends, reds, sp_init, done) -> Sync:
-    """Complete the ring transfers pending among ``members`` as their barrier releases (``done``: per core,
-    the stick arrays known initialized there, as in :func:`schedule`, then the sends' landings so far)."""
+def _release(members, waiting, sends, reds, sp_init, landed: set) -> Sync:
+    """Complete the ring transfers pending among ``members`` as their barrier releases (``landed``: the
+    (sticks, destination cores) of the sends landed so far, whose bits are set already)."""
     group = set(members)
     done_sends = []
     for m in members:
@@ -331,10 +332,10 @@ def _release(members, waiting, sends, reds, sp_init, done) -> Sync:
                 raise BinaryFormatError(f"code {s.label}: destination core {peer} is not in the next "
                                         f"barrier of core {m}")
             # A loop's sends land on the same sticks of the same cores again and again: set once.
-            if (id(s.peer_sticks), peers) not in done[-1]:
+            if (id(s.peer_sticks), peers) not in landed:
                 for peer in peers:
                     sp_init[peer][s.peer_sticks] = True
-                done[-1].add((id(s.peer_sticks), peers))
+                landed.add((id(s.peer_sticks), peers))
             done_sends.append(s)
         sends[m] = []
     done_reds = []
