@@ -1,7 +1,7 @@
 """Model adapters: mathematically equivalent rewrites of ops the Torch-MLIR -> linalg path cannot handle.
 
 Each adapter is a decomposition (a Python function over torch ops) for one or more ATen overloads. Adapters
-are merged into Torch-MLIR's own decomposition table and applied by ``ep.run_decompositions(table)`` before
+are merged into Torch-MLIR's own decomposition table and applied by ``ep.run_decompositions(table)`` (:func:`run_decompositions`) before
 import, so they see the exported graph at the ATen level and their output is traced like any other
 decomposition. The ops adapted here were found by importing models and small probes with this torch-mlir
 version (20261001):
@@ -1400,4 +1400,46 @@ def adapt(
         names.append("int8-computes-in-int32")
     if bool_data_in_int32(ep, table):
         names.append("bool-data-in-int32")
-    return ep.run_decompositions(table), names
+    return run_decompositions(ep, table), names
+
+
+_KEPT_CIA: dict = {}
+
+
+def _keepable_cia_ops() -> frozenset:
+    """torch's set of the CompositeImplicitAutograd ops that a decomposition may keep (not decompose), as
+    ``run_decompositions`` finds it. torch finds it anew at every call, materializing every such op once per op
+    namespace (27 times): 45-70 ms of a compile. It changes only when ops or namespaces are registered or first
+    used, so it is kept until one of those counts changes."""
+    from torch._export.utils import _collect_all_valid_cia_ops
+
+    key = (len(torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")),
+           tuple((ns, len(getattr(torch.ops, ns)._dir)) for ns in torch.ops._dir))
+    if _KEPT_CIA.get("key") != key:
+        ops = frozenset(_collect_all_valid_cia_ops())
+        # Finding the set may materialize ops (the key's counts): keyed by the state after, as the next call sees.
+        _KEPT_CIA["key"] = (key[0], tuple((ns, len(getattr(torch.ops, ns)._dir)) for ns in torch.ops._dir))
+        _KEPT_CIA["ops"] = ops
+    return _KEPT_CIA["ops"]
+
+
+def run_decompositions(ep: torch.export.ExportedProgram, table: dict) -> torch.export.ExportedProgram:
+    """``ep.run_decompositions(table)``, with torch's set of keepable CIA ops found once (:func:`_keepable_cia_ops`)
+    rather than at every call. The rest is torch's own code: its split of the table (torch 2.13's
+    ``_split_decomp_table_to_cia_and_python_decomp``: the CIA ops of the table get their entry, the other keepable
+    ones are kept) and its decomposition. Without those internals (another torch), the public call."""
+    try:
+        from torch._export.utils import _is_preservable_cia_op
+        from torch.export.exported_program import (_decompose_exported_program, _disable_prexisiting_fake_mode,
+                                                   _special_op_to_preserve_cia)
+    except ImportError:
+        return ep.run_decompositions(table)
+    keep = set(_keepable_cia_ops())
+    cia, rest = {}, dict(table)
+    for op in list(rest):
+        if op in keep or _is_preservable_cia_op(op):    # a keepable aten op, or a custom CIA op
+            cia[op] = rest.pop(op)
+            keep.discard(op)
+    cia.update(dict.fromkeys(keep, _special_op_to_preserve_cia))
+    return _disable_prexisiting_fake_mode(_decompose_exported_program)(
+        ep, cia_to_decomp=cia, python_decomp_table=rest, joint_loss_index=None, decompose_custom_triton_ops=False)

@@ -348,3 +348,50 @@ def test_histc_with_bounds_counts_like_eager():
     assert not [n for n in adapted.graph.nodes if n.target == aten.histc.default]
     for args in [(x,), (torch.randint(-1, 6, (8,)).float(),)]:
         torch.testing.assert_close(adapted.module()(*args), fn(*args))
+
+
+def _decomposed(ep):
+    return str(ep.graph_module.code), str(ep.graph_signature)
+
+
+@pytest.mark.parametrize("fn, example", [
+    (torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), (torch.randn(2, 8),)),
+    (torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.MaxPool2d(2), torch.nn.Flatten()), (torch.randn(1, 1, 8, 8),)),
+    (Fn(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True)), (torch.randn(1, 2, 4, 8),)),
+    (Fn(lambda x: x.cumsum(-1) + F.gelu(x).matmul(x.T).mean()), (torch.randn(4, 4),)),
+    (Fn(lambda x: (x > 0).cumsum(-1)), (torch.randn(3, 5),)),
+], ids=["linear", "conv-pool", "sdpa", "cumsum-adapter", "bool-data"])
+def test_decompositions_are_torchs(fn, example):
+    """run_decompositions keeps torch's set of keepable CIA ops between calls; the program it gives is the one
+    torch's own ep.run_decompositions gives for the same table (adapters, their entries for CIA ops included)."""
+    from spyre_mlir.frontend import adapters
+
+    ep = torch.export.export(fn, example)
+    table = adapters.decomposition_table()
+    for adapter in select_adapters(ep):
+        table.update(adapter.decompositions)
+    adapters.bool_data_in_int32(ep, table)
+    table[torch.ops.aten.linear.default] = lambda x, w, b=None: x @ w.t() + (0 if b is None else b)   # a CIA op's
+    for _ in range(2):           # the second call uses the kept set
+        assert _decomposed(adapters.run_decompositions(ep, dict(table))) == \
+            _decomposed(ep.run_decompositions(dict(table)))
+
+
+def test_keepable_cia_ops_follow_new_registrations():
+    """An op registered after the set was found (a custom op with a CompositeImplicitAutograd kernel) is in it,
+    as torch would find it, and a program using it decomposes as torch's run_decompositions does."""
+    from torch._export.utils import _collect_all_valid_cia_ops
+
+    from spyre_mlir.frontend import adapters
+
+    assert adapters._keepable_cia_ops() == frozenset(_collect_all_valid_cia_ops())
+    lib = torch.library.Library("spyre_test_cia", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CompositeImplicitAutograd")
+    twice = torch.ops.spyre_test_cia.twice.default
+    kept = adapters._keepable_cia_ops()
+    assert twice in kept and kept == frozenset(_collect_all_valid_cia_ops())
+    ep = torch.export.export(Fn(lambda x: torch.ops.spyre_test_cia.twice(x) + 1), (torch.randn(3),))
+    for table in ({}, {twice: lambda x: x + x}):
+        assert _decomposed(adapters.run_decompositions(ep, dict(table))) == \
+            _decomposed(ep.run_decompositions(dict(table)))
