@@ -326,9 +326,13 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
     its bytes (read back from a file it would cost as much as writing it); the path is None when no file
     (no cache, no ``output``) was asked for. The image is None on a cache hit."""
     from spyre_mlir.frontend.fingerprint import digests_remembered
+    from spyre_mlir.runtime.collector import collector_paused
 
     try:
-        with digests_remembered():      # the module's, the exported program's and the binary's keys: one hash
+        # The collector paused: tracing and importing make many short-lived objects, which it would promote and
+        # then rescan with every object torch has (400k: 160-200 ms a full collection, one in three compiles of
+        # the peers' models, none paused; the same peak memory for a 8-layer Llama).
+        with digests_remembered(), collector_paused():    # the keys: one hash of the module, program and binary
             return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir,
                                     input_shapes, output, persistent_state, cards, placement, mkey, keep_image)
     except SpyreError:
