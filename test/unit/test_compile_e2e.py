@@ -219,6 +219,29 @@ def test_bad_requests_are_clear():
         spyre_mlir.compile(m, ex, cores=33)
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_compile_pauses_the_collector_and_restores_it(enabled, monkeypatch):
+    """The garbage collector is paused while a program is built and left as it was found, when the compile
+    fails too."""
+    import gc
+
+    from spyre_mlir.frontend import importer
+
+    seen = []
+    real = importer.import_program
+    monkeypatch.setattr(importer, "import_program", lambda ep: (seen.append(gc.isenabled()), real(ep))[1])
+    (gc.enable if enabled else gc.disable)()
+    try:
+        model = torch.nn.Linear(8, 8)
+        spyre_mlir.compile(model, (torch.randn(2, 8),), cache_dir=False)
+        assert seen == [False] and gc.isenabled() == enabled
+        with pytest.raises(spyre_mlir.CompileError, match="unknown precision"):
+            spyre_mlir.compile(model, (torch.randn(2, 8),), cache_dir=False, precision="fp4")
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()
+
+
 def test_cli_binary_and_errors(tmp_path):
     m, ex = _example("mlp")
     pt = tmp_path / "mlp.pt2"
