@@ -1413,14 +1413,18 @@ def _keepable_cia_ops() -> frozenset:
     used, so it is kept until one of those counts changes."""
     from torch._export.utils import _collect_all_valid_cia_ops
 
-    key = (len(torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")),
-           tuple((ns, len(getattr(torch.ops, ns)._dir)) for ns in torch.ops._dir))
-    if _KEPT_CIA.get("key") != key:
+    if _KEPT_CIA.get("key") != _registrations():
         ops = frozenset(_collect_all_valid_cia_ops())
-        # Finding the set may materialize ops (the key's counts): keyed by the state after, as the next call sees.
-        _KEPT_CIA["key"] = (key[0], tuple((ns, len(getattr(torch.ops, ns)._dir)) for ns in torch.ops._dir))
-        _KEPT_CIA["ops"] = ops
+        # Finding the set materializes ops (the key's counts): keyed by the state after, as the next call sees it.
+        _KEPT_CIA["key"], _KEPT_CIA["ops"] = _registrations(), ops
     return _KEPT_CIA["ops"]
+
+
+def _registrations() -> tuple:
+    """What torch's set of keepable CIA ops depends on: the CIA kernels registered, and the ops of each op
+    namespace it has seen."""
+    return (len(torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")),
+            tuple((ns, len(getattr(getattr(torch.ops, ns, None), "_dir", ()))) for ns in torch.ops._dir))
 
 
 def run_decompositions(ep: torch.export.ExportedProgram, table: dict) -> torch.export.ExportedProgram:
