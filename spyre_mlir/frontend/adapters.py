@@ -1,10 +1,10 @@
 """Model adapters: mathematically equivalent rewrites of ops the Torch-MLIR -> linalg path cannot handle.
 
 Each adapter is a decomposition (a Python function over torch ops) for one or more ATen overloads. Adapters
-are merged into Torch-MLIR's own decomposition table and applied by ``ep.run_decompositions(table)`` (:func:`run_decompositions`) before
-import, so they see the exported graph at the ATen level and their output is traced like any other
-decomposition. The ops adapted here were found by importing models and small probes with this torch-mlir
-version (20261001):
+are merged into Torch-MLIR's own decomposition table and applied by ``ep.run_decompositions(table)``
+(:func:`run_decompositions`) before import, so they see the exported graph at the ATen level and their output
+is traced like any other decomposition. The ops adapted here were found by importing models and small probes
+with this torch-mlir version (20261001):
 
 * ``aten.cumsum`` lowers to ``tm_tensor.scan``, a sequential scan outside linalg that later Spyre stages
   cannot map; Hugging Face models use it to build position ids from the attention mask.
@@ -1429,9 +1429,10 @@ def _registrations() -> tuple:
 
 def run_decompositions(ep: torch.export.ExportedProgram, table: dict) -> torch.export.ExportedProgram:
     """``ep.run_decompositions(table)``, with torch's set of keepable CIA ops found once (:func:`_keepable_cia_ops`)
-    rather than at every call. The rest is torch's own code: its split of the table (torch 2.13's
-    ``_split_decomp_table_to_cia_and_python_decomp``: the CIA ops of the table get their entry, the other keepable
-    ones are kept) and its decomposition. Without those internals (another torch), the public call."""
+    rather than at every call. The table is split as torch 2.13's ``_split_decomp_table_to_cia_and_python_decomp``
+    splits it (the CIA ops of the table get their entry, every other keepable one is kept), and the decomposition
+    is torch's own. Without those internals (another torch), the public call. test_adapters checks that both
+    give the same program."""
     try:
         from torch._export.utils import _is_preservable_cia_op
         from torch.export.exported_program import (_decompose_exported_program, _disable_prexisiting_fake_mode,

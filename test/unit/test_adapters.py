@@ -356,7 +356,8 @@ def _decomposed(ep):
 
 @pytest.mark.parametrize("fn, example", [
     (torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), (torch.randn(2, 8),)),
-    (torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.MaxPool2d(2), torch.nn.Flatten()), (torch.randn(1, 1, 8, 8),)),
+    (torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.MaxPool2d(2), torch.nn.Flatten()),
+     (torch.randn(1, 1, 8, 8),)),
     (Fn(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True)), (torch.randn(1, 2, 4, 8),)),
     (Fn(lambda x: x.cumsum(-1) + F.gelu(x).matmul(x.T).mean()), (torch.randn(4, 4),)),
     (Fn(lambda x: (x > 0).cumsum(-1)), (torch.randn(3, 5),)),
@@ -371,7 +372,8 @@ def test_decompositions_are_torchs(fn, example):
     for adapter in select_adapters(ep):
         table.update(adapter.decompositions)
     adapters.bool_data_in_int32(ep, table)
-    table[torch.ops.aten.linear.default] = lambda x, w, b=None: x @ w.t() + (0 if b is None else b)   # a CIA op's
+    # An entry of the table for a CIA op.
+    table[torch.ops.aten.linear.default] = lambda x, w, b=None: x @ w.t() + (0 if b is None else b)
     for _ in range(2):           # the second call uses the kept set
         assert _decomposed(adapters.run_decompositions(ep, dict(table))) == \
             _decomposed(ep.run_decompositions(dict(table)))
