@@ -734,6 +734,28 @@ def test_a_round_at_a_time_proves_what_one_by_one_proves(events):
         assert all(a is b or a.members == b.members for a, b in zip(by_round, one_by_one))
 
 
+def test_one_core_proves_initialization_only():
+    """With one core nothing can race: its round proves only that each device read's bytes were written before
+    (a store then a load of the same scratch rows passes; a load of rows never stored is refused), the same as
+    one instruction at a time."""
+    def program(store_first: bool) -> ProgramBuilder:
+        b = ProgramBuilder(load_target(cores=1))
+        x, s, y = b.input("x", (8, 64)), b.scratch("s", (16, 64)), b.output("y", (8, 64))
+        t = b.alloc(0, 8, 64)
+        b.load_tile(0, t, x)
+        if store_first:
+            b.store_tile(0, t, s, row0=8)
+        b.load_tile(0, t, s, row0=8)
+        b.store_tile(0, t, y)
+        return b
+
+    ok = _both_proofs(program(True))
+    assert all(isinstance(x, list) for x in ok) and len(ok[0]) == len(ok[1])
+    by_round, one_by_one = _both_proofs(program(False))
+    assert isinstance(by_round, Exception)
+    assert isinstance(one_by_one, BinaryFormatError) and "never written" in str(one_by_one)
+
+
 def test_a_round_with_a_race_or_an_unwritten_read_is_proven_one_by_one():
     """Both faults a round's proof finds are then named by the proof one instruction at a time; a handoff with a
     barrier between passes a round at a time."""
