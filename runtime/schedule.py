@@ -239,13 +239,14 @@ class _Races:
         # ``backwards``: fed the schedule in reverse, it proves reads ordered before other cores' later writes
         # (a read then another core's write is, reversed, a write then a read); writes alone were proven forwards.
         self.backwards = backwards
-        self.alone = cores == 1           # one core: nothing to order, nothing to prove
+        self.alone = cores == 1           # one core: nothing to order, nothing to prove (and no per-stick state)
         self.clock = np.full((cores, cores), -1, dtype=np.int64)
         np.fill_diagonal(self.clock, 0)
-        self.writer = np.full(dev_sticks, -1, dtype=np.int64)
-        self.interval = np.zeros(dev_sticks, dtype=np.int64)
-        self.index = np.zeros(dev_sticks, dtype=np.int64)
-        self.owner = np.full(dev_sticks, -1, dtype=np.int32)     # scratch of round(): -1 between uses
+        n = 0 if self.alone else dev_sticks
+        self.writer = np.full(n, -1, dtype=np.int64)
+        self.interval = np.zeros(n, dtype=np.int64)
+        self.index = np.zeros(n, dtype=np.int64)
+        self.owner = np.full(n, -1, dtype=np.int32)     # scratch of round(): -1 between uses
 
     def access(self, ins: Ins) -> None:
         if self.alone:
