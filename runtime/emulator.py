@@ -1042,11 +1042,10 @@ class Machine:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""
         return TileView(self.device, b.addr, b.rows, b.shape[-1] if b.shape else 1, b.fmt)
 
-    def plan(self, steps, constants=(), memo: dict | None = None, splits: list | None = None) -> list:
-        """The steps of the static schedule as closures, in schedule order: each segment between barrier
-        releases as batches (:func:`_batches`), each release as its deliveries (none when nothing is
-        delivered). ``constants``: (addr, nbytes) of the constant buffers; ``memo``: what the plan derives from
-        ``steps`` alone (their batches), kept there for the next plan of them. ``splits``: the segments' lanes
+    def plan(self, segs, constants=(), splits: list | None = None) -> list:
+        """The static schedule's steps as closures, in schedule order, from its segments (:func:`segments`):
+        each segment between barrier releases as its batches, each release as its deliveries (none when nothing
+        is delivered). ``constants``: (addr, nbytes) of the constant buffers. ``splits``: the segments' lanes
         (:func:`lane_splits`), planned as :class:`Lanes` for a worker process (runtime/lanes.py)."""
         # Which sticks hold bytes copied from constants only, at this point of the plan: the same at every run.
         # Faithful tiles read from them are decoded once (:class:`Frozen`); the fp32-reference shadow is read
@@ -1080,9 +1079,6 @@ class Machine:
         # that only Frozen reads runs at the first call only, even where other bytes are later written over it.
         # Both arrays have a last entry that the sticks holding no piece mark.
         self._pending = np.full(self._csp.size, -1, dtype=np.int32)
-        if memo is not None and "segments" not in memo:
-            memo["segments"] = segments(steps)
-        segs = memo["segments"] if memo is not None else segments(steps)
         # Sizes summed by batch (an operation of one kind): 3,300 of them, not the 106,000 steps of a 4096^3
         # matmul (0.13 s).
         batches = [b for bs, _ in segs for b in bs]

@@ -594,12 +594,20 @@ def _lanes_of(steps) -> list | None:
         return None
     memo = getattr(steps, "memo", None)
     if memo is None:
-        return lane_splits(segments(steps))
+        return lane_splits(_segments_of(steps))
+    if "lanes" not in memo:
+        memo["lanes"] = lane_splits(_segments_of(steps))
+    return memo["lanes"]
+
+
+def _segments_of(steps) -> list:
+    """The schedule's segments (:func:`~.emulator.segments`), kept with the schedule when it has a memo."""
+    memo = getattr(steps, "memo", None)
+    if memo is None:
+        return segments(steps)
     if "segments" not in memo:
         memo["segments"] = segments(steps)
-    if "lanes" not in memo:
-        memo["lanes"] = lane_splits(memo["segments"])
-    return memo["lanes"]
+    return memo["segments"]
 
 
 def _stop_worker(machine: Machine) -> None:
@@ -625,8 +633,7 @@ class Executable:
         self.steps = steps
         shadow = numerics == "fp32-reference"
         memo = getattr(steps, "memo", {})
-        if "segments" not in memo:      # counted here, not in the plan, when no lanes are made
-            memo["segments"] = segments(steps)
+        segs = _segments_of(steps)
         # Segments of small steps as lanes for a worker process (runtime/lanes.py), which shares the memories.
         splits = _lanes_of(steps)
         self.load_seconds["segments"] = time.perf_counter() - t0
@@ -653,8 +660,8 @@ class Executable:
         self._in_views = [self._buffer_view(b) for b in self.input_buffers]
         self._out_views = [self._buffer_view(b) for b in self.output_buffers]
         t0 = time.perf_counter()
-        self._plan = self.machine.plan(steps, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"],
-                                       memo, splits)
+        self._plan = self.machine.plan(segs, [(b.addr, b.nbytes) for b in prog.buffers if b.kind == "constant"],
+                                       splits)
         self.load_seconds["plan"] = time.perf_counter() - t0
         self._sp_peak = max(sp_size)
         self._wall: float | None = None
