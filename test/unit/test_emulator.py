@@ -1104,6 +1104,103 @@ def test_grid_of_tiles_is_one_view_like_a_list(fmt, shadow):
     assert isinstance(tiles(mems[0], [0, stride, 3 * stride + part, 4 * stride], rows, cols, f), TileList)
 
 
+@pytest.mark.parametrize("grid", [False, True])
+def test_write_one_rounds_the_first_tile_and_copies_its_codes(grid):
+    """The native DLFloat16 write of one tile's values to every core's copy rounds them once, into the first
+    tile, and copies its codes: the bytes of a write of the broadcast values, NaNs, infinities, signed zeros and
+    values past DLF16_MAX included."""
+    from spyre_mlir.runtime import native
+    from spyre_mlir.runtime.emulator import Memory, TileList, TileView, tiles
+    from spyre_mlir.runtime.formats import DLF16_MAX, Format
+
+    if not native.available():
+        pytest.skip("the native conversions are off (SPYRE_EMU_NATIVE=0 or no torch-mlir)")
+    stride, rows, cols = 8192, 5, 72
+    offsets = [c * stride + (c % 4) * 1024 * grid for c in range(8)]
+    mems = [Memory(8 * stride, False) for _ in range(2)]
+    view, one_each = tiles(mems[0], offsets, rows, cols, Format.DLF16), TileList(mems[1], offsets, rows, cols,
+                                                                                  Format.DLF16)
+    assert isinstance(view, TileView) and view._grid == grid and view._native is not None
+    vals = _rng(5).standard_normal((rows, cols)).astype(np.float32) * 1e3
+    vals[0, :6] = [np.nan, -np.nan, np.inf, -np.inf, -0.0, 2 * DLF16_MAX]
+    vals[1, :2] = np.float32(2.0 ** -130), -DLF16_MAX * np.float32(1.001)
+    for m in mems:
+        m.bytes[...] = 0xA5          # the padding and the other tiles' old bytes
+    view.write_one(vals)
+    one_each.write_one(vals)
+    np.testing.assert_array_equal(mems[0].bytes, mems[1].bytes)
+    np.testing.assert_array_equal(view.read_bytes().view(np.uint32),
+                                  np.broadcast_to(decode(Format.DLF16, dlf16_encode(vals), cols), (8, rows, cols))
+                                  .view(np.uint32))
+
+
+def test_a_cast_by_one_encodes_its_source_and_an_accumulator_adds_in_place(targets, monkeypatch):
+    """A CAST by 1 from fp32 to DLFloat16 hands its source to the encode without the multiply (x * 1 only quiets
+    a signalling NaN, and every NaN encodes to the NaN code of its sign), on one core's tile copied to every core
+    and on each core's own; a cast whose codes overlap its source still multiplies first. A matmul accumulating
+    into an fp32 tile adds into its memory. The bits are those of the plain operations."""
+    import spyre_mlir.runtime.emulator as E
+
+    taken = {"cast": [], "in_place": []}
+    plain, in_place = E._plain_cast, E._in_place
+    monkeypatch.setattr(E, "_plain_cast", lambda *a: taken["cast"].append(plain(*a)) or taken["cast"][-1])
+    monkeypatch.setattr(E, "_in_place", lambda *a: taken["in_place"].append(in_place(*a)) or taken["in_place"][-1])
+    cores, rows, cols = 4, 8, 64
+    rng = _rng(9)
+    shared = rng.standard_normal((rows, cols)).astype(np.float32) * 1e3
+    own = rng.standard_normal((cores * rows, cols)).astype(np.float32)
+    snan = np.array([0x7F800001, 0xFF800123], np.uint32).view(np.float32)       # signalling NaNs of both signs
+    shared[0, :4] = [*snan, np.inf, -0.0]
+    own[1, :4] = [*snan, np.nan, 3e38]
+    w = rng.standard_normal((cols, cols)).astype(np.float32)
+
+    b = ProgramBuilder(targets[cores])
+    xs, xo, wb = b.input("s", shared.shape, "fp32"), b.input("o", own.shape, "fp32"), b.input("w", w.shape, "fp32")
+    names = ("ys", "yo", "yi", "yh", "ym")
+    ys, yo, yi, yh, ym = (b.output(n, (cores * rows, cols), "fp32" if n == "ym" else "dlf16") for n in names)
+    for c in range(cores):
+        S, O, W = b.alloc(c, rows, cols, "fp32"), b.alloc(c, rows, cols, "fp32"), b.alloc(c, cols, cols, "fp32")
+        DS, DO, DH, ACC = *(b.alloc(c, rows, cols) for _ in range(3)), b.alloc(c, rows, cols, "fp32")
+        WD = b.alloc(c, cols, cols)
+        b.load_tile(c, S, xs)
+        b.load_tile(c, O, xo, row0=c * rows)
+        b.load_tile(c, W, wb)
+        b.sfu(c, "cast", DS, S, imm=1.0)                    # the same tile on every core
+        b.sfu(c, "cast", DO, O, imm=1.0)                    # each core's own
+        b.sfu(c, "cast", WD, W, imm=1.0)
+        b.sfu(c, "cast", DH, O, imm=0.5)                    # a scale: multiplied
+        b.store_tile(c, DH, yh, row0=c * rows)
+        b.matmul(c, DO, WD, ACC)
+        b.matmul(c, DS, WD, ACC, accumulate=True)           # ACC = ACC + DS @ WD, in place
+        b.store_tile(c, DS, ys, row0=c * rows)
+        b.store_tile(c, DO, yo, row0=c * rows)
+        b.store_tile(c, ACC, ym, row0=c * rows)
+        I = type(S)(S.addr, rows, cols, DS.fmt)             # codes over their own fp32 source: overlap
+        b.sfu(c, "cast", I, S, imm=1.0)
+        b.store_tile(c, I, yi, row0=c * rows)
+    out = dict(zip(names, b.load(numerics="faithful")(s=shared, o=own, w=w)))
+    assert True in taken["cast"] and False in taken["cast"] and True in taken["in_place"]
+
+    def codes(x, scale=1):
+        with np.errstate(invalid="ignore"):         # the signalling NaNs
+            return decode(E.Format.DLF16, dlf16_encode(x * np.float32(scale)), cols).view(np.uint32)
+
+    np.testing.assert_array_equal(out["ys"].view(np.uint32), codes(np.tile(shared, (cores, 1))))
+    np.testing.assert_array_equal(out["yo"].view(np.uint32), codes(own))
+    np.testing.assert_array_equal(out["yi"].view(np.uint32), codes(np.tile(shared, (cores, 1))))
+    np.testing.assert_array_equal(out["yh"].view(np.uint32), codes(own, 0.5))
+    ds, do = (decode(E.Format.DLF16, dlf16_encode(x), cols) for x in (np.tile(shared, (cores, 1)), own))
+    wd = decode(E.Format.DLF16, dlf16_encode(w), cols)
+    acc = np.concatenate([do[r:r + rows] @ wd + ds[r:r + rows] @ wd for r in range(0, cores * rows, rows)])
+    ok = np.isfinite(acc)
+    np.testing.assert_allclose(out["ym"][ok], acc[ok], rtol=1e-5, atol=1e-2)
+    monkeypatch.setattr(E, "_plain_cast", lambda *a: False)
+    monkeypatch.setattr(E, "_in_place", lambda *a: False)
+    again = dict(zip(names, b.load(numerics="faithful")(s=shared, o=own, w=w)))
+    for k in out:
+        np.testing.assert_array_equal(out[k].view(np.uint32), again[k].view(np.uint32))
+
+
 def test_pieces_of_a_tile_share_their_weights_decode_and_transpose(targets, monkeypatch):
     """A matmul done in row pieces (and a sibling beside it) reads the same transposed weight tiles once per
     piece: each constant tile is decoded once per load and made contiguous once, for every piece and call, and
