@@ -478,6 +478,19 @@ class _Landing(NamedTuple):
     reduces: list
 
 
+class _ToCopies:
+    """A result computed once (``values()``) for a tile every core of a batch holds alike, written to the copies
+    (one a core, at ``addrs``, pieces ``pieces``) that a later step reads: ``view``, which Machine.plan settles
+    once the whole plan is known (None: no copy is read)."""
+
+    def __init__(self, values, addrs: list[int], tile: tuple, pieces: np.ndarray):
+        self.values, self.addrs, self.tile, self.pieces, self.view = values, addrs, tile, pieces, None
+
+    def __call__(self) -> None:
+        if self.view is not None:
+            self.view.write_one(self.values())
+
+
 class Staging:
     """The copy of a batch of ring sends' bytes into the staging memory, where the barrier that delivers them reads
     them; left out once each of its ``pending`` sends is delivered from the bytes it read (Machine._direct)."""
@@ -1120,9 +1133,11 @@ class Machine:
         batches = [b for bs, _ in segs for b in bs]
         sends = [i.send for b in batches if b[0].op is Op.RING_SEND for i in b]
         loads = sum(len(b) for b in batches if b[0].op is Op.DMA_LOAD)
-        self._live = np.zeros(sum(len(x[0]) for x in sends) + loads + 1, dtype=bool)
+        shared = sum(len(b) for b in batches if b[0].op is Op.SFU)         # at most, of _prepare_same_sfu
+        self._live = np.zeros(sum(len(x[0]) for x in sends) + loads + shared + 1, dtype=bool)
         self._first = np.zeros_like(self._live)
         self._pieces = 0
+        self._to_copies: list[_ToCopies] = []
         slots = sum(x[3] for x in sends)
         self._stage, self._stage_end = Memory(slots, self.sp.shadow is not None, bool(splits)), 0
         reds = [i.reduce[3] for b in batches if b[0].op is Op.RING_REDUCE for i in b]
@@ -1147,6 +1162,10 @@ class Machine:
             if isinstance(f, _Landing):
                 self._read_sent(f)
         plan = [f for f in (self._land(f) if isinstance(f, _Landing) else f for f in plan) if f is not None]
+        for f in self._to_copies:
+            read = self._live[f.pieces] | self._first[f.pieces]
+            if read.any():
+                f.view = self._tiles_at([a for a, r in zip(f.addrs, read) if r], *f.tile)
         for s in self._lasting:
             s.always = bool((self._writes[s.sticks] > 1).any() and self._live[s.pieces].any())
         return plan
@@ -1423,20 +1442,24 @@ class Machine:
             if t is not None:
                 self._use(self._tile_sticks(first, t))
         D = self._tiles(batch, lambda i: i.sfu[3], write=True)
-        # Every core's result has the bytes of the first core's: the same ids.
+        # Every core's result has the bytes of the first core's: the same ids. Each core's copy is a piece
+        # (_pending): a step that reads equal bytes on several cores reads one core's (Shared, Grouped), so the
+        # copies no step reads are left out once the whole plan is known (plan, _ToCopies).
         one = self._tile_sticks(first, dst)
-        for i in batch[1:]:
-            self._orig[self._tile_sticks(i.core * self.stride, i.sfu[3])] = self._orig[one]
+        pieces = np.arange(self._pieces, self._pieces + len(batch))
+        self._pieces += len(batch)
+        for i, piece in zip(batch, pieces):
+            st = self._tile_sticks(i.core * self.stride, i.sfu[3])
+            if i is not batch[0]:
+                self._orig[st] = self._orig[one]
+            self._pending[st] = piece
         shape = (1, dst[1], dst[2])
         x = S0.peek if S0 is not None else (lambda: None)
         y = S1.peek if S1 is not None else (lambda: imm)
-
-        if _plain_cast(batch, D):
-            return lambda: D.write_one(x())
-
-        def sfu():
-            D.write_one(sfu_eval(fn, shape, x(), y(), imm, swap))
-        return sfu
+        values = x if _plain_cast(batch, D) else (lambda: sfu_eval(fn, shape, x(), y(), imm, swap))
+        self._to_copies.append(_ToCopies(values, [i.core * self.stride + i.sfu[3][0] for i in batch], dst[1:],
+                                         pieces))
+        return self._to_copies[-1]
 
     def _prepare_host(self, s):
         op, ins_bufs, out_bufs, attrs = s.host

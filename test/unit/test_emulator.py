@@ -1210,6 +1210,44 @@ def test_a_cast_by_one_encodes_its_source_and_an_accumulator_adds_in_place(targe
         np.testing.assert_array_equal(out[k].view(np.uint32), again[k].view(np.uint32))
 
 
+def test_a_tile_every_core_casts_alike_is_written_where_it_is_read(targets):
+    """The cast of a tile every core loaded alike is computed once and written to the cores whose copy a later
+    step reads: the first core's, which a matmul of all cores reads for each (Shared), and core 2's, which it
+    stores. The other cores' copies are left unwritten; the results are those of every copy written."""
+    from spyre_mlir.runtime.formats import Format
+
+    cores, rows, cols = 4, 8, 64
+    rng = _rng(13)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    w = rng.standard_normal((cores * cols, cols)).astype(np.float32)
+    b = ProgramBuilder(targets[cores])
+    xb, wb = b.input("x", x.shape, "fp32"), b.input("w", w.shape, "fp32")
+    y, z = b.output("y", (cores * rows, cols), "fp32"), b.output("z", x.shape)
+    for c in range(cores):
+        X, W, D, WD, Y = (b.alloc(c, rows, cols, "fp32"), b.alloc(c, cols, cols, "fp32"), b.alloc(c, rows, cols),
+                          b.alloc(c, cols, cols), b.alloc(c, rows, cols, "fp32"))
+        b.load_tile(c, X, xb)
+        b.load_tile(c, W, wb, row0=c * cols)
+        b.sfu(c, "cast", D, X, imm=1.0)                     # the same tile on every core
+        b.sfu(c, "cast", WD, W, imm=1.0)
+        b.matmul(c, D, WD, Y)
+        b.store_tile(c, Y, y, row0=c * rows)
+        if c == 2:
+            b.store_tile(c, D, z)
+    exe = b.load(numerics="faithful")
+    ys, zs = exe(x=x, w=w)
+    xd = decode(Format.DLF16, dlf16_encode(x), cols)
+    wd = decode(Format.DLF16, dlf16_encode(w), cols)
+    np.testing.assert_array_equal(zs, xd)
+    np.testing.assert_allclose(ys, np.concatenate([xd @ wd[c * cols:(c + 1) * cols] for c in range(cores)]),
+                               rtol=1e-5, atol=1e-4)
+    m = exe.machine
+    written = [bool(m.sp.bytes[c * m.stride + D.addr:c * m.stride + D.addr + D.nbytes].any()) for c in range(cores)]
+    assert written == [True, False, True, False]
+    (cast,) = [f for f in m._to_copies if f.view is not None and f.view.fmt is Format.DLF16 and f.tile[0] == rows]
+    assert cast.view.shape[0] == 2
+
+
 def test_pieces_of_a_tile_share_their_weights_decode_and_transpose(targets, monkeypatch):
     """A matmul done in row pieces (and a sibling beside it) reads the same transposed weight tiles once per
     piece: each constant tile is decoded once per load and made contiguous once, for every piece and call, and
