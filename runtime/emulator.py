@@ -1120,13 +1120,14 @@ class Machine:
         # between the same double buffers again and again (the 4096^3 matmul: 1,024 copies, 66 distinct).
         self._deliveries: dict[tuple, Copy] = {}
         # Which writes a later step reads, decided at the end. A ring delivery is planned as its pieces (one send
-        # landing on one core), a constant load as one piece, and _pending holds the piece whose bytes a stick
-        # has, unread so far (-1: none). A read before the bytes are written again marks the piece in _live (read
-        # at every call) or, for constants decoded once (Frozen), in _first (read at the first call only). A
-        # delivery is copied only where it is read: a matmul whose cores all received the same tile reads the
-        # first core's copy (Shared), so a multicast's other copies are never read. A constant load or delivery
-        # that only Frozen reads runs at the first call only, even where other bytes are later written over it.
-        # Both arrays have a last entry that the sticks holding no piece mark.
+        # landing on one core), a constant load as one piece, a result every core holds alike as a piece a core
+        # (_prepare_same_sfu), and _pending holds the piece whose bytes a stick has, unread so far (-1: none). A read
+        # before the bytes are written again marks the piece in _live (read at every call) or, for constants decoded
+        # once (Frozen), in _first (read at the first call only). A delivery is copied only where it is read: a matmul
+        # whose cores all received the same tile reads the first core's copy (Shared), so a multicast's other copies are
+        # never read, nor those of a cast of a tile every core loaded alike. A constant load or delivery that only
+        # Frozen reads runs at the first call only, even where other bytes are later written over it. Both arrays have a
+        # last entry that the sticks holding no piece mark.
         self._pending = np.full(self._csp.size, -1, dtype=np.int32)
         # Sizes summed by batch (an operation of one kind): 3,300 of them, not the 106,000 steps of a 4096^3
         # matmul (0.13 s).
@@ -1432,8 +1433,9 @@ class Machine:
 
     def _prepare_same_sfu(self, batch):
         """An SFU batch whose operands hold the same bytes on every core (a cast of a tile all cores loaded):
-        computed once, on the first core's operands, and written to every core. Exactly rounded functions
-        only (:data:`_EXACT`): their result does not depend on how many elements one numpy call computes."""
+        computed once, on the first core's operands, and written to every core whose copy a later step reads
+        (:class:`_ToCopies`). Exactly rounded functions only (:data:`_EXACT`): their result does not depend on
+        how many elements one numpy call computes."""
         fn, mode, swap, dst, _, _, imm = batch[0].sfu
         first = batch[0].core * self.stride
         S0, S1 = (None if t is None else TileView(self.sp, first + t[0], *t[1:], count=1)
