@@ -924,12 +924,11 @@ def _plain_cast(batch, dst) -> bool:
 
 
 def _in_place(dst, src) -> bool:
-    """Whether ``dst`` is the fp32 memory ``src`` reads (an accumulator written where it was read), with no shadow
-    or row padding to keep: a result can be computed into it directly."""
-    return (isinstance(dst, TileView) and isinstance(src, TileView) and dst.fmt is Format.FP32 is src.fmt
-            and dst.shadow is None and not dst._grid and not dst.pad.size
-            and dst.store.shape == src.store.shape and dst.store.strides == src.store.strides
-            and dst.store.ctypes.data == src.store.ctypes.data)
+    """Whether ``dst`` is the view ``src`` reads through (the plan keeps one view per addresses and shape: an
+    accumulator read as it is, not a kept decode), of fp32 with no shadow, grid or row padding to keep: a result
+    can be computed into its memory directly."""
+    return (src is dst and isinstance(dst, TileView) and dst.fmt is Format.FP32 and dst.shadow is None
+            and not dst._grid and not dst.pad.size)
 
 
 def _overlap(a: tuple, b: tuple) -> bool:
