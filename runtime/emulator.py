@@ -161,7 +161,7 @@ class TileView:
         return a.reshape(self.shape) if self._grid else a
 
     def read_bytes(self) -> np.ndarray:
-        """Decode the stored bytes: float32 for float formats, integers for integer formats."""
+        """Decode the stored bytes: float32 for float formats, integers for integer formats. A new array."""
         if self._native is not None:
             return self._flat(self._native.decode())
         if self._lut is not None:
@@ -175,6 +175,10 @@ class TileView:
     def read(self) -> np.ndarray:
         """The values a unit sees: the shadow in fp32-reference mode, else the decoded bytes."""
         return self._flat(self.shadow) if self.shadow is not None else self.read_bytes()
+
+    def read_new(self) -> np.ndarray:
+        """:meth:`read` as a new array (a copy of the shadow), which the caller owns."""
+        return self._flat(self.shadow).copy() if self.shadow is not None else self.read_bytes()
 
     def peek(self) -> np.ndarray:
         """:meth:`read`, as a view of the memory where it is one (fp32 tiles): for arithmetic whose result
@@ -528,8 +532,14 @@ class Once:
 # numpy releases the GIL in its loops, copies and BLAS calls, so on an idle host big steps take about half
 # the time; each half computes exactly what it would alone (BLAS stays on one thread per call).
 _THREADS = min(2, os.cpu_count() or 1)
-_SPLIT_WORK = 1 << 18          # elements (or MACs / 64, bytes / 4) below which a second thread costs more
+# Work (MACs / 64 of a matmul; elements or bytes / 4 of other batches) below which a second thread costs more
+# than it saves: handing a half over and back takes ~0.1 ms, and elementwise work is fast (the cast of 32 tiles of
+# 128x64 fp32 into DLFloat16: 0.06 ms on one thread, 0.14 ms as two halves).
+_SPLIT_WORK = 1 << 18
+_SPLIT_ELEMS = 1 << 20
 _POOL: list = []
+# Elements an SFU computes in about the time a step of its own costs (Machine._sfu_groups).
+_GROUP_ELEMS = 1 << 16
 
 
 def _quietly(step) -> None:
@@ -592,8 +602,9 @@ def _threaded(batch) -> bool:
     RING_REDUCE's sum and a RING_SEND's copy run at the barrier that delivers them (a send's own step at most
     stages its bytes), so their work is not where their step stands. Counted as threaded, a segment of sends
     next to many small steps (a BERT encoder's) ran in one process: 34-40 -> 20-25 ms a call as lanes."""
-    return (_THREADS >= 2 and len(batch) >= 2 and _work(batch) >= _SPLIT_WORK
-            and batch[0].op not in (Op.RING_REDUCE, Op.RING_SEND))
+    op = batch[0].op
+    return (_THREADS >= 2 and len(batch) >= 2 and op not in (Op.RING_REDUCE, Op.RING_SEND)
+            and _work(batch) >= (_SPLIT_WORK if op is Op.MATMUL else _SPLIT_ELEMS))
 
 
 def lane_splits(segs) -> list | None:
@@ -1174,6 +1185,9 @@ class Machine:
         """A big batch as two halves run at once (:class:`Parallel`), else as one step."""
         if not _threaded(batch):
             return self._prepare(batch)
+        if groups := self._sfu_groups(batch):
+            # Computed once a group: a few tiles, less work than handing half of them to another thread costs.
+            return self._prepare_sfu_groups(groups)
         h = len(batch) // 2
         return Parallel(self._prepare(batch[:h]), self._prepare(batch[h:]))
 
@@ -1369,9 +1383,8 @@ class Machine:
             return matmul
         if s.op is Op.SFU:
             fn, mode, swap, dst, _, _, imm = s.sfu
-            if fn in _EXACT and dst[3] in _ENCODERS and all(self._same(batch, lambda i, j=j: i.sfu[j])
-                                                           for j in (4, 5) if s.sfu[j] is not None):
-                return self._prepare_same_sfu(batch)
+            if groups := self._sfu_groups(batch):
+                return self._prepare_sfu_groups(groups)
             S0, S1 = (self._tiles(batch, lambda i, j=j: i.sfu[j]) for j in (4, 5))
             D = self._tiles(batch, lambda i: i.sfu[3], write=True)
             shape = (len(batch), dst[1], dst[2])
@@ -1429,6 +1442,33 @@ class Machine:
             self._cdev[s.dev_writes] = False
             return self._prepare_host(s)
         raise AssertionError(s.op)
+
+    def _sfu_groups(self, batch) -> list[list] | None:
+        """An SFU batch as groups of its cores whose operands hold the same bytes (in order of first appearance), when
+        some cores share them: each group's result is computed once (:meth:`_prepare_same_sfu`). Exactly rounded
+        functions into an encoded format, in faithful numerics; None when every core's operands differ."""
+        s = batch[0]
+        if (s.op is not Op.SFU or self.numerics != "faithful" or len(batch) < 2 or s.sfu[0] not in _EXACT
+                or s.sfu[3][3] not in _ENCODERS):
+            return None
+        ids = [self._orig[self._batch_sticks(batch, lambda i, j=j: i.sfu[j])[1]]
+               for j in (4, 5) if s.sfu[j] is not None]
+        if not ids:                 # no operand: every core computes the same
+            return [batch]
+        ids = np.concatenate(ids, axis=1)
+        if (ids == ids[0]).all():
+            return [batch]
+        groups: dict[bytes, list] = {}          # by the operands' stick ids (np.unique by rows: 10x slower)
+        for i, row in zip(batch, ids):
+            groups.setdefault(row.tobytes(), []).append(i)
+        # A group is a step of its own (~15 us): worth it where it saves that many elements' work (the cast of a
+        # 512x128 tile by two groups of 16 cores, not of a 128x64 one by 16 pairs: 0.24 ms against 0.06 ms).
+        g, elems = len(groups), batch[0].elems
+        return list(groups.values()) if (len(batch) - g) * elems >= g * _GROUP_ELEMS else None
+
+    def _prepare_sfu_groups(self, groups):
+        steps = [self._prepare_same_sfu(g) for g in groups]
+        return steps[0] if len(steps) == 1 else (lambda: [f() for f in steps])
 
     def _prepare_same_sfu(self, batch):
         """An SFU batch whose operands hold the same bytes on every core (a cast of a tile all cores loaded):

@@ -1248,6 +1248,72 @@ def test_a_tile_every_core_casts_alike_is_written_where_it_is_read(targets):
     assert cast.view.shape[0] == 2
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_cores_that_load_a_tile_alike_cast_it_once_a_group(targets, monkeypatch, split):
+    """Cores 0-1 load one tile and cores 2-3 another: the cast of a batch of all four is computed once a group (a
+    step each), also where the batch is big enough to run as two halves on two threads (then not as halves). The
+    codes are those of casting every core's tile, and groups too small to pay for their steps (pairs of small
+    tiles) cast per core."""
+    import spyre_mlir.runtime.emulator as E
+    from spyre_mlir.runtime.formats import Format
+
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "0")       # one process: lanes of every other core would part the groups
+
+    def build(rows, cols):
+        x = _rng(14).standard_normal((2 * rows, cols)).astype(np.float32)
+        b = ProgramBuilder(targets[4])
+        xb, z = b.input("x", x.shape, "fp32"), b.output("z", (4 * rows, cols), "fp32")
+        for c in range(4):
+            X, D, Y = b.alloc(c, rows, cols, "fp32"), b.alloc(c, rows, cols), b.alloc(c, rows, cols, "fp32")
+            b.load_tile(c, X, xb, row0=c // 2 * rows)
+            b.sfu(c, "cast", D, X, imm=1.0)
+            b.sfu(c, "cast", Y, D, imm=1.0)
+            b.store_tile(c, Y, z, row0=c * rows)
+        return x, b
+
+    if split:
+        monkeypatch.setattr(E, "_SPLIT_ELEMS", 0)
+    for (rows, cols), grouped in (((256, 256), True), ((8, 64), False)):
+        x, b = build(rows, cols)
+        exe = b.load(numerics="faithful")
+        (z,) = exe(x=x)
+        xd = decode(Format.DLF16, dlf16_encode(x), cols)
+        np.testing.assert_array_equal(z, np.repeat(xd.reshape(2, rows, cols), 2, axis=0).reshape(4 * rows, cols))
+        groups = [f for f in exe.machine._to_copies if f.tile[2] is Format.DLF16]
+        # (Split in halves, the small tiles' halves are each one group: cast once a half.)
+        assert [len(f.addrs) for f in groups] == ([2, 2] if grouped or split else [])
+        if grouped:
+            halves = [h for f in exe._plan if isinstance(f, E.Parallel) for h in (f.first, f.second)]
+            assert not any(isinstance(h, E._ToCopies) or "_sfu_groups" in getattr(h, "__qualname__", "")
+                           for h in halves)
+            # The bits of the same program with every core's tile cast on its own.
+            with monkeypatch.context() as m:
+                m.setattr(E.Machine, "_sfu_groups", lambda self, batch: None)
+                (z1,) = build(rows, cols)[1].load(numerics="faithful")(x=x)
+            assert np.array_equal(z1.view(np.uint32), z.view(np.uint32))
+
+
+@pytest.mark.parametrize("numerics", ["faithful", "fp32-reference"])
+def test_outputs_are_arrays_of_their_own(targets, numerics):
+    """A run's outputs own their memory (a decode, or a copy of the shadow): neither the machine's memories nor a
+    later run's outputs."""
+    x = _rng(15).standard_normal((16, 64)).astype(np.float32)
+    b = ProgramBuilder(targets[1])
+    xb, y, z = b.input("x", x.shape, "fp32"), b.output("y", x.shape, "fp32"), b.output("z", x.shape)
+    X, D = b.alloc(0, 16, 64, "fp32"), b.alloc(0, 16, 64)
+    b.load_tile(0, X, xb)
+    b.sfu(0, "cast", D, X, imm=2.0)
+    b.store_tile(0, X, y)
+    b.store_tile(0, D, z)
+    exe = b.load(numerics=numerics)
+    first = exe(x=x)
+    second = exe(x=-x)
+    mems = [m for mem in (exe.machine.device, exe.machine.sp) for m in (mem.bytes, mem.shadow) if m is not None]
+    for a, c in zip(first, second):
+        assert not any(np.shares_memory(o, m) for o in (a, c) for m in mems)
+        np.testing.assert_array_equal(a, -c)
+
+
 def test_pieces_of_a_tile_share_their_weights_decode_and_transpose(targets, monkeypatch):
     """A matmul done in row pieces (and a sibling beside it) reads the same transposed weight tiles once per
     piece: each constant tile is decoded once per load and made contiguous once, for every piece and call, and
