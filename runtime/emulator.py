@@ -547,6 +547,11 @@ def _quietly(step) -> None:
         step()
 
 
+def _sequence(steps: list):
+    """Steps run one after another, as one step."""
+    return steps[0] if len(steps) == 1 else lambda: [f() for f in steps]
+
+
 class Parallel:
     """Two steps on disjoint cores, the second on a worker thread."""
 
@@ -605,6 +610,19 @@ def _threaded(batch) -> bool:
     op = batch[0].op
     return (_THREADS >= 2 and len(batch) >= 2 and op not in (Op.RING_REDUCE, Op.RING_SEND)
             and _work(batch) >= (_SPLIT_WORK if op is Op.MATMUL else _SPLIT_ELEMS))
+
+
+def _thread_lanes(batches) -> tuple[list, list] | None:
+    """A segment's batches as two lanes of its cores (the first half and the second) for two threads, when a batch
+    of it is big enough for two (:func:`_threaded`) and every one may run off the main thread: one handoff for
+    the segment, not one per batch (waking the other thread takes ~0.1 ms), and its small steps in parallel too.
+    The cores of a segment meet nowhere (as for :class:`Lanes`)."""
+    if not any(map(_threaded, batches)) or any(b[0].op in _MAIN_ONLY for b in batches):
+        return None
+    cores = sorted({i.core for b in batches for i in b})
+    second = {c: 2 * k >= len(cores) for k, c in enumerate(cores)}
+    lanes = tuple([x for x in ([i for i in b if second[i.core] is odd] for b in batches) if x] for odd in (False, True))
+    return lanes if all(lanes) else None
 
 
 def lane_splits(segs) -> list | None:
@@ -1157,7 +1175,14 @@ class Machine:
         self._parts = {}         # RING_REDUCE -> its part of _sums
         plan, self.lanes = [], []
         for (batches, sync), split in zip(segs, splits or [None] * len(segs)):
-            if split is None:
+            if split is None and (halves := _thread_lanes(batches)):
+                # Lanes 2 and 3: a tile one of them decodes for its later steps is none of the worker's.
+                parts = []
+                for self._lane, part in enumerate(halves, start=2):
+                    parts.append(_sequence([self._prepare(b) for b in part]))
+                self._lane = None
+                plan.append(Parallel(*parts))
+            elif split is None:
                 plan += [self._prepare_split(b) for b in batches]
             else:
                 parts = []

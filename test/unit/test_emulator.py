@@ -1314,6 +1314,55 @@ def test_outputs_are_arrays_of_their_own(targets, numerics):
         np.testing.assert_array_equal(a, -c)
 
 
+def test_a_segment_with_a_big_batch_runs_as_two_lanes_of_threads(targets, monkeypatch):
+    """A segment (4 cores) whose matmuls are big enough for two threads runs as one step of two lanes, the first
+    two cores' steps on this thread and the last two's on the other, loads, casts, matmuls and stores alike; a
+    tile two matmuls read is decoded once in its lane. The bits are those of a plan that splits each batch."""
+    import spyre_mlir.runtime.emulator as E
+    from spyre_mlir.runtime.formats import Format
+
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "0")       # no worker process: its lanes would take the segment
+    monkeypatch.setattr(E, "_SPLIT_WORK", 0)
+    M, K, N = 16, 64, 32
+    rng = _rng(16)
+    x = rng.standard_normal((4 * M, K)).astype(np.float32)
+    ws = {f"w{i}": rng.standard_normal((K, N)).astype(np.float32) for i in range(2)}
+
+    def build():
+        b = ProgramBuilder(targets[4])
+        xb, ys = b.input("x", x.shape, "fp32"), [b.output(f"y{i}", (4 * M, N), "fp32") for i in range(2)]
+        wbs = [b.input(k, w.shape, "fp32") for k, w in ws.items()]
+        for c in range(4):
+            X, XD, C = b.alloc(c, M, K, "fp32"), b.alloc(c, M, K), b.alloc(c, M, N, "fp32")
+            b.load_tile(c, X, xb, row0=c * M)
+            b.sfu(c, "cast", XD, X, imm=1.0)
+            for w, y in zip(wbs, ys):
+                W, WD = b.alloc(c, K, N, "fp32"), b.alloc(c, K, N)
+                b.load_tile(c, W, w)
+                b.sfu(c, "cast", WD, W, imm=1.0)
+                b.matmul(c, XD, WD, C)
+                b.store_tile(c, C, y, row0=c * M)
+        return b.load(numerics="faithful")
+
+    planned, prepare = [], E.Machine._prepare
+    monkeypatch.setattr(E.Machine, "_prepare", lambda m, batch: planned.append((m._lane, {i.core for i in batch}))
+                        or prepare(m, batch))
+    exe = build()
+    assert {lane for lane, _ in planned} == {2, 3}
+    assert set().union(*(c for lane, c in planned if lane == 2)) == {0, 1}
+    assert set().union(*(c for lane, c in planned if lane == 3)) == {2, 3}
+    (lanes,) = [f for f in exe._plan if isinstance(f, E.Parallel)]
+    for half in (lanes.first, lanes.second):
+        steps = dict(zip(half.__code__.co_freevars, half.__closure__))["steps"].cell_contents
+        assert any(isinstance(c.cell_contents, E.Reread) for f in steps for c in getattr(f, "__closure__", None) or ())
+    y = exe(x=x, **ws)
+    monkeypatch.setattr(E, "_thread_lanes", lambda batches: None)
+    z = build()(x=x, **ws)
+    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(y, z))
+    xd = decode(Format.DLF16, dlf16_encode(x), K)
+    np.testing.assert_allclose(y[1], xd @ decode(Format.DLF16, dlf16_encode(ws["w1"]), N), rtol=1e-5, atol=1e-4)
+
+
 def test_pieces_of_a_tile_share_their_weights_decode_and_transpose(targets, monkeypatch):
     """A matmul done in row pieces (and a sibling beside it) reads the same transposed weight tiles once per
     piece: each constant tile is decoded once per load and made contiguous once, for every piece and call, and
