@@ -586,43 +586,47 @@ def _work(batch) -> int:
 
 
 def _lane_split(batches) -> tuple[list, list] | None:
-    """A segment's batches as two lanes, every other core of those it runs on (a regular set of cores stays
-    regular in each, so its tiles stay one strided view), or None when it should run as it is: too little work,
-    one core, or an operation that runs in this process only."""
-    if any(b[0].op in _MAIN_ONLY for b in batches):
+    """A segment's batches as two lanes (:func:`_two_lanes`), or None when it should run as it is: too little
+    work, one core, or an operation that runs in this process only."""
+    if any(b[0].op in _MAIN_ONLY for b in batches) or sum(map(_work, batches)) < _LANE_WORK:
         return None
-    work = sum(map(_work, batches))
-    # Mostly batches big enough for two threads (Machine._prepare_split): those already use both CPUs, and their
-    # halves would each read what the cores share (a multicast tile: the 1024^3 matmul took 26 -> 38 ms).
-    threaded = sum(_work(b) for b in batches if _threaded(b))
-    if work < _LANE_WORK or 2 * threaded >= work:
-        return None
-    lane = {c: k % 2 for k, c in enumerate(sorted({i.core for b in batches for i in b}))}
-    lanes = tuple([x for x in ([i for i in b if lane[i.core] == odd] for b in batches) if x] for odd in (0, 1))
+    return _two_lanes(batches)
+
+
+def _two_lanes(batches) -> tuple[list, list] | None:
+    """A segment's batches as two lanes of the cores they run on: the first half and the second, where that parts
+    every batch evenly, else every other core (a batch on a few of the cores is then in both). A regular set of
+    cores stays regular in each, so its tiles stay one strided view. Halves first, as neighbouring cores often
+    hold a tile alike (a row of the core grid, its multicast): in one lane it is read, and cast, once for all of
+    them; every other core, the 1024^3 matmul took 17.0 -> 20.8 ms. None when one lane would be empty."""
+    cores = sorted({i.core for b in batches for i in b})
+    for second in ({c: 2 * k >= len(cores) for k, c in enumerate(cores)}, {c: k % 2 == 1 for k, c in enumerate(cores)}):
+        lanes = tuple([[i for i in b if second[i.core] is odd] for b in batches] for odd in (False, True))
+        if all(abs(len(x) - len(y)) <= 1 for x, y in zip(*lanes)):
+            break
+    lanes = tuple([b for b in lane if b] for lane in lanes)
     return lanes if all(lanes) else None
 
 
 def _threaded(batch) -> bool:
-    """Whether Machine._prepare_split runs ``batch`` as two halves on two threads. Not ring transfers: a
-    RING_REDUCE's sum and a RING_SEND's copy run at the barrier that delivers them (a send's own step at most
-    stages its bytes), so their work is not where their step stands. Counted as threaded, a segment of sends
-    next to many small steps (a BERT encoder's) ran in one process: 34-40 -> 20-25 ms a call as lanes."""
+    """Whether ``batch`` is worth two threads (a segment outside process lanes runs as lanes of threads,
+    :func:`_thread_lanes`; Machine._prepare_split). Not ring transfers: a RING_REDUCE's sum and a RING_SEND's
+    copy run at the barrier that delivers them (a send's own step at most stages its bytes), so their work is
+    not where their step stands."""
     op = batch[0].op
     return (_THREADS >= 2 and len(batch) >= 2 and op not in (Op.RING_REDUCE, Op.RING_SEND)
             and _work(batch) >= (_SPLIT_WORK if op is Op.MATMUL else _SPLIT_ELEMS))
 
 
 def _thread_lanes(batches) -> tuple[list, list] | None:
-    """A segment's batches as two lanes of its cores (the first half and the second) for two threads, when a batch
-    of it is big enough for two (:func:`_threaded`) and every one may run off the main thread: one handoff for
-    the segment, not one per batch (waking the other thread takes ~0.1 ms), and its small steps in parallel too.
-    The cores of a segment meet nowhere (as for :class:`Lanes`)."""
+    """A segment's batches as two lanes (:func:`_two_lanes`) for two threads, where the segment does not run as
+    process lanes (no worker process) but a batch of it is big enough for two threads (:func:`_threaded`) and
+    every one may run off the main thread: one handoff for the segment, not one per batch (waking the other
+    thread takes ~0.1 ms), and its small steps in parallel too. The cores of a segment meet nowhere (as for
+    :class:`Lanes`)."""
     if not any(map(_threaded, batches)) or any(b[0].op in _MAIN_ONLY for b in batches):
         return None
-    cores = sorted({i.core for b in batches for i in b})
-    second = {c: 2 * k >= len(cores) for k, c in enumerate(cores)}
-    lanes = tuple([x for x in ([i for i in b if second[i.core] is odd] for b in batches) if x] for odd in (False, True))
-    return lanes if all(lanes) else None
+    return _two_lanes(batches)
 
 
 def lane_splits(segs) -> list | None:

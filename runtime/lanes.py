@@ -1,5 +1,6 @@
 """A second host process for the emulator: a segment of many small steps (the steps between two barrier
-releases) runs as two lanes of cores, every other core's in a worker process forked from this one.
+releases) runs as two lanes of cores (emulator._two_lanes), the second's in a worker process forked from this
+one.
 
 Why a process: a plan's steps are many small numpy calls (a tile per call), and two Python threads running
 them hand the GIL back and forth at every call: measured slower than one thread (the decoder block of

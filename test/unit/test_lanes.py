@@ -220,12 +220,15 @@ def test_a_program_with_little_work_in_lanes_keeps_one_process(target, monkeypat
 def test_which_segments_run_as_lanes():
     big = [[_ins(c, work=1 << 12) for c in range(0, 32, 8)] for _ in range(8)]
     threaded = [[_ins(c, work=1 << 14) for c in range(32)] for _ in range(8)]     # each batch worth two threads
-    first, second = emulator._lane_split(big)       # every other core of those the segment runs on
-    assert [i.core for i in first[0]] == [0, 16] and [i.core for i in second[0]] == [8, 24]
+    first, second = emulator._lane_split(big)       # the first half of the cores the segment runs on, the second
+    assert [i.core for i in first[0]] == [0, 8] and [i.core for i in second[0]] == [16, 24]
+    # A batch on a few of them would be in one half: every other core, each batch in both lanes.
+    first, second = emulator._lane_split(big + [[_ins(c, work=1 << 12) for c in (0, 8)]])
+    assert [i.core for i in first[0]] == [0, 16] and [i.core for i in second[-1]] == [8]
     assert emulator._lane_split([[_ins(0, work=1 << 20)]]) is None                  # one core
     assert emulator._lane_split([[_ins(c, work=100) for c in range(32)]]) is None    # too little work
-    assert emulator._lane_split(threaded) is None
-    assert emulator._lane_split(threaded + [[_ins(c, work=1 << 12) for c in range(32)] for _ in range(40)])
+    first, second = emulator._lane_split(threaded)          # big batches too: one handoff for the segment
+    assert [len(b) for b in first] == [16] * 8 and {i.core for b in second for i in b} == set(range(16, 32))
     for op in (Op.HOST, Op.GATHER, Op.RESTICK):                                     # this process only
         assert emulator._lane_split(big + [[_ins(0, op, 0)]]) is None
     # Ring transfers move their bytes at the barrier, outside the lanes: big sends do not keep a segment whole.
@@ -239,4 +242,5 @@ def test_which_programs_use_a_worker():
     threaded = [[_ins(c, work=1 << 14) for c in range(32)] for _ in range(8)]        # 2^22 work, two threads
     assert emulator.lane_splits([(small_steps, None)]) is not None
     assert emulator.lane_splits([(small_steps[:4], None)]) is None          # under a millisecond of lanes
-    assert emulator.lane_splits([(small_steps, None), (threaded, None)]) is None      # mostly outside lanes
+    host = threaded + [[_ins(0, Op.HOST, 0)]]                                       # runs in this process
+    assert emulator.lane_splits([(small_steps, None), (host, None)]) is None          # mostly outside lanes
