@@ -1473,9 +1473,10 @@ class Machine:
         raise AssertionError(s.op)
 
     def _sfu_groups(self, batch) -> list[list] | None:
-        """An SFU batch as groups of its cores whose operands hold the same bytes (in order of first appearance), when
-        some cores share them: each group's result is computed once (:meth:`_prepare_same_sfu`). Exactly rounded
-        functions into an encoded format, in faithful numerics; None when every core's operands differ."""
+        """An SFU batch as groups of its cores whose operands hold the same bytes (in order of first appearance): each
+        group's result is computed once (:meth:`_prepare_same_sfu`). Exactly rounded functions into an encoded
+        format, in faithful numerics; None when the groups would cost more steps than they save work (every core's
+        operands differ, or few cores share small tiles)."""
         s = batch[0]
         if (s.op is not Op.SFU or self.numerics != "faithful" or len(batch) < 2 or s.sfu[0] not in _EXACT
                 or s.sfu[3][3] not in _ENCODERS):
@@ -1496,8 +1497,7 @@ class Machine:
         return list(groups.values()) if (len(batch) - g) * elems >= g * _GROUP_ELEMS else None
 
     def _prepare_sfu_groups(self, groups):
-        steps = [self._prepare_same_sfu(g) for g in groups]
-        return steps[0] if len(steps) == 1 else (lambda: [f() for f in steps])
+        return _sequence([self._prepare_same_sfu(g) for g in groups])
 
     def _prepare_same_sfu(self, batch):
         """An SFU batch whose operands hold the same bytes on every core (a cast of a tile all cores loaded):
