@@ -1025,7 +1025,10 @@ def _f32(x) -> np.ndarray:
 # K depth of one BLAS product in the PT emulation. OpenBLAS sums a K longer than its inner block (256 floats here)
 # in pieces whose split depends on M, and a one-row product takes another path (gemv): the same output element
 # of one plan would then get other bits when the cores or cards tile its rows otherwise. Chunks of at most PT_K,
-# added in K order, on at least two rows sum every element the same way whatever the tile's shape.
+# added in K order, on at least two rows sum every element the same way whatever the K tiling. The row count may
+# still matter: OpenBLAS's small-matrix kernels (SkylakeX) take products of up to about 2^20 MACs, and the first M
+# rows of a taller product differed from the M-row product in 231 of 2,000 random shapes, all small ones. So the
+# emulator multiplies each tile as its plan gives it (per core, never rows of several cores as one product).
 PT_K = 256
 
 
