@@ -547,6 +547,13 @@ def _quietly(step) -> None:
         step()
 
 
+def _row_groups(ids: np.ndarray) -> np.ndarray:
+    """Each row's group among the rows of ``ids`` ([cores, sticks] stick ids), equal rows alike, numbered in order
+    of first appearance (np.unique by rows: 10x slower)."""
+    first: dict[bytes, int] = {}
+    return np.array([first.setdefault(row.tobytes(), len(first)) for row in ids], dtype=np.intp)
+
+
 def _sequence(steps: list):
     """Steps run one after another, as one step."""
     return steps[0] if len(steps) == 1 else lambda: [f() for f in steps]
@@ -1184,19 +1191,11 @@ class Machine:
         for (batches, sync), split in zip(segs, splits or [None] * len(segs)):
             if split is None and (halves := _thread_lanes(batches)):
                 # Lanes 2 and 3: a tile one of them decodes for its later steps is none of the worker's.
-                parts = []
-                for self._lane, part in enumerate(halves, start=2):
-                    parts.append(_sequence([self._prepare(b) for b in part]))
-                self._lane = None
-                plan.append(Parallel(*parts))
+                plan.append(Parallel(*map(_sequence, self._prepare_lanes(halves, 2))))
             elif split is None:
                 plan += [self._prepare_split(b) for b in batches]
             else:
-                parts = []
-                for self._lane, part in enumerate(split):
-                    parts.append([self._prepare(b) for b in part])
-                self._lane = None
-                self.lanes.append(Lanes(self, len(self.lanes), *parts))
+                self.lanes.append(Lanes(self, len(self.lanes), *self._prepare_lanes(split, 0)))
                 plan.append(self.lanes[-1])
             if sync is not None:
                 plan.append(self._prepare_sync(sync))
@@ -1212,6 +1211,15 @@ class Machine:
         for s in self._lasting:
             s.always = bool((self._writes[s.sticks] > 1).any() and self._live[s.pieces].any())
         return plan
+
+    def _prepare_lanes(self, lanes, first: int) -> list[list]:
+        """Each lane's batches prepared, the lanes numbered from ``first``: a tile a lane decodes once for its later
+        steps is kept by lane (:meth:`_tiles`), as it lives in the process or thread that runs the lane."""
+        parts = []
+        for self._lane, part in enumerate(lanes, start=first):
+            parts.append([self._prepare(b) for b in part])
+        self._lane = None
+        return parts
 
     def _prepare_split(self, batch):
         """A big batch as two halves run at once (:class:`Parallel`), else as one step."""
@@ -1282,9 +1290,8 @@ class Machine:
         """``view`` as a :class:`Grouped` one when groups of its cores hold the same bytes (equal stick ids
         ``ids2``, as for :class:`Shared`): the cores of one head of an attention all loaded its K and V. Also the
         pieces it reads (of ``pieces``, by core): the first core's of each group."""
-        first: dict[bytes, int] = {}
-        index = np.array([first.setdefault(row.tobytes(), len(first)) for row in ids2], dtype=np.intp)
-        if not 1 < len(first) < len(addrs):
+        index = _row_groups(ids2)
+        if not 1 < index.max() + 1 < len(addrs):
             return view, pieces
         firsts = np.unique(index, return_index=True)[1]        # each group's first core
         return (Grouped(self._tiles_at([addrs[i] for i in firsts], *t[1:]), index),
@@ -1491,13 +1498,13 @@ class Machine:
         ids = np.concatenate(ids, axis=1)
         if (ids == ids[0]).all():
             return [batch]
-        groups: dict[bytes, list] = {}          # by the operands' stick ids (np.unique by rows: 10x slower)
-        for i, row in zip(batch, ids):
-            groups.setdefault(row.tobytes(), []).append(i)
+        index = _row_groups(ids)
         # A group is a step of its own (~15 us): worth it where it saves that many elements' work (the cast of a
         # 512x128 tile by two groups of 16 cores, not of a 128x64 one by 16 pairs: 0.24 ms against 0.06 ms).
-        g, elems = len(groups), batch[0].elems
-        return list(groups.values()) if (len(batch) - g) * elems >= g * _GROUP_ELEMS else None
+        g, elems = int(index.max()) + 1, batch[0].elems
+        if (len(batch) - g) * elems < g * _GROUP_ELEMS:
+            return None
+        return [[i for i, k in zip(batch, index) if k == group] for group in range(g)]
 
     def _prepare_sfu_groups(self, groups):
         return _sequence([self._prepare_same_sfu(g) for g in groups])
@@ -1666,8 +1673,4 @@ class Machine:
                 copy = self._lasting[-1]
             steps.append(copy)
         steps += landing.reduces
-        if not steps:
-            return None
-        if len(steps) == 1:
-            return steps[0]
-        return lambda: [f() for f in steps]
+        return _sequence(steps) if steps else None
