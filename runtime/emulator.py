@@ -265,6 +265,8 @@ class TransposedView:
 
     def __init__(self, view):
         self.view = view
+        if (shape := getattr(view, "shape", None)) is not None:
+            self.shape = shape[:-2] + shape[:-3:-1]
 
     def read(self) -> np.ndarray:
         if isinstance(self.view, Frozen):
@@ -1270,9 +1272,14 @@ class Machine:
             return Shared(TileView(self.sp, addrs[0], *t[1:]), len(batch))
         if self.numerics == "faithful" and _lut(t[3]) is not None:
             view, read = self._grouped(view, addrs, t, ids2, pieces)
+            # The distinct tiles of a grouped read are what a first read decodes and keeps (the copies per core
+            # are made at each read): a transposed B is then transposed once a group, not once a core.
+            index = view.index if isinstance(view, Grouped) else None
+            held = view.first if index is not None else view
             # Keyed by lane too: the values a first read keeps live in the process that read them.
-            return self._once(self._reads, (self._lane, *addrs), t[1:], ids2.ravel(), lambda: Decoded(view),
+            held = self._once(self._reads, (self._lane, *addrs), t[1:], ids2.ravel(), lambda: Decoded(held),
                               Reread, FirstRead, read)
+            return held if index is None else Grouped(held, index)
         self._mark_read(pieces)
         return view
 
@@ -1386,7 +1393,7 @@ class Machine:
             if window is not None:
                 B = WindowView(B, b[2], *window)
             elif fl & MatmulFlag.TRANS_B:
-                B = TransposedView(B)
+                B = Grouped(TransposedView(B.first), B.index) if isinstance(B, Grouped) else TransposedView(B)
             CR = self._tiles(batch, lambda i: i.mm[3]) if accumulate else None
             C, O = (self._tiles(batch, lambda i, j=j: i.mm[j], write=True) for j in (3, 4))
             ints = ints and self.numerics == "faithful"

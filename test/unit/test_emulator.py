@@ -1403,6 +1403,51 @@ def test_pieces_of_a_tile_share_their_weights_decode_and_transpose(targets, monk
     assert [s[-2:] for s in decodes].count((N, K)) == 2 and [s[-2:] for s in transposes].count((N, K)) == 2
 
 
+def test_a_grouped_transposed_operand_is_transposed_once_a_group(targets, monkeypatch):
+    """Attention's K^T: two groups of cores each load one head's K (the same bytes within a group) and two
+    matmuls read it transposed (TRANS_B). The plan reads it as one tile per group, copied to the group's cores:
+    per call each group's tile is decoded and transposed once, for both matmuls, not once per core. The bits
+    are those of the plan that decodes every core's tile."""
+    import spyre_mlir.runtime.emulator as E
+
+    M, N, K = 8, 32, 64
+    rng = _rng(17)
+    ks = [dlf16_round(rng.standard_normal((N, K)).astype(np.float32)) for _ in range(2)]       # [N, K] per head
+
+    def build():
+        b = ProgramBuilder(targets[4])
+        qb, kbs = b.input("q", (4 * M, K)), [b.input(f"k{h}", (N, K)) for h in range(2)]
+        ys = [b.output(f"y{i}", (4 * M, N), "fp32") for i in range(2)]
+        for c in range(4):
+            Q, Q2, KT, C = b.alloc(c, M, K), b.alloc(c, M, K), b.alloc(c, N, K), b.alloc(c, M, N, "fp32")
+            b.load_tile(c, KT, kbs[c // 2])
+            b.load_tile(c, Q, qb, row0=c * M)
+            b.sfu(c, "mul", Q2, Q, 2.0)
+            for A, y in zip((Q, Q2), ys):
+                b.matmul(c, A, KT, C, trans_b=True)
+                b.store_tile(c, C, y, row0=c * M)
+        return b.load(numerics="faithful")
+
+    exe = build()
+    steps = [c.cell_contents for f in exe._plan for c in getattr(f, "__closure__", None) or ()]
+    assert [g.index.tolist() for g in steps if isinstance(g, E.Grouped)] == [[0, 0, 1, 1]] * 2
+    decodes, transposes = [], []
+    read_bytes, swap = E.TileView.read_bytes, np.swapaxes
+    monkeypatch.setattr(E.TileView, "read_bytes", lambda v: decodes.append(v.shape) or read_bytes(v))
+    monkeypatch.setattr(E.np, "swapaxes", lambda a, *ax: transposes.append(a.shape) or swap(a, *ax))
+    q = dlf16_round(rng.standard_normal((4 * M, K)).astype(np.float32))
+    for _ in range(2):
+        y = exe(q, *ks)
+    assert [s for s in decodes if s[-2:] == (N, K)] == [(2, N, K)] * 2
+    assert [s for s in transposes if s[-2:] == (N, K)] == [(2, N, K)] * 2
+    monkeypatch.setattr(E.Machine, "_grouped", lambda m, view, addrs, t, ids2, pieces: (view, pieces))
+    z = build()(q, *ks)
+    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(y, z))
+    kk = np.repeat(np.stack(ks), 2, axis=0)
+    np.testing.assert_allclose(y[1].reshape(4, M, N), 2 * q.reshape(4, M, K) @ kk.transpose(0, 2, 1),
+                               rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("rewrite", [False, True])
 def test_a_tile_read_again_is_decoded_once_per_run_until_written(targets, rewrite):
     """Two matmuls read the same input tile: the second reuses the first's decode of the run (the plan proves the
