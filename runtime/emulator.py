@@ -20,7 +20,6 @@ Numerics:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from collections import Counter
@@ -44,20 +43,32 @@ __all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Res
 NUMERICS = ("faithful", "fp32-reference")
 
 
-_BLAS: list = []
+_BLAS: list | None = None      # threadpoolctl's controllers of the BLAS libraries loaded, found at the first run
 
 
-def one_blas_thread():
+class one_blas_thread:
     """A context in which numpy's BLAS runs on the calling thread only. The emulator makes many small matmuls
     (a tile per core); OpenBLAS's fork/join per call costs more than it gains at those sizes, and on a busy
-    host its spinning threads slow each call by 10-100x (a 1024^3 matmul program: 1.5 s -> 0.37 s)."""
-    if not _BLAS:
-        try:
-            from threadpoolctl import ThreadpoolController
-            _BLAS.append(ThreadpoolController().select(user_api="blas"))
-        except ImportError:       # optional at run time: only speed depends on it
-            _BLAS.append(None)
-    return _BLAS[0].limit(limits=1) if _BLAS[0] is not None else contextlib.nullcontext()
+    host its spinning threads slow each call by 10-100x (a 1024^3 matmul program: 1.5 s -> 0.37 s). Set through
+    the libraries' own controllers, found once: ``ThreadpoolController.limit`` took 20-50 us a run (an MLP's run
+    is ~0.4 ms); this takes ~2 us."""
+
+    def __enter__(self):
+        global _BLAS
+        if _BLAS is None:
+            try:
+                from threadpoolctl import ThreadpoolController
+                _BLAS = ThreadpoolController().select(user_api="blas").lib_controllers
+            except ImportError:       # optional at run time: only speed depends on it
+                _BLAS = []
+        self.before = [(c, c.get_num_threads()) for c in _BLAS]
+        for c, _ in self.before:
+            c.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for c, n in self.before:
+            c.set_num_threads(n)
 
 
 class SpyreRuntimeError(SpyreError, RuntimeError):

@@ -717,6 +717,45 @@ def test_inputs_by_name_torch_and_errors(targets):
         exe(x, w, q=x)
 
 
+def test_runs_use_one_blas_thread_and_give_the_caller_its_threads_back(targets, monkeypatch):
+    """numpy's BLAS runs on one thread while the emulator runs (its products are a tile per core), and the
+    caller's thread count is back after the run, after a run that failed and after nested runs."""
+    import os
+
+    import spyre_mlir.runtime.emulator as E
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: BLAS runs one thread anyway")
+
+    def threads():
+        return {i["filepath"]: i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}
+
+    seen, product, fail = [], E.pt_product, []
+
+    def spy(a, b):
+        seen.append(threads())
+        if fail:
+            raise RuntimeError("boom")
+        with E.one_blas_thread():             # nested: still one thread inside, still one after
+            pass
+        seen.append(threads())
+        return product(a, b)
+
+    monkeypatch.setattr(E, "pt_product", spy)
+    exe = build_matmul(targets[4], 64, 256, 128, grid=(2, 2)).load()
+    x, w = (_rng(5).standard_normal(s).astype(np.float32) for s in ((64, 128), (128, 256)))
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        before = threads()
+        assert before and set(before.values()) == {2}
+        exe(x, w)
+        assert seen and all(set(s.values()) == {1} for s in seen)
+        assert threads() == before
+        fail.append(True)
+        with pytest.raises(SpyreRuntimeError, match="boom"):
+            exe(x, w)
+        assert threads() == before
+
+
 def test_runtime_does_not_import_torch(tmp_path, targets):
     path = tmp_path / "chain.spyre"
     _chain_program(targets[1], R=8, C=64).write(path)
