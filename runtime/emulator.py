@@ -532,13 +532,12 @@ class Once:
     Machine._live knows it."""
 
     def __init__(self, step, sticks, pieces):
-        self.step, self.sticks, self.pieces, self.always = step, sticks, pieces, False
+        self.step, self.sticks, self.pieces, self.always, self.done = step, sticks, pieces, False, False
 
     def __call__(self) -> None:
-        if self.step is not None:
+        if not self.done:
             self.step()
-            if not self.always:
-                self.step = None
+            self.done = not self.always
 
 
 # Host threads a run uses: a big batch splits into two halves of its cores, the second on a worker thread.
@@ -1141,6 +1140,15 @@ class Machine:
         self.worker = None               # a run's worker process (runtime/lanes.py), set by the executable
         self._lane = None                # the lane being planned (0, 1) or None
         self._views = {}                 # (scratchpad addresses, tile shape) -> its view (_tiles_at)
+
+    def first_run_again(self) -> None:
+        """The next run runs every first-run-only step again (:class:`Once`: constants loaded into scratchpads
+        at the first run). For a worker process forked anew: the one before decoded and kept the constants of
+        its lanes (:class:`Frozen`) at its first run, and that went with it. The new one decodes them at its
+        first run, and a step of this process's lane may have loaded them (the lanes of two segments may
+        part the cores otherwise), since overwritten."""
+        for s in self._lasting:
+            s.done = False
 
     def buffer_view(self, b) -> TileView:
         """A device buffer (a :class:`~.binary.Buffer`) as a [rows, innermost dim] view."""

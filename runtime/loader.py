@@ -773,6 +773,7 @@ class Executable:
         if m.worker is None or not m.worker.alive:
             if native.available():
                 native.warm()           # compiled once, here, not in each process at its first conversion
+            m.first_run_again()         # the worker's first run (or, without one, this process's with its lanes)
             try:
                 m.worker = lanes.Worker([x.second for x in m.lanes])
             except OSError as e:        # no process to be had (limits, memory): both lanes run here

@@ -92,6 +92,41 @@ def test_a_compiled_model_gives_the_same_bits_with_a_worker(monkeypatch):
         assert np.array_equal(a, b)
 
 
+class _Convs(nn.Module):
+    def __init__(self, channels=(3, 16, 32, 64)):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(channels, channels[1:]))
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = nn.functional.max_pool2d(torch.relu(conv(x)), 2)
+        return x
+
+
+@pytest.mark.parametrize("stop", ["killed", "closed"])
+def test_a_worker_forked_again_computes_what_the_first_did(monkeypatch, stop):
+    """A worker replaced after runs (killed, or stopped for another executable's: workers are capped) starts
+    with nothing the first one kept: the weights its lanes decoded at their first run went with it, and
+    some were loaded into scratchpads by this process's lane, at the first run only, and overwritten since. The
+    next run is a first run again in both processes, and gives the bits of the first."""
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "1")
+    torch.manual_seed(0)
+    model, x = _Convs().eval(), torch.randn(1, 3, 64, 64)
+    exe = spyre_mlir.compile(model, (x,), cores=32, cache_dir=False)
+    assert exe.machine.lanes
+    (want,) = exe(x)
+    for _ in range(2):
+        pid = exe.machine.worker.pid
+        if stop == "killed":
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        else:
+            exe.machine.worker.close()
+        for _ in range(2):
+            assert np.array_equal(exe(x)[0], want)
+        assert exe.machine.worker.pid != pid
+
+
 def test_the_worker_stops_with_its_executable(target, monkeypatch):
     exe = _matmul(target, True, monkeypatch)
     exe(*_inputs())
