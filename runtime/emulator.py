@@ -1063,6 +1063,45 @@ def pt_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return r
 
 
+def _products(A, B, cores: int):
+    """The products of a matmul batch's operands (:func:`pt_product`), from contiguous float32 (copies of strided
+    shadows), as BLAS sums them the same way every time. A :class:`Grouped` operand whose groups are runs of
+    cores, or which the cores cycle through, is not copied per core: its distinct tiles broadcast over their
+    cores, as a :class:`Shared` one's tile does (numpy still multiplies core by core with the same BLAS call)."""
+    grouped = [X for X in (A, B) if isinstance(X, Grouped)]
+    if len(grouped) != 1 or (runs := _group_runs(grouped[0].index)) is None:
+        return lambda: pt_product(_f32(A.read()), _f32(B.read()))
+    G = grouped[0]
+    g = int(G.index.max()) + 1
+    # The distinct tiles as [groups, 1] and the other operand's as [groups, cores/groups] when groups are runs of
+    # cores; [1, groups] and [cores/groups, groups] when the cores cycle through them.
+    at, split = ((slice(None), None), (g, cores // g)) if runs else ((None, slice(None)), (cores // g, g))
+
+    def product():
+        # A before B, as the plan made their reads (a first read and its reread may be both operands).
+        a, b = (_f32((X.first if X is G else X).read()) for X in (A, B))
+        x, y = (a, b) if G is A else (b, a)
+        if y.ndim != 3 or y.shape[0] != cores:      # the other operand is one tile every core shares
+            x = np.take(x, G.index, axis=0)
+        else:
+            x, y = x[at], y.reshape(split + y.shape[1:])
+        r = pt_product(x, y) if G is A else pt_product(y, x)
+        return r.reshape((cores,) + r.shape[2:]) if r.ndim == 4 else r
+    return product
+
+
+def _group_runs(index: np.ndarray) -> bool | None:
+    """How a Grouped operand's cores hold its distinct tiles: True when each group is a run of cores (0 0 1 1),
+    False when the cores cycle through the groups (0 1 0 1), None otherwise (groups of unequal sizes or orders)."""
+    n, g = index.size, int(index.max()) + 1
+    if n % g:
+        return None
+    cores = np.arange(n)
+    if np.array_equal(index, cores // (n // g)):
+        return True
+    return False if np.array_equal(index, cores % g) else None
+
+
 def _kind(ins):
     """What instructions must share to run as one batch: the record without its where-fields. HOST and
     RESTICK run alone (the instruction itself is its kind)."""
@@ -1416,10 +1455,11 @@ class Machine:
             CR = self._tiles(batch, lambda i: i.mm[3]) if accumulate else None
             C, O = (self._tiles(batch, lambda i, j=j: i.mm[j], write=True) for j in (3, 4))
             ints = ints and self.numerics == "faithful"
+            product = _products(A, B, len(batch))
             if accumulate and not ints and O is None and _in_place(C, CR):
                 def matmul_into():
                     # C + product, in that operand order, into C's own fp32 memory (no result to copy in).
-                    np.add(C.store, pt_product(_f32(A.read()), _f32(B.read())), out=C.store)
+                    np.add(C.store, product(), out=C.store)
                 return matmul_into
 
             def matmul():
@@ -1429,8 +1469,7 @@ class Machine:
                         r += CR.read().astype(np.int64)
                     r = ((r + 2**31) % 2**32 - 2**31).astype(np.int32)     # int32 wraps
                 else:
-                    # Contiguous operands (copies of strided shadows), as BLAS sums them the same way every time.
-                    r = pt_product(_f32(A.read()), _f32(B.read()))
+                    r = product()
                     if accumulate:                     # C + product, in that operand order
                         c = CR.peek()
                         # Into the product, but for one that every core shares (both operands did) and C does not.

@@ -1442,6 +1442,41 @@ def test_pieces_of_a_tile_share_their_weights_decode_and_transpose(targets, monk
     assert [s[-2:] for s in decodes].count((N, K)) == 2 and [s[-2:] for s in transposes].count((N, K)) == 2
 
 
+class _Values:
+    def __init__(self, v):
+        self.v, self.shape = v, v.shape
+
+    def read(self):
+        return self.v
+
+
+@pytest.mark.parametrize("index,copied", [([0, 0, 1, 1, 2, 2], False), ([0, 1, 2, 0, 1, 2], False),
+                                          ([0, 0, 0, 0, 0, 0], False), ([0, 1, 1, 0, 2, 2], True),
+                                          ([0, 0, 0, 0, 1, 1], True)])
+@pytest.mark.parametrize("grouped", ["A", "B"])
+@pytest.mark.parametrize("other", ["per core", "shared"])
+def test_a_grouped_operand_multiplies_as_its_copies_do(monkeypatch, index, copied, grouped, other):
+    """The products of a matmul batch with a Grouped operand (K chunks summed in order: K > PT_K) have the bits of
+    its per-core copies'. Where the groups are runs of cores or the cores cycle through them, the distinct tiles
+    are not copied per core but broadcast over them."""
+    import spyre_mlir.runtime.emulator as E
+
+    rng = _rng(21)
+    M, K, N, n, g = 8, E.PT_K + 44, 16, len(index), max(index) + 1
+    distinct = rng.standard_normal((g, M, K) if grouped == "A" else (g, K, N)).astype(np.float32)
+    shape = (K, N) if grouped == "A" else (M, K)
+    y = rng.standard_normal(((n,) if other == "per core" else ()) + shape).astype(np.float32)
+    G = E.Grouped(_Values(distinct), np.array(index))
+    A, B = (G, _Values(y)) if grouped == "A" else (_Values(y), G)
+    want = E.pt_product(*((distinct[index], y) if grouped == "A" else (y, distinct[index])))
+    takes, take = [], np.take
+    monkeypatch.setattr(np, "take", lambda a, *args, **kw: takes.append(a.shape) or take(a, *args, **kw))
+    got = E._products(A, B, n)()
+    assert got.shape == want.shape == (n, M, N)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert bool(takes) == (copied or other == "shared")
+
+
 def test_a_grouped_transposed_operand_is_transposed_once_a_group(targets, monkeypatch):
     """Attention's K^T: two groups of cores each load one head's K (the same bytes within a group) and two
     matmuls read it transposed (TRANS_B). The plan reads it as one tile per group, copied to the group's cores:
