@@ -719,7 +719,8 @@ def test_inputs_by_name_torch_and_errors(targets):
 
 def test_runs_use_one_blas_thread_and_give_the_caller_its_threads_back(targets, monkeypatch):
     """numpy's BLAS runs on one thread while the emulator runs (its products are a tile per core), and the
-    caller's thread count is back after the run, after a run that failed and after nested runs."""
+    caller's thread count is back after the run and after a run that failed; a context inside a run keeps
+    the one thread."""
     import os
 
     import spyre_mlir.runtime.emulator as E
@@ -736,7 +737,7 @@ def test_runs_use_one_blas_thread_and_give_the_caller_its_threads_back(targets, 
         seen.append(threads())
         if fail:
             raise RuntimeError("boom")
-        with E.one_blas_thread():             # nested: still one thread inside, still one after
+        with E.one_blas_thread():             # nested: one thread inside it and after it
             pass
         seen.append(threads())
         return product(a, b)
@@ -1479,9 +1480,9 @@ def test_a_grouped_operand_multiplies_as_its_copies_do(monkeypatch, index, copie
 
 def test_a_grouped_transposed_operand_is_transposed_once_a_group(targets, monkeypatch):
     """Attention's K^T: two groups of cores each load one head's K (the same bytes within a group) and two
-    matmuls read it transposed (TRANS_B). The plan reads it as one tile per group, copied to the group's cores:
-    per call each group's tile is decoded and transposed once, for both matmuls, not once per core. The bits
-    are those of the plan that decodes every core's tile."""
+    matmuls read it transposed (TRANS_B). The plan reads it as one tile per group (broadcast over the group's
+    cores): per call each group's tile is decoded and transposed once, for both matmuls, not once per core. The
+    bits are those of the plan that decodes every core's tile."""
     import spyre_mlir.runtime.emulator as E
 
     M, N, K = 8, 32, 64
