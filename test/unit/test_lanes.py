@@ -127,6 +127,19 @@ def test_a_worker_forked_again_computes_what_the_first_did(monkeypatch, stop):
         assert exe.machine.worker.pid != pid
 
 
+def test_a_fork_of_this_process_computes_what_this_one_does(monkeypatch):
+    """A user's fork (a data loader, a process pool) that runs a model this process has run forks a worker of its
+    own: its first run is a first run again, as for a replaced worker (above)."""
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "1")
+    torch.manual_seed(0)
+    model, x = _Convs().eval(), torch.randn(1, 3, 64, 64)
+    exe = spyre_mlir.compile(model, (x,), cores=32, cache_dir=False)
+    (want,) = exe(x)
+    assert exe.machine.worker is not None
+    assert _in_a_fork(lambda: b"1" if np.array_equal(exe(x)[0], want) else b"0") == b"1"
+    assert np.array_equal(exe(x)[0], want)
+
+
 def test_the_worker_stops_with_its_executable(target, monkeypatch):
     exe = _matmul(target, True, monkeypatch)
     exe(*_inputs())
