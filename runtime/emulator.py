@@ -550,6 +550,10 @@ _THREADS = min(2, os.cpu_count() or 1)
 _SPLIT_WORK = 1 << 18
 _SPLIT_ELEMS = 1 << 20
 _POOL: list = []
+if hasattr(os, "register_at_fork"):
+    # A fork (a data loader's, a process pool's) has a copy of the pool but not its thread: a step it handed over
+    # would wait forever. The child makes a pool of its own at its first Parallel step.
+    os.register_at_fork(after_in_child=_POOL.clear)
 # Elements an SFU computes in about the time a step of its own costs (Machine._sfu_groups).
 _GROUP_ELEMS = 1 << 16
 

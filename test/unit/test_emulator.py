@@ -757,6 +757,34 @@ def test_runs_use_one_blas_thread_and_give_the_caller_its_threads_back(targets, 
         assert threads() == before
 
 
+def test_a_fork_runs_steps_on_two_threads(targets, monkeypatch):
+    """A fork of this process (a data loader's worker) that runs a program with steps on two threads gets the
+    results this process gets. It has a copy of the thread pool but not its thread: the step it handed over
+    waited forever."""
+    import os
+    import signal
+
+    import spyre_mlir.runtime.emulator as E
+
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "0")
+    monkeypatch.setattr(E, "_SPLIT_WORK", 0)
+    exe = build_matmul(targets[4], 64, 256, 128, grid=(2, 2)).load()
+    assert any(isinstance(s, E.Parallel) for s in exe._plan)
+    x, w = (_rng(6).standard_normal(s).astype(np.float32) for s in ((64, 128), (128, 256)))
+    (want,) = exe(x, w)
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            signal.alarm(30)           # a hang fails the test (SIGALRM), not the suite
+            code = 0 if np.array_equal(exe(x, w)[0], want) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert np.array_equal(exe(x, w)[0], want)
+
+
 def test_runtime_does_not_import_torch(tmp_path, targets):
     path = tmp_path / "chain.spyre"
     _chain_program(targets[1], R=8, C=64).write(path)
