@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import operator
 import os
+import threading
 import time
 import warnings
 import weakref
@@ -610,6 +611,34 @@ def _segments_of(steps) -> list:
     return memo["segments"]
 
 
+class _RunLock:
+    """What a run holds, one per device memory (the entries of a bundle share theirs): runs from several threads
+    take turns, as each writes its inputs, runs and reads its outputs in the same memories (four threads calling
+    the decoder block: 86 of 120 outputs wrong). Re-entrant: a host function may call another entry. A fork's
+    copy may be held by a thread the fork does not have, so a forked child makes every one anew."""
+
+    _all: weakref.WeakSet = weakref.WeakSet()
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        _RunLock._all.add(self)
+
+    def __enter__(self):
+        self.lock.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+
+def _renew_run_locks() -> None:
+    for r in list(_RunLock._all):
+        r.lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_run_locks)
+
+
 def _stop_worker(machine: Machine) -> None:
     if machine.worker is not None:
         machine.worker.close()
@@ -617,7 +646,7 @@ def _stop_worker(machine: Machine) -> None:
 
 class Executable:
     """A loaded, validated, prepared program. Call it with inputs (positional in declaration order, or by
-    name); it returns a tuple of numpy outputs and sets :attr:`profile`. Not thread-safe: one machine."""
+    name); it returns a tuple of numpy outputs and sets :attr:`profile`. Runs from several threads take turns."""
 
     def __init__(self, prog: Program, target, numerics: str, streams, steps, host_code=None, device=None,
                  share_device: bool = False, seconds: dict | None = None):
@@ -651,6 +680,9 @@ class Executable:
         sp = Memory(prog.num_cores * stride, shadow, splits is not None)
         self.sp = [sp.part(c * stride, stride) for c in range(prog.num_cores)]
         self.machine = Machine(self.device, sp, stride, numerics, host_code)
+        if not hasattr(self.device, "run_lock"):
+            self.device.run_lock = _RunLock()
+        self._run_lock = self.device.run_lock
         for name, blob in ({} if device is not None else prog.constants).items():
             b = prog.buffer(name)
             self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
@@ -733,6 +765,10 @@ class Executable:
     def __call__(self, *args, **named) -> tuple[np.ndarray, ...]:
         """Run once. Inputs are numpy arrays (or torch tensors); returns the outputs in declaration order."""
         values = self._bind(args, named)
+        with self._run_lock:
+            return self._run(values)
+
+    def _run(self, values) -> tuple[np.ndarray, ...]:
         t0 = time.perf_counter()
         for v, a in zip(self._in_views, values):
             v.write(a.reshape(v.rows, v.cols))
@@ -804,13 +840,15 @@ class Executable:
         """A copy of state buffer ``name`` as values (a device-to-host transfer: for inspection and tests)."""
         b = self._state(name)
         v = self._buffer_view(b)
-        r = v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()
-        return np.array(r).reshape(b.shape)
+        with self._run_lock:
+            r = v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()
+            return np.array(r).reshape(b.shape)
 
     def reset_state(self) -> None:
         """Zero every state buffer (what a freshly loaded program holds)."""
-        for b in self.state_buffers:
-            self._buffer_view(b).write(np.zeros((b.rows, b.shape[-1] if b.shape else 1), np.float32))
+        with self._run_lock:
+            for b in self.state_buffers:
+                self._buffer_view(b).write(np.zeros((b.rows, b.shape[-1] if b.shape else 1), np.float32))
 
 
 class Bundle:

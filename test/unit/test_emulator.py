@@ -785,6 +785,68 @@ def test_a_fork_runs_steps_on_two_threads(targets, monkeypatch):
     assert np.array_equal(exe(x, w)[0], want)
 
 
+def test_runs_from_several_threads_take_turns(targets):
+    """Threads calling one executable (a server's request threads) each get their own inputs' outputs: a run
+    writes its inputs, runs and reads its outputs in the machine's memories, so runs take turns. So do the
+    entries of a bundle, which share their device memory."""
+    import threading
+
+    exe = build_matmul(targets[4], 128, 256, 256, grid=(2, 2), tile_k=64).load()
+    rng = _rng(7)
+    inputs = [(rng.standard_normal((128, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32))
+              for _ in range(4)]
+    want = [exe(*xw)[0] for xw in inputs]
+    wrong, errors = [], []
+
+    def calls(k):
+        try:
+            for _ in range(25):
+                wrong.append(not np.array_equal(exe(*inputs[k])[0], want[k]))
+        except Exception as e:          # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=calls, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(wrong) == 100 and not any(wrong)
+
+
+def test_a_fork_made_while_another_thread_runs_can_run(targets):
+    """A fork made while another thread of this process is inside a run (holding the run's turn) runs the
+    executable: the thread is not in the child, so the child does not wait for it."""
+    import os
+    import signal
+    import threading
+
+    exe = build_matmul(targets[4], 64, 256, 128, grid=(2, 2)).load()
+    x, w = (_rng(8).standard_normal(s).astype(np.float32) for s in ((64, 128), (128, 256)))
+    (want,) = exe(x, w)
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold():
+        with exe._run_lock:
+            inside.set()
+            leave.wait()
+    t = threading.Thread(target=hold)
+    t.start()
+    inside.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 2
+            try:
+                signal.alarm(30)           # a hang fails the test (SIGALRM), not the suite
+                code = 0 if np.array_equal(exe(x, w)[0], want) else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        leave.set()
+        t.join()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_runtime_does_not_import_torch(tmp_path, targets):
     path = tmp_path / "chain.spyre"
     _chain_program(targets[1], R=8, C=64).write(path)
