@@ -150,6 +150,31 @@ def test_a_kernel_reading_a_parameter_as_it_is_on_several_cards(tmp_path, fast_l
     assert np.array_equal(exe(x.numpy())[0], y1)
 
 
+def test_system_runs_from_several_threads_take_turns(fast_link):
+    """Threads calling one system each get their own inputs' outputs: a run's calls on the cards go in order,
+    another thread's after them."""
+    import threading
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1)).eval()
+    exe = load_bytes(_compile(_import(model, (torch.randn(1, 3, 16, 16),)), 2, target=fast_link), target=fast_link)
+    assert isinstance(exe, SystemExecutable)
+    xs = [np.random.default_rng(k).standard_normal((1, 3, 16, 16)).astype(np.float32) for k in range(4)]
+    want = [exe(x)[0] for x in xs]
+    wrong = []
+
+    def calls(k):
+        for _ in range(10):
+            wrong.append(not np.array_equal(exe(xs[k])[0], want[k]))
+    threads = [threading.Thread(target=calls, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wrong) == 40 and not any(wrong)
+
+
 def test_quantized_weights_split_with_their_scales(decoder, tmp_path, fast_link):
     """int8 weights: a card's columns are its codes and their per-column scales; bit-identical on 2 cards."""
     imported, inputs, _ = decoder
