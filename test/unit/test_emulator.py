@@ -757,13 +757,27 @@ def test_runs_use_one_blas_thread_and_give_the_caller_its_threads_back(targets, 
         assert threads() == before
 
 
+def _run_in_a_fork(exe, args, want) -> int:
+    """Run ``exe(*args)`` in a forked child: its exit code, 0 when the first output equals ``want``, -SIGALRM when
+    it hung (a hang fails the test, not the suite)."""
+    import os
+    import signal
+
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            signal.alarm(30)
+            code = 0 if np.array_equal(exe(*args)[0], want) else 1
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def test_a_fork_runs_steps_on_two_threads(targets, monkeypatch):
     """A fork of this process (a data loader's worker) that runs a program with steps on two threads gets the
     results this process gets. It has a copy of the thread pool but not its thread: the step it handed over
     waited forever."""
-    import os
-    import signal
-
     import spyre_mlir.runtime.emulator as E
 
     monkeypatch.setenv("SPYRE_EMU_WORKERS", "0")
@@ -772,16 +786,7 @@ def test_a_fork_runs_steps_on_two_threads(targets, monkeypatch):
     assert any(isinstance(s, E.Parallel) for s in exe._plan)
     x, w = (_rng(6).standard_normal(s).astype(np.float32) for s in ((64, 128), (128, 256)))
     (want,) = exe(x, w)
-    pid = os.fork()
-    if pid == 0:
-        code = 2
-        try:
-            signal.alarm(30)           # a hang fails the test (SIGALRM), not the suite
-            code = 0 if np.array_equal(exe(x, w)[0], want) else 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert _run_in_a_fork(exe, (x, w), want) == 0
     assert np.array_equal(exe(x, w)[0], want)
 
 
@@ -815,8 +820,6 @@ def test_runs_from_several_threads_take_turns(targets):
 def test_a_fork_made_while_another_thread_runs_can_run(targets):
     """A fork made while another thread of this process is inside a run (holding the run's turn) runs the
     executable: the thread is not in the child, so the child does not wait for it."""
-    import os
-    import signal
     import threading
 
     exe = build_matmul(targets[4], 64, 256, 128, grid=(2, 2)).load()
@@ -832,19 +835,11 @@ def test_a_fork_made_while_another_thread_runs_can_run(targets):
     t.start()
     inside.wait()
     try:
-        pid = os.fork()
-        if pid == 0:
-            code = 2
-            try:
-                signal.alarm(30)           # a hang fails the test (SIGALRM), not the suite
-                code = 0 if np.array_equal(exe(x, w)[0], want) else 1
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        code = _run_in_a_fork(exe, (x, w), want)
     finally:
         leave.set()
         t.join()
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert code == 0
 
 
 def test_runtime_does_not_import_torch(tmp_path, targets):
