@@ -43,7 +43,7 @@ __all__ = ["Memory", "TileView", "TileList", "tiles", "WindowView", "Copy", "Res
 NUMERICS = ("faithful", "fp32-reference")
 
 
-_BLAS: list | None = None      # threadpoolctl's controllers of the BLAS libraries loaded, found at the first run
+_BLAS: list | None = None      # (a BLAS library's threadpoolctl controller, its setter), found at the first run
 
 
 class one_blas_thread:
@@ -51,24 +51,27 @@ class one_blas_thread:
     (a tile per core); OpenBLAS's fork/join per call costs more than it gains at those sizes, and on a busy
     host its spinning threads slow each call by 10-100x (a 1024^3 matmul program: 1.5 s -> 0.37 s). Set through
     the libraries' own controllers, found once: ``ThreadpoolController.limit`` took 20-50 us a run (an MLP's run
-    is ~0.4 ms); this takes ~2 us."""
+    is ~0.4 ms); this takes ~2 us. With the library's own setter: threadpoolctl's (3.6+) leaves OpenBLAS alone
+    when another Python thread set it first, and a run from a second thread then kept OpenBLAS's threads (the
+    1024^3 matmul: 40 -> 932 ms a call). Runs take turns (``Executable``), so they never set it at once."""
 
     def __enter__(self):
         global _BLAS
         if _BLAS is None:
             try:
                 from threadpoolctl import ThreadpoolController
-                _BLAS = ThreadpoolController().select(user_api="blas").lib_controllers
+                _BLAS = [(c, getattr(c, "_real_set_num_threads", c.set_num_threads))
+                         for c in ThreadpoolController().select(user_api="blas").lib_controllers]
             except ImportError:       # optional at run time: only speed depends on it
                 _BLAS = []
-        self.before = [(c, c.get_num_threads()) for c in _BLAS]
-        for c, _ in self.before:
-            c.set_num_threads(1)
+        self.before = [(c.get_num_threads(), set_threads) for c, set_threads in _BLAS]
+        for _, set_threads in self.before:
+            set_threads(1)
         return self
 
     def __exit__(self, *exc) -> None:
-        for c, n in self.before:
-            c.set_num_threads(n)
+        for n, set_threads in self.before:
+            set_threads(n)
 
 
 class SpyreRuntimeError(SpyreError, RuntimeError):
