@@ -144,10 +144,17 @@ class Worker:
     steps of lane ``k``). :meth:`begin` a run, :meth:`go` and :meth:`wait` for each lane, :meth:`end` the run."""
 
     def __init__(self, lanes: list):
-        while len(_LIVE) >= _LIVE_MAX:
-            old = _LIVE.popitem(last=False)[1]()
+        for pid in list(_LIVE):
+            if len(_LIVE) < _LIVE_MAX:
+                break
+            ref = _LIVE.get(pid)
+            old = ref() if ref is not None else None
+            if old is not None and old.busy:
+                continue            # in a run on another thread, which waits on it: stop a later one
+            _LIVE.pop(pid, None)
             if old is not None:
                 old.close()
+        self.busy = False
         block = np.frombuffer(mmap.mmap(-1, 8 * 8 + _MSG), np.uint8)
         self.ctl, self.msg = block[:64].view(np.int64), block[64:]
         r, w = os.pipe()
@@ -195,6 +202,7 @@ class Worker:
 
     def begin(self) -> None:
         _LIVE.move_to_end(self.pid)
+        self.busy = True
         os.write(self._wake, b"r")
 
     def go(self, k: int) -> None:
@@ -211,3 +219,4 @@ class Worker:
     def end(self) -> None:
         self.go(_IDLE)
         self.wait()
+        self.busy = False

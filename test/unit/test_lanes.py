@@ -239,6 +239,43 @@ def test_workers_are_capped_and_a_stopped_one_comes_back(target, monkeypatch):
     assert all(np.array_equal(o, outs[0]) for o in outs)
 
 
+def test_a_worker_in_a_run_on_another_thread_is_not_stopped_for_a_new_one(target, monkeypatch):
+    """Past the cap, a new worker stops the least recently used one that is not in a run: one in a run on another
+    thread is waited on there (that run failed: "the emulator's worker process died")."""
+    import threading
+
+    monkeypatch.setattr(lanes, "_LIVE_MAX", 1)
+    x, w = _inputs()
+    first, second = _matmul(target, True, monkeypatch), _matmul(target, True, monkeypatch)
+    (want,) = first(x, w)
+    inside, leave, got = threading.Event(), threading.Event(), []
+    step = first._plan[0]
+
+    def held():
+        inside.set()
+        leave.wait()
+        step()
+    first._plan[0] = held
+
+    def run():
+        try:
+            got.append(first(x, w)[0])
+        except Exception as e:          # noqa: BLE001 - checked below
+            got.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    inside.wait()
+    try:
+        assert np.array_equal(second(x, w)[0], want)        # its worker made while the first's is busy
+        assert first.machine.worker.alive
+    finally:
+        leave.set()
+        t.join()
+    first._plan[0] = step
+    assert len(got) == 1 and isinstance(got[0], np.ndarray) and np.array_equal(got[0], want)
+    assert np.array_equal(second(x, w)[0], want) and np.array_equal(first(x, w)[0], want)
+
+
 def test_split_k_sums_parts_made_in_both_lanes(target, monkeypatch):
     x = np.random.default_rng(1).standard_normal((512, 1024)).astype(np.float32)
     w = np.random.default_rng(2).standard_normal((1024, 512)).astype(np.float32)
