@@ -1184,6 +1184,7 @@ class Machine:
         self._stage, self._stage_end = None, 0
         self.lanes: list[Lanes] = []     # the plan's Lanes steps, in order (the worker runs their second lanes)
         self.worker = None               # a run's worker process (runtime/lanes.py), set by the executable
+        self.lanes_here = False          # the last run ran both lanes in this process, for want of a worker
         self._lane = None                # the lane being planned (0, 1) or None
         self._views = {}                 # (scratchpad addresses, tile shape) -> its view (_tiles_at)
 

@@ -37,15 +37,17 @@ import weakref
 
 import numpy as np
 
-__all__ = ["available", "shared_zeros", "Worker", "WorkerError"]
+__all__ = ["available", "shared_zeros", "Worker", "WorkerError", "NoRoom", "make_room", "tick"]
 
 _GO, _DONE, _FAILED, _CPU = range(4)
 _IDLE = (1 << 20) - 1           # the lane index that ends a run: the worker goes back to the pipe
 _MSG = 4096                     # bytes of the failure message area
 _SPINS = 256                    # tries a wait spins (~0.1-0.3 ms) before it naps
 _NAP = 20e-6                    # seconds a nap asks for (the kernel's timer slack makes it ~60-80 us)
-_LIVE_MAX = 4                   # workers alive at once; the least recently used is stopped for a new one
+_LIVE_MAX = 4                   # workers alive at once; the least recently used is stopped for a new one ...
+_STALE = 64                     # ... once this many runs (of any program with lanes) went by since its last run
 _LIVE: collections.OrderedDict = collections.OrderedDict()     # pid -> weakref to Worker, least recently used first
+_RUNS = [0]                     # runs of programs with lanes so far (tick)
 
 
 class WorkerError(RuntimeError):
@@ -139,22 +141,42 @@ def _stop(pid: int, wake: int, reaped: list, owner: int) -> None:
             pass
 
 
+class NoRoom(RuntimeError):
+    """Every live worker is in use (:func:`make_room`): a run's lanes run in its own process."""
+
+
+def tick() -> None:
+    """Count a run of a program with lanes (how recently a worker was used, :func:`make_room`)."""
+    _RUNS[0] += 1
+
+
+def make_room() -> bool:
+    """Whether a new worker may start: fewer than ``_LIVE_MAX`` are alive, or the least recently used ones that
+    no run used in the last ``_STALE`` runs are stopped for it. Not one in a run on another thread (which waits on
+    it), nor one of the programs run in turn: five programs with lanes called one after another forked a
+    worker at every call (the CNN: 28.8 ms a call, 5.0 ms for four); the program left without one runs its lanes
+    in its own process until one is stale."""
+    for pid in list(_LIVE):
+        if len(_LIVE) < _LIVE_MAX:
+            break
+        ref = _LIVE.get(pid)
+        old = ref() if ref is not None else None
+        if old is not None and (old.busy or _RUNS[0] - old.last_run < _STALE):
+            continue
+        _LIVE.pop(pid, None)
+        if old is not None:
+            old.close()
+    return len(_LIVE) < _LIVE_MAX
+
+
 class Worker:
     """A forked process that runs the second lane of each :class:`~.emulator.Lanes` step (``lanes[k]``: the
     steps of lane ``k``). :meth:`begin` a run, :meth:`go` and :meth:`wait` for each lane, :meth:`end` the run."""
 
     def __init__(self, lanes: list):
-        for pid in list(_LIVE):
-            if len(_LIVE) < _LIVE_MAX:
-                break
-            ref = _LIVE.get(pid)
-            old = ref() if ref is not None else None
-            if old is not None and old.busy:
-                continue            # in a run on another thread, which waits on it: stop a later one
-            _LIVE.pop(pid, None)
-            if old is not None:
-                old.close()
-        self.busy = False
+        if not make_room():
+            raise NoRoom(f"{len(_LIVE)} workers in use")
+        self.busy, self.last_run = False, _RUNS[0]
         block = np.frombuffer(mmap.mmap(-1, 8 * 8 + _MSG), np.uint8)
         self.ctl, self.msg = block[:64].view(np.int64), block[64:]
         r, w = os.pipe()
@@ -202,7 +224,7 @@ class Worker:
 
     def begin(self) -> None:
         _LIVE.move_to_end(self.pid)
-        self.busy = True
+        self.busy, self.last_run = True, _RUNS[0]
         os.write(self._wake, b"r")
 
     def go(self, k: int) -> None:

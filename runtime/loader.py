@@ -802,20 +802,34 @@ class Executable:
 
     def _worker(self) -> lanes.Worker | None:
         """The process that runs the second lane of the plan's :class:`~.emulator.Lanes` steps, forked at the first
-        run that has some (runtime/lanes.py), again after one failed or was stopped for another executable's."""
+        run that has some (runtime/lanes.py), again after one failed or was stopped for another executable's. None
+        while every worker is in use (``lanes.make_room``): both lanes run in this process."""
         m = self.machine
         if not m.lanes:
             return None
-        if m.worker is None or not m.worker.alive:
+        lanes.tick()
+        if m.worker is not None and m.worker.alive:
+            return m.worker
+        m.worker = None
+        if lanes.make_room():
             if native.available():
                 native.warm()           # compiled once, here, not in each process at its first conversion
             m.first_run_again()         # the worker's first run (or, without one, this process's with its lanes)
             try:
                 m.worker = lanes.Worker([x.second for x in m.lanes])
+                m.lanes_here = False
+                return m.worker
+            except lanes.NoRoom:        # taken by another thread's run since
+                m.lanes_here = False
             except OSError as e:        # no process to be had (limits, memory): both lanes run here
                 warnings.warn(f"spyre emulator: runs in one process ({e})", stacklevel=3)
-                m.worker, m.lanes = None, []
-        return m.worker
+                m.lanes = []
+                return None
+        # Every worker is in use: both lanes run here this time, a first run here the first time.
+        if not m.lanes_here:
+            m.first_run_again()
+            m.lanes_here = True
+        return None
 
     @property
     def worker_cpu_seconds(self) -> float:

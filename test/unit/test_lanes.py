@@ -127,6 +127,24 @@ def test_a_worker_forked_again_computes_what_the_first_did(monkeypatch, stop):
         assert exe.machine.worker.pid != pid
 
 
+def test_a_program_whose_worker_was_taken_runs_its_lanes_here(target, monkeypatch):
+    """A program whose worker was stopped for another's, and that finds no room for a new one, runs both lanes
+    in this process: a first run here (its weights were decoded in the worker that went), then as any run."""
+    monkeypatch.setenv("SPYRE_EMU_WORKERS", "1")
+    monkeypatch.setattr(lanes, "_LIVE_MAX", 1)
+    torch.manual_seed(0)
+    model, x = _Convs().eval(), torch.randn(1, 3, 64, 64)
+    exe = spyre_mlir.compile(model, (x,), cores=32, cache_dir=False)
+    (want,) = exe(x)
+    monkeypatch.setattr(lanes, "_STALE", 0)
+    other = _matmul(target, True, monkeypatch)
+    other(*_inputs())                                   # takes the only worker
+    assert not exe.machine.worker.alive and other.machine.worker.alive
+    monkeypatch.setattr(lanes, "_STALE", 1 << 30)
+    for _ in range(2):
+        assert np.array_equal(exe(x)[0], want) and exe.machine.worker is None
+
+
 def test_a_fork_of_this_process_computes_what_this_one_does(monkeypatch):
     """A user's fork (a data loader, a process pool) that runs a model this process has run forks a worker of its
     own: its first run is a first run again, as for a replaced worker (above)."""
@@ -229,22 +247,37 @@ def test_a_bundle_shares_its_device_memory_when_a_later_entry_has_lanes(target, 
     assert np.array_equal(bundle["big"](x, w)[0], want)      # what the worker stored is seen here
 
 
-def test_workers_are_capped_and_a_stopped_one_comes_back(target, monkeypatch):
+def test_workers_are_capped_and_a_stale_one_makes_room(target, monkeypatch):
+    """At most ``_LIVE_MAX`` workers. A program past the cap runs its lanes in this process while the others were
+    run lately (programs called in turn do not fork a worker at every call), and gets one once the least recently
+    used one went ``_STALE`` runs unused; that one's program runs its lanes here at its next run. Every output is
+    the same."""
+    monkeypatch.setattr(lanes, "_STALE", 6)
     x, w = _inputs()
     exes = [_matmul(target, True, monkeypatch) for _ in range(lanes._LIVE_MAX + 1)]
     outs = [exe(x, w)[0] for exe in exes]
-    assert len(lanes._LIVE) <= lanes._LIVE_MAX
-    assert not exes[0].machine.worker.alive           # the least recently used one was stopped
-    assert np.array_equal(exes[0](x, w)[0], outs[0]) and exes[0].machine.worker.alive
-    assert all(np.array_equal(o, outs[0]) for o in outs)
+    assert len(lanes._LIVE) == lanes._LIVE_MAX
+    assert exes[-1].machine.worker is None and all(e.machine.worker.alive for e in exes[:-1])
+    pids = [e.machine.worker.pid for e in exes[:-1]]
+    for _ in range(3):                  # in turn: no worker stopped, none forked
+        for e in exes:
+            assert np.array_equal(e(x, w)[0], outs[0])
+    assert exes[-1].machine.worker is None and [e.machine.worker.pid for e in exes[:-1]] == pids
+    for _ in range(2):                  # the first one unused for 8 runs: the last one takes its place
+        for e in exes[1:]:
+            assert np.array_equal(e(x, w)[0], outs[0])
+    assert not exes[0].machine.worker.alive and exes[-1].machine.worker.alive
+    assert np.array_equal(exes[0](x, w)[0], outs[0]) and exes[0].machine.worker is None
+    assert len(lanes._LIVE) <= lanes._LIVE_MAX and all(np.array_equal(o, outs[0]) for o in outs)
 
 
 def test_a_worker_in_a_run_on_another_thread_is_not_stopped_for_a_new_one(target, monkeypatch):
-    """Past the cap, a new worker stops the least recently used one that is not in a run: one in a run on another
-    thread is waited on there (that run failed: "the emulator's worker process died")."""
+    """Past the cap, a new worker never stops one in a run on another thread, however stale: that run waits on it
+    (it failed: "the emulator's worker process died"). The new program runs its lanes in this process."""
     import threading
 
     monkeypatch.setattr(lanes, "_LIVE_MAX", 1)
+    monkeypatch.setattr(lanes, "_STALE", 0)
     x, w = _inputs()
     first, second = _matmul(target, True, monkeypatch), _matmul(target, True, monkeypatch)
     (want,) = first(x, w)
@@ -266,8 +299,8 @@ def test_a_worker_in_a_run_on_another_thread_is_not_stopped_for_a_new_one(target
     t.start()
     inside.wait()
     try:
-        assert np.array_equal(second(x, w)[0], want)        # its worker made while the first's is busy
-        assert first.machine.worker.alive
+        assert np.array_equal(second(x, w)[0], want)        # its lanes here, while the first's worker is busy
+        assert first.machine.worker.alive and second.machine.worker is None
     finally:
         leave.set()
         t.join()
