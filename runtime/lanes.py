@@ -48,6 +48,7 @@ _LIVE_MAX = 4                   # workers alive at once; the least recently used
 _STALE = 64                     # ... once this many runs (of any program with lanes) went by since its last run
 _LIVE: collections.OrderedDict = collections.OrderedDict()     # pid -> weakref to Worker, least recently used first
 _RUNS = [0]                     # runs of programs with lanes so far (tick)
+_COLLECTED = [-_STALE]          # the run count at make_room's last garbage collection
 
 
 class WorkerError(RuntimeError):
@@ -156,6 +157,11 @@ def make_room() -> bool:
     it), nor one of the programs run in turn: five programs with lanes called one after another forked a
     worker at every call (the CNN: 28.8 ms a call, 5.0 ms for four); the program left without one runs its lanes
     in its own process until one is stale."""
+    if len(_LIVE) >= _LIVE_MAX and _RUNS[0] - _COLLECTED[0] >= _STALE:
+        # Workers of executables dropped but not yet collected (their plans and machines refer to one another)
+        # hold their places: collect them, at most once in _STALE runs.
+        _COLLECTED[0] = _RUNS[0]
+        gc.collect()
     for pid in list(_LIVE):
         if len(_LIVE) < _LIVE_MAX:
             break

@@ -31,6 +31,15 @@ def target():
     return load_target().with_cores(32)
 
 
+@pytest.fixture(autouse=True)
+def _room_for_workers():
+    """Each test starts with room for workers: executables of earlier tests (kept by fixtures, or dropped and not
+    yet collected) may hold all of them. A program whose worker is stopped forks again at its next run."""
+    for ref in list(lanes._LIVE.values()):
+        if (w := ref()) is not None:
+            w.close()
+
+
 def _matmul(target, workers: bool, monkeypatch, numerics="faithful"):
     monkeypatch.setenv("SPYRE_EMU_WORKERS", "1" if workers else "0")
     # small tiles: many small steps a segment, as lanes are for (big batches use two threads instead)
@@ -269,6 +278,28 @@ def test_workers_are_capped_and_a_stale_one_makes_room(target, monkeypatch):
     assert not exes[0].machine.worker.alive and exes[-1].machine.worker.alive
     assert np.array_equal(exes[0](x, w)[0], outs[0]) and exes[0].machine.worker is None
     assert len(lanes._LIVE) <= lanes._LIVE_MAX and all(np.array_equal(o, outs[0]) for o in outs)
+
+
+def test_workers_of_dropped_programs_make_room(target, monkeypatch):
+    """Programs dropped but not yet collected (in a reference cycle, as a wrapper with a back reference makes)
+    hold no worker another program needs: finding no room, it collects them first (at most once in ``_STALE``
+    runs; the test puts the last collection that long ago)."""
+    monkeypatch.setattr(lanes, "_COLLECTED", [lanes._RUNS[0] - lanes._STALE])
+    x, w = _inputs()
+    exes = [_matmul(target, True, monkeypatch) for _ in range(lanes._LIVE_MAX)]
+    for e in exes:
+        e(x, w)
+        e.cycle = [e]
+    pids = [e.machine.worker.pid for e in exes]
+    gc.disable()
+    try:
+        del exes, e
+        assert all(_alive(p) for p in pids)             # not collected yet
+        new = _matmul(target, True, monkeypatch)
+        new(x, w)
+        assert new.machine.worker is not None and not any(_alive(p) for p in pids)
+    finally:
+        gc.enable()
 
 
 def test_a_worker_in_a_run_on_another_thread_is_not_stopped_for_a_new_one(target, monkeypatch):
