@@ -819,8 +819,8 @@ class Executable:
                 m.worker = lanes.Worker([x.second for x in m.lanes])
                 m.lanes_here = False
                 return m.worker
-            except lanes.NoRoom:        # taken by another thread's run since
-                m.lanes_here = False
+            except lanes.NoRoom:        # taken by another thread's run since: both lanes here, as below
+                pass
             except OSError as e:        # no process to be had (limits, memory): both lanes run here
                 warnings.warn(f"spyre emulator: runs in one process ({e})", stacklevel=3)
                 m.lanes = []
