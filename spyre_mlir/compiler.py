@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 
 from spyre_mlir.errors import InternalError, SpyreError
@@ -317,6 +318,21 @@ def _mark(module, args: dict, results: dict) -> None:
     main.attributes["res_attrs"] = ir.ArrayAttr.get(res_attrs)
 
 
+# torch.export keeps its tracing state process-wide: compiles from several threads take turns (four threads
+# compiling at once all failed in torch.export, "ProxyTorchDispatchMode slot already occupied"). Re-entrant: a
+# generation compiles its steps inside. A forked child makes its own (a thread holding it is not in the child).
+_COMPILING = threading.RLock()
+
+
+def _renew_compile_lock() -> None:
+    global _COMPILING
+    _COMPILING = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_compile_lock)
+
+
 def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, input_shapes, output,
            persistent_state=False, cards=None, placement=(None, None), mkey=None, keep_image=False):
     """Compile (or take from the cache): (the binary's path, the Target, CompileInfo, its image). Only
@@ -332,7 +348,7 @@ def _build(model_or_path, example_inputs, precision, cores, target, cache_dir, i
         # The collector paused: tracing and importing make many short-lived objects, which it would promote and
         # then rescan with every object torch has (400k: 160-200 ms a full collection, one in three compiles of
         # the peers' models, none paused; the same peak memory for a 8-layer Llama).
-        with digests_remembered(), collector_paused():    # the keys: one hash of the module, program and binary
+        with _COMPILING, digests_remembered(), collector_paused():    # the keys: one hash of module, program, binary
             return _build_unchecked(model_or_path, example_inputs, precision, cores, target, cache_dir,
                                     input_shapes, output, persistent_state, cards, placement, mkey, keep_image)
     except SpyreError:
