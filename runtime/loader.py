@@ -611,7 +611,7 @@ def _segments_of(steps) -> list:
     return memo["segments"]
 
 
-class _RunLock:
+class RunLock:
     """What a run holds, one per device memory (the entries of a bundle share theirs): runs from several threads
     take turns, as each writes its inputs, runs and reads its outputs in the same memories (four threads calling
     the decoder block: 86 of 120 outputs wrong). Re-entrant: a host function may call another entry. A fork's
@@ -621,7 +621,7 @@ class _RunLock:
 
     def __init__(self):
         self.lock = threading.RLock()
-        _RunLock._all.add(self)
+        RunLock._all.add(self)
 
     def __enter__(self):
         self.lock.acquire()
@@ -631,7 +631,7 @@ class _RunLock:
 
 
 def _renew_run_locks() -> None:
-    for r in list(_RunLock._all):
+    for r in list(RunLock._all):
         r.lock = threading.RLock()
 
 
@@ -681,7 +681,7 @@ class Executable:
         self.sp = [sp.part(c * stride, stride) for c in range(prog.num_cores)]
         self.machine = Machine(self.device, sp, stride, numerics, host_code)
         if not hasattr(self.device, "run_lock"):
-            self.device.run_lock = _RunLock()
+            self.device.run_lock = RunLock()
         self._run_lock = self.device.run_lock
         for name, blob in ({} if device is not None else prog.constants).items():
             b = prog.buffer(name)
@@ -883,6 +883,12 @@ class Bundle:
 
     def __repr__(self) -> str:
         return f"Bundle({', '.join(self.entries)})"
+
+    @property
+    def lock(self) -> RunLock:
+        """What its entries' runs hold (they share one device memory): held across several calls, no other
+        thread's run comes between them (a generation's prefill and decode steps, which share the KV cache)."""
+        return next(iter(self._exes.values()))._run_lock
 
     def read_state(self, name: str) -> np.ndarray:
         return next(iter(self._exes.values())).read_state(name)

@@ -38,7 +38,7 @@ import numpy as np
 from .binary import (FLAG_SYSTEM, BinaryFormatError, Program, Section, _get, _json, container_layout,
                      program_from_bytes, read_container, write_container)
 from .hostjit import host_dtype
-from .loader import _RunLock
+from .loader import RunLock
 
 __all__ = ["System", "SystemExecutable", "SystemProfile", "system_to_bytes", "system_layout", "system_from_bytes"]
 
@@ -227,7 +227,7 @@ class SystemExecutable:
         self.bytes_per_cycle = float(meta["link"]["bytes_per_cycle"])
         self.latency = float(meta["link"]["latency_cycles"])
         self._wall: float | None = None
-        self._run_lock = _RunLock()     # a run's calls in order, another thread's after them (and a card's state)
+        self._run_lock = RunLock()     # a run's calls in order, another thread's after them (and a card's state)
 
     def __repr__(self) -> str:
         return (f"SystemExecutable({len(self.cards)} cards, {len(self.calls)} calls, "

@@ -167,22 +167,29 @@ def _check_model(model):
 def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "dlf16", cores=None,
             cache_dir=None) -> Generator:
     """The generator for these sizes: compiled and loaded on first use, then reused (per model object)."""
+    from spyre_mlir import compiler
+
+    _check_model(model)
+    tgt, cores = compiler._check_options(precision, cores, None)
+    key = (batch, prompt_len, max_len, precision, cores)
+    with compiler._COMPILING:       # threads asking for the same generator wait for one, not compile two
+        per_model = _GENERATORS.setdefault(model, {})
+        if key not in per_model:
+            per_model[key] = _prepare(model, batch, prompt_len, max_len, precision, cores, cache_dir, tgt)
+        return per_model[key]
+
+
+def _prepare(model, batch, prompt_len, max_len, precision, cores, cache_dir, tgt) -> Generator:
     import time
 
     import torch
 
-    from spyre_mlir.compiler import _build, _cache_dir, _check_options, module_keys
+    from spyre_mlir.compiler import _build, _cache_dir, module_keys
     from spyre_mlir.frontend.fingerprint import digests_remembered
     from spyre_mlir.runtime import load_bytes
     from spyre_mlir.runtime.binary import atomic_write, image_of, program_from_bytes, program_layout
     from spyre_mlir.runtime.link import link
 
-    _check_model(model)
-    tgt, cores = _check_options(precision, cores, None)
-    key = (batch, prompt_len, max_len, precision, cores)
-    per_model = _GENERATORS.setdefault(model, {})
-    if key in per_model:
-        return per_model[key]
     t0 = time.perf_counter()
     step = _cache_step_class()(model, batch, max_len).eval()
     examples = {name: {"input_ids": torch.zeros(batch, t, dtype=torch.long),
@@ -212,10 +219,8 @@ def prepare(model, batch: int, prompt_len: int, max_len: int, precision: str = "
         out = os.path.join(cdir, hashlib.sha256("+".join(keys).encode()).hexdigest() + ".generate.spyre")
         if not os.path.exists(out):
             atomic_write(out, image)
-    gen = Generator(load_bytes(image, target=tgt), batch, prompt_len, max_len, precision,
-                    cores, out, time.perf_counter() - t0)
-    per_model[key] = gen
-    return gen
+    return Generator(load_bytes(image, target=tgt), batch, prompt_len, max_len, precision,
+                     cores, out, time.perf_counter() - t0)
 
 
 def generate(model, input_ids, max_new_tokens: int = 32, attention_mask=None, *, precision: str = "dlf16",
@@ -239,6 +244,15 @@ def generate(model, input_ids, max_new_tokens: int = 32, attention_mask=None, *,
                             "(tokenizer.padding_side = 'left')")
     p = _bucket(s)
     gen = prepare(model, b, p, _bucket(p + max_new_tokens), precision, cores, cache_dir)
+    with gen.bundle.lock:       # the KV cache is the generator's: another thread's generation waits for this one
+        return _generate(model, gen, ids, mask, max_new_tokens, p)
+
+
+def _generate(model, gen: Generator, ids, mask, max_new_tokens: int, p: int):
+    """:func:`generate`'s loop: prefill the prompt (padded to ``p``), then one decode step per new token."""
+    import torch
+
+    b, s = ids.shape
     L = gen.max_len
     cfg = model.generation_config
     eos = cfg.eos_token_id
