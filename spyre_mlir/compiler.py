@@ -525,6 +525,10 @@ class StatefulExecutable:
         return getattr(self._exe, name)
 
     def __call__(self, *args):
+        with self._exe._run_lock:       # the buffers read, the run and the write-back: one turn among threads
+            return self._call(args)
+
+    def _call(self, args):
         state = self._exe.compile_info.state
         buffers = {target: self._module.get_buffer(target) for kind, target, _, _ in state
                    if kind == "buffer" and self._module is not None}
