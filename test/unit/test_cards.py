@@ -150,11 +150,9 @@ def test_a_kernel_reading_a_parameter_as_it_is_on_several_cards(tmp_path, fast_l
     assert np.array_equal(exe(x.numpy())[0], y1)
 
 
-def test_system_runs_from_several_threads_take_turns(fast_link):
+def test_system_runs_from_several_threads_take_turns(fast_link, in_threads):
     """Threads calling one system each get their own inputs' outputs: a run's calls on the cards go in order,
     another thread's after them."""
-    import threading
-
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
                                 torch.nn.Conv2d(8, 8, 3, padding=1)).eval()
@@ -167,11 +165,7 @@ def test_system_runs_from_several_threads_take_turns(fast_link):
     def calls(k):
         for _ in range(10):
             wrong.append(not np.array_equal(exe(xs[k])[0], want[k]))
-    threads = [threading.Thread(target=calls, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert not in_threads(calls, [(k,) for k in range(4)])
     assert len(wrong) == 40 and not any(wrong)
 
 

@@ -153,28 +153,19 @@ def test_quantized_weights_report_error(model, precision, tmp_path):
     _check(name, exe, ex, ref, precision, 4)
 
 
-def test_compiles_from_several_threads_take_turns():
+def test_compiles_from_several_threads_take_turns(in_threads):
     """Threads that compile at once (a server loading models) each get their model: torch.export keeps its tracing
     state process-wide, and four compiles at once all failed in it."""
-    import threading
-
-    got, errors = {}, []
+    got = {}
 
     def build(k):
-        try:
-            torch.manual_seed(k)
-            m = torch.nn.Sequential(torch.nn.Linear(64 + 32 * k, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)).eval()
-            x = torch.randn(4, 64 + 32 * k)
-            (y,) = spyre_mlir.compile(m, (x,), cache_dir=False)(x)
-            with torch.no_grad():
-                got[k] = np.abs(np.asarray(y) - m(x).numpy()).max() / np.abs(m(x).numpy()).max()
-        except Exception as e:          # noqa: BLE001 - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=build, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        torch.manual_seed(k)
+        m = torch.nn.Sequential(torch.nn.Linear(64 + 32 * k, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)).eval()
+        x = torch.randn(4, 64 + 32 * k)
+        (y,) = spyre_mlir.compile(m, (x,), cache_dir=False)(x)
+        with torch.no_grad():
+            got[k] = np.abs(np.asarray(y) - m(x).numpy()).max() / np.abs(m(x).numpy()).max()
+    errors = in_threads(build, [(k,) for k in range(3)])
     assert not errors and sorted(got) == [0, 1, 2] and max(got.values()) < 1e-2, (errors, got)
 
 

@@ -798,31 +798,22 @@ def test_a_fork_runs_steps_on_two_threads(targets, monkeypatch):
     assert np.array_equal(exe(x, w)[0], want)
 
 
-def test_runs_from_several_threads_take_turns(targets):
+def test_runs_from_several_threads_take_turns(targets, in_threads):
     """Threads calling one executable (a server's request threads) each get their own inputs' outputs: a run
     writes its inputs, runs and reads its outputs in the machine's memories, so runs take turns. So do the
     entries of a bundle, which share their device memory."""
-    import threading
-
     exe = build_matmul(targets[4], 128, 256, 256, grid=(2, 2), tile_k=64).load()
     rng = _rng(7)
     inputs = [(rng.standard_normal((128, 256)).astype(np.float32), rng.standard_normal((256, 256)).astype(np.float32))
               for _ in range(4)]
     want = [exe(*xw)[0] for xw in inputs]
-    wrong, errors = [], []
+    wrong = []
 
     def calls(k):
-        try:
-            for _ in range(25):
-                wrong.append(not np.array_equal(exe(*inputs[k])[0], want[k]))
-        except Exception as e:          # noqa: BLE001 - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=calls, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and len(wrong) == 100 and not any(wrong)
+        for _ in range(25):
+            wrong.append(not np.array_equal(exe(*inputs[k])[0], want[k]))
+    assert not in_threads(calls, [(k,) for k in range(4)])
+    assert len(wrong) == 100 and not any(wrong)
 
 
 def test_a_fork_made_while_another_thread_runs_can_run(targets):

@@ -65,31 +65,22 @@ def test_cache_stays_on_the_device_and_programs_are_prepared_once(monkeypatch):
     assert (again[:, 8:] == ref[:, 8:]).float().mean() >= 0.9, (again, ref)
 
 
-def test_generations_from_several_threads_take_turns():
+def test_generations_from_several_threads_take_turns(in_threads):
     """Threads generating with one model (a server's requests) each get their own prompt's tokens: the KV cache
     is the generator's, so a generation holds it from the prefill to the last step (interleaved, 11 of 12
     generations came out wrong)."""
-    import threading
-
     model = zoo.build("llama")
     xs = [zoo.example_inputs("llama", mask=True, seed=s) for s in (1, 2, 3)]
     kw = dict(max_new_tokens=8, precision="fp32-reference", cores=4)
     want = [spyre_mlir.generate(model, x["input_ids"], attention_mask=x["attention_mask"], **kw) for x in xs]
-    wrong, errors = [], []
+    wrong = []
 
     def run(k):
-        try:
-            for _ in range(2):
-                out = spyre_mlir.generate(model, xs[k]["input_ids"], attention_mask=xs[k]["attention_mask"], **kw)
-                wrong.append(not torch.equal(out, want[k]))
-        except Exception as e:          # noqa: BLE001 - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and len(wrong) == 6 and not any(wrong)
+        for _ in range(2):
+            out = spyre_mlir.generate(model, xs[k]["input_ids"], attention_mask=xs[k]["attention_mask"], **kw)
+            wrong.append(not torch.equal(out, want[k]))
+    assert not in_threads(run, [(k,) for k in range(3)])
+    assert len(wrong) == 6 and not any(wrong)
 
 
 def test_generate_rejects_what_it_cannot_run():

@@ -55,11 +55,9 @@ def test_compile_writes_state_back():
     assert m.bn.num_batches_tracked.item() == 3
 
 
-def test_calls_from_several_threads_lose_no_update():
+def test_calls_from_several_threads_lose_no_update(in_threads):
     """Threads calling one stateful program each read the buffers, run and write them back in one turn: a counter
     counts every call."""
-    import threading
-
     m, _ = _pair()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -69,11 +67,7 @@ def test_calls_from_several_threads_lose_no_update():
     def calls():
         for _ in range(10):
             exe(torch.randn(4, 3), torch.randn(3))
-    threads = [threading.Thread(target=calls) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert not in_threads(calls, [()] * 4)
     assert m.count.tolist() == [40.0] * 3 and m.bn.num_batches_tracked.item() == 40
 
 
