@@ -682,7 +682,7 @@ class Executable:
         self.machine = Machine(self.device, sp, stride, numerics, host_code)
         if not hasattr(self.device, "run_lock"):
             self.device.run_lock = RunLock()
-        self._run_lock = self.device.run_lock
+        self.lock = self.device.run_lock      # what a run holds; held across calls, no other thread's between
         for name, blob in ({} if device is not None else prog.constants).items():
             b = prog.buffer(name)
             self.device.bytes[b.addr:b.addr + b.nbytes] = np.frombuffer(blob, dtype=np.uint8)
@@ -765,7 +765,7 @@ class Executable:
     def __call__(self, *args, **named) -> tuple[np.ndarray, ...]:
         """Run once. Inputs are numpy arrays (or torch tensors); returns the outputs in declaration order."""
         values = self._bind(args, named)
-        with self._run_lock:
+        with self.lock:
             return self._run(values)
 
     def _run(self, values) -> tuple[np.ndarray, ...]:
@@ -819,8 +819,6 @@ class Executable:
                 m.worker = lanes.Worker([x.second for x in m.lanes])
                 m.lanes_here = False
                 return m.worker
-            except lanes.NoRoom:        # taken by another thread's run since: both lanes here, as below
-                pass
             except OSError as e:        # no process to be had (limits, memory): both lanes run here
                 warnings.warn(f"spyre emulator: runs in one process ({e})", stacklevel=3)
                 m.lanes = []
@@ -854,13 +852,13 @@ class Executable:
         """A copy of state buffer ``name`` as values (a device-to-host transfer: for inspection and tests)."""
         b = self._state(name)
         v = self._buffer_view(b)
-        with self._run_lock:
+        with self.lock:
             r = v.read() if b.fmt.is_float and not b.fmt.exact_storage else v.read_bytes()
             return np.array(r).reshape(b.shape)
 
     def reset_state(self) -> None:
         """Zero every state buffer (what a freshly loaded program holds)."""
-        with self._run_lock:
+        with self.lock:
             for b in self.state_buffers:
                 self._buffer_view(b).write(np.zeros((b.rows, b.shape[-1] if b.shape else 1), np.float32))
 
@@ -888,7 +886,7 @@ class Bundle:
     def lock(self) -> RunLock:
         """What its entries' runs hold (they share one device memory): held across several calls, no other
         thread's run comes between them (a generation's prefill and decode steps, which share the KV cache)."""
-        return next(iter(self._exes.values()))._run_lock
+        return next(iter(self._exes.values())).lock
 
     def read_state(self, name: str) -> np.ndarray:
         return next(iter(self._exes.values())).read_state(name)

@@ -227,7 +227,7 @@ class SystemExecutable:
         self.bytes_per_cycle = float(meta["link"]["bytes_per_cycle"])
         self.latency = float(meta["link"]["latency_cycles"])
         self._wall: float | None = None
-        self._run_lock = RunLock()     # a run's calls in order, another thread's after them (and a card's state)
+        self.lock = RunLock()      # a run's calls in order, another thread's after them (and a card's state)
 
     def __repr__(self) -> str:
         return (f"SystemExecutable({len(self.cards)} cards, {len(self.calls)} calls, "
@@ -307,7 +307,7 @@ class SystemExecutable:
 
     def __call__(self, *args, **named) -> tuple[np.ndarray, ...]:
         inputs = self._bind(args, named)
-        with self._run_lock:
+        with self.lock:
             return self._run(inputs)
 
     def _run(self, inputs) -> tuple[np.ndarray, ...]:

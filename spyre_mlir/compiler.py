@@ -525,7 +525,7 @@ class StatefulExecutable:
         return getattr(self._exe, name)
 
     def __call__(self, *args):
-        with self._exe._run_lock:       # the buffers read, the run and the write-back: one turn among threads
+        with self._exe.lock:       # the buffers read, the run and the write-back: one turn among threads
             return self._call(args)
 
     def _call(self, args):

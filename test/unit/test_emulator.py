@@ -827,7 +827,7 @@ def test_a_fork_made_while_another_thread_runs_can_run(targets):
     inside, leave = threading.Event(), threading.Event()
 
     def hold():
-        with exe._run_lock:
+        with exe.lock:
             inside.set()
             leave.wait()
     t = threading.Thread(target=hold)
