@@ -119,6 +119,26 @@ def test_tile_encodes_what_broadcasts_and_decodes_fresh_arrays():
     np.testing.assert_array_equal(mem, before)
 
 
+def test_a_tile_converts_on_several_threads_at_once(in_threads):
+    """Each thread converts through argument blocks of its own: decodes of one tile on four threads at once each
+    get the tile's values, and encodes into four tiles at once each write their own (sources that lend no
+    writable buffer, read-only ones, take the other way to their address)."""
+    rng = np.random.default_rng(2)
+    mem = np.zeros((4, 8, 64), np.uint16)
+    tiles = [native.Dlf16Tile(mem[i]) for i in range(4)]
+    values = rng.standard_normal((4, 8, 64)).astype(np.float32)
+    values[1].flags.writeable = False
+    shared = native.Dlf16Tile(dlf16_encode(values[0]))
+    want = dlf16_decode(dlf16_encode(values[0]))
+
+    def work(i):
+        for _ in range(300):
+            np.testing.assert_array_equal(shared.decode(), want)
+            tiles[i].encode(values[i])
+    assert in_threads(work, [(i,) for i in range(4)]) == []
+    np.testing.assert_array_equal(mem, dlf16_encode(values))
+
+
 class _Block(torch.nn.Module):
     """Attention, RMS-normalized, with a SiLU-gated MLP and a convolution: DLFloat16 tiles of every kind the
     emulator converts (matmul operands and results, SFU chains, reductions, windows, inputs and outputs)."""
