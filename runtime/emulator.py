@@ -151,6 +151,9 @@ class TileView:
         self.fmt, self.rows, self.cols = fmt, rows, cols
         self.shape = ((math.prod(counts),) if counts else ()) + (rows, cols)
         self._grid = len(counts) > 1        # its arrays are [count0, count1, ...]: reshaped on every access
+        # A write takes values of the whole shape: a grid's reshaped, int4's packed in pairs along the rows. Any
+        # other write broadcasts as it is assigned (an explicit broadcast cost ~3 us a write).
+        self._whole = self._grid or fmt is Format.INT4
         self._grid_shape = counts + (rows, cols)
         pitch = tile_pitch(cols, fmt)
         rb = fmt.nbytes(cols)
@@ -202,7 +205,7 @@ class TileView:
     def write(self, values) -> None:
         """Round ``values`` (broadcastable to the view's shape) into the format; keep the exact value in the
         shadow when there is one."""
-        if self._native is None or self._grid:          # the native encode broadcasts by itself
+        if self._whole:
             if np.shape(values) != self.shape:
                 values = np.broadcast_to(values, self.shape)
             if self._grid:

@@ -1232,6 +1232,34 @@ def test_grid_of_tiles_is_one_view_like_a_list(fmt, shadow):
     assert isinstance(tiles(mems[0], [0, stride, 3 * stride + part, 4 * stride], rows, cols, f), TileList)
 
 
+@pytest.mark.parametrize("fmt", ["dlf16", "fp32", "fp8_e4m3", "bf16", "int8", "int4", "int32", "bool"])
+@pytest.mark.parametrize("shadow", [False, True])
+def test_a_write_broadcasts_its_values_as_their_whole_shape_does(fmt, shadow):
+    """A tile write of values of a lower rank or with unit dimensions stores the bytes (and shadow) of a write of
+    those values broadcast to the tile, each core's tiles apart, on a grid, and int4 packed along the rows."""
+    from spyre_mlir.runtime.emulator import Memory, TileView
+    from spyre_mlir.runtime.formats import Format
+
+    f = Format.parse(fmt)
+    rows, cols = 3, 70
+    rng = _rng(9)
+    for count, step in ((0, 0), (4, 4096), ((2, 2), (8192, 4096))):
+        mems = [Memory(4 * 8192, shadow) for _ in range(2)]
+        views = [TileView(m, 256, rows, cols, f, count, step) for m in mems]
+        shape = views[0].shape
+        for values in (rng.standard_normal(shape[:-1] + (1,)), rng.standard_normal(cols), 3.0,
+                       rng.standard_normal((rows, 1))):
+            if not f.is_float:
+                values = np.rint(np.asarray(values) * 3).astype(np.int64)
+            for m in mems:
+                m.bytes[...] = 0xA5
+            views[0].write(values)
+            views[1].write(np.broadcast_to(values, shape))
+            np.testing.assert_array_equal(mems[0].bytes, mems[1].bytes)
+            if shadow:
+                np.testing.assert_array_equal(mems[0].shadow, mems[1].shadow)
+
+
 @pytest.mark.parametrize("grid", [False, True])
 def test_write_one_rounds_once_and_copies_the_codes(grid):
     """The native DLFloat16 write of one tile's values to every core's copy rounds them once and copies the codes
