@@ -31,10 +31,14 @@ __all__ = ["emit", "listing", "EmitError", "TileError"]
 def emit(module, target, params=None, input_names=None, output_names=None):
     """Emit ``module`` (an ``ir.Module`` at kernel level: every device op carries its kernel plan, see
     :mod:`.plan`) for ``target``; ``params`` maps parameter names to arrays (None: parameters become inputs)."""
+    from .common import remembering
     from .emitter import Emitter
 
     em = Emitter(module, target, params=params, input_names=input_names, output_names=output_names)
-    em.run()
+    # The emitter reads the IR and never changes it: each op's model and its producers' and consumers' roles
+    # (epilogue_of, softmax_of, sibling_of...), asked for by every kernel near it, are worked out once.
+    with remembering():
+        em.run()
     return em
 
 

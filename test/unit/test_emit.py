@@ -1044,3 +1044,36 @@ def test_remembered_answers_last_one_read_only_block():
             t.join()
             assert other == [4]                                    # another thread's blocks are its own
         assert answer(op) == 5                                     # forgotten when the block ends
+
+
+def test_emission_reads_the_ir_and_works_out_each_op_model_once(monkeypatch):
+    """The emitter never changes the IR, so what it asks of an op (its model, whether it is a matmul's epilogue, a
+    softmax, a sibling...), asked by every kernel near it, is worked out once per op (codegen.emit remembers): a
+    transformer block's kernel IR prints the same after emission, and no op's model is made twice."""
+    torch = pytest.importorskip("torch")
+    from spyre_mlir.compiler import emit, prepare_module, run_stage
+    from spyre_mlir.frontend import import_model
+    from spyre_mlir.passes import op_model
+    from spyre_mlir.pipeline import graph_pipeline, kernel_pipeline
+    from test_compile_e2e import _example
+
+    model, x = _example("transformer")
+    with torch.no_grad():
+        imported = import_model(model, x)
+    with make_context():
+        module = prepare_module(imported)
+        run_stage(module, graph_pipeline(), "graph pipeline")
+        run_stage(module, kernel_pipeline("dlf16", 8), "kernel pipeline")
+        before = str(module)
+        made = collections.Counter()
+
+        def counted(fn):
+            def model_of(op):
+                made[op] += 1
+                return fn(op)
+            return model_of
+        for kind, fn in list(op_model._MODELS.items()):
+            monkeypatch.setitem(op_model._MODELS, kind, counted(fn))
+        emit(module, load_target(cores=8))
+        assert str(module) == before
+    assert made and max(made.values()) == 1, [(op.name, n) for op, n in made.items() if n > 1][:5]
