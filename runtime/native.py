@@ -225,8 +225,8 @@ _BYTE = ctypes.c_char
 
 def _address(a: np.ndarray) -> int:
     """The address of ``a``'s first byte: through a ctypes view of its buffer where it lends a writable one (a
-    fresh or contiguous array), ~0.35 us against ~1.2 us for ``a.ctypes.data``, which a tile's conversion at
-    every call of a program paid twice."""
+    fresh or contiguous array), ~0.35 us against ~1.2 us for ``a.ctypes.data``, which a tile's conversion paid
+    at every call of a program."""
     try:
         return ctypes.addressof(_BYTE.from_buffer(a))
     except (TypeError, ValueError, BufferError):
