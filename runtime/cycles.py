@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import numpy as np
 
+from .collector import collector_paused
 from .emulator import segments
 from .formats import STICK_BYTES
 from .isa import ROOT_ALL, Op, tile_pitch
@@ -191,7 +193,14 @@ def _covered(starts: np.ndarray, ends: np.ndarray, ostarts: np.ndarray, oends: n
 
 
 def model_program(prog, target, steps) -> Profile:
-    """Run the cycle model over the static schedule (a list of Ins and Sync steps, :mod:`.schedule`).
+    """Run the cycle model over the static schedule (a list of Ins and Sync steps, :mod:`.schedule`), with the
+    collector paused: the model makes an event per instruction, long-lived (:mod:`.collector`)."""
+    with collector_paused():
+        return _model_program(prog, target, steps)
+
+
+def _model_program(prog, target, steps) -> Profile:
+    """:func:`model_program`.
 
     DRAM bandwidth is shared by the cores transferring at the same time. The first pass assumes every core
     with DMA work in the same barrier segment transfers at once; REFINE_PASSES more passes replace that by
@@ -272,6 +281,16 @@ def _duration(ins, C: int, target, per_cycle: float) -> float:
     return ins.nbytes / (target.host_link_gbps * per_cycle) + target.host_latency_cycles
 
 
+def _duration_key(ins) -> tuple:
+    """What :func:`_duration` reads of an instruction: equal keys, equal durations."""
+    op = ins.op
+    if op is Op.RING_SEND:
+        return op, ins.nbytes, ins.core, ins.send[0]
+    if op is Op.RING_REDUCE:
+        return op, ins.nbytes, ins.reduce[0]
+    return op, ins.macs, ins.pt_fmt, ins.elems, ins.sfu_class, ins.nbytes
+
+
 def _timeline(work, C, target, transfers: np.ndarray, events: bool = True):
     """One pass of the per-core, per-unit timeline over ``work`` (:func:`_work`), the DRAM transfers taking
     ``transfers`` cycles (in their order). Returns (events in schedule order, unit free times, busy cycles,
@@ -285,17 +304,11 @@ def _timeline(work, C, target, transfers: np.ndarray, events: bool = True):
     starts, ends = np.zeros(len(transfers)), np.zeros(len(transfers))
     made = []
     for w in work:
-        if isinstance(w, Sync):         # a barrier release
-            t = free[list(w.members)].max() + target.barrier_latency_cycles
-            free[list(w.members)] = t
-            for snd in w.sends:
-                for p in snd.send[0]:
-                    spw[p, snd.peer_sticks] = t
-            for grp in w.reduces:
-                mask, root, dst, _ = grp[0].reduce
-                st = np.arange(dst[0] // STICK_BYTES, (dst[0] + dst[1] * tile_pitch(dst[2], dst[3])) // STICK_BYTES)
-                for q in ([i for i in range(C) if mask >> i & 1] if root == ROOT_ALL else [root]):
-                    spw[q, st] = t
+        if isinstance(w, _Release):     # a barrier release
+            t = free[w.members].max() + target.barrier_latency_cycles
+            free[w.members] = t
+            if w.landed is not None:
+                spw[w.landed] = t
             continue
         # One instruction on each of several cores: each core's timeline is its own between barriers (DRAM is
         # shared through the transfers' durations), so they advance together, a numpy operation for all.
@@ -326,6 +339,37 @@ def _timeline(work, C, target, transfers: np.ndarray, events: bool = True):
     return [e for _, e in made], free, busy, (starts, ends)
 
 
+class _Release(NamedTuple):
+    """A barrier release as the timeline walks it: its cores, and the (cores, sticks) indices of every stick its
+    ring sends and reduces land on (None: none), which all land at the release."""
+
+    members: list
+    landed: tuple | None
+
+
+def _release(sync: Sync, C: int, landing: dict) -> _Release:
+    """A barrier release as the timeline walks it, its sticks gathered once for all passes (not indexed a
+    destination core at a time, at every pass). ``landing``: (id of a send's
+    peer sticks, its destinations) -> their (cores, sticks) indices, kept over one :func:`_work` (the decoder
+    hands a loop's sends into the same double buffers one array)."""
+    rows, cols = [], []
+    for snd in sync.sends:
+        key = id(snd.peer_sticks), snd.send[0]
+        if key not in landing:
+            landing[key] = (np.repeat(np.asarray(snd.send[0]), snd.peer_sticks.size),
+                            np.tile(snd.peer_sticks, len(snd.send[0])))
+        rows.append(landing[key][0])
+        cols.append(landing[key][1])
+    for grp in sync.reduces:
+        mask, root, dst, _ = grp[0].reduce
+        st = np.arange(dst[0] // STICK_BYTES, (dst[0] + dst[1] * tile_pitch(dst[2], dst[3])) // STICK_BYTES)
+        for q in ([i for i in range(C) if mask >> i & 1] if root == ROOT_ALL else [root]):
+            rows.append(np.full(st.size, q))
+            cols.append(st)
+    landed = (np.concatenate(rows), np.concatenate(cols)) if rows else None
+    return _Release(list(sync.members), landed)
+
+
 def _work(steps, C, target, per_cycle, transfer: dict) -> list:
     """The schedule as the timeline walks it, worked out once for all its passes: each barrier release, and
     between two releases the emulator's batches (:func:`.emulator.segments`: one instruction of each of several
@@ -336,6 +380,15 @@ def _work(steps, C, target, per_cycle, transfer: dict) -> list:
     pos = {id(s): k for k, s in enumerate(steps)}
     segs = getattr(steps, "memo", {}).get("segments") or segments(steps)
     out = []
+    durations: dict = {}        # _duration_key -> cycles: a loop's trips repeat a few durations
+    landing: dict = {}          # of _release
+
+    def duration(ins) -> float:
+        key = _duration_key(ins)
+        if key not in durations:
+            durations[key] = _duration(ins, C, target, per_cycle)
+        return durations[key]
+
     for batches, sync in segs:
         for batch in batches:
             for part in (batch,) if _even(batch) else ([i] for i in batch):
@@ -343,12 +396,12 @@ def _work(steps, C, target, per_cycle, transfer: dict) -> list:
                 if part[0].op in _SHARED:
                     dur, j = None, np.array([transfer[id(i)] for i in part])
                 else:
-                    dur, j = np.array([_duration(i, C, target, per_cycle) for i in part]), None
+                    dur, j = np.array([duration(i) for i in part]), None
                 cores = np.array([i.core for i in part])
                 out.append((part, [pos[id(i)] for i in part], cores, u, _sticks(part, cores, "sp_reads"),
                             _sticks(part, cores, "sp_writes"), dur, j))
         if sync is not None:
-            out.append(sync)
+            out.append(_release(sync, C, landing))
     return out
 
 
@@ -365,12 +418,15 @@ def _sticks(part, cores, field) -> list:
     first = getattr(part[0], field)
     if not first.size:
         return []
-    # The decoder hands SPMD copies of one record the same arrays: mostly an identity test.
-    if all(getattr(i, field) is first or np.array_equal(getattr(i, field), first) for i in part[1:]):
+    # The decoder hands SPMD copies of one record the same arrays: mostly an identity test, else one comparison
+    # of all of them (a loop's trips decode to equal arrays of their own).
+    arrays = [getattr(i, field) for i in part]          # as many sticks each (_work)
+    stacked = None if all(a is first for a in arrays) else np.stack(arrays)
+    if stacked is None or (stacked == first).all():
         cut = np.flatnonzero(np.diff(first) != 1) + 1
         if cut.size <= _MAX_RUNS:
             lo, hi = int(cores[0]), int(cores[-1]) + 1
             rows = slice(lo, hi) if np.array_equal(cores, np.arange(lo, hi)) else cores
             bounds = zip(np.concatenate([[0], cut]), np.concatenate([cut, [first.size]]))
             return [(rows, slice(int(first[a]), int(first[b - 1]) + 1)) for a, b in bounds]
-    return [(cores[:, None], np.stack([getattr(i, field) for i in part]))]
+    return [(cores[:, None], np.stack(arrays) if stacked is None else stacked)]

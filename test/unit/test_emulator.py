@@ -1078,8 +1078,9 @@ def test_cycle_model_batches_are_the_schedule_walked_instruction_by_instruction(
     """The timeline advances the emulator's batches (one instruction on each of several cores) as one numpy
     operation, indexing runs of sticks by slices (cycles._work): every instruction's start and end are exactly
     those of walking the schedule one instruction at a time, as the model did before. For a compiled MLP with GELU
-    and LayerNorm on 4 cores (instructions reading several runs of sticks, ring transfers, reductions) and a
-    double-buffered matmul on one core (a load into a buffer waits for the multiply still reading it)."""
+    and LayerNorm on 4 cores (instructions reading several runs of sticks, ring transfers, reductions), a
+    double-buffered matmul on one core (a load into a buffer waits for the multiply still reading it) and a
+    Linear on 32 cores (ring multicasts of the shared weight tiles, landing on several cores at each barrier)."""
     import torch
 
     import spyre_mlir
@@ -1091,8 +1092,11 @@ def test_cycle_model_batches_are_the_schedule_walked_instruction_by_instruction(
                                 torch.nn.LayerNorm(256)).eval()
     mlp = spyre_mlir.compile(model, (torch.randn(64, 256),), cores=4, cache_dir=False)
     assert any(np.any(np.diff(s.sp_reads) != 1) for s in mlp.steps if not isinstance(s, Sync))   # several runs
+    wide = spyre_mlir.compile(torch.nn.Linear(512, 512, bias=False).eval(), (torch.randn(512, 512),), cores=32,
+                              cache_dir=False)
+    assert any(len(i.send[0]) > 1 for s in wide.steps if isinstance(s, Sync) for i in s.sends)      # multicasts
     waits = False
-    for exe in (mlp, build_matmul(targets[1], 128, 128, 1024, tile_k=128, double_buffer=True).load()):
+    for exe in (mlp, build_matmul(targets[1], 128, 128, 1024, tile_k=128, double_buffer=True).load(), wide):
         prog, t, steps = exe.program, exe.target, exe.steps
         dmas = [s for s in steps if not isinstance(s, Sync) and s.op in cycles._SHARED]
         per_cycle = 1.0 / t.clock_ghz
@@ -1106,6 +1110,24 @@ def test_cycle_model_batches_are_the_schedule_walked_instruction_by_instruction(
             assert np.array_equal(free, rfree)
             waits |= war
     assert waits                     # some write waited for a read
+
+
+def test_cycle_model_indexes_equal_stick_arrays_by_slices_and_others_as_they_are():
+    """cycles._sticks: instructions of a batch whose stick arrays are equal (one array, or a loop's trips, which
+    decode to equal arrays of their own) index the per-stick times by a slice per run of sticks; arrays that
+    differ are indexed as they are, a row a core."""
+    from types import SimpleNamespace
+
+    from spyre_mlir.runtime import cycles
+
+    run = np.array([4, 5, 6, 9, 10])
+    cores = np.array([0, 1, 2])
+    for arrays in ([run] * 3, [run, run.copy(), run.copy()]):
+        part = [SimpleNamespace(sp_reads=a) for a in arrays]
+        assert cycles._sticks(part, cores, "sp_reads") == [(slice(0, 3), slice(4, 7)), (slice(0, 3), slice(9, 11))]
+    differ = [run, run + 1, run]
+    (rows, st), = cycles._sticks([SimpleNamespace(sp_reads=a) for a in differ], cores, "sp_reads")
+    assert np.array_equal(rows, cores[:, None]) and np.array_equal(st, np.stack(differ))
 
 
 def _walk(steps, C, t, per_cycle, dur):
