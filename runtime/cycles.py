@@ -193,18 +193,18 @@ def _covered(starts: np.ndarray, ends: np.ndarray, ostarts: np.ndarray, oends: n
 
 
 def model_program(prog, target, steps) -> Profile:
-    """Run the cycle model over the static schedule (a list of Ins and Sync steps, :mod:`.schedule`), with the
-    collector paused: the model makes an event per instruction, long-lived (:mod:`.collector`)."""
+    """Run the cycle model over the static schedule (a list of Ins and Sync steps, :mod:`.schedule`).
+
+    DRAM bandwidth is shared by the cores transferring at the same time. The first pass assumes every core
+    with DMA work in the same barrier segment transfers at once; REFINE_PASSES more passes replace that by
+    the time-averaged number of cores whose transfers overlap each transfer in the previous pass."""
+    # The collector paused: the model makes an event per instruction, long-lived (:mod:`.collector`).
     with collector_paused():
         return _model_program(prog, target, steps)
 
 
 def _model_program(prog, target, steps) -> Profile:
-    """:func:`model_program`.
-
-    DRAM bandwidth is shared by the cores transferring at the same time. The first pass assumes every core
-    with DMA work in the same barrier segment transfers at once; REFINE_PASSES more passes replace that by
-    the time-averaged number of cores whose transfers overlap each transfer in the previous pass."""
+    """:func:`model_program`, the collector paused."""
     C = prog.num_cores
     per_cycle = 1.0 / target.clock_ghz        # GB/s -> bytes/cycle is gbps * per_cycle
     # Directions moved in each barrier segment pick the read, write or mixed bandwidth.
@@ -358,8 +358,9 @@ def _release(sync: Sync, C: int, landing: dict) -> _Release:
         if key not in landing:
             landing[key] = (np.repeat(np.asarray(snd.send[0]), snd.peer_sticks.size),
                             np.tile(snd.peer_sticks, len(snd.send[0])))
-        rows.append(landing[key][0])
-        cols.append(landing[key][1])
+        r, c = landing[key]
+        rows.append(r)
+        cols.append(c)
     for grp in sync.reduces:
         mask, root, dst, _ = grp[0].reduce
         st = np.arange(dst[0] // STICK_BYTES, (dst[0] + dst[1] * tile_pitch(dst[2], dst[3])) // STICK_BYTES)
